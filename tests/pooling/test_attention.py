@@ -1,0 +1,147 @@
+"""Closed forms and recipe properties of the attention poolers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+from torch import nn
+
+from attnpool.pooling import (
+    AttentionPooling,
+    GatedAttentionPooling,
+    MeanPooling,
+    MultiHeadAttentionPooling,
+    build_pooler,
+)
+
+
+def test_parameter_count_matches_the_recipe():
+    assert sum(p.numel() for p in AttentionPooling(1024, attn_size=512).parameters()) == 525_313
+    assert sum(p.numel() for p in AttentionPooling(1024).parameters()) == 525_313  # A = 512 by default
+
+
+def test_xavier_uniform_init_with_zero_biases():
+    torch.manual_seed(0)
+    pooler = AttentionPooling(1024, attn_size=512)
+    for layer in (pooler.proj, pooler.score):
+        fan_out, fan_in = layer.weight.shape
+        bound = (6.0 / (fan_in + fan_out)) ** 0.5
+        assert layer.weight.abs().max() <= bound
+        assert layer.weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+
+
+def test_matches_a_direct_transcription_of_the_recipe_on_unpadded_input():
+    torch.manual_seed(0)
+    pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=12)).eval()
+    recipe = nn.Sequential(nn.Linear(HIDDEN, 12), nn.Tanh(), nn.Linear(12, 1), nn.Softmax(dim=1))
+    recipe[0].load_state_dict(pooler.proj.state_dict())
+    recipe[2].load_state_dict(pooler.score.state_dict())
+    hidden = torch.randn(4, 9, HIDDEN)
+    weights = recipe(hidden)  # (B, T, 1)
+    expected = (weights * hidden).sum(dim=1)
+    pooled, got_weights = pooler(hidden, return_weights=True)
+    torch.testing.assert_close(pooled, expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got_weights, weights.squeeze(-1), atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["attention", "gated_attention", "multihead_attention"])
+def test_zero_scorer_turns_attention_into_mean(name):
+    options = {"combine": "mean"} if name == "multihead_attention" else {}
+    pooler = perturb_parameters(build_pooler(name, HIDDEN, **options))
+    with torch.no_grad():
+        pooler.score.weight.zero_()
+        pooler.score.bias.zero_()
+    hidden, mask, _ = ragged_batch([3, 7, 1], pad_value=50.0)
+    torch.testing.assert_close(pooler(hidden, mask), MeanPooling(HIDDEN)(hidden, mask), atol=1e-6, rtol=1e-5)
+
+
+def test_one_head_equals_single_head_attention():
+    single = perturb_parameters(AttentionPooling(HIDDEN, attn_size=10)).eval()
+    for combine in ("concat", "mean", "project"):
+        multi = MultiHeadAttentionPooling(HIDDEN, num_heads=1, attn_size=10, combine=combine).eval()
+        multi.proj.load_state_dict(single.proj.state_dict())
+        multi.score.load_state_dict(single.score.state_dict())
+        if combine == "project":
+            nn.init.eye_(multi.out_proj.weight)
+            nn.init.zeros_(multi.out_proj.bias)
+        hidden, mask, _ = ragged_batch([4, 2, 6])
+        out_s, w_s = single(hidden, mask, return_weights=True)
+        out_m, w_m = multi(hidden, mask, return_weights=True)
+        torch.testing.assert_close(out_m, out_s, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(w_m.squeeze(1), w_s)
+
+
+def test_multihead_output_dim_follows_combine():
+    assert MultiHeadAttentionPooling(HIDDEN, num_heads=3).output_dim == 3 * HIDDEN
+    assert MultiHeadAttentionPooling(HIDDEN, num_heads=3, combine="project").output_dim == HIDDEN
+    assert MultiHeadAttentionPooling(HIDDEN, num_heads=3, combine="mean").output_dim == HIDDEN
+
+
+def test_multihead_heads_differ():
+    pooler = MultiHeadAttentionPooling(HIDDEN, num_heads=4)
+    hidden, mask, _ = ragged_batch([6])
+    _, weights = pooler(hidden, mask, return_weights=True)  # (1, 4, 6)
+    assert weights.shape == (1, 4, 6)
+    assert not torch.allclose(weights[0, 0], weights[0, 1])
+
+
+def test_gated_attention_is_the_ilse_formula():
+    pooler = perturb_parameters(GatedAttentionPooling(HIDDEN, attn_size=6)).eval()
+    hidden = torch.randn(2, 5, HIDDEN)
+    v_w, u_w = pooler.proj.weight.chunk(2)
+    v_b, u_b = pooler.proj.bias.chunk(2)
+    gated = torch.tanh(hidden @ v_w.T + v_b) * torch.sigmoid(hidden @ u_w.T + u_b)
+    weights = torch.softmax(gated @ pooler.score.weight.T + pooler.score.bias, dim=1)  # (B, T, 1)
+    torch.testing.assert_close(pooler(hidden), (weights * hidden).sum(1), atol=1e-6, rtol=1e-5)
+
+
+def test_temperature_sharpens_or_flattens_the_weights():
+    hidden, mask, _ = ragged_batch([8])
+    entropies = []
+    for temperature in (0.1, 1.0, 10.0):
+        torch.manual_seed(0)
+        pooler = AttentionPooling(HIDDEN, attn_size=8, temperature=temperature)
+        _, w = pooler(hidden * 5, mask, return_weights=True)
+        entropies.append(-(w * w.clamp_min(1e-12).log()).sum().item())
+    assert entropies[0] < entropies[1] < entropies[2]
+
+
+def test_fp16_padding_gets_zero_weight_where_a_minus_1e9_fill_would_overflow():
+    # The popular head fills with -1e9, which is -inf in fp16 and gives NaN on a fully padded row.
+    pooler = AttentionPooling(HIDDEN).half()
+    hidden, mask, _ = ragged_batch([0, 3], seq_len=5, pad_value=100.0)
+    pooled, weights = pooler(hidden.half(), mask, return_weights=True)
+    assert torch.isfinite(pooled).all() and torch.isfinite(weights).all()
+    assert weights[1, 3:].eq(0).all()
+
+
+def test_dropout_acts_in_training_only():
+    torch.manual_seed(0)
+    pooler = AttentionPooling(HIDDEN, dropout=0.5)
+    hidden, mask, _ = ragged_batch([10])
+    pooler.eval()
+    torch.testing.assert_close(pooler(hidden, mask), pooler(hidden, mask))
+    pooler.train()
+    _, w = pooler(hidden, mask, return_weights=True)
+    assert (w == 0).any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": 0.0}, "temperature must be positive"),
+        ({"dropout": 1.0}, "dropout must be in [0, 1)"),
+    ],
+)
+def test_bad_options_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        AttentionPooling(HIDDEN, **kwargs)
+
+
+def test_bad_multihead_options_raise():
+    with pytest.raises(ValueError, match="combine must be 'concat', 'project' or 'mean', got 'sum'"):
+        MultiHeadAttentionPooling(HIDDEN, combine="sum")
+    with pytest.raises(ValueError, match="num_heads must be >= 1, got 0"):
+        MultiHeadAttentionPooling(HIDDEN, num_heads=0)

@@ -1,0 +1,75 @@
+"""Closed forms of the baseline poolers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, ragged_batch
+
+from attnpool.pooling import ClsPooling, GeMPooling, LastTokenPooling, MaxPooling, MeanMaxPooling, MeanPooling
+
+
+def test_cls_takes_the_first_real_token_under_left_padding():
+    hidden, mask, tokens = ragged_batch([2, 5], side="left", pad_value=9.0)
+    out = ClsPooling(HIDDEN)(hidden, mask)
+    torch.testing.assert_close(out, torch.stack([tokens[0][0], tokens[1][0]]))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_last_token_takes_the_last_real_token(side):
+    hidden, mask, tokens = ragged_batch([2, 5, 1], seq_len=6, side=side, pad_value=9.0)
+    out = LastTokenPooling(HIDDEN)(hidden, mask)
+    torch.testing.assert_close(out, torch.stack([t[-1] for t in tokens]))
+
+
+def test_mean_equals_the_hand_computed_mean():
+    hidden, mask, tokens = ragged_batch([3, 1, 6], pad_value=9.0)
+    out, weights = MeanPooling(HIDDEN)(hidden, mask, return_weights=True)
+    torch.testing.assert_close(out, torch.stack([t.mean(0) for t in tokens]))
+    assert weights[0, :3].eq(1 / 3).all()
+
+
+def test_max_padding_never_wins_on_all_negative_tokens():
+    hidden, mask, tokens = ragged_batch([3, 4], pad_value=0.0)
+    hidden = -hidden.abs() - 1.0  # every real value < padding's 0
+    out = MaxPooling(HIDDEN)(hidden, mask)
+    expected = torch.stack([hidden[0, :3].amax(0), hidden[1, :4].amax(0)])
+    torch.testing.assert_close(out, expected)
+    assert (out < 0).all()
+
+
+def test_max_in_fp16_does_not_overflow():
+    hidden, mask, _ = ragged_batch([0, 2], seq_len=3)
+    out = MaxPooling(HIDDEN)(hidden.half(), mask)
+    assert torch.isfinite(out).all() and out[0].eq(0).all()
+
+
+def test_mean_max_is_the_concatenation():
+    hidden, mask, _ = ragged_batch([3, 5], pad_value=9.0)
+    expected = torch.cat([MeanPooling(HIDDEN)(hidden, mask), MaxPooling(HIDDEN)(hidden, mask)], dim=-1)
+    torch.testing.assert_close(MeanMaxPooling(HIDDEN)(hidden, mask), expected)
+
+
+def test_gem_with_p_1_is_the_mean_of_positive_inputs():
+    hidden, mask, tokens = ragged_batch([3, 5], pad_value=9.0)
+    hidden = hidden.abs() + 0.1
+    expected = torch.stack([hidden[0, :3].mean(0), hidden[1, :5].mean(0)])
+    torch.testing.assert_close(GeMPooling(HIDDEN, p=1.0)(hidden, mask), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_gem_tends_to_the_max_as_p_grows():
+    hidden, mask, _ = ragged_batch([6, 4])
+    hidden = hidden.abs() + 0.5
+    maximum = MaxPooling(HIDDEN)(hidden, mask)
+    gap_small = (GeMPooling(HIDDEN, p=2.0)(hidden, mask) - maximum).abs().max()
+    gap_large = (GeMPooling(HIDDEN, p=64.0)(hidden, mask) - maximum).abs().max()
+    # (1/n)^(1/p) bounds the gap: about 3% of the max at n = 6, p = 64.
+    assert gap_large < gap_small / 10 and gap_large < 0.04 * maximum.max()
+
+
+def test_gem_p_is_learnable_or_fixed():
+    assert [n for n, _ in GeMPooling(HIDDEN).named_parameters()] == ["p_param"]
+    fixed = GeMPooling(HIDDEN, p=2.5, learnable_p=False)
+    assert list(fixed.parameters()) == [] and fixed.p == 2.5
+    with pytest.raises(ValueError, match="p must be positive, got -1"):
+        GeMPooling(HIDDEN, p=-1)

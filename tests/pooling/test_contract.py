@@ -1,0 +1,200 @@
+"""The pooling contract, run over every registered pooler (and a few option variants)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, pad, perturb_parameters, ragged_batch
+
+from attnpool.pooling import Pooler, build_pooler
+
+HUGE = 1e4
+
+
+def make(variant, seed=0) -> Pooler:
+    name, options = variant
+    torch.manual_seed(seed)
+    return perturb_parameters(build_pooler(name, HIDDEN, **options), seed).eval()
+
+
+def pooled_and_weights(pooler, hidden, mask):
+    return pooler(hidden, mask, return_weights=True)
+
+
+def test_shape_and_output_dim(variant):
+    pooler = make(variant)
+    hidden, mask, _ = ragged_batch([3, 5, 1])
+    pooled, weights = pooled_and_weights(pooler, hidden, mask)
+    assert pooled.shape == (3, pooler.output_dim)
+    assert pooled.dtype == hidden.dtype
+    assert pooler(hidden, mask).shape == pooled.shape  # without return_weights: the tensor alone
+    if pooler.has_weights:
+        assert weights.shape[0] == 3 and weights.shape[-1] == 5 and weights.dim() in (2, 3)
+    else:
+        assert weights is None
+
+
+def test_appended_padding_with_huge_values_changes_nothing(variant):
+    pooler = make(variant)
+    hidden, mask, tokens = ragged_batch([4, 6, 2])
+    base, base_w = pooled_and_weights(pooler, hidden, mask)
+    for extra in (1, 7):
+        longer = pad(tokens, hidden.shape[1] + extra, pad_value=HUGE, seed=extra)
+        longer_mask = torch.cat([mask, torch.zeros(3, extra, dtype=mask.dtype)], dim=1)
+        out, w = pooled_and_weights(pooler, longer, longer_mask)
+        torch.testing.assert_close(out, base, atol=1e-5, rtol=1e-5)
+        if base_w is not None:
+            torch.testing.assert_close(w[..., : hidden.shape[1]], base_w, atol=1e-6, rtol=1e-5)
+
+
+def test_left_padding_equals_right_padding(variant):
+    pooler = make(variant)
+    right, right_mask, _ = ragged_batch([5, 2, 7], seq_len=9, pad_value=3.0)
+    left, left_mask, _ = ragged_batch([5, 2, 7], seq_len=9, pad_value=3.0, side="left")
+    out_r, w_r = pooled_and_weights(pooler, right, right_mask)
+    out_l, w_l = pooled_and_weights(pooler, left, left_mask)
+    torch.testing.assert_close(out_l, out_r, atol=1e-5, rtol=1e-5)
+    if w_r is not None:
+        # The same token gets the same weight wherever the padding sits.
+        for i, n in enumerate([5, 2, 7]):
+            torch.testing.assert_close(w_l[i, ..., -n:], w_r[i, ..., :n], atol=1e-6, rtol=1e-5)
+
+
+def test_sample_alone_equals_sample_in_ragged_batch(variant):
+    pooler = make(variant)
+    hidden, mask, tokens = ragged_batch([6, 1, 3, 9], pad_value=HUGE)
+    batched = pooler(hidden, mask)
+    for i, t in enumerate(tokens):
+        alone = pooler(t.unsqueeze(0))  # no mask, no padding
+        torch.testing.assert_close(batched[i : i + 1], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_permutation_invariance_matches_the_declared_flag(variant):
+    pooler = make(variant)
+    hidden, mask, tokens = ragged_batch([7, 5], seq_len=8)
+    perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
+    shuffled = hidden.clone()
+    shuffled[0, :7] = hidden[0, perm]
+    out, out_shuffled = pooler(hidden, mask), pooler(shuffled, mask)
+    if pooler.permutation_invariant:
+        torch.testing.assert_close(out_shuffled, out, atol=1e-5, rtol=1e-5)
+    else:  # the flag is not set out of caution: the output really depends on the order
+        assert not torch.allclose(out_shuffled[0], out[0], atol=1e-3)
+
+
+def test_weights_are_a_distribution_over_real_tokens(variant):
+    pooler = make(variant)
+    hidden, mask, _ = ragged_batch([4, 8, 1], pad_value=HUGE)
+    _, weights = pooled_and_weights(pooler, hidden, mask)
+    if not pooler.has_weights:
+        assert weights is None
+        return
+    token_mask = mask.bool() if weights.dim() == 2 else mask.bool().unsqueeze(1).expand_as(weights)
+    assert (weights >= 0).all()
+    assert (weights[~token_mask] == 0).all(), "padding must get exactly zero weight"
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5, rtol=0)
+
+
+def test_mask_dtypes_agree(variant):
+    pooler = make(variant)
+    hidden, mask, _ = ragged_batch([2, 5])
+    ref = pooler(hidden, mask)
+    for m in (mask.bool(), mask.int(), mask.float(), mask.half()):
+        torch.testing.assert_close(pooler(hidden, m), ref)
+
+
+def test_fully_masked_row_gives_zeros_and_finite_gradients(variant):
+    pooler = make(variant).train()
+    pooler.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    hidden, mask, _ = ragged_batch([0, 3, 0], seq_len=4, pad_value=HUGE)
+    hidden.requires_grad_(True)
+    pooled, weights = pooled_and_weights(pooler, hidden, mask)
+    assert torch.isfinite(pooled).all()
+    assert (pooled[0] == 0).all() and (pooled[2] == 0).all()
+    if weights is not None:
+        assert (weights[0] == 0).all() and (weights[2] == 0).all()
+    pooled.pow(2).sum().backward()
+    assert torch.isfinite(hidden.grad).all()
+    for name, p in pooler.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+def test_every_parameter_gets_a_finite_gradient(variant):
+    pooler = make(variant).train()
+    hidden, mask, _ = ragged_batch([3, 6, 2])
+    hidden.requires_grad_(True)
+    pooler(hidden, mask).pow(2).sum().backward()
+    assert torch.isfinite(hidden.grad).all() and hidden.grad.abs().sum() > 0
+    for name, p in pooler.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name} got a non-finite gradient"
+        assert p.grad.abs().sum() > 0, f"{name} got an all-zero gradient"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_is_finite_and_close_to_float32(variant, dtype):
+    pooler = make(variant)
+    # Large magnitude (x ** 3 alone overflows fp16 here), with padding as large as fp16 can hold.
+    hidden, mask, _ = ragged_batch([5, 12, 3], seq_len=14, pad_value=HUGE / 120)
+    hidden = hidden * 30
+    ref = pooler(hidden, mask)
+    low = pooler.to(dtype)(hidden.to(dtype), mask)
+    assert low.dtype == dtype
+    assert torch.isfinite(low).all()
+    scale = ref.abs().max()
+    assert (low.float() - ref).abs().max() <= 0.03 * scale
+
+
+def test_inputs_are_not_modified(variant):
+    pooler = make(variant)
+    hidden, mask, _ = ragged_batch([2, 4], pad_value=HUGE)
+    hidden_copy, mask_copy = hidden.clone(), mask.clone()
+    pooler(hidden, mask)
+    assert torch.equal(hidden, hidden_copy) and torch.equal(mask, mask_copy)
+
+
+def test_config_and_state_dict_round_trip(variant):
+    pooler = make(variant)
+    config = pooler.get_config()
+    assert config["type"] == variant[0]
+    assert json.loads(json.dumps(config)) == config, "config must be JSON-serialisable"
+    rebuilt = build_pooler(config)
+    rebuilt.load_state_dict(pooler.state_dict())
+    rebuilt.eval()
+    assert type(rebuilt) is type(pooler) and rebuilt.get_config() == config
+    assert repr(rebuilt) == repr(pooler)
+    hidden, mask, _ = ragged_batch([3, 5])
+    torch.testing.assert_close(rebuilt(hidden, mask), pooler(hidden, mask), atol=0, rtol=0)
+
+
+def test_torch_compile_captures_one_graph(variant):
+    pooler = make(variant)
+    hidden, mask, _ = ragged_batch([3, 5])
+    torch.compiler.reset()  # each pooler compiles afresh, not against the recompile limit of earlier ones
+    compiled = torch.compile(pooler, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(hidden, mask), pooler(hidden, mask), atol=1e-6, rtol=1e-5)
+
+
+def test_onnx_export_runs_with_dynamic_batch_and_length(variant, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pooler = make(variant)
+    hidden, mask, _ = ragged_batch([3, 5, 4])
+    path = tmp_path / "pooler.onnx"
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    torch.onnx.export(
+        pooler,
+        (hidden, mask),
+        str(path),
+        input_names=["hidden_states", "attention_mask"],
+        output_names=["pooled"],
+        dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+        dynamo=True,
+        verbose=False,
+    )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # Other batch size and length than at export time.
+    hidden2, mask2, _ = ragged_batch([2, 7, 1, 4, 6], seed=3, pad_value=5.0)
+    (out,) = session.run(None, {"hidden_states": hidden2.numpy(), "attention_mask": mask2.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), pooler(hidden2, mask2), atol=1e-4, rtol=1e-4)

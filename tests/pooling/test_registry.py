@@ -1,0 +1,103 @@
+"""Lookup by name, config or instance, and the errors a user sees."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnpool
+from attnpool.pooling import AttentionPooling, MultiHeadAttentionPooling, Pooler, build_pooler
+
+
+def test_available_poolers_lists_the_core_set():
+    names = attnpool.available_poolers()
+    for name in ("attention", "multihead_attention", "gated_attention", "cls", "mean", "max", "mean_max",
+                 "last_token", "gem"):
+        assert name in names
+    assert names == sorted(names)
+
+
+@pytest.mark.parametrize(
+    "spelling", ["attention", "Attention", "ATTENTION", "attention_pooling", "AttentionPooling", "attention-pool"]
+)
+def test_names_are_normalised(spelling):
+    assert type(build_pooler(spelling, 8)) is AttentionPooling
+
+
+@pytest.mark.parametrize("spelling", ["multihead_attention", "Multi-Head-Attention", "multi_head attention"])
+def test_multihead_spellings(spelling):
+    assert type(build_pooler(spelling, 8)) is MultiHeadAttentionPooling
+
+
+def test_unknown_name_suggests_the_closest_and_lists_all():
+    with pytest.raises(ValueError) as err:
+        build_pooler("atention", 8)
+    text = str(err.value)
+    assert "Unknown pooler 'atention'" in text
+    assert "Did you mean 'attention'?" in text
+    assert "Available poolers: " + ", ".join(attnpool.available_poolers()) in text
+
+
+def test_options_are_passed_and_override_the_config():
+    pooler = build_pooler("attention", 8, attn_size=4)
+    assert pooler.attn_size == 4
+    rebuilt = build_pooler(pooler.get_config(), attn_size=6)
+    assert rebuilt.attn_size == 6 and rebuilt.hidden_size == 8
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="pooler 'attention' got unknown option\\(s\\) heads; valid options: "
+                       "attn_size, temperature, dropout"):
+        build_pooler("attention", 8, heads=2)
+
+
+def test_instance_passes_through_and_its_hidden_size_is_checked():
+    pooler = AttentionPooling(8)
+    assert build_pooler(pooler) is pooler
+    assert build_pooler(pooler, 8) is pooler
+    with pytest.raises(ValueError, match="built for hidden_size=8, but the encoder's hidden size is 16"):
+        build_pooler(pooler, 16)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="has no 'type' key"):
+        build_pooler({"attn_size": 3}, 8)
+    with pytest.raises(ValueError, match="pooler config has hidden_size=8 but hidden_size=16 was requested"):
+        build_pooler({"type": "mean", "hidden_size": 8}, 16)
+    with pytest.raises(ValueError, match="needs hidden_size"):
+        build_pooler("mean")
+    with pytest.raises(ValueError, match="hidden_size must be a positive integer, got 0"):
+        build_pooler("mean", 0)
+
+
+def test_shape_errors_name_the_shapes_received():
+    pooler = build_pooler("attention", 8)
+    with pytest.raises(ValueError, match=r"expected hidden_states of shape \(batch, seq_len, hidden_size\), "
+                       r"got \(2, 8\)"):
+        pooler(torch.randn(2, 8))
+    with pytest.raises(ValueError, match=r"hidden size 6 \(shape \(2, 3, 6\)\) but the pooler was built for "
+                       r"hidden_size=8"):
+        pooler(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match=r"attention_mask of shape \(2, 4\) does not match hidden_states of "
+                       r"shape \(2, 3, 8\); expected \(2, 3\)"):
+        pooler(torch.randn(2, 3, 8), torch.ones(2, 4))
+
+
+def test_register_a_custom_pooler_and_build_it_by_name():
+    @attnpool.register_pooler
+    class FirstHalfMean(Pooler):
+        name = "test_first_half_mean"
+
+        def pool(self, hidden_states, mask):
+            return hidden_states[:, : hidden_states.shape[1] // 2].mean(1), None
+
+    try:
+        assert type(build_pooler("Test-First-Half-Mean", 4)) is FirstHalfMean
+        with pytest.raises(ValueError, match="already registered"):
+            @attnpool.register_pooler
+            class Other(Pooler):
+                name = "test_first_half_mean"
+    finally:
+        from attnpool.pooling import registry
+
+        registry._REGISTRY.pop("testfirsthalfmean")
