@@ -1,0 +1,104 @@
+"""``AttnPoolConfig``: a Hugging Face config holding the encoder's config, the pooler spec and the task head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import AutoConfig, PretrainedConfig
+
+LOSSES = ("mse", "bce", "cross_entropy")
+OUTPUT_ACTIVATIONS = (None, "sigmoid")
+
+
+def encoder_hidden_size(config: PretrainedConfig) -> int:
+    """The width of an encoder's token vectors, whatever its config calls it."""
+    for key in ("hidden_size", "d_model", "n_embd", "dim"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise ValueError(
+        f"cannot find the hidden size of encoder config {type(config).__name__}: it has none of "
+        "hidden_size, d_model, n_embd, dim"
+    )
+
+
+class AttnPoolConfig(PretrainedConfig):
+    r"""Configuration of an attnpool model: encoder + pooler + task head, saved as one ``config.json``.
+
+    Args:
+        encoder: The encoder's config: a ``PretrainedConfig``, its ``to_dict()`` (with ``model_type``), or a hub
+            name / local path whose config is loaded.
+        pooling: The pooler spec, as :meth:`attnpool.Pooler.get_config` gives it or just ``{"type": name}``
+            plus options. ``hidden_size`` is filled in from the encoder. Default: ``{"type": "attention"}``.
+        pooling_layers: Which encoder layers feed the pooler: ``"last"`` (default), ``"all"`` or a list of
+            indices into ``hidden_states`` (0 is the embedding output, -1 the last layer). A token pooler given
+            several layers pools their average; a multi-layer pooler (``needs_all_layers``) receives them stacked.
+        head_dropout: Dropout on the pooled vector before the head.
+        multi_sample_dropout: Number of dropout samples averaged in training (1 = plain dropout).
+        head_hidden_size: Width of an optional hidden layer (Linear -> GELU) in the head; ``None`` for a linear head.
+        output_activation: ``"sigmoid"`` for a regression target known to lie in [0, 1] (logits are then the
+            sigmoid of the head's output, and the loss defaults to BCE as in the public PPPM recipe); ``None``.
+        loss: ``"mse"``, ``"bce"`` or ``"cross_entropy"``; ``None`` picks it from ``problem_type``.
+        position_ids_from_mask: Give the encoder ``position_ids = cumsum(attention_mask) - 1``, which makes
+            decoder-only encoders correct under left padding. ``None`` (default) turns it on exactly for
+            decoder-only architectures.
+        **kwargs: ``num_labels``, ``problem_type``, ``id2label``, ``label2id`` and the other
+            ``PretrainedConfig`` options, in Hugging Face's own terms.
+    """
+
+    model_type = "attnpool"
+    sub_configs = {"encoder": AutoConfig}
+
+    def __init__(
+        self,
+        encoder: PretrainedConfig | dict[str, Any] | str | None = None,
+        pooling: dict[str, Any] | str | None = None,
+        pooling_layers: str | list[int] = "last",
+        head_dropout: float = 0.1,
+        multi_sample_dropout: int = 1,
+        head_hidden_size: int | None = None,
+        output_activation: str | None = None,
+        loss: str | None = None,
+        position_ids_from_mask: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(encoder, dict):
+            encoder = dict(encoder)
+            if "model_type" not in encoder:
+                raise ValueError("AttnPoolConfig: an encoder config dict needs its 'model_type' (e.g. 'bert')")
+            encoder = AutoConfig.for_model(encoder.pop("model_type"), **encoder)
+        elif isinstance(encoder, str):
+            encoder = AutoConfig.from_pretrained(encoder)
+        self.encoder = encoder
+        if isinstance(pooling, str):
+            pooling = {"type": pooling}
+        self.pooling = dict(pooling) if pooling is not None else {"type": "attention"}
+        if isinstance(pooling_layers, str) and pooling_layers not in ("last", "all"):
+            raise ValueError(f"pooling_layers must be 'last', 'all' or a list of layer indices, got {pooling_layers!r}")
+        self.pooling_layers = pooling_layers if isinstance(pooling_layers, str) else [int(i) for i in pooling_layers]
+        if not 0.0 <= head_dropout < 1.0:
+            raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.head_dropout = float(head_dropout)
+        if int(multi_sample_dropout) < 1:
+            raise ValueError(f"multi_sample_dropout must be >= 1, got {multi_sample_dropout}")
+        self.multi_sample_dropout = int(multi_sample_dropout)
+        self.head_hidden_size = head_hidden_size
+        if output_activation not in OUTPUT_ACTIVATIONS:
+            raise ValueError(f"output_activation must be one of {OUTPUT_ACTIVATIONS}, got {output_activation!r}")
+        self.output_activation = output_activation
+        if loss is not None and loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES} or None, got {loss!r}")
+        self.loss = loss
+        self.position_ids_from_mask = position_ids_from_mask
+        # transformers sets the attention implementation recursively on sub-configs: keep the encoder's own
+        # (the config object may be shared with a live encoder) unless one is asked for.
+        if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:
+            kwargs.setdefault("attn_implementation", encoder._attn_implementation)
+        super().__init__(**kwargs)
+
+    @property
+    def hidden_size(self) -> int:
+        """The encoder's hidden size (what the pooler receives)."""
+        if self.encoder is None:
+            raise ValueError("AttnPoolConfig has no encoder config; pass encoder=... (a config, dict or name)")
+        return encoder_hidden_size(self.encoder)

@@ -1,0 +1,58 @@
+"""Tiny random encoder configs of each supported family, built in code."""
+
+from __future__ import annotations
+
+import torch
+from transformers import (
+    BertConfig,
+    DebertaV2Config,
+    ElectraConfig,
+    GPT2Config,
+    LlamaConfig,
+    ModernBertConfig,
+    RobertaConfig,
+)
+
+VOCAB = 99
+COMMON = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": 37}
+
+
+def tiny_config(family: str):
+    if family == "bert":
+        return BertConfig(**COMMON, max_position_embeddings=64)
+    if family == "roberta":
+        return RobertaConfig(**COMMON, max_position_embeddings=70, pad_token_id=1)
+    if family == "deberta-v3":
+        return DebertaV2Config(**COMMON, max_position_embeddings=64, relative_attention=True,
+                               position_biased_input=False, pos_att_type=["p2c", "c2p"], position_buckets=16,
+                               max_relative_positions=-1, norm_rel_ebd="layer_norm", share_att_key=True,
+                               type_vocab_size=0)
+    if family == "electra":
+        return ElectraConfig(**COMMON, embedding_size=16, max_position_embeddings=64)
+    if family == "modernbert":
+        return ModernBertConfig(**COMMON, max_position_embeddings=64, global_attn_every_n_layers=1, pad_token_id=0,
+                                bos_token_id=2, eos_token_id=3, sep_token_id=3, cls_token_id=2)
+    if family == "llama":
+        return LlamaConfig(**COMMON, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)
+    if family == "gpt2":
+        return GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    raise ValueError(family)
+
+
+ENCODER_FAMILIES = ["bert", "roberta", "deberta-v3", "electra", "modernbert"]
+DECODER_FAMILIES = ["llama", "gpt2"]
+
+
+def batch(lengths, seed=0, seq_len=None, side="right", low=4):
+    """Random ids (>= low, so no special ids) with padding id 0 on the given side, and the mask."""
+    gen = torch.Generator().manual_seed(seed)
+    seq_len = seq_len or max(lengths)
+    ids = torch.zeros(len(lengths), seq_len, dtype=torch.long)
+    mask = torch.zeros(len(lengths), seq_len, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        tokens = torch.randint(low, VOCAB, (n,), generator=gen)
+        span = slice(0, n) if side == "right" else slice(seq_len - n, seq_len)
+        ids[i, span] = tokens
+        mask[i, span] = 1
+    return ids, mask

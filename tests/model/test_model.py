@@ -1,0 +1,251 @@
+"""The encoder + pooler + head model on tiny random encoders of every supported family."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config
+
+import attnpool  # noqa: F401  (registers the Auto classes)
+from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.pooling import AttentionPooling
+
+
+def build(family="bert", **kwargs):
+    torch.manual_seed(0)
+    if "pooling" not in kwargs:
+        kwargs.setdefault("pooling_options", {"attn_size": 16})
+    return AttnPoolForSequenceClassification.from_encoder(tiny_config(family), **kwargs)
+
+
+@pytest.mark.parametrize("family", ENCODER_FAMILIES + DECODER_FAMILIES)
+def test_forward_backward_for_each_family(family):
+    model = build(family).train()
+    ids, mask = batch([5, 3, 7])
+    out = model(input_ids=ids, attention_mask=mask, labels=torch.rand(3), return_pooling_weights=True)
+    assert out.logits.shape == (3, 1)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    pooler = model.attnpool.pooler
+    assert pooler.proj.weight.grad is not None and torch.isfinite(pooler.proj.weight.grad).all()
+    grads = [p.grad for p in model.attnpool.encoder.parameters() if p.requires_grad]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    weights = out.pooling_weights
+    assert (weights[mask == 0] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3))
+
+
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+def test_left_padding_equals_right_padding_for_decoder_only(family):
+    model = build(family, pooling="last_token").eval()
+    right_ids, right_mask = batch([5, 2, 7], seq_len=8, side="right")
+    left_ids, left_mask = batch([5, 2, 7], seq_len=8, side="left")
+    right = model(input_ids=right_ids, attention_mask=right_mask).logits
+    left = model(input_ids=left_ids, attention_mask=left_mask).logits
+    torch.testing.assert_close(left, right, atol=1e-5, rtol=1e-4)
+
+
+def test_attention_pooling_under_left_padding_for_decoder_only():
+    model = build("llama").eval()
+    right = model(*batch([4, 6], seq_len=7, side="right"), return_pooling_weights=True)
+    left = model(*batch([4, 6], seq_len=7, side="left"), return_pooling_weights=True)
+    torch.testing.assert_close(left.logits, right.logits, atol=1e-5, rtol=1e-4)
+
+
+def test_token_type_ids_are_passed_only_to_encoders_that_take_them():
+    ids, mask = batch([4, 4])
+    types = torch.zeros_like(ids)
+    types[:, 2:] = 1
+    bert = build("bert").eval()
+    assert not torch.allclose(bert(ids, mask, token_type_ids=types).logits, bert(ids, mask).logits)
+    modern = build("modernbert").eval()  # ModernBERT has no token types: they are dropped, not an error
+    torch.testing.assert_close(modern(ids, mask, token_type_ids=types).logits, modern(ids, mask).logits)
+
+
+def test_save_load_gives_identical_logits_and_weights(tmp_path):
+    model = build("bert", pooling="multihead_attention", pooling_options={"num_heads": 2, "attn_size": 8}).eval()
+    ids, mask = batch([6, 2, 4])
+    before = model(ids, mask, return_pooling_weights=True)
+    model.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
+    assert not loaded.training
+    after = loaded(ids, mask, return_pooling_weights=True)
+    torch.testing.assert_close(after.logits, before.logits, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(after.pooling_weights, before.pooling_weights, atol=1e-7, rtol=1e-6)
+    assert loaded.config.pooling == model.config.pooling
+    for (name, p), (_, q) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert torch.equal(p, q), name
+    again = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
+    assert torch.equal(again(ids, mask).logits, after.logits)  # loading is deterministic, bit for bit
+
+
+def test_auto_classes_load_a_saved_folder(tmp_path):
+    model = build("bert").eval()
+    model.save_pretrained(tmp_path)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(config, AttnPoolConfig) and config.pooling["type"] == "attention"
+    classifier = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert isinstance(classifier, AttnPoolForSequenceClassification)
+    base = transformers.AutoModel.from_pretrained(tmp_path)
+    assert isinstance(base, AttnPoolModel)
+    ids, mask = batch([3, 5])
+    torch.testing.assert_close(base(ids, mask).pooler_output, model.attnpool(ids, mask).pooler_output,
+                               atol=1e-6, rtol=1e-6)
+
+
+def test_pipeline_runs_on_a_saved_folder(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate("abcdefgh")}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]")
+    model = build("bert", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
+                  label2id={"neg": 0, "neu": 1, "pos": 2})
+    model.save_pretrained(tmp_path, tokenizer=tokenizer)
+    classify = transformers.pipeline("text-classification", model=str(tmp_path))
+    results = classify(["a b c", "d e f g h"])
+    assert [r["label"] in {"neg", "neu", "pos"} for r in results] == [True, True]
+    assert all(0 <= r["score"] <= 1 for r in results)
+
+
+def test_sigmoid_regression_uses_bce_and_outputs_in_unit_interval():
+    model = build("bert", output_activation="sigmoid").eval()
+    ids, mask = batch([4, 6])
+    labels = torch.tensor([0.25, 1.0])
+    out = model(ids, mask, labels=labels)
+    assert ((out.logits > 0) & (out.logits < 1)).all()
+    raw = torch.logit(out.logits.squeeze(-1).double()).float()
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(raw, labels)
+    torch.testing.assert_close(out.loss, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_classification_losses():
+    ids, mask = batch([4, 6, 3])
+    single = build("bert", num_labels=3)
+    out = single(ids, mask, labels=torch.tensor([0, 2, 1]))
+    assert single.config.problem_type == "single_label_classification"
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
+    multi = build("bert", num_labels=2, problem_type="multi_label_classification")
+    target = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    out = multi(ids, mask, labels=target)
+    torch.testing.assert_close(out.loss, torch.nn.functional.binary_cross_entropy_with_logits(out.logits, target))
+
+
+def test_multi_sample_dropout_averages_in_training_and_is_deterministic_in_eval():
+    model = build("bert", multi_sample_dropout=4, head_dropout=0.5, head_hidden_size=8)
+    ids, mask = batch([4, 6])
+    model.eval()
+    torch.testing.assert_close(model(ids, mask).logits, model(ids, mask).logits)
+    model.train()
+    assert len(model.head(torch.randn(2, 32))) == 4
+
+
+def test_pooling_layers_list_and_all():
+    model = build("bert", pooling_layers=[-1, -2]).eval()
+    ids, mask = batch([4, 6])
+    out = model.attnpool(ids, mask, output_hidden_states=True)
+    expected_hidden = (out.hidden_states[-1] + out.hidden_states[-2]) / 2
+    torch.testing.assert_close(out.pooler_output, model.attnpool.pooler(expected_hidden, mask))
+    everything = build("bert", pooling="mean", pooling_layers="all").eval()
+    out = everything.attnpool(ids, mask, output_hidden_states=True)
+    mean_of_layers = torch.stack(out.hidden_states[1:]).mean(0)
+    torch.testing.assert_close(out.pooler_output, everything.attnpool.pooler(mean_of_layers, mask))
+
+
+def test_pooler_is_xavier_initialised_inside_the_model():
+    model = build("bert", pooling_options={"attn_size": 512})
+    proj = model.attnpool.pooler.proj
+    bound = (6.0 / (32 + 512)) ** 0.5
+    assert proj.weight.abs().max() <= bound and proj.weight.abs().max() > 0.9 * bound
+    assert torch.equal(proj.bias, torch.zeros_like(proj.bias))
+
+
+def test_pooler_instance_keeps_its_weights():
+    pooler = AttentionPooling(32, attn_size=8)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=pooler)
+    assert torch.equal(model.attnpool.pooler.proj.weight, pooler.proj.weight)
+
+
+def test_trainer_reduces_the_loss_on_a_toy_task(tmp_path):
+    torch.manual_seed(0)
+    model = build("bert", head_dropout=0.0)
+    ids, mask = batch([6] * 32, seed=1)
+    labels = (ids == 10).any(dim=1).float() + 0.5 * (ids == 20).any(dim=1).float()  # a few key tokens decide
+
+    class Toy(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(ids)
+
+        def __getitem__(self, i):
+            return {"input_ids": ids[i], "attention_mask": mask[i], "labels": labels[i]}
+
+    def loss_on_data():
+        model.eval()
+        with torch.no_grad():
+            return model(ids, mask, labels=labels).loss.item()
+
+    before = loss_on_data()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=8,
+                                          learning_rate=3e-3, report_to=[], save_strategy="no", logging_steps=50,
+                                          use_cpu=True, disable_tqdm=True, seed=0)
+    transformers.Trainer(model=model, args=args, train_dataset=Toy()).train()
+    assert loss_on_data() < 0.5 * before
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    ids, mask = batch([5, 7])
+    grads = []
+    for checkpointing in (False, True):
+        model = build("bert", head_dropout=0.0)
+        model.config.encoder.hidden_dropout_prob = 0.0
+        model.train()
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        if checkpointing:  # transformers >= 5.x renamed it; the Trainer calls whichever exists
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable()
+            else:
+                model.gradient_checkpointing_enable()
+            layer = model.attnpool.encoder.encoder.layer[0]
+            assert layer.gradient_checkpointing
+        model(ids, mask, labels=torch.rand(2, generator=torch.Generator().manual_seed(0))).loss.backward()
+        grads.append(model.attnpool.encoder.embeddings.word_embeddings.weight.grad.clone())
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)
+
+
+def test_freeze_embeddings_and_layers():
+    model = build("bert")
+    model.freeze_layers(1)
+    encoder = model.attnpool.encoder
+    assert not any(p.requires_grad for p in encoder.embeddings.parameters())
+    assert not any(p.requires_grad for p in encoder.encoder.layer[0].parameters())
+    assert all(p.requires_grad for p in encoder.encoder.layer[1].parameters())
+    assert all(p.requires_grad for p in model.attnpool.pooler.parameters())
+    with pytest.raises(ValueError, match=r"num_layers must be in \[0, 2\], got 5"):
+        model.freeze_layers(5)
+
+
+def test_reinit_top_layers_changes_only_the_top_layers(tmp_path):
+    source = build("bert")
+    source.attnpool.encoder.save_pretrained(tmp_path)  # a "pre-trained" encoder folder
+    plain = AttnPoolForSequenceClassification.from_encoder(str(tmp_path))
+    reinit = AttnPoolForSequenceClassification.from_encoder(str(tmp_path), reinit_layers=1)
+    layers_plain, layers_reinit = plain.attnpool.encoder.encoder.layer, reinit.attnpool.encoder.encoder.layer
+    assert torch.equal(layers_plain[0].attention.self.query.weight, layers_reinit[0].attention.self.query.weight)
+    top_plain = layers_plain[1].attention.self.query.weight
+    top_reinit = layers_reinit[1].attention.self.query.weight
+    assert not torch.equal(top_plain, top_reinit)
+    assert abs(top_reinit.std().item() - 0.02) < 0.005  # BERT's initializer_range
+    assert torch.equal(layers_reinit[1].output.LayerNorm.weight, torch.ones(32))
+
+
+def test_from_encoder_loads_pretrained_weights_from_a_local_folder(tmp_path):
+    source = build("bert")
+    source.attnpool.encoder.save_pretrained(tmp_path)
+    model = AttnPoolForSequenceClassification.from_encoder(str(tmp_path))
+    torch.testing.assert_close(model.attnpool.encoder.embeddings.word_embeddings.weight,
+                               source.attnpool.encoder.embeddings.word_embeddings.weight)
