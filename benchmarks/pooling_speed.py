@@ -314,7 +314,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="only the smallest of the shapes")
     parser.add_argument("--poolers", default=None, help="comma-separated pooler names (default: all registered)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per candidate and shape (default: 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per candidate and shape (default: 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs before timing (default: 1)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")

@@ -56,3 +56,29 @@ def batch(lengths, seed=0, seq_len=None, side="right", low=4):
         ids[i, span] = tokens
         mask[i, span] = 1
     return ids, mask
+
+
+def tiny_tokenizer():
+    """A word-level fast tokenizer over a handful of words, built in code (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = "the a cat dog sat ran on mat fast slow red blue big small tree house".split()
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate(words)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]")
+
+
+def save_tiny_encoder(path, family="bert", seed=0):
+    """A tiny random encoder and its tokenizer saved as a local 'pre-trained' folder."""
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)
+    AutoModel.from_config(tiny_config(family)).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config
+from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config, tiny_tokenizer
 
 import attnpool  # noqa: F401  (registers the Auto classes)
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
@@ -96,19 +96,19 @@ def test_auto_classes_load_a_saved_folder(tmp_path):
 
 
 def test_pipeline_runs_on_a_saved_folder(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate("abcdefgh")}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]")
     model = build("bert", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
                   label2id={"neg": 0, "neu": 1, "pos": 2})
-    model.save_pretrained(tmp_path, tokenizer=tokenizer)
+    model.save_pretrained(tmp_path, tokenizer=tiny_tokenizer())
     classify = transformers.pipeline("text-classification", model=str(tmp_path))
-    results = classify(["a b c", "d e f g h"])
+    results = classify(["the cat sat", "a big red dog ran fast"])
     assert [r["label"] in {"neg", "neu", "pos"} for r in results] == [True, True]
     assert all(0 <= r["score"] <= 1 for r in results)
+    # The pipeline's scores are the model's own softmax.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    enc = tokenizer(["the cat sat"], return_tensors="pt")
+    model.eval()
+    probs = model(**enc).logits.softmax(-1)[0]
+    assert abs(results[0]["score"] - probs.max().item()) < 1e-5
 
 
 def test_sigmoid_regression_uses_bce_and_outputs_in_unit_interval():

@@ -119,6 +119,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         Raises:
             FileNotFoundError: The folder does not exist or holds no ``*.safetensors`` weights.
         """
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")
         path = Path(os.fspath(pretrained_model_name_or_path)).expanduser()
         if path.is_dir():
             if not (path / "config.json").is_file():
@@ -131,8 +133,6 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 )
         elif not os.path.exists(path) and _looks_like_local_path(str(pretrained_model_name_or_path)):
             raise FileNotFoundError(f"model folder {str(pretrained_model_name_or_path)!r} does not exist")
-        if kwargs.get("use_safetensors") is False:
-            raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")
         kwargs["use_safetensors"] = True
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
@@ -240,6 +240,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         else:
             pooling_spec = {**dict(pooling), **(pooling_options or {})}
         config_kwargs.setdefault("num_labels", 1)
+        if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1:
+            # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax.
+            config_kwargs["problem_type"] = "regression"
         config = AttnPoolConfig(encoder=encoder_config, pooling=pooling_spec, **config_kwargs)
         model = cls(config, encoder=encoder_model)
         if pooler_instance is not None:

@@ -1,0 +1,1 @@
+"""Bridges to other libraries; each is imported only when used (its dependency is an optional extra)."""

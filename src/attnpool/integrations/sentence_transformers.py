@@ -1,0 +1,97 @@
+"""An attnpool pooler as a sentence-transformers module: ``Transformer -> AttnPooling`` in a SentenceTransformer.
+
+Needs the optional extra: ``pip install 'attnpool[sentence-transformers]'``.
+
+Example:
+    >>> from sentence_transformers import SentenceTransformer
+    >>> from sentence_transformers.sentence_transformer.modules import Transformer
+    >>> from attnpool.integrations.sentence_transformers import AttnPooling
+    >>> transformer = Transformer("sentence-transformers/all-MiniLM-L6-v2")
+    >>> pooling = AttnPooling("attention", transformer.get_embedding_dimension(), attn_size=128)
+    >>> model = SentenceTransformer(modules=[transformer, pooling])
+    >>> model.save("my-model")   # the pooler's config and safetensors weights are saved with it
+    >>> SentenceTransformer("my-model", trust_remote_code=True)  # and restored
+
+sentence-transformers >= 6 imports a module class from outside its own package (here the installed attnpool)
+only with ``trust_remote_code=True``. With that flag it also runs Python files shipped *inside* a model folder
+or hub repository, so pass it only for models you trust, such as those you saved yourself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+try:
+    from sentence_transformers.base.modules.module import Module  # sentence-transformers >= 6
+except ImportError:  # pragma: no cover - depends on the installed version
+    try:
+        from sentence_transformers.models import Module  # sentence-transformers 5.x
+    except ImportError as err:
+        raise ImportError(
+            "attnpool.integrations.sentence_transformers needs sentence-transformers >= 5: "
+            "pip install 'attnpool[sentence-transformers]'"
+        ) from err
+from safetensors.torch import load_model, save_model
+from torch import Tensor
+
+from attnpool.pooling import Pooler, build_pooler
+
+
+class AttnPooling(Module):
+    """Any attnpool pooler as the pooling step of a ``SentenceTransformer``.
+
+    Reads ``features["token_embeddings"]`` and ``features["attention_mask"]``, writes
+    ``features["sentence_embedding"]`` and, for poolers with token weights, ``features["token_weights"]``.
+
+    Args:
+        pooling: A registered pooler name, a pooler config dict (``get_config()``) or a pooler instance.
+        embedding_dimension: The transformer's hidden size (``transformer.get_embedding_dimension()``);
+            optional when ``pooling`` is a config dict or instance that carries it.
+        **options: Pooler options, e.g. ``attn_size=128``.
+    """
+
+    config_keys = ["pooling"]
+    config_file_name = "attnpool_config.json"
+
+    def __init__(self, pooling: str | dict[str, Any] | Pooler = "attention", embedding_dimension: int | None = None,
+                 **options: Any) -> None:
+        super().__init__()
+        self.pooler = build_pooler(pooling, embedding_dimension, **options)
+
+    @property
+    def pooling(self) -> dict[str, Any]:
+        """The pooler's config, saved in ``attnpool_config.json``."""
+        return self.pooler.get_config()
+
+    def forward(self, features: dict[str, Tensor | Any], **kwargs: Any) -> dict[str, Tensor | Any]:
+        """Pool the token embeddings into ``features["sentence_embedding"]``."""
+        pooled, weights = self.pooler(features["token_embeddings"], features.get("attention_mask"), return_weights=True)
+        features["sentence_embedding"] = pooled
+        if weights is not None:
+            features["token_weights"] = weights
+        return features
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """Size of the sentence embedding (the pooler's ``output_dim``)."""
+        return self.pooler.output_dim
+
+    def save(self, output_path: str, *args: Any, **kwargs: Any) -> None:
+        """Write the pooler config and its weights (``model.safetensors``) into ``output_path``."""
+        self.save_config(output_path)
+        save_model(self, os.path.join(output_path, "model.safetensors"))
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> AttnPooling:
+        """Rebuild from ``attnpool_config.json`` and load ``model.safetensors`` (never a pickle)."""
+        hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
+        where = os.path.join(model_name_or_path, subfolder)
+        config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
+        if "pooling" not in config:
+            raise FileNotFoundError(f"no {cls.config_file_name} with a 'pooling' entry in {where}")
+        module = cls(config["pooling"])
+        weights = cls.load_file_path(model_name_or_path, "model.safetensors", subfolder=subfolder, **hub)
+        if weights is None:
+            raise FileNotFoundError(f"no model.safetensors for the attnpool pooler in {where}")
+        load_model(module, weights)
+        return module

@@ -1,0 +1,70 @@
+"""attnpool poolers inside a SentenceTransformer: encode, train with its trainer, save and load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from model_helpers import save_tiny_encoder
+
+st = pytest.importorskip("sentence_transformers")
+pytest.importorskip("datasets")
+
+from attnpool.integrations.sentence_transformers import AttnPooling  # noqa: E402
+
+SENTENCES = ["the cat sat on the mat", "a dog ran", "the big red house", "small blue tree"]
+
+
+def make_model(tmp_path, pooling="attention", **options):
+    from sentence_transformers.sentence_transformer.modules import Transformer
+
+    transformer = Transformer(save_tiny_encoder(tmp_path / "encoder"))
+    pooler = AttnPooling(pooling, transformer.get_embedding_dimension(), **options)
+    return st.SentenceTransformer(modules=[transformer, pooler], device="cpu")
+
+
+def test_encode_gives_pooled_embeddings_and_weights(tmp_path):
+    model = make_model(tmp_path, attn_size=8)
+    embeddings = model.encode(SENTENCES, convert_to_tensor=True)
+    assert embeddings.shape == (4, 32)
+    assert model.get_sentence_embedding_dimension() == 32
+    features = model.tokenize(SENTENCES)
+    out = model(features)
+    weights, mask = out["token_weights"], features["attention_mask"]
+    assert (weights[mask == 0] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(4))
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = make_model(tmp_path, pooling="multihead_attention", num_heads=2, attn_size=8)
+    with torch.no_grad():
+        model[1].pooler.score.weight.add_(0.5)  # differ from the initialisation
+    before = model.encode(SENTENCES, convert_to_tensor=True)
+    model.save(str(tmp_path / "st"))
+    saved = sorted(p.name for p in (tmp_path / "st" / "1_AttnPooling").iterdir())
+    assert saved == ["attnpool_config.json", "model.safetensors"]
+    # sentence-transformers >= 6 imports any module class outside its own package only when trusted.
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    loaded = st.SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
+    assert type(loaded[1]) is AttnPooling and loaded.get_sentence_embedding_dimension() == 64
+    torch.testing.assert_close(loaded.encode(SENTENCES, convert_to_tensor=True), before, atol=1e-6, rtol=1e-5)
+
+
+def test_trains_with_the_sentence_transformers_trainer(tmp_path):
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
+
+    model = make_model(tmp_path, attn_size=8)
+    before = {k: v.clone() for k, v in model[1].pooler.state_dict().items()}
+    data = Dataset.from_dict({
+        "sentence1": ["the cat sat", "a dog ran", "the big tree", "small house"] * 4,
+        "sentence2": ["a cat sat", "the red house", "a big tree", "the dog ran"] * 4,
+        "score": [1.0, 0.0, 1.0, 0.0] * 4,
+    })
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=1,
+                                                per_device_train_batch_size=4, report_to=[], use_cpu=True,
+                                                save_strategy="no", disable_tqdm=True, learning_rate=1e-2)
+    SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=CosineSimilarityLoss(model)).train()
+    after = model[1].pooler.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before), "the pooler was not trained"
