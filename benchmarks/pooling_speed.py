@@ -41,7 +41,9 @@ Usage::
     .venv/bin/python benchmarks/pooling_speed.py --device cuda --dtype bfloat16 --repeats 20
     .venv/bin/python benchmarks/pooling_speed.py --shapes 32x128x384,8x512x768 --poolers attention,mean
 
-The profiler prints ``profiler_start``/``profiler_stop`` lines on stderr; ``2>/dev/null`` hides them.
+On CPU, other processes competing for the cores slow OpenMP matrix products a lot: compare ratios of one run
+(the candidates are interleaved), not absolute times of different runs. The profiler prints
+``profiler_start``/``profiler_stop`` lines on stderr; ``2>/dev/null`` hides them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,15 @@
-"""attnpool: learned attention pooling for fine-tuning transformer encoders."""
+"""attnpool: learned attention pooling for fine-tuning transformer encoders.
 
+Importing the package registers its models with transformers' ``AutoConfig``, ``AutoModel`` and
+``AutoModelForSequenceClassification``, so that folders saved by attnpool load through them and through
+``transformers.pipeline``.
+"""
+
+from attnpool.model import (
+    AttnPoolConfig,
+    AttnPoolForSequenceClassification,
+    AttnPoolModel,
+)
 from attnpool.pooling import (
     AttentionPooling,
     GatedAttentionPooling,
@@ -14,6 +24,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttentionPooling",
+    "AttnPoolConfig",
+    "AttnPoolForSequenceClassification",
+    "AttnPoolModel",
     "GatedAttentionPooling",
     "MultiHeadAttentionPooling",
     "Pooler",
