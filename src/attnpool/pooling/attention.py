@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
+import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
+from attnpool.pooling.fused import FusedAttentionPool
 from attnpool.pooling.registry import register_pooler
 
 
@@ -18,6 +21,18 @@ def _xavier_(*layers: nn.Linear) -> None:
         nn.init.xavier_uniform_(layer.weight)
         if layer.bias is not None:
             nn.init.zeros_(layer.bias)
+
+
+def _tanh_projection(proj: nn.Linear, hidden_states: Tensor) -> Tensor:
+    """``tanh(proj(h))`` with the tanh in place on the 2-D matmul output.
+
+    On a 3-D input ``nn.Linear`` returns a view of a 2-D result, and an in-place op on that view makes autograd
+    rebuild it in the backward (two extra ``(B*T, A)`` buffers and copies). Flattening first avoids that; the
+    matmul's backward does not need its output, so the in-place tanh is free.
+    """
+    batch, seq_len, size = hidden_states.shape
+    flat = F_nn.linear(hidden_states.reshape(batch * seq_len, size), proj.weight, proj.bias).tanh_()
+    return flat.view(batch, seq_len, -1)  # (B, T, A)
 
 
 class _ScoredPooling(Pooler):
@@ -70,26 +85,57 @@ class AttentionPooling(_ScoredPooling):
         attn_size: ``A``, width of the scoring MLP: 512 is standard, 128 suits small models, more for XL ones.
         temperature: ``tau``; above 1 flattens the weights, below 1 sharpens them.
         dropout: Dropout on the attention weights while training (weights then sum to 1 only in expectation).
+        fused: When training, use the fused backward of :mod:`attnpool.pooling.fused`, which keeps one
+            ``(B*T, A)`` activation instead of about five (same results). It runs once per forward: set ``False``
+            for ``retain_graph=True`` or double backward. Not used under autocast, ``torch.compile`` or export.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.
     """
 
     name = "attention"
-    config_keys = ("attn_size", "temperature", "dropout")
+    config_keys = ("attn_size", "temperature", "dropout", "fused")
 
-    def __init__(self, hidden_size: int, attn_size: int = 512, temperature: float = 1.0, dropout: float = 0.0):
+    def __init__(
+        self,
+        hidden_size: int,
+        attn_size: int = 512,
+        temperature: float = 1.0,
+        dropout: float = 0.0,
+        fused: bool = True,
+    ) -> None:
         super().__init__(hidden_size, temperature, dropout)
         self.attn_size = int(attn_size)
+        self.fused = bool(fused)
         self.proj = nn.Linear(hidden_size, self.attn_size)
         self.score = nn.Linear(self.attn_size, 1)
         _xavier_(self.proj, self.score)
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
-        # tanh in place: the Linear's backward does not need its output, so this saves one (B, T, A) buffer.
-        hidden = self.proj(hidden_states).tanh_()  # (B, T, A)
-        return self.score(hidden).squeeze(-1)  # (B, T)
+        return self.score(_tanh_projection(self.proj, hidden_states)).squeeze(-1)  # (B, T)
+
+    def _use_fused(self, hidden_states: Tensor) -> bool:
+        needs_grad = hidden_states.requires_grad or any(p.requires_grad for p in self.parameters())
+        return (
+            self.fused
+            and torch.is_grad_enabled()
+            and needs_grad
+            and not (self.training and self.dropout > 0)
+            and not torch.is_autocast_enabled(hidden_states.device.type)
+            and not torch.compiler.is_compiling()
+            and not torch.onnx.is_in_onnx_export()
+            and all(p.dtype == hidden_states.dtype for p in self.parameters())
+        )
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        if self._use_fused(hidden_states):
+            return FusedAttentionPool.apply(
+                hidden_states, mask, self.proj.weight, self.proj.bias, self.score.weight, self.score.bias,
+                self.temperature,
+            )
+        return super().pool(hidden_states, mask)
 
 
 @register_pooler
@@ -159,8 +205,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
-        hidden = self.proj(hidden_states).tanh_()  # (B, T, A)
-        return self.score(hidden).transpose(1, 2)  # (B, K, T)
+        return self.score(_tanh_projection(self.proj, hidden_states)).transpose(1, 2)  # (B, K, T)
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
