@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from attnpool import __version__
 from attnpool.pooling import available_poolers, build_pooler
@@ -28,6 +32,98 @@ def _cmd_poolers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_value(text: str) -> Any:
+    """``--pooling-opt attn_size=128``: JSON values (numbers, true/false, lists), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _add_train_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per ``TrainConfig`` field (``text_cols`` -> ``--text-cols``), all defaulting to 'not given'."""
+    from attnpool.training.config import TrainConfig
+
+    helps = {
+        "train_file": "training data: CSV, TSV, JSONL or Parquet (by extension)",
+        "valid_file": "a fixed validation file instead of --folds",
+        "text_cols": "text column(s): one, two (a text pair) or more (joined by the tokenizer's separator)",
+        "template": 'text template instead of --text-cols, e.g. "{anchor} [SEP] {target} [SEP] {context_text}"',
+        "label": "target column", "task": "regression | binary | multiclass | multilabel",
+        "preset": "pppm: the PPPM task from --data-dir", "folds": "k of k-fold cross-validation",
+        "group_col": "grouped folds: rows sharing this column's value stay in one fold",
+        "model": "encoder: hub name or local folder (default: the offline all-MiniLM-L6-v2)",
+        "pooling": f"pooler: {', '.join(available_poolers())}", "lr": "encoder learning rate",
+        "head_lr": "pooler and head learning rate", "llrd": "layer-wise learning-rate decay factor",
+        "precision": "auto | fp32 | bf16 | fp16", "eval_steps": "evaluate every N steps (default: each epoch)",
+        "resume": "continue an interrupted run in --output-dir", "overwrite": "replace an existing run",
+        "limit": "train on a seeded random subset of N rows", "only_folds": "train only these fold ids",
+    }
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "pooling_options":
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = str(f.type)
+        if kind == "bool":
+            parser.add_argument(flag, action="store_true", default=None, help=helps.get(f.name))
+        elif "list" in kind:
+            element = int if "int" in kind.split("[")[1] else str
+            if f.name == "pooling_layers":
+                parser.add_argument(flag, nargs="+", default=None, help="last | all | layer indices")
+            else:
+                parser.add_argument(flag, nargs="+", type=element, default=None, help=helps.get(f.name))
+        else:
+            element = int if kind.startswith("int") else float if kind.startswith("float") else str
+            parser.add_argument(flag, type=element, default=None, help=helps.get(f.name))
+    parser.add_argument("--pooling-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="pooler option, repeatable (e.g. --pooling-opt attn_size=128)")
+    parser.add_argument("--config", help="YAML file of options; flags override it")
+
+
+def _train_config(args: argparse.Namespace):
+    from attnpool.training.config import TrainConfig, load_yaml
+
+    values: dict[str, Any] = load_yaml(args.config) if args.config else {}
+    for f in dataclasses.fields(TrainConfig):
+        given = getattr(args, f.name, None)
+        if given is not None:
+            values[f.name] = given
+    layers = values.get("pooling_layers")
+    if isinstance(layers, list):
+        values["pooling_layers"] = layers[0] if layers in (["last"], ["all"]) else [int(x) for x in layers]
+    options = dict(values.get("pooling_options") or {})
+    for item in args.pooling_opt:
+        if "=" not in item:
+            raise ValueError(f"--pooling-opt expects KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        options[key.strip()] = _parse_value(value)
+    values["pooling_options"] = options
+    return TrainConfig.from_dict(values, where=args.config or "command line")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from attnpool.training import train
+
+    result = train(_train_config(args))
+    return 0 if result.metrics.get("complete") else 3
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from attnpool.training import predict
+
+    predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
+            device=args.device)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from attnpool.training.demo import run_demo
+
+    run_demo(output_dir=args.output_dir, seconds=args.seconds, model=args.model)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnpool`` command."""
     parser = argparse.ArgumentParser(prog="attnpool", description=__doc__)
@@ -37,14 +133,41 @@ def build_parser() -> argparse.ArgumentParser:
     poolers = commands.add_parser("poolers", help="list the available poolers with their parameter counts")
     poolers.add_argument("--hidden-size", type=int, default=1024, help="encoder hidden size (default: 1024)")
     poolers.set_defaults(func=_cmd_poolers)
+
+    train = commands.add_parser("train", help="fine-tune an encoder + pooler by k-fold cross-validation",
+                                description="Fine-tune an encoder with an attnpool pooler: k folds (or a "
+                                "validation file), best checkpoints, out-of-fold predictions, metrics, plot.")
+    _add_train_options(train)
+    train.set_defaults(func=_cmd_train)
+
+    predict = commands.add_parser("predict", help="predict a file with the fold models of a run (ensembled)")
+    predict.add_argument("--run", required=True, help="the --output-dir of attnpool train")
+    predict.add_argument("--input", required=True, help="CSV, TSV, JSONL or Parquet to predict")
+    predict.add_argument("--output", required=True, help="where to write the predictions (format by extension)")
+    predict.add_argument("--batch-size", type=int, default=128)
+    predict.add_argument("--ensemble", choices=["mean", "score"], default="mean",
+                         help="mean of the folds, or weighted by each fold's validation score")
+    predict.add_argument("--device", default=None, help="cpu, cuda... (default: cuda when available)")
+    predict.set_defaults(func=_cmd_predict)
+
+    demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
+    demo.add_argument("--output-dir", default="runs/demo")
+    demo.add_argument("--seconds", type=float, default=75.0, help="training budget per pooler (default: 75)")
+    demo.add_argument("--model", default=None, help="encoder (default: the bundled all-MiniLM-L6-v2)")
+    demo.set_defaults(func=_cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``attnpool`` console script."""
+    """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, OSError) as err:
+        print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

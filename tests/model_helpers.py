@@ -82,3 +82,24 @@ def save_tiny_encoder(path, family="bert", seed=0):
     AutoModel.from_config(tiny_config(family)).save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return str(path)
+
+
+WORDS = "the a cat dog sat ran on mat fast slow red blue big small tree house".split()
+
+
+def write_toy_csv(path, n=48, seed=0, task="regression"):
+    """A small text-pair data set whose label depends on a few key words, as CSV (id, first, second, label)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        first = " ".join(rng.choice(WORDS, size=rng.integers(2, 6)))
+        second = " ".join(rng.choice(WORDS, size=rng.integers(1, 8)))
+        score = 0.25 * (("cat" in first.split()) + ("dog" in second.split())) + 0.5 * ("red" in second.split())
+        label = float(min(score, 1.0)) if task == "regression" else ("pos" if score >= 0.25 else "neg")
+        rows.append({"id": f"{i:04d}", "first": first, "second": second, "label": label})
+    frame = pd.DataFrame(rows)
+    frame.to_csv(path, index=False)
+    return frame

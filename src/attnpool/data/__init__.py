@@ -1,0 +1,37 @@
+"""Data loading for the k-fold fine-tuning recipe: files -> checked columns -> texts and labels -> folds -> batches.
+
+Typical use (the PPPM reference task)::
+
+    from attnpool.data import build_texts, load_pppm, make_folds, validate_labels
+
+    frame, template = load_pppm("data/pppm")  # adds `context_text`, the CPC title
+    first, second, num_empty = build_texts(frame, template=template, sep_token=tokenizer.sep_token)
+    labels = validate_labels(frame, "score", "regression")
+    folds = make_folds(frame, 4, labels=labels.values, groups="anchor", seed=42)  # no anchor in two folds
+
+Every problem with the data raises :class:`DataError` (a ``ValueError``) saying what is wrong, where (file,
+column, row or line) and how to fix it.
+"""
+
+from attnpool.data.collate import length_sorted_batches
+from attnpool.data.columns import TASKS, Labels, Texts, build_texts, check_columns, validate_labels
+from attnpool.data.errors import DataError
+from attnpool.data.folds import make_folds
+from attnpool.data.pppm import PPPM_TEMPLATE, load_pppm
+from attnpool.data.readers import SUPPORTED_EXTENSIONS, read_table
+
+__all__ = [
+    "PPPM_TEMPLATE",
+    "SUPPORTED_EXTENSIONS",
+    "TASKS",
+    "DataError",
+    "Labels",
+    "Texts",
+    "build_texts",
+    "check_columns",
+    "length_sorted_batches",
+    "load_pppm",
+    "make_folds",
+    "read_table",
+    "validate_labels",
+]

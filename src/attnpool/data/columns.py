@@ -1,0 +1,288 @@
+"""From table columns to model inputs: required columns, the texts to tokenise, and validated labels."""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from attnpool.data.errors import DataError
+
+TASKS = ("regression", "binary", "multiclass", "multilabel")
+_SHOW = 5  # offending rows / values named in an error message
+
+
+def check_columns(df: pd.DataFrame, required: Iterable[str | None], where: str) -> None:
+    """Raise unless every required column is in ``df``.
+
+    Args:
+        df: The table.
+        required: Column names; ``None`` entries (an unset option) are skipped.
+        where: What the table is, for the message (a file path, ``"PPPM train"``...).
+
+    Raises:
+        DataError: Naming the missing columns and the columns present.
+    """
+    present = [str(c) for c in df.columns]
+    missing = list(dict.fromkeys(c for c in required if c is not None and c not in df.columns))
+    if missing:
+        raise DataError(
+            f"{where}: missing column(s) {', '.join(map(repr, missing))}; the columns present are: "
+            f"{', '.join(present) or '(none)'}. Fix the column names in the options or in the file header"
+        )
+
+
+class Texts(NamedTuple):
+    """The texts to tokenise, one per row.
+
+    Unpacks as ``first, second, num_empty = build_texts(...)``.
+    """
+
+    first: list[str]
+    second: list[str] | None  # the second text of a pair (two ``text_cols``); None for single texts
+    num_empty: int  # rows where a text field was missing or blank and was replaced by ""
+
+
+def build_texts(
+    df: pd.DataFrame,
+    text_cols: str | Sequence[str] | None = None,
+    template: str | None = None,
+    sep_token: str = "[SEP]",
+) -> Texts:
+    """The text of each row: one column, a text pair, several columns joined by the separator, or a template.
+
+    - one column: its values;
+    - two columns: a text pair ``(first, second)``, for the tokenizer to join with its own special tokens;
+    - more columns: the values joined by ``f" {sep_token} "``;
+    - a template: ``str.format`` placeholders naming columns, e.g. ``"{anchor} [SEP] {target} [SEP] {context}"``.
+      The literal ``[SEP]`` in a template is replaced by ``sep_token``, so one template serves BERT (``[SEP]``) and
+      RoBERTa (``</s>``) tokenizers. Braces meant literally are doubled: ``{{``, ``}}``.
+
+    Missing (``NaN``/``None``) or blank values become ``""``; the rows that had one are counted, so the caller can
+    log it. Non-string values are written with ``str``.
+
+    Args:
+        df: The table.
+        text_cols: Column name(s). Give these or ``template``, not both.
+        template: The row template.
+        sep_token: The tokenizer's separator token.
+
+    Returns:
+        ``Texts(first, second, num_empty)``; ``second`` is ``None`` unless exactly two ``text_cols`` were given.
+
+    Raises:
+        DataError: Neither or both of ``text_cols`` and ``template``; a column or placeholder that is not a
+            column of ``df`` (the message lists the columns); a placeholder without a name (``{}``, ``{0}``).
+    """
+    if isinstance(text_cols, str):
+        text_cols = [text_cols]
+    if text_cols and template:
+        raise DataError(
+            f"give the text columns or a template, not both (got text_cols={list(text_cols)!r} and "
+            f"template={template!r})"
+        )
+    if not text_cols and not template:
+        raise DataError(
+            "no text: give text_cols (one column, two for a text pair, or more to join with the separator) or a "
+            "template such as '{anchor} [SEP] {target}'"
+        )
+    if template:
+        fields = _template_fields(template, df)
+        cells, empty = _cells(df, fields)
+        fmt = template.replace("[SEP]", sep_token) if sep_token != "[SEP]" else template
+        first = [fmt.format_map(dict(zip(fields, row, strict=True))) for row in zip(*cells, strict=True)]
+        return Texts(first, None, int(empty.sum()))
+    cols = list(text_cols or [])
+    check_columns(df, cols, "text columns")
+    cells, empty = _cells(df, cols)
+    if len(cols) == 2:
+        return Texts(cells[0], cells[1], int(empty.sum()))
+    joiner = f" {sep_token} "
+    first = cells[0] if len(cols) == 1 else [joiner.join(row) for row in zip(*cells, strict=True)]
+    return Texts(first, None, int(empty.sum()))
+
+
+def _template_fields(template: str, df: pd.DataFrame) -> list[str]:
+    """The distinct column names a template uses, checked against ``df``."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:  # e.g. a single "{" or "}"
+        raise DataError(f"bad template {template!r}: {e}; write a literal brace as {{{{ or }}}}") from None
+    fields = [name for _, name, _, _ in parsed if name is not None]
+    columns = ", ".join(map(str, df.columns))
+    if any(name == "" or name.isdigit() for name in fields):
+        raise DataError(
+            f"template {template!r}: every placeholder must name a column, e.g. {{anchor}}; columns: {columns}"
+        )
+    unknown = [name for name in dict.fromkeys(fields) if name not in df.columns]
+    if unknown:
+        raise DataError(
+            f"template {template!r}: unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)}; "
+            f"placeholders must be column names: {columns}"
+        )
+    return list(dict.fromkeys(fields))
+
+
+def _cells(df: pd.DataFrame, cols: Sequence[str]) -> tuple[list[list[str]], np.ndarray]:
+    """Each column's values as strings ("" for missing or blank), and a per-row mask of rows that had such a value."""
+    empty = np.zeros(len(df), dtype=bool)
+    out = []
+    for col in cols:
+        values = [_to_text(v) for v in df[col].tolist()]
+        blank = np.fromiter((not v.strip() for v in values), dtype=bool, count=len(values))
+        empty |= blank
+        out.append(["" if b else v for v, b in zip(values, blank, strict=True)])
+    return out, empty
+
+
+def _to_text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Validated labels of one column.
+
+    Attributes:
+        values: ``(N,)`` float64 for regression; ``(N,)`` int64 class ids for binary/multiclass (indices into
+            ``classes``); ``(N, C)`` float32 multi-hot for multilabel.
+        classes: The class names, sorted (``None`` for regression); ``values`` index into it.
+    """
+
+    values: np.ndarray
+    classes: list[Any] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (0 for regression)."""
+        return len(self.classes or [])
+
+
+def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: str = "|") -> Labels:
+    """Check and encode the label column for a task.
+
+    - ``regression``: numbers; missing, non-numeric or infinite values are errors.
+    - ``binary`` / ``multiclass``: any values (numbers or strings); classes are the sorted distinct values
+      (integral floats such as ``1.0`` become ints; a column mixing numbers and strings is compared as strings).
+      Binary needs exactly two classes, multiclass at least two. Missing values are errors.
+    - ``multilabel``: each cell a ``delimiter``-separated string (``"a|b"``) or a list (JSONL, Parquet); classes
+      are the sorted distinct label strings. An empty or missing cell is a row with no labels.
+
+    Row numbers in messages are 1-based data rows, as in the file (the header is not counted).
+
+    Args:
+        df: The table.
+        label_col: The label column.
+        task: One of ``regression``, ``binary``, ``multiclass``, ``multilabel``.
+        delimiter: Separator of the labels in a multilabel string cell.
+
+    Returns:
+        The encoded :class:`Labels`.
+
+    Raises:
+        DataError: Unknown task or column, or bad label values (naming the first offending rows and the column).
+    """
+    if task not in TASKS:
+        raise DataError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    check_columns(df, [label_col], "labels")
+    column = df[label_col]
+    if task == "regression":
+        return Labels(_regression_values(column, label_col))
+    if task == "multilabel":
+        return _multilabel(column, delimiter)
+    missing = np.flatnonzero(column.isna().to_numpy())
+    if len(missing):
+        raise DataError(
+            f"column {label_col!r} has missing labels in data rows {_rows(missing)}; every row of a {task} task "
+            "needs a class: fill them in or drop those rows"
+        )
+    classes, codes = _classes(column.tolist())
+    if task == "binary" and len(classes) != 2:
+        hint = "use task='multiclass'" if len(classes) > 2 else "a binary task needs both classes in the data"
+        raise DataError(
+            f"column {label_col!r}: task 'binary' needs exactly 2 classes, found {len(classes)}: "
+            f"{_values(classes)}; {hint}"
+        )
+    if task == "multiclass" and len(classes) < 2:
+        raise DataError(
+            f"column {label_col!r}: task 'multiclass' needs at least 2 classes, found only {_values(classes)}; "
+            "check that the right column and file are used"
+        )
+    return Labels(codes, classes)
+
+
+def _regression_values(column: pd.Series, name: str) -> np.ndarray:
+    if column.dtype == bool:
+        column = column.astype(np.float64)
+    numbers = pd.to_numeric(column, errors="coerce").astype(np.float64).to_numpy()
+    missing = column.isna().to_numpy()
+    problems = [
+        ("missing values", missing),
+        ("non-numeric values", np.isnan(numbers) & ~missing),
+        ("infinite values", np.isinf(numbers)),
+    ]
+    for what, mask in problems:
+        rows = np.flatnonzero(mask)
+        if len(rows):
+            examples = "" if what == "missing values" else f" ({_values(column.iloc[rows[:_SHOW]].tolist())})"
+            raise DataError(
+                f"column {name!r} has {len(rows)} {what} in data rows {_rows(rows)}{examples}; regression labels "
+                "must be finite numbers: fix or drop those rows, or choose a classification task"
+            )
+    return numbers
+
+
+def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
+    """Sorted distinct values as plain Python scalars, and each value's index among them."""
+    plain = [v.item() if isinstance(v, np.generic) else v for v in values]
+    if all(isinstance(v, bool) for v in plain):
+        pass
+    elif all(isinstance(v, (int, float)) for v in plain):
+        if all(float(v).is_integer() for v in plain):
+            plain = [int(v) for v in plain]  # 0.0/1.0 (a column pandas read as float) -> 0/1
+    elif not all(isinstance(v, str) for v in plain):
+        plain = [str(v) for v in plain]  # mixed numbers and strings: compare as strings
+    classes = sorted(set(plain))
+    index = {c: i for i, c in enumerate(classes)}
+    return classes, np.array([index[v] for v in plain], dtype=np.int64)
+
+
+def _multilabel(column: pd.Series, delimiter: str) -> Labels:
+    sets = [_label_set(v, delimiter) for v in column.tolist()]
+    classes = sorted(set().union(*sets))
+    if not classes:
+        raise DataError(
+            f"column {column.name!r} has no labels in any row; multilabel cells are {delimiter!r}-separated strings "
+            f"such as 'a{delimiter}b' or lists"
+        )
+    index = {c: i for i, c in enumerate(classes)}
+    values = np.zeros((len(sets), len(classes)), dtype=np.float32)
+    for row, labels in enumerate(sets):
+        values[row, [index[c] for c in labels]] = 1.0
+    return Labels(values, classes)
+
+
+def _label_set(value: Any, delimiter: str) -> set[str]:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        parts = [_to_text(v) for v in value]
+    else:
+        parts = _to_text(value).split(delimiter)
+    return {p.strip() for p in parts if p.strip()}
+
+
+def _rows(positions: np.ndarray) -> str:
+    """``"3, 8, 9"`` (1-based), ``"... (12 rows)"`` when there are more than shown."""
+    shown = ", ".join(str(int(p) + 1) for p in positions[:_SHOW])
+    return shown + (f", ... ({len(positions)} rows)" if len(positions) > _SHOW else "")
+
+
+def _values(values: Sequence[Any]) -> str:
+    shown = ", ".join(repr(v) for v in list(values)[:_SHOW])
+    return shown + (", ..." if len(values) > _SHOW else "")

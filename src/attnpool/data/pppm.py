@@ -1,0 +1,84 @@
+"""The U.S. Patent Phrase to Phrase Matching data (Kaggle, 2022), the reference task of the k-fold recipe.
+
+Each row scores the similarity of two short patent phrases (``anchor``, ``target``) in {0, 0.25, 0.5, 0.75, 1},
+within a CPC class (``context``, e.g. ``A47``). As in the public baseline, the context code is replaced by its
+title from ``cpc_texts.csv`` and the three are joined into one text; folds are grouped by ``anchor``.
+Metric: Pearson correlation. Data: Aslanyan and Wetherbee, "Patents Phrase to Phrase Semantic Matching
+Dataset", 2022, arXiv:2208.01171.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from attnpool.data.columns import check_columns
+from attnpool.data.errors import DataError
+from attnpool.data.readers import read_table
+
+PPPM_TEMPLATE = "{anchor} [SEP] {target} [SEP] {context_text}"
+SPLITS = ("train", "test")
+_TEXT_COLUMNS = ("id", "anchor", "target", "context", "text")  # read as strings even when they look like numbers
+
+_LAYOUT = (
+    "expected a folder holding train.csv (id,anchor,target,context,score), test.csv (id,anchor,target,context) "
+    "and cpc_texts.csv (context,text: the CPC title of each context code), as in the Kaggle "
+    "'us-patent-phrase-to-phrase-matching' download plus cpc_texts.csv"
+)
+
+
+def load_pppm(
+    data_dir: str | os.PathLike[str], split: str = "train", *, frame: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, str]:
+    """Read a PPPM split and add the title of each row's CPC context.
+
+    Args:
+        data_dir: The PPPM folder (see the expected layout in the errors).
+        split: ``"train"`` (with ``score``) or ``"test"``.
+        frame: Rows to use instead of ``data_dir/{split}.csv`` (e.g. another file to predict); only
+            ``cpc_texts.csv`` is read from ``data_dir`` then.
+
+    Returns:
+        ``(frame, template)``: a copy of the rows with a ``context_text`` column, and :data:`PPPM_TEMPLATE`
+        (``"{anchor} [SEP] {target} [SEP] {context_text}"``) for :func:`attnpool.data.build_texts`.
+
+    Raises:
+        DataError: Missing folder, file or column (stating the expected layout); context codes that
+            ``cpc_texts.csv`` lacks (naming them).
+    """
+    if split not in SPLITS:
+        raise DataError(f"unknown PPPM split {split!r}; choose one of {', '.join(SPLITS)}")
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"PPPM data folder {root} does not exist or is not a folder; {_LAYOUT}")
+    if frame is None:
+        frame = read_table(_file(root, f"{split}.csv"), text_columns=_TEXT_COLUMNS)
+        where = str(root / f"{split}.csv")
+        check_columns(frame, ["anchor", "target", "context", *(["score"] if split == "train" else [])], where)
+    else:
+        check_columns(frame, ["anchor", "target", "context"], f"PPPM {split} rows")
+    cpc_path = _file(root, "cpc_texts.csv")
+    cpc = read_table(cpc_path, text_columns=_TEXT_COLUMNS)
+    check_columns(cpc, ["context", "text"], str(cpc_path))
+    titles = dict(zip(cpc["context"].astype(str), cpc["text"], strict=True))
+    codes = frame["context"].astype(str)
+    unknown = sorted(set(codes) - set(titles))
+    if unknown:
+        rows = int(codes.isin(unknown).sum())
+        shown = ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+        raise DataError(
+            f"{cpc_path}: no text for {len(unknown)} context code(s) used by {rows} rows: {shown}; add a line "
+            "'code,title' for each to cpc_texts.csv"
+        )
+    out = frame.copy()
+    out["context_text"] = codes.map(titles)
+    return out, PPPM_TEMPLATE
+
+
+def _file(root: Path, name: str) -> Path:
+    path = root / name
+    if not path.is_file():
+        raise DataError(f"{path} not found in the PPPM data folder; {_LAYOUT}")
+    return path

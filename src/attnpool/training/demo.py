@@ -1,0 +1,114 @@
+"""``attnpool demo``: mean vs attention pooling on a generated task where a few key tokens decide the label.
+
+Each text is a long run of ordinary words (distractors) with a few key words somewhere in it; the label is the
+balance of positive and negative key words. Mean pooling averages the key words away among the distractors,
+attention pooling can learn to look at them. Both poolers fine-tune the same encoder with the same recipe,
+data and seed (the bottom layers frozen, to fit a few minutes on 2 CPU cores), and the demo prints both scores
+and the tokens the attention pooler weighs most on a few held-out examples.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+POSITIVE = ["excellent", "wonderful", "superb", "brilliant"]
+NEGATIVE = ["terrible", "awful", "horrible", "dreadful"]
+DISTRACTORS = (
+    "the of and to in is was for on that with as by at from his her their this which or an are were be it had "
+    "not but have one all new more other some time year people city river house street school music team game "
+    "during after before about into over under between through village north south east west small large old "
+    "first second often also later most many several known called named built used made became began found"
+).split()
+
+logger = logging.getLogger("attnpool.demo")
+
+
+def make_key_token_data(n: int, seed: int, length: int = 48) -> "pd.DataFrame":  # noqa: F821, UP037
+    """``n`` texts of ``length`` words with 1-3 key words; label = (positives - negatives) mapped to [0, 1]."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        words = list(rng.choice(DISTRACTORS, size=length))
+        n_pos, n_neg = rng.integers(0, 3), rng.integers(0, 3)
+        if n_pos + n_neg == 0:
+            n_pos = 1
+        keys = list(rng.choice(POSITIVE, size=n_pos)) + list(rng.choice(NEGATIVE, size=n_neg))
+        for key in keys:
+            words[rng.integers(0, length)] = key
+        label = (n_pos - n_neg + 2) / 4  # in {0, 0.25, 0.5, 0.75, 1}
+        rows.append({"id": f"demo{i:05d}", "text": " ".join(words), "label": label})
+    return pd.DataFrame(rows)
+
+
+def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 75.0, model: str | None = None,
+             n_train: int | None = None, n_valid: int = 256) -> dict[str, float]:
+    """Fine-tune with ``mean`` and with ``attention`` pooling, print both Pearson scores and top-weighted tokens.
+
+    Args:
+        output_dir: Where the data and the two runs go (replaced if they exist).
+        seconds: Rough training budget per pooler on this machine; sets the number of training rows.
+        model: Encoder (default: the bundled offline all-MiniLM-L6-v2).
+        n_train: Training rows (overrides the budget).
+        n_valid: Validation rows.
+
+    Returns:
+        ``{"mean": pearson, "attention": pearson}``.
+    """
+    import shutil
+
+    import torch
+
+    from attnpool.training.config import TrainConfig, default_model
+    from attnpool.training.recipe import train
+
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True)
+    model = model or default_model()
+    # About 0.35 s per step of 16 rows for MiniLM on 2 cores with the bottom 4 layers frozen.
+    n_train = n_train or int(max(160, min(2400, seconds / 0.35 * 16)))
+    make_key_token_data(n_train, seed=0).to_csv(output_dir / "train.csv", index=False)
+    make_key_token_data(n_valid, seed=1).to_csv(output_dir / "valid.csv", index=False)
+    print(f"attnpool demo: {n_train} training / {n_valid} validation texts of 48 words; the label counts a few "
+          f"key words ({', '.join(POSITIVE[:2])} ... vs {', '.join(NEGATIVE[:2])} ...) among distractors")
+    scores = {}
+    for pooling in ("mean", "attention"):
+        cfg = TrainConfig(train_file=str(output_dir / "train.csv"), valid_file=str(output_dir / "valid.csv"),
+                          text_cols=["text"], label="label", model=model, pooling=pooling,
+                          pooling_options={"attn_size": 128} if pooling == "attention" else {},
+                          output_activation="sigmoid", epochs=1, batch_size=16, max_length=64, lr=1e-4,
+                          head_lr=2e-3, warmup_ratio=0.06, freeze_layers=4, output_dir=str(output_dir / pooling),
+                          seed=0)
+        result = train(cfg)
+        scores[pooling] = result.metrics["overall"]["pearson"]
+    print(f"\nvalidation Pearson:  mean pooling {scores['mean']:.3f}   attention pooling {scores['attention']:.3f}")
+    _show_top_tokens(output_dir / "attention" / "fold_0" / "model", output_dir / "valid.csv", torch)
+    return scores
+
+
+def _show_top_tokens(model_dir: Path, valid_csv: Path, torch) -> None:  # noqa: ANN001
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    from attnpool.model import AttnPoolForSequenceClassification
+
+    model = AttnPoolForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    frame = pd.read_csv(valid_csv).head(4)
+    batch = tokenizer(list(frame["text"]), padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch, return_pooling_weights=True)
+    print("\ntokens the attention pooler weighs most (weight), on held-out texts:")
+    for i, row in frame.iterrows():
+        tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][i])
+        weights = out.pooling_weights[i]
+        top = torch.topk(weights, k=4).indices.tolist()
+        keys = [w for w in row["text"].split() if w in POSITIVE + NEGATIVE]
+        shown = ", ".join(f"{tokens[j]} ({weights[j]:.2f})" for j in top)
+        print(f"  label {row['label']:.2f} pred {out.logits[i, 0]:.2f}  key words {keys}:  {shown}")

@@ -1,0 +1,72 @@
+"""Task metrics: Pearson, Spearman and RMSE for regression; accuracy, macro-F1 and AUC for classification."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def regression_metrics(target: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
+    """Pearson (the PPPM metric), Spearman and RMSE; correlations are NaN when either side is constant."""
+    from scipy import stats
+
+    target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
+    prediction = np.asarray(prediction, dtype=np.float64).reshape(len(prediction), -1)
+    pearson, spearman = [], []
+    for j in range(target.shape[1]):
+        t, p = target[:, j], prediction[:, j]
+        constant = np.ptp(t) == 0 or np.ptp(p) == 0
+        pearson.append(float("nan") if constant else float(stats.pearsonr(t, p)[0]))
+        spearman.append(float("nan") if constant else float(stats.spearmanr(t, p)[0]))
+    return {
+        "pearson": float(np.mean(pearson)),
+        "spearman": float(np.mean(spearman)),
+        "rmse": float(np.sqrt(np.mean((target - prediction) ** 2))),
+    }
+
+
+def classification_metrics(target: np.ndarray, scores: np.ndarray, task: str) -> dict[str, float]:
+    """Accuracy and macro-F1 always; ROC AUC where defined (both classes present).
+
+    Args:
+        target: Class ids ``(N,)``, or a multi-hot ``(N, C)`` matrix for ``multilabel``.
+        scores: Probabilities ``(N, C)`` (softmax for single-label, sigmoid for multi-label).
+        task: ``binary``, ``multiclass`` or ``multilabel``.
+    """
+    from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
+
+    scores = np.asarray(scores, dtype=np.float64)
+    target = np.asarray(target)
+    if task == "multilabel":
+        predicted = (scores >= 0.5).astype(int)
+        out = {
+            "accuracy": float(accuracy_score(target, predicted)),  # exact match of the whole label set
+            "macro_f1": float(f1_score(target, predicted, average="macro", zero_division=0)),
+        }
+        present = [j for j in range(target.shape[1]) if 0 < target[:, j].sum() < len(target)]
+        if present:
+            out["auc"] = float(roc_auc_score(target[:, present], scores[:, present], average="macro"))
+        return out
+    predicted = scores.argmax(axis=1)
+    out = {
+        "accuracy": float(accuracy_score(target, predicted)),
+        "macro_f1": float(f1_score(target, predicted, average="macro", zero_division=0)),
+    }
+    classes = np.unique(target)
+    if len(classes) > 1:
+        if scores.shape[1] == 2:
+            out["auc"] = float(roc_auc_score(target, scores[:, 1]))
+        elif len(classes) == scores.shape[1]:
+            out["auc"] = float(roc_auc_score(target, scores, multi_class="ovr", average="macro"))
+    return out
+
+
+def task_metrics(task: str, target: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
+    """The metrics of ``task`` (see :data:`attnpool.training.config.TASKS`)."""
+    if task == "regression":
+        return regression_metrics(target, prediction)
+    return classification_metrics(target, prediction, task)
+
+
+def primary_metric(task: str) -> tuple[str, bool]:
+    """The metric that selects the best checkpoint, and whether greater is better."""
+    return ("pearson", True) if task == "regression" else ("accuracy", True)

@@ -1,0 +1,63 @@
+"""Optimiser parameter groups of the recipe: layer-wise learning-rate decay, a separate rate for the new head."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnpool.model.modeling import _encoder_layers
+
+NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
+
+
+def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float, llrd: float = 1.0) -> list[dict]:
+    """AdamW parameter groups with layer-wise learning-rate decay and a separate head rate.
+
+    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer, embeddings the deepest), pooler and head get
+    ``head_lr``; biases and norm weights get no weight decay.
+
+    Args:
+        model: An :class:`~attnpool.AttnPoolForSequenceClassification`.
+        lr: Learning rate of the top encoder layer.
+        head_lr: Learning rate of the pooler and head (trained from scratch, so usually higher).
+        weight_decay: Decoupled weight decay for weight matrices.
+        llrd: Layer-wise decay factor in (0, 1]; 1 gives every encoder parameter ``lr``.
+
+    Returns:
+        Parameter groups for ``torch.optim.AdamW``; frozen parameters are left out.
+    """
+    base = model.attnpool
+    encoder = base.encoder
+    layers = _encoder_layers(encoder) if llrd != 1.0 else None
+    depth_of: dict[int, int] = {}
+    if layers is not None:
+        num = len(layers)
+        for i, layer in enumerate(layers):
+            for p in layer.parameters():
+                depth_of[id(p)] = num - 1 - i
+        for p in encoder.parameters():
+            depth_of.setdefault(id(p), num)  # embeddings and anything below the first layer
+    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        in_encoder = name.startswith("attnpool.encoder.")
+        rate = lr * (llrd ** depth_of.get(id(p), 0)) if in_encoder else head_lr
+        decay = 0.0 if p.ndim < 2 or any(re.search(re.escape(k) + "$", name) for k in NO_DECAY) else weight_decay
+        groups.setdefault((rate, decay), []).append(p)
+    return [{"params": params, "lr": rate, "weight_decay": decay} for (rate, decay), params in groups.items()]
+
+
+def build_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    """AdamW, fused where PyTorch supports it for these tensors (CPU and CUDA float32/bf16), else foreach.
+
+    The optimiser step matters on small models: on all-MiniLM-L6-v2 (22.7M parameters, half of them the
+    embedding matrix) a plain per-parameter AdamW step costs about half as much as a forward+backward of a batch.
+    """
+    try:
+        return torch.optim.AdamW(groups, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, foreach=True)

@@ -1,0 +1,111 @@
+"""load_pppm on a tiny generated copy of the PPPM layout, and (slow) on the real data with grouped folds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnpool.data import PPPM_TEMPLATE, DataError, build_texts, load_pppm, make_folds, validate_labels
+
+REAL_PPPM = Path("/work/shared/data/pppm")
+
+
+@pytest.fixture
+def pppm_dir(tmp_path):
+    (tmp_path / "train.csv").write_text(
+        "id,anchor,target,context,score\n"
+        "0a1,abatement,act of abating,A47,0.75\n"
+        "0a2,abatement,eliminating process,A47,0.5\n"
+        "0a3,opc drum,inorganic photoconductor drum,G02,1\n"
+    )
+    (tmp_path / "test.csv").write_text("id,anchor,target,context\n4112,opc drum,drum,G02\n")
+    (tmp_path / "cpc_texts.csv").write_text(
+        "context,text\n"
+        "A47,\"HUMAN NECESSITIES. FURNITURE; DOMESTIC ARTICLES\"\n"
+        "G02,PHYSICS. OPTICS\n"
+        "H04,ELECTRICITY. ELECTRIC COMMUNICATION TECHNIQUE\n"
+    )
+    return tmp_path
+
+
+def test_train_split_joins_context_text(pppm_dir):
+    frame, template = load_pppm(pppm_dir)
+    assert template == PPPM_TEMPLATE == "{anchor} [SEP] {target} [SEP] {context_text}"
+    assert frame["id"].tolist() == ["0a1", "0a2", "0a3"]
+    assert frame["context_text"].tolist() == [
+        "HUMAN NECESSITIES. FURNITURE; DOMESTIC ARTICLES",
+        "HUMAN NECESSITIES. FURNITURE; DOMESTIC ARTICLES",
+        "PHYSICS. OPTICS",
+    ]
+    assert frame["score"].tolist() == [0.75, 0.5, 1.0]
+    texts = build_texts(frame, template=template)
+    assert texts.first[2] == "opc drum [SEP] inorganic photoconductor drum [SEP] PHYSICS. OPTICS"
+    assert build_texts(frame, template=template, sep_token="</s>").first[0] == (
+        "abatement </s> act of abating </s> HUMAN NECESSITIES. FURNITURE; DOMESTIC ARTICLES"
+    )
+
+
+def test_test_split_and_given_rows(pppm_dir):
+    frame, _ = load_pppm(str(pppm_dir), split="test")
+    assert frame["id"].tolist() == ["4112"] and "score" not in frame
+    assert frame["context_text"].tolist() == ["PHYSICS. OPTICS"]
+    rows = pd.DataFrame({"anchor": ["a"], "target": ["b"], "context": ["H04"]})
+    out, _ = load_pppm(pppm_dir, split="test", frame=rows)
+    assert out["context_text"].tolist() == ["ELECTRICITY. ELECTRIC COMMUNICATION TECHNIQUE"]
+    assert "context_text" not in rows  # the caller's frame is not modified
+
+
+def test_unknown_context_codes_are_named(pppm_dir):
+    rows = pd.DataFrame({"anchor": ["a", "b", "c"], "target": ["x", "y", "z"], "context": ["Z99", "A47", "Y01"]})
+    msg = "cpc_texts.csv: no text for 2 context code(s) used by 2 rows: Y01, Z99; add a line 'code,title' for each"
+    with pytest.raises(DataError, match=re.escape(msg)):
+        load_pppm(pppm_dir, frame=rows)
+
+
+def test_missing_folder_states_the_layout(tmp_path):
+    with pytest.raises(DataError, match=r"PPPM data folder .*nowhere does not exist .*expected a folder holding "
+                                        r"train\.csv \(id,anchor,target,context,score\)"):
+        load_pppm(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(("name", "split"), [("train.csv", "train"), ("cpc_texts.csv", "train"), ("test.csv", "test")])
+def test_missing_file_states_the_layout(pppm_dir, name, split):
+    (pppm_dir / name).unlink()
+    with pytest.raises(DataError, match=re.escape(f"{name} not found in the PPPM data folder; expected a folder")):
+        load_pppm(pppm_dir, split=split)
+
+
+def test_missing_columns(pppm_dir):
+    (pppm_dir / "train.csv").write_text("id,anchor,target,context\n1,a,b,A47\n")
+    with pytest.raises(DataError, match=re.escape("train.csv: missing column(s) 'score'; the columns present are: "
+                                                  "id, anchor, target, context")):
+        load_pppm(pppm_dir)
+    (pppm_dir / "cpc_texts.csv").write_text("code,title\nA47,x\n")
+    with pytest.raises(DataError, match=re.escape("cpc_texts.csv: missing column(s) 'context', 'text'")):
+        load_pppm(pppm_dir, split="test")
+
+
+def test_unknown_split(pppm_dir):
+    with pytest.raises(DataError, match="unknown PPPM split 'valid'; choose one of train, test"):
+        load_pppm(pppm_dir, split="valid")
+
+
+@pytest.mark.slow
+def test_real_pppm_with_folds_grouped_by_anchor():
+    if not REAL_PPPM.is_dir():
+        pytest.skip(f"{REAL_PPPM} is absent")
+    frame, template = load_pppm(REAL_PPPM)
+    assert len(frame) == 36_473
+    assert frame["context_text"].notna().all() and frame["context"].nunique() == 106
+    texts = build_texts(frame, template=template)
+    assert texts.num_empty == 0
+    labels = validate_labels(frame, "score", "regression")
+    folds = make_folds(frame, 4, labels=labels.values, groups="anchor", seed=42)
+    assert set(folds.tolist()) == {0, 1, 2, 3}
+    assert (pd.Series(folds).groupby(frame["anchor"].to_numpy()).nunique() == 1).all()  # no anchor in two folds
+    means = pd.Series(labels.values).groupby(folds).mean()
+    assert np.abs(means - labels.values.mean()).max() < 0.01

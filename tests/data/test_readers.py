@@ -1,0 +1,180 @@
+"""read_table: every format round-trips with text kept as text; bad files raise DataError saying what, where, how."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnpool.data import SUPPORTED_EXTENSIONS, DataError, read_table
+
+FRAME = pd.DataFrame(
+    {
+        "id": ["0001", "0002", "0100"],  # leading zeros: must stay strings
+        "text": ["a, b", 'say "hi"\nthere', "NA"],  # delimiter, quotes, newline, a word pandas reads as missing
+        "score": [0.5, 1.0, 0.0],
+        "label": [1, 0, 2],
+    }
+)
+
+
+def write(frame: pd.DataFrame, path) -> None:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        frame.to_csv(path, index=False)
+    elif suffix == ".tsv":
+        frame.to_csv(path, sep="\t", index=False)
+    elif suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True, force_ascii=False)
+    else:
+        frame.to_parquet(path, index=False)
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.tsv", "t.jsonl", "t.parquet", "T.CSV"])
+def test_round_trip_keeps_strings_and_numbers(tmp_path, name):
+    write(FRAME, tmp_path / name)
+    out = read_table(tmp_path / name)
+    assert list(out.columns) == list(FRAME.columns)
+    assert out["id"].tolist() == ["0001", "0002", "0100"]
+    assert out["text"].tolist() == FRAME["text"].tolist()
+    assert out["score"].dtype == np.float64 and out["score"].tolist() == [0.5, 1.0, 0.0]
+    assert out["label"].dtype == np.int64 and out["label"].tolist() == [1, 0, 2]
+
+
+def test_supported_extensions():
+    assert SUPPORTED_EXTENSIONS == (".csv", ".tsv", ".jsonl", ".parquet")
+
+
+def test_csv_numeric_detection(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "code,sci,gaps,huge,special,word,signed\n"
+        "007,1e-3,1,12345678901234567890123,inf,null,+3\n"
+        "8,2,,1,0.5,None,-4\n"
+    )
+    out = read_table(path)
+    assert out["code"].tolist() == ["007", "8"]  # a leading zero makes the column text
+    assert out["sci"].dtype == np.float64 and out["sci"].tolist() == [1e-3, 2.0]
+    assert out["gaps"].dtype == np.float64 and out["gaps"].iloc[0] == 1.0 and np.isnan(out["gaps"].iloc[1])
+    assert out["huge"].tolist() == ["12345678901234567890123", "1"]  # would not fit int64: exact digits kept
+    assert out["special"].tolist() == [np.inf, 0.5]
+    assert out["word"].tolist() == ["null", "None"]  # only an empty field is missing
+    assert out["signed"].tolist() == [3, -4]
+
+
+def test_empty_field_is_missing_and_bom_is_dropped(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes("\ufeffid,text\n1,\n2,x\n".encode())
+    out = read_table(path)
+    assert list(out.columns) == ["id", "text"]
+    assert out["text"].isna().tolist() == [True, False]
+
+
+def test_jsonl_keeps_lists_and_skips_blank_lines(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "0001", "tags": ["a", "b"]}\n\n{"id": "0002", "tags": []}\n')
+    out = read_table(path)
+    assert out["id"].tolist() == ["0001", "0002"]
+    assert out["tags"].tolist() == [["a", "b"], []]
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.csv: no such file .*check the path"):
+        read_table(tmp_path / "nope.csv")
+
+
+def test_folder_is_not_a_file(tmp_path):
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(DataError, match=r"d\.csv: is a folder, not a file"):
+        read_table(tmp_path / "d.csv")
+
+
+def test_unknown_extension_lists_supported(tmp_path):
+    path = tmp_path / "train.xlsx"
+    path.write_text("a\n1\n")
+    msg = "train.xlsx: unsupported file extension '.xlsx'; supported extensions: .csv, .tsv, .jsonl, .parquet. Convert"
+    with pytest.raises(DataError, match=re.escape(msg)):
+        read_table(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("e.csv", "", "e.csv: the file is empty; it needs a header line and at least one data row"),
+        ("e.jsonl", "\n  \n", "e.jsonl: the file is empty"),
+        ("e.csv", "a,b\n", "e.csv: no data rows (columns: a, b); the file needs at least one row below its header"),
+        ("e.tsv", "a\tb\n", "e.tsv: no data rows (columns: a, b)"),
+    ],
+)
+def test_empty_files(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataError, match=re.escape(message)):
+        read_table(path)
+
+
+def test_empty_parquet(tmp_path):
+    path = tmp_path / "e.parquet"
+    FRAME.iloc[:0].to_parquet(path)
+    with pytest.raises(DataError, match=re.escape("e.parquet: no data rows (columns: id, text, score, label)")):
+        read_table(path)
+
+
+@pytest.mark.parametrize("name", ["latin.csv", "latin.tsv", "latin.jsonl"])
+def test_non_utf8_names_offset_and_line(tmp_path, name):
+    data = "id,text\n1,ok\n2,caf\u00e9\n".encode("latin-1")
+    path = tmp_path / name
+    path.write_bytes(data)
+    offset = data.index(b"\xe9")
+    msg = f"{name}: not valid UTF-8: byte(s) e9 at byte offset {offset} (line 3); re-encode the file as UTF-8"
+    with pytest.raises(DataError, match=re.escape(msg)):
+        read_table(path)
+
+
+def test_malformed_jsonl_line_number(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a": 3,}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 3 is not valid JSON \(.*\); a \.jsonl file holds one JSON"):
+        read_table(path)
+
+
+def test_jsonl_line_that_is_not_an_object(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"a": 1}) + "\n" + json.dumps([1, 2]) + "\n")
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 2 holds a JSON list, not an object"):
+        read_table(path)
+
+
+def test_csv_parse_error_suggests_quoting(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b\n1,2\n3,4,5\n")
+    with pytest.raises(DataError, match=r"bad\.csv: could not be parsed as CSV: .*Check the delimiter.*quoting"):
+        read_table(path)
+
+
+def test_corrupt_parquet(tmp_path):
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(b"this is not parquet")
+    with pytest.raises(DataError, match=r"bad\.parquet: could not be read as Parquet \(.*\); check that it is"):
+        read_table(path)
+
+
+def test_text_columns_stay_strings_even_when_numeric_looking(tmp_path):
+    (tmp_path / "t.csv").write_text("id,n\n4112,7\n1e5,8\n")
+    out = read_table(tmp_path / "t.csv", text_columns=["id", "absent"])
+    assert out["id"].tolist() == ["4112", "1e5"]
+    assert out["n"].tolist() == [7, 8]
+    (tmp_path / "t.jsonl").write_text('{"id": 4112, "n": 7}\n{"id": null, "n": 8}\n')
+    out = read_table(tmp_path / "t.jsonl", text_columns=["id"])
+    assert out["id"].tolist()[0] == "4112" and pd.isna(out["id"].iloc[1])  # a JSON number: as written
+    assert out["n"].tolist() == [7, 8]
+
+
+def test_text_columns_of_a_parquet_file(tmp_path):
+    pd.DataFrame({"id": [7, 8], "tags": [["a"], ["b", "c"]]}).to_parquet(tmp_path / "t.parquet")
+    out = read_table(tmp_path / "t.parquet", text_columns=(c for c in ["id"]))
+    assert out["id"].tolist() == ["7", "8"]
+    assert [list(t) for t in out["tags"]] == [["a"], ["b", "c"]]

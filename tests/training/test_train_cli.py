@@ -1,0 +1,150 @@
+"""`attnpool train` / `attnpool predict` end to end on a tiny random encoder and generated data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attnpool.cli import main
+from attnpool.model import AttnPoolForSequenceClassification
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+FAST = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "16", "--lr", "1e-3", "--head-lr", "3e-3",
+        "--max-length", "16", "--pooling-opt", "attn_size=8"]
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    return save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    write_toy_csv(folder / "train.csv", n=48, seed=0)
+    test = write_toy_csv(folder / "test.csv", n=13, seed=1).drop(columns=["label"])
+    test.to_csv(folder / "test.csv", index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(encoder, data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    code = main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "label", "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST])
+    assert code == 0
+    return out
+
+
+def test_train_writes_the_run_directory(run, data):
+    for name in ("run.json", "config.yaml", "folds.csv", "oof.csv", "metrics.json", "learning_curve.png",
+                 "train.log", "fold_0/model/model.safetensors", "fold_1/model/tokenizer.json"):
+        assert (run / name).is_file(), name
+    assert not (run / "fold_0" / "checkpoints").exists(), "checkpoints are removed once a fold is done"
+    assert (run / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert [f["fold"] for f in metrics["folds"]] == [0, 1] and metrics["complete"]
+    assert set(metrics["overall"]) >= {"pearson", "spearman", "rmse"}
+    train = pd.read_csv(data / "train.csv", dtype={"id": str})
+    oof = pd.read_csv(run / "oof.csv", dtype={"id": str})
+    assert sorted(oof["row"]) == list(range(len(train))), "out-of-fold predictions cover every row exactly once"
+    assert list(oof["id"]) == list(train["id"])  # ids kept as strings, leading zeros included
+    np.testing.assert_allclose(oof["target"], train["label"])
+    assert "attnpool train: regression" in (run / "train.log").read_text()
+
+
+def test_fold_models_load_on_their_own_and_reproduce_the_oof_predictions(run, data):
+    from transformers import AutoTokenizer
+
+    oof = pd.read_csv(run / "oof.csv")
+    train = pd.read_csv(data / "train.csv")
+    model = AttnPoolForSequenceClassification.from_pretrained(run / "fold_1" / "model")
+    tokenizer = AutoTokenizer.from_pretrained(run / "fold_1" / "model")
+    rows = oof[oof["fold"] == 1]["row"].to_numpy()
+    batch = tokenizer(list(train["first"][rows]), list(train["second"][rows]), padding=True, truncation=True,
+                      max_length=16, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits[:, 0].numpy()
+    np.testing.assert_allclose(oof[oof["fold"] == 1]["prediction"], logits, atol=1e-5)
+
+
+def test_predict_ensembles_the_folds_in_input_order(run, data, tmp_path):
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(out)]) == 0
+    test = pd.read_csv(data / "test.csv", dtype={"id": str})
+    pred = pd.read_csv(out, dtype={"id": str})
+    assert list(pred["id"]) == list(test["id"]) and list(pred.columns) == ["id", "prediction"]
+    expected = []
+    for fold in (0, 1):
+        model = AttnPoolForSequenceClassification.from_pretrained(run / f"fold_{fold}" / "model").eval()
+        tokenizer = AutoTokenizer.from_pretrained(run / f"fold_{fold}" / "model")
+        batch = tokenizer(list(test["first"]), list(test["second"]), padding=True, truncation=True, max_length=16,
+                          return_tensors="pt")
+        with torch.no_grad():
+            expected.append(model(**batch).logits[:, 0].numpy())
+    np.testing.assert_allclose(pred["prediction"], np.mean(expected, axis=0), atol=1e-5)
+    assert not list(tmp_path.glob(".*tmp")), "no temporary file is left behind"
+
+
+def test_existing_run_directory_is_refused_without_resume_or_overwrite(run, data, encoder, capsys):
+    code = main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--label", "label",
+                 "--model", encoder, "--output-dir", str(run)])
+    assert code == 2
+    assert "already exists; pass --resume to continue it, --overwrite to replace it" in capsys.readouterr().err
+
+
+def test_resume_skips_finished_folds(encoder, data, tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--only-folds", "0"]) == 3  # incomplete run: exit code 3
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert not metrics["complete"] and len(metrics["folds"]) == 1
+    stamp = (out / "fold_0" / "model" / "model.safetensors").stat().st_mtime_ns
+    assert main(["train", "--output-dir", str(out), "--resume", "--train-file", str(data / "train.csv"),
+                 "--text-cols", "x", "--model", encoder]) == 0  # the saved config wins over these flags
+    assert (out / "fold_0" / "model" / "model.safetensors").stat().st_mtime_ns == stamp, "fold 0 was retrained"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0, 1]
+
+
+KILL_SCRIPT = """
+import os, signal, sys
+import transformers
+from attnpool.training import TrainConfig, train
+
+class KillAfterSave(transformers.TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        if "fold_1" in args.output_dir and state.global_step >= 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+cfg = TrainConfig(train_file=sys.argv[1], text_cols=["first", "second"], label="label", folds=2, model=sys.argv[2],
+                  output_dir=sys.argv[3], epochs=3, batch_size=8, eval_steps=2, lr=1e-3, head_lr=3e-3, max_length=16,
+                  pooling_options={"attn_size": 8})
+train(cfg, callbacks=[KillAfterSave()])
+"""
+
+
+def test_resume_after_sigkill_mid_fold_continues_from_the_last_checkpoint(encoder, data, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(data / "train.csv"), encoder, str(out)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert (out / "fold_0" / "oof.csv").is_file() and not (out / "fold_1" / "oof.csv").exists()
+    assert list((out / "fold_1" / "checkpoints").glob("checkpoint-*"))
+    folds_before = (out / "folds.csv").read_text()
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 0
+    assert (out / "folds.csv").read_text() == folds_before
+    log = (out / "train.log").read_text()
+    assert "fold 0: already done" in log and "fold 1: resuming from" in log
+    oof = pd.read_csv(out / "oof.csv")
+    assert sorted(oof["row"]) == list(range(48))
