@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import batch, tiny_config
 
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification
 from attnpool.pooling import AttentionPooling
+from model_helpers import batch, tiny_config
 
 
 def build(**kwargs):

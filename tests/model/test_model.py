@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config, tiny_tokenizer
 
 import attnpool  # noqa: F401  (registers the Auto classes)
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.pooling import AttentionPooling
+from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config, tiny_tokenizer
 
 
 def build(family="bert", **kwargs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from model_helpers import save_tiny_encoder
 
 st = pytest.importorskip("sentence_transformers")

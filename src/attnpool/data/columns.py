@@ -228,14 +228,17 @@ def _regression_values(column: pd.Series, name: str) -> np.ndarray:
         ("non-numeric values", np.isnan(numbers) & ~missing),
         ("infinite values", np.isinf(numbers)),
     ]
-    for what, mask in problems:
+    found = []
+    for what, mask in problems:  # every kind of problem at once: the user fixes the file in one go
         rows = np.flatnonzero(mask)
         if len(rows):
             examples = "" if what == "missing values" else f" ({_values(column.iloc[rows[:_SHOW]].tolist())})"
-            raise DataError(
-                f"column {name!r} has {len(rows)} {what} in data rows {_rows(rows)}{examples}; regression labels "
-                "must be finite numbers: fix or drop those rows, or choose a classification task"
-            )
+            found.append(f"{len(rows)} {what} in data rows {_rows(rows)}{examples}")
+    if found:
+        raise DataError(
+            f"column {name!r} has {'; '.join(found)}; regression labels must be finite numbers: fix or drop those "
+            "rows, or choose a classification task"
+        )
     return numbers
 
 

@@ -271,9 +271,9 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     cfg = _resumed_config(cfg).validate()
     handler = _attach_log_file(run_dir / "train.log")
     try:
-        if not (run_dir / CONFIG_FILE).is_file():
+        data = load_task(cfg, log=logger)  # also resolves the preset and template into cfg
+        if not (run_dir / CONFIG_FILE).is_file():  # the resolved config, saved with the run
             atomic_write_text(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        data = load_task(cfg, log=logger)
         folds = _folds(cfg, data, run_dir)
         info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
                 "num_folds": int(folds.max()) + 1 if len(folds) else 0}

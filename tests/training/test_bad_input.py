@@ -1,0 +1,124 @@
+"""Bad input to `attnpool train` / `predict`: one clear error line (what, where, how to fix), exit 2, nothing lost."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from attnpool.cli import main
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+FAST = ["--epochs", "1", "--batch-size", "8", "--max-length", "16", "--pooling-opt", "attn_size=8"]
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    return save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
+
+
+def train_args(encoder, train_file, out, *extra):
+    return ["train", "--train-file", str(train_file), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST, *extra]
+
+
+def run_error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "attnpool train: error:" in err or "attnpool predict: error:" in err
+    return err
+
+
+def test_missing_file(encoder, tmp_path, capsys):
+    err = run_error(capsys, train_args(encoder, tmp_path / "nope.csv", tmp_path / "run"))
+    assert "nope.csv: no such file" in err
+
+
+def test_unknown_column_lists_the_columns_present(encoder, tmp_path, capsys):
+    write_toy_csv(tmp_path / "train.csv")
+    err = run_error(capsys, [*train_args(encoder, tmp_path / "train.csv", tmp_path / "run")[:-len(FAST)], *FAST,
+                             "--label", "score"])
+    assert "score" in err and "first" in err and "second" in err and "label" in err
+
+
+def test_empty_file(encoder, tmp_path, capsys):
+    (tmp_path / "train.csv").write_text("")
+    err = run_error(capsys, train_args(encoder, tmp_path / "train.csv", tmp_path / "run"))
+    assert "the file is empty" in err
+
+
+def test_nan_and_non_numeric_regression_labels_name_the_rows(encoder, tmp_path, capsys):
+    frame = write_toy_csv(tmp_path / "train.csv", n=10)
+    frame["label"] = frame["label"].astype(object)
+    frame.loc[3, "label"] = "high"
+    frame.loc[7, "label"] = None
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    err = run_error(capsys, train_args(encoder, tmp_path / "train.csv", tmp_path / "run"))
+    assert "label" in err and "4" in err and "8" in err  # 1-based data rows, as in the file
+
+
+def test_too_few_rows_for_the_folds(encoder, tmp_path, capsys):
+    write_toy_csv(tmp_path / "train.csv", n=3)
+    err = run_error(capsys, [*train_args(encoder, tmp_path / "train.csv", tmp_path / "run"), "--folds", "5"])
+    assert "5" in err and "3" in err
+
+
+def test_too_few_groups_for_the_folds(encoder, tmp_path, capsys):
+    frame = write_toy_csv(tmp_path / "train.csv", n=20)
+    frame["group"] = ["a", "b"] * 10
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    err = run_error(capsys, [*train_args(encoder, tmp_path / "train.csv", tmp_path / "run"), "--folds", "4",
+                             "--group-col", "group"])
+    assert "2 distinct groups" in err or "2 groups" in err
+
+
+def test_non_utf8_bytes(encoder, tmp_path, capsys):
+    write_toy_csv(tmp_path / "train.csv", n=6)
+    raw = (tmp_path / "train.csv").read_bytes() + "0099,caf\xe9,tree,0.5\n".encode("latin-1")
+    (tmp_path / "train.csv").write_bytes(raw)
+    err = run_error(capsys, train_args(encoder, tmp_path / "train.csv", tmp_path / "run"))
+    assert "UTF-8" in err
+
+
+def test_nothing_is_written_when_the_input_is_bad(encoder, tmp_path, capsys):
+    (tmp_path / "train.csv").write_text("")
+    run_error(capsys, train_args(encoder, tmp_path / "train.csv", tmp_path / "run"))
+    assert not (tmp_path / "run" / "fold_0").exists()
+
+
+def test_predict_refuses_unseen_labels_other_versions_and_corrupt_checkpoints(encoder, tmp_path, capsys):
+    write_toy_csv(tmp_path / "train.csv", n=24, task="classification")
+    run = tmp_path / "run"
+    argv = ["train", "--train-file", str(tmp_path / "train.csv"), "--text-cols", "first", "second", "--label",
+            "label", "--task", "binary", "--folds", "2", "--model", encoder, "--output-dir", str(run), *FAST]
+    assert main(argv) == 0
+    test = write_toy_csv(tmp_path / "test.csv", n=5, seed=3, task="classification")
+    test.loc[2, "label"] = "maybe"
+    test.to_csv(tmp_path / "test.csv", index=False)
+    out = tmp_path / "pred.csv"
+    err = run_error(capsys, ["predict", "--run", str(run), "--input", str(tmp_path / "test.csv"), "--output", str(out)])
+    assert "labels the model never saw in training: maybe" in err and "neg, pos" in err
+    assert not out.exists()
+
+    test.drop(columns=["label"]).to_csv(tmp_path / "test.csv", index=False)
+    assert main(["predict", "--run", str(run), "--input", str(tmp_path / "test.csv"), "--output", str(out)]) == 0
+    pred = pd.read_csv(out)
+    assert set(pred["prediction"]) <= {"neg", "pos"} and {"prob_neg", "prob_pos"} <= set(pred.columns)
+
+    weights = run / "fold_1" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated: a corrupt checkpoint
+    err = run_error(capsys, ["predict", "--run", str(run), "--input", str(tmp_path / "test.csv"), "--output",
+                             str(tmp_path / "p2.csv")])
+    assert "fold_1/model" in err and "corrupt" in err
+
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "format": 999, "attnpool_version": "9.9"}))
+    err = run_error(capsys, ["predict", "--run", str(run), "--input", str(tmp_path / "test.csv"), "--output",
+                             str(tmp_path / "p3.csv")])
+    assert "written by attnpool 9.9 in run format 999" in err
+
+
+def test_predict_on_a_folder_that_is_not_a_run(tmp_path, capsys):
+    err = run_error(capsys, ["predict", "--run", str(tmp_path), "--input", "x.csv", "--output", "y.csv"])
+    assert "is not an attnpool run directory" in err
