@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
     demo.add_argument("--output-dir", default="runs/demo")
-    demo.add_argument("--seconds", type=float, default=75.0, help="training budget per pooler (default: 75)")
+    demo.add_argument("--seconds", type=float, default=45.0, help="training budget per pooler (default: 45)")
     demo.add_argument("--model", default=None, help="encoder (default: the bundled all-MiniLM-L6-v2)")
     demo.set_defaults(func=_cmd_demo)
     return parser

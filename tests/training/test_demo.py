@@ -1,21 +1,17 @@
 from __future__ import annotations
 
-import numpy as np
-
-from attnpool.training.demo import NEGATIVE, POSITIVE, make_key_token_data, run_demo
+from attnpool.training.demo import KEYS, make_key_token_data, run_demo
 from model_helpers import save_tiny_encoder
 
 
-def test_key_token_data_label_counts_the_key_words():
-    frame = make_key_token_data(50, seed=0, length=20)
+def test_each_text_holds_one_key_word_whose_score_is_the_label():
+    frame = make_key_token_data(60, seed=0, min_words=5, max_words=30)
     for text, label in zip(frame["text"], frame["label"], strict=True):
         words = text.split()
-        assert len(words) == 20
-        n_pos = sum(w in POSITIVE for w in words)
-        n_neg = sum(w in NEGATIVE for w in words)
-        assert n_pos + n_neg >= 1
-        assert label == (n_pos - n_neg + 2) / 4
-    assert set(np.unique(frame["label"])) <= {0.0, 0.25, 0.5, 0.75, 1.0}
+        assert 5 <= len(words) <= 30
+        keys = [w for w in words if w in KEYS]
+        assert len(keys) == 1 and KEYS[keys[0]] == label
+    assert set(frame["label"]) == set(KEYS.values())
 
 
 def test_demo_runs_end_to_end_on_a_tiny_encoder(tmp_path, capsys):

@@ -1,10 +1,10 @@
 """``attnpool demo``: mean vs attention pooling on a generated task where a few key tokens decide the label.
 
-Each text is a long run of ordinary words (distractors) with a few key words somewhere in it; the label is the
-balance of positive and negative key words. Mean pooling averages the key words away among the distractors,
-attention pooling can learn to look at them. Both poolers fine-tune the same encoder with the same recipe,
-data and seed (the bottom layers frozen, to fit a few minutes on 2 CPU cores), and the demo prints both scores
-and the tokens the attention pooler weighs most on a few held-out examples.
+Each text is a run of 16 to 96 ordinary words (distractors) with one key word somewhere in it (terrible, poor,
+average, good, excellent); the label is that word's score. Mean pooling averages the key word away among the
+distractors, the more so the longer the text; attention pooling can learn to look at it. Both poolers fine-tune
+the same encoder with the same recipe, data and seed (all but the top layer frozen, to fit a few minutes on 2 CPU
+cores), and the demo prints both scores and the tokens the attention pooler weighs most on held-out examples.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-POSITIVE = ["excellent", "wonderful", "superb", "brilliant"]
-NEGATIVE = ["terrible", "awful", "horrible", "dreadful"]
+# One key word per text decides its score; everything else is filler.
+KEYS = {"terrible": 0.0, "poor": 0.25, "average": 0.5, "good": 0.75, "excellent": 1.0}
 DISTRACTORS = (
     "the of and to in is was for on that with as by at from his her their this which or an are were be it had "
     "not but have one all new more other some time year people city river house street school music team game "
@@ -26,27 +26,28 @@ DISTRACTORS = (
 logger = logging.getLogger("attnpool.demo")
 
 
-def make_key_token_data(n: int, seed: int, length: int = 48) -> "pd.DataFrame":  # noqa: F821, UP037
-    """``n`` texts of ``length`` words with 1-3 key words; label = (positives - negatives) mapped to [0, 1]."""
+def make_key_token_data(n: int, seed: int, min_words: int = 16, max_words: int = 96) -> "pd.DataFrame":  # noqa: F821, UP037
+    """``n`` texts of ``min_words``..``max_words`` filler words with one key word; its score is the label.
+
+    The longer the text, the more the key word is diluted in a mean over tokens, while a weighted sum can put
+    its weight on the key word at any length.
+    """
     import pandas as pd
 
     rng = np.random.default_rng(seed)
+    keys = list(KEYS)
     rows = []
     for i in range(n):
+        length = int(rng.integers(min_words, max_words + 1))
         words = list(rng.choice(DISTRACTORS, size=length))
-        n_pos, n_neg = rng.integers(0, 3), rng.integers(0, 3)
-        if n_pos + n_neg == 0:
-            n_pos = 1
-        keys = list(rng.choice(POSITIVE, size=n_pos)) + list(rng.choice(NEGATIVE, size=n_neg))
-        for key, position in zip(keys, rng.choice(length, size=len(keys), replace=False), strict=True):
-            words[position] = key
-        label = (n_pos - n_neg + 2) / 4  # in {0, 0.25, 0.5, 0.75, 1}
-        rows.append({"id": f"demo{i:05d}", "text": " ".join(words), "label": label})
+        key = keys[rng.integers(0, len(keys))]
+        words[rng.integers(0, length)] = key
+        rows.append({"id": f"demo{i:05d}", "text": " ".join(words), "label": KEYS[key]})
     return pd.DataFrame(rows)
 
 
-def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 75.0, model: str | None = None,
-             n_train: int | None = None, n_valid: int = 256) -> dict[str, float]:
+def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None,
+             n_train: int | None = None, n_valid: int = 200) -> dict[str, float]:
     """Fine-tune with ``mean`` and with ``attention`` pooling, print both Pearson scores and top-weighted tokens.
 
     Args:
@@ -73,30 +74,32 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 75.0, model:
     model = model or default_model()
     from transformers import AutoConfig
 
-    # Fine-tune the top two layers (plus pooler and head): a few minutes on 2 CPU cores.
-    frozen = max(0, AutoConfig.from_pretrained(model).num_hidden_layers - 2)
-    # About 0.35 s per step of 16 rows for MiniLM on 2 cores with the bottom 4 layers frozen.
-    n_train = n_train or int(max(160, min(2400, seconds / 0.35 * 16)))
+    # Fine-tune the top layer (plus pooler and head): a few minutes on 2 CPU cores.
+    encoder_config = AutoConfig.from_pretrained(model)
+    frozen = max(0, encoder_config.num_hidden_layers - 1)
+    max_length = min(128, getattr(encoder_config, "max_position_embeddings", 512))
+    # About 0.9 s per step of 16 rows of ~70 tokens for MiniLM on 2 cores with the bottom 5 layers frozen.
+    n_train = n_train or int(max(160, min(2400, seconds / 0.9 * 16)))
     make_key_token_data(n_train, seed=0).to_csv(output_dir / "train.csv", index=False)
     make_key_token_data(n_valid, seed=1).to_csv(output_dir / "valid.csv", index=False)
-    print(f"attnpool demo: {n_train} training / {n_valid} validation texts of 48 words; the label counts a few "
-          f"key words ({', '.join(POSITIVE[:2])} ... vs {', '.join(NEGATIVE[:2])} ...) among distractors")
+    print(f"attnpool demo: {n_train} training / {n_valid} validation texts of 16-96 words; the label is the score of "
+          f"the one key word ({', '.join(KEYS)}) hidden among distractors")
     scores = {}
     for pooling in ("mean", "attention"):
         cfg = TrainConfig(train_file=str(output_dir / "train.csv"), valid_file=str(output_dir / "valid.csv"),
                           text_cols=["text"], label="label", model=model, pooling=pooling,
                           pooling_options={"attn_size": 128} if pooling == "attention" else {},
-                          output_activation="sigmoid", epochs=1, batch_size=16, max_length=64, lr=1e-4,
+                          output_activation="sigmoid", epochs=1, batch_size=16, max_length=max_length, lr=1e-4,
                           head_lr=2e-3, warmup_ratio=0.06, freeze_layers=frozen, output_dir=str(output_dir / pooling),
                           seed=0)
         result = train(cfg)
         scores[pooling] = result.metrics["overall"]["pearson"]
     print(f"\nvalidation Pearson:  mean pooling {scores['mean']:.3f}   attention pooling {scores['attention']:.3f}")
-    _show_top_tokens(output_dir / "attention" / "fold_0" / "model", output_dir / "valid.csv", torch)
+    _show_top_tokens(output_dir / "attention" / "fold_0" / "model", output_dir / "valid.csv", max_length, torch)
     return scores
 
 
-def _show_top_tokens(model_dir: Path, valid_csv: Path, torch) -> None:  # noqa: ANN001
+def _show_top_tokens(model_dir: Path, valid_csv: Path, max_length: int, torch) -> None:  # noqa: ANN001
     import pandas as pd
     from transformers import AutoTokenizer
 
@@ -105,7 +108,7 @@ def _show_top_tokens(model_dir: Path, valid_csv: Path, torch) -> None:  # noqa: 
     model = AttnPoolForSequenceClassification.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     frame = pd.read_csv(valid_csv).head(4)
-    batch = tokenizer(list(frame["text"]), padding=True, truncation=True, max_length=64, return_tensors="pt")
+    batch = tokenizer(list(frame["text"]), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     with torch.no_grad():
         out = model(**batch, return_pooling_weights=True)
     print("\ntokens the attention pooler weighs most (weight), on held-out texts:")
@@ -113,6 +116,6 @@ def _show_top_tokens(model_dir: Path, valid_csv: Path, torch) -> None:  # noqa: 
         tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][i])
         weights = out.pooling_weights[i]
         top = torch.topk(weights, k=4).indices.tolist()
-        keys = [w for w in row["text"].split() if w in POSITIVE + NEGATIVE]
+        keys = [w for w in row["text"].split() if w in KEYS]
         shown = ", ".join(f"{tokens[j]} ({weights[j]:.2f})" for j in top)
         print(f"  label {row['label']:.2f} pred {out.logits[i, 0]:.2f}  key words {keys}:  {shown}")
