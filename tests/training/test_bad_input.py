@@ -122,3 +122,17 @@ def test_predict_refuses_unseen_labels_other_versions_and_corrupt_checkpoints(en
 def test_predict_on_a_folder_that_is_not_a_run(tmp_path, capsys):
     err = run_error(capsys, ["predict", "--run", str(tmp_path), "--input", "x.csv", "--output", "y.csv"])
     assert "is not an attnpool run directory" in err
+
+
+def test_empty_and_overlong_texts_are_kept_and_counted_in_the_log(encoder, tmp_path):
+    frame = write_toy_csv(tmp_path / "train.csv", n=16)
+    frame.loc[2, "first"] = ""
+    frame.loc[5, "second"] = None
+    frame.loc[7, "first"] = " ".join(["tree"] * 40)
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    run = tmp_path / "run"
+    assert main(train_args(encoder, tmp_path / "train.csv", run)) == 0
+    log = (run / "train.log").read_text()
+    assert "2 rows have empty or missing text" in log
+    assert "1 of 16 texts are longer than max_length=16 tokens and were truncated" in log
+    assert len(pd.read_csv(run / "oof.csv")) == 16  # nothing dropped
