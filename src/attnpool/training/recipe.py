@@ -294,10 +294,9 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
                 continue
             if fold not in wanted:
                 continue
-            logger.info("fold %d of %d: %d train / %d valid rows", fold + 1, len(fold_ids),
-                        int((folds != fold).sum() if data.valid_rows is None else (folds == -1).sum()),
-                        int((folds == fold).sum()))
             train_idx, valid_idx = data.split(folds, fold)
+            logger.info("fold %d (%d of %d): %d train / %d valid rows", fold, fold + 1, len(fold_ids), len(train_idx),
+                        len(valid_idx))
             frames.append(train_fold(cfg, data, fold, train_idx, valid_idx, fold_dir, callbacks))
         result = _summarise(cfg, data, run_dir, frames, fold_ids, time.perf_counter() - started)
     finally:
