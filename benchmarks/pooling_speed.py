@@ -5,7 +5,10 @@ and one ragged right-padded ``attention_mask`` (lengths uniform in ``[T/4, T]``,
 candidate runs on exactly these tensors:
 
 * every registered pooler with its default options: ``pooler(h, mask)``, then backward of
-  ``pooled.float().pow(2).mean()``;
+  ``pooled.float().pow(2).mean()``. Multi-layer poolers (``needs_all_layers``) get their own leaf of shape
+  ``(B, L, T, H)`` with their default ``L``; poolers that read attention maps (``needs_attentions``) also get one
+  layer of one-head random attention maps ``(1, B, 1, T, T)``, a masked softmax over the real keys (an input, not
+  differentiated: the encoder's cost of producing them is not counted);
 * ``transcription``: the usual notebook head, ``nn.Sequential(Linear(H, 512), Tanh, Linear(512, 1),
   Softmax(dim=1))`` over all positions, weights multiplied by the mask and renormalised by ``sum + 1e-8``, then
   ``(weights * h).sum(1)`` (same weights as ``attention``, same loss);
@@ -60,6 +63,8 @@ import torch
 from torch import Tensor, nn
 
 import attnpool
+from attnpool.pooling import get_pooler_class
+from attnpool.pooling.functional import masked_softmax
 
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = ((32, 128, 384), (32, 512, 1024), (8, 2048, 1024))
 TRANSCRIPTION = "transcription"
@@ -129,14 +134,33 @@ def make_inputs(
     return hidden_states.requires_grad_(True), mask
 
 
-def make_loss_step(module: nn.Module, hidden_states: Tensor, mask: Tensor) -> Callable[[], None]:
-    """Forward of ``module(h, mask)`` and backward of the mean squared pooled vector."""
+def make_loss_step(module: nn.Module, hidden_states: Tensor, mask: Tensor, **kwargs: Tensor) -> Callable[[], None]:
+    """Forward of ``module(h, mask, **kwargs)`` and backward of the mean squared pooled vector."""
 
     def step() -> None:
-        pooled = module(hidden_states, mask)
+        pooled = module(hidden_states, mask, **kwargs)
         pooled.float().pow(2).mean().backward()
 
     return step
+
+
+def pooler_inputs(
+    pooler: attnpool.Pooler, hidden_states: Tensor, mask: Tensor, seed: int
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The hidden states the pooler takes (a stacked ``(B, L, T, H)`` leaf for multi-layer poolers) and extras."""
+    batch, seq_len, hidden = hidden_states.shape
+    device, dtype = hidden_states.device, hidden_states.dtype
+    gen = torch.Generator().manual_seed(seed + 2)
+    inputs = hidden_states
+    if pooler.needs_all_layers:
+        stacked = torch.randn(batch, pooler.num_layers, seq_len, hidden, generator=gen)
+        inputs = stacked.to(device=device, dtype=dtype).requires_grad_(True)
+    extras: dict[str, Tensor] = {}
+    if pooler.needs_attentions:
+        scores = torch.randn(1, batch, 1, seq_len, seq_len, generator=gen).to(device)
+        real_keys = mask.bool()[None, :, None, None, :]
+        extras["attentions"] = masked_softmax(scores, real_keys).to(dtype)
+    return inputs, extras
 
 
 def make_reset(hidden_states: Tensor, *modules: nn.Module) -> Callable[[], None]:
@@ -157,10 +181,11 @@ def build_candidates(
     device, dtype, hidden = hidden_states.device, hidden_states.dtype, hidden_states.shape[-1]
     candidates = []
     poolers = {}
-    for name in names:
+    for index, name in enumerate(names):
         torch.manual_seed(0)
         pooler = poolers[name] = attnpool.build_pooler(name, hidden).to(device=device, dtype=dtype)
-        step, reset = make_loss_step(pooler, hidden_states, mask), make_reset(hidden_states, pooler)
+        inputs, extras = pooler_inputs(pooler, hidden_states, mask, seed=index)
+        step, reset = make_loss_step(pooler, inputs, mask, **extras), make_reset(inputs, pooler)
         candidates.append(Candidate(name, step, reset))
 
     if "attention" in poolers:
@@ -334,7 +359,7 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
     names = attnpool.available_poolers() if args.poolers is None else args.poolers.split(",")
-    names = [attnpool.build_pooler(name, 8).name for name in names]  # validates and canonicalises the names
+    names = [get_pooler_class(name).name for name in names]  # validates and canonicalises the names
     shapes = [min(args.shapes, key=lambda s: s[0] * s[1] * s[2])] if args.quick else args.shapes
 
     print(f"torch {torch.__version__}, attnpool {attnpool.__version__}, poolers: {', '.join(names)}")

@@ -1,4 +1,8 @@
-"""The pooling contract, run over every registered pooler (and a few option variants)."""
+"""The pooling contract, run over every registered pooler (and a few option variants).
+
+Multi-layer poolers (``needs_all_layers``) get batches with a layer axis, ``(B, L, T, H)``; poolers that read the
+encoder's attention maps (``needs_attentions``) get maps computed from the same tokens (``pool_helpers.call``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,17 @@ import json
 
 import pytest
 import torch
-from pool_helpers import HIDDEN, pad, perturb_parameters, ragged_batch
+from pool_helpers import (
+    GRAPH_VARIANTS,
+    HIDDEN,
+    attention_maps,
+    batch_for,
+    call,
+    pad,
+    perturb_parameters,
+    variant_ids,
+)
+from torch import nn
 
 from attnpool.pooling import Pooler, build_pooler
 
@@ -20,16 +34,16 @@ def make(variant, seed=0) -> Pooler:
 
 
 def pooled_and_weights(pooler, hidden, mask):
-    return pooler(hidden, mask, return_weights=True)
+    return call(pooler, hidden, mask, return_weights=True)
 
 
 def test_shape_and_output_dim(variant):
     pooler = make(variant)
-    hidden, mask, _ = ragged_batch([3, 5, 1])
+    hidden, mask, _ = batch_for(pooler, [3, 5, 1])
     pooled, weights = pooled_and_weights(pooler, hidden, mask)
     assert pooled.shape == (3, pooler.output_dim)
     assert pooled.dtype == hidden.dtype
-    assert pooler(hidden, mask).shape == pooled.shape  # without return_weights: the tensor alone
+    assert call(pooler, hidden, mask).shape == pooled.shape  # without return_weights: the tensor alone
     if pooler.has_weights:
         assert weights.shape[0] == 3 and weights.shape[-1] == 5 and weights.dim() in (2, 3)
     else:
@@ -38,21 +52,22 @@ def test_shape_and_output_dim(variant):
 
 def test_appended_padding_with_huge_values_changes_nothing(variant):
     pooler = make(variant)
-    hidden, mask, tokens = ragged_batch([4, 6, 2])
+    hidden, mask, tokens = batch_for(pooler, [4, 6, 2])
     base, base_w = pooled_and_weights(pooler, hidden, mask)
+    seq_len = hidden.shape[-2]
     for extra in (1, 7):
-        longer = pad(tokens, hidden.shape[1] + extra, pad_value=HUGE, seed=extra)
+        longer = pad(tokens, seq_len + extra, pad_value=HUGE, seed=extra)
         longer_mask = torch.cat([mask, torch.zeros(3, extra, dtype=mask.dtype)], dim=1)
         out, w = pooled_and_weights(pooler, longer, longer_mask)
         torch.testing.assert_close(out, base, atol=1e-5, rtol=1e-5)
         if base_w is not None:
-            torch.testing.assert_close(w[..., : hidden.shape[1]], base_w, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(w[..., :seq_len], base_w, atol=1e-6, rtol=1e-5)
 
 
 def test_left_padding_equals_right_padding(variant):
     pooler = make(variant)
-    right, right_mask, _ = ragged_batch([5, 2, 7], seq_len=9, pad_value=3.0)
-    left, left_mask, _ = ragged_batch([5, 2, 7], seq_len=9, pad_value=3.0, side="left")
+    right, right_mask, _ = batch_for(pooler, [5, 2, 7], seq_len=9, pad_value=3.0)
+    left, left_mask, _ = batch_for(pooler, [5, 2, 7], seq_len=9, pad_value=3.0, side="left")
     out_r, w_r = pooled_and_weights(pooler, right, right_mask)
     out_l, w_l = pooled_and_weights(pooler, left, left_mask)
     torch.testing.assert_close(out_l, out_r, atol=1e-5, rtol=1e-5)
@@ -64,20 +79,20 @@ def test_left_padding_equals_right_padding(variant):
 
 def test_sample_alone_equals_sample_in_ragged_batch(variant):
     pooler = make(variant)
-    hidden, mask, tokens = ragged_batch([6, 1, 3, 9], pad_value=HUGE)
-    batched = pooler(hidden, mask)
+    hidden, mask, tokens = batch_for(pooler, [6, 1, 3, 9], pad_value=HUGE)
+    batched = call(pooler, hidden, mask)
     for i, t in enumerate(tokens):
-        alone = pooler(t.unsqueeze(0))  # no mask, no padding
+        alone = call(pooler, t.unsqueeze(0))  # no mask, no padding
         torch.testing.assert_close(batched[i : i + 1], alone, atol=1e-5, rtol=1e-5)
 
 
 def test_permutation_invariance_matches_the_declared_flag(variant):
     pooler = make(variant)
-    hidden, mask, tokens = ragged_batch([7, 5], seq_len=8)
+    hidden, mask, tokens = batch_for(pooler, [7, 5], seq_len=8)
     perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
     shuffled = hidden.clone()
-    shuffled[0, :7] = hidden[0, perm]
-    out, out_shuffled = pooler(hidden, mask), pooler(shuffled, mask)
+    shuffled[0, ..., :7, :] = hidden[0, ..., perm, :]  # the token axis, with or without a layer axis
+    out, out_shuffled = call(pooler, hidden, mask), call(pooler, shuffled, mask)
     if pooler.permutation_invariant:
         torch.testing.assert_close(out_shuffled, out, atol=1e-5, rtol=1e-5)
     else:  # the flag is not set out of caution: the output really depends on the order
@@ -86,7 +101,7 @@ def test_permutation_invariance_matches_the_declared_flag(variant):
 
 def test_weights_are_a_distribution_over_real_tokens(variant):
     pooler = make(variant)
-    hidden, mask, _ = ragged_batch([4, 8, 1], pad_value=HUGE)
+    hidden, mask, _ = batch_for(pooler, [4, 8, 1], pad_value=HUGE)
     _, weights = pooled_and_weights(pooler, hidden, mask)
     if not pooler.has_weights:
         assert weights is None
@@ -99,16 +114,16 @@ def test_weights_are_a_distribution_over_real_tokens(variant):
 
 def test_mask_dtypes_agree(variant):
     pooler = make(variant)
-    hidden, mask, _ = ragged_batch([2, 5])
-    ref = pooler(hidden, mask)
+    hidden, mask, _ = batch_for(pooler, [2, 5])
+    ref = call(pooler, hidden, mask)
     for m in (mask.bool(), mask.int(), mask.float(), mask.half()):
-        torch.testing.assert_close(pooler(hidden, m), ref)
+        torch.testing.assert_close(call(pooler, hidden, m), ref)
 
 
 def test_fully_masked_row_gives_zeros_and_finite_gradients(variant):
     pooler = make(variant).train()
     pooler.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
-    hidden, mask, _ = ragged_batch([0, 3, 0], seq_len=4, pad_value=HUGE)
+    hidden, mask, _ = batch_for(pooler, [0, 3, 0], seq_len=4, pad_value=HUGE)
     hidden.requires_grad_(True)
     pooled, weights = pooled_and_weights(pooler, hidden, mask)
     assert torch.isfinite(pooled).all()
@@ -123,9 +138,9 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(variant):
 
 def test_every_parameter_gets_a_finite_gradient(variant):
     pooler = make(variant).train()
-    hidden, mask, _ = ragged_batch([3, 6, 2])
+    hidden, mask, _ = batch_for(pooler, [3, 6, 2])
     hidden.requires_grad_(True)
-    pooler(hidden, mask).pow(2).sum().backward()
+    call(pooler, hidden, mask).pow(2).sum().backward()
     assert torch.isfinite(hidden.grad).all() and hidden.grad.abs().sum() > 0
     for name, p in pooler.named_parameters():
         assert p.grad is not None, f"{name} got no gradient"
@@ -137,10 +152,10 @@ def test_every_parameter_gets_a_finite_gradient(variant):
 def test_half_precision_is_finite_and_close_to_float32(variant, dtype):
     pooler = make(variant)
     # Large magnitude (x ** 3 alone overflows fp16 here), with padding as large as fp16 can hold.
-    hidden, mask, _ = ragged_batch([5, 12, 3], seq_len=14, pad_value=HUGE / 120)
+    hidden, mask, _ = batch_for(pooler, [5, 12, 3], seq_len=14, pad_value=HUGE / 120)
     hidden = hidden * 30
-    ref = pooler(hidden, mask)
-    low = pooler.to(dtype)(hidden.to(dtype), mask)
+    ref = call(pooler, hidden, mask)
+    low = call(pooler.to(dtype), hidden.to(dtype), mask)
     assert low.dtype == dtype
     assert torch.isfinite(low).all()
     scale = ref.abs().max()
@@ -149,10 +164,12 @@ def test_half_precision_is_finite_and_close_to_float32(variant, dtype):
 
 def test_inputs_are_not_modified(variant):
     pooler = make(variant)
-    hidden, mask, _ = ragged_batch([2, 4], pad_value=HUGE)
-    hidden_copy, mask_copy = hidden.clone(), mask.clone()
-    pooler(hidden, mask)
+    hidden, mask, _ = batch_for(pooler, [2, 4], pad_value=HUGE)
+    attentions = attention_maps(hidden, mask)
+    hidden_copy, mask_copy, attentions_copy = hidden.clone(), mask.clone(), attentions.clone()
+    call(pooler, hidden, mask, attentions=attentions)
     assert torch.equal(hidden, hidden_copy) and torch.equal(mask, mask_copy)
+    assert torch.equal(attentions, attentions_copy)
 
 
 def test_config_and_state_dict_round_trip(variant):
@@ -165,36 +182,60 @@ def test_config_and_state_dict_round_trip(variant):
     rebuilt.eval()
     assert type(rebuilt) is type(pooler) and rebuilt.get_config() == config
     assert repr(rebuilt) == repr(pooler)
-    hidden, mask, _ = ragged_batch([3, 5])
-    torch.testing.assert_close(rebuilt(hidden, mask), pooler(hidden, mask), atol=0, rtol=0)
+    hidden, mask, _ = batch_for(pooler, [3, 5])
+    torch.testing.assert_close(call(rebuilt, hidden, mask), call(pooler, hidden, mask), atol=0, rtol=0)
 
 
-def test_torch_compile_captures_one_graph(variant):
-    pooler = make(variant)
-    hidden, mask, _ = ragged_batch([3, 5])
+@pytest.mark.parametrize("graph_variant", GRAPH_VARIANTS, ids=variant_ids(GRAPH_VARIANTS))
+def test_torch_compile_captures_one_graph(graph_variant):
+    pooler = make(graph_variant)
+    hidden, mask, _ = batch_for(pooler, [3, 5])
     torch.compiler.reset()  # each pooler compiles afresh, not against the recompile limit of earlier ones
     compiled = torch.compile(pooler, backend="aot_eager", fullgraph=True)
-    torch.testing.assert_close(compiled(hidden, mask), pooler(hidden, mask), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(call(compiled, hidden, mask), call(pooler, hidden, mask), atol=1e-6, rtol=1e-5)
 
 
-def test_onnx_export_runs_with_dynamic_batch_and_length(variant, tmp_path):
+class _Exported(nn.Module):
+    """The pooler with the attention maps as a positional input (exporters take positional tensors)."""
+
+    def __init__(self, pooler):
+        super().__init__()
+        self.pooler = pooler
+
+    def forward(self, hidden_states, attention_mask, attentions=None):
+        return self.pooler(hidden_states, attention_mask, attentions=attentions)
+
+
+@pytest.mark.parametrize("graph_variant", GRAPH_VARIANTS, ids=variant_ids(GRAPH_VARIANTS))
+def test_onnx_export_runs_with_dynamic_batch_and_length(graph_variant, tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    pooler = make(variant)
-    hidden, mask, _ = ragged_batch([3, 5, 4])
+    pooler = make(graph_variant)
+    hidden, mask, _ = batch_for(pooler, [3, 5, 4])
     path = tmp_path / "pooler.onnx"
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    token_axis = hidden.dim() - 2  # 1, or 2 behind a layer axis
+    args = (hidden, mask)
+    names = ["hidden_states", "attention_mask"]
+    dynamic = [{0: batch, token_axis: seq}, {0: batch, 1: seq}]
+    if pooler.needs_attentions:
+        args += (attention_maps(hidden, mask),)
+        names.append("attentions")
+        dynamic.append({1: batch, 3: seq, 4: seq})  # (L, B, heads, T, T)
     torch.onnx.export(
-        pooler,
-        (hidden, mask),
+        _Exported(pooler).eval(),
+        args,
         str(path),
-        input_names=["hidden_states", "attention_mask"],
+        input_names=names,
         output_names=["pooled"],
-        dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+        dynamic_shapes=tuple(dynamic),
         dynamo=True,
         verbose=False,
     )
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     # Other batch size and length than at export time.
-    hidden2, mask2, _ = ragged_batch([2, 7, 1, 4, 6], seed=3, pad_value=5.0)
-    (out,) = session.run(None, {"hidden_states": hidden2.numpy(), "attention_mask": mask2.numpy()})
-    torch.testing.assert_close(torch.from_numpy(out), pooler(hidden2, mask2), atol=1e-4, rtol=1e-4)
+    hidden2, mask2, _ = batch_for(pooler, [2, 7, 1, 4, 6], seed=3, pad_value=5.0)
+    feeds = {"hidden_states": hidden2.numpy(), "attention_mask": mask2.numpy()}
+    if pooler.needs_attentions:
+        feeds["attentions"] = attention_maps(hidden2, mask2).numpy()
+    (out,) = session.run(None, feeds)
+    torch.testing.assert_close(torch.from_numpy(out), call(pooler, hidden2, mask2), atol=1e-4, rtol=1e-4)

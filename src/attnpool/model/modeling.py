@@ -257,6 +257,11 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
 class AttnPoolModel(AttnPoolPreTrainedModel):
     """A Hugging Face encoder followed by an attnpool pooler: text in, one embedding per sequence out.
 
+    What the pooler declares decides what the encoder is asked for: ``needs_all_layers`` -> the hidden states of
+    every layer (the top ``pooler.num_layers`` are stacked as ``(B, L, T, H)``), ``needs_attentions`` -> the
+    attention maps, with the encoder switched to ``attn_implementation="eager"`` (the only implementation for
+    which transformers returns them).
+
     Args:
         config: The :class:`AttnPoolConfig`.
         encoder: A ready encoder (e.g. with pre-trained weights); built from ``config.encoder`` when ``None``.
@@ -267,8 +272,10 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         if config.encoder is None:
             raise ValueError("AttnPoolConfig has no encoder config; build the model with from_encoder(...)")
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
-        self.pooler = build_pooler(config.pooling, config.hidden_size)
+        self.pooler = self._build_pooler(config)
         config.pooling = self.pooler.get_config()  # the complete spec, defaults filled in, is what gets saved
+        if self.pooler.needs_attentions:
+            self._use_eager_attention()
         accepted = inspect.signature(self.encoder.forward).parameters
         self._accepts_token_type_ids = "token_type_ids" in accepted
         self._accepts_position_ids = "position_ids" in accepted
@@ -284,13 +291,52 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         """Replace the encoder's token embeddings."""
         self.encoder.set_input_embeddings(value)
 
+    @staticmethod
+    def _build_pooler(config: AttnPoolConfig) -> Pooler:
+        """Build the pooler; a multi-layer one is sized to the layers it will be fed, unless its spec says.
+
+        The layers fed to a ``needs_all_layers`` pooler: with ``pooling_layers="last"`` the top ``num_layers``
+        transformer layers (its default, capped at the encoder's depth); with ``"all"`` every transformer layer;
+        with a list, those layers. A ``num_layers`` given in the pooling spec must match.
+        """
+        pooler = build_pooler(config.pooling, config.hidden_size)
+        if not pooler.needs_all_layers:
+            return pooler
+        depth = getattr(config.encoder, "num_hidden_layers", None)
+        layers = config.pooling_layers
+        if layers == "last":
+            wanted = pooler.num_layers if depth is None else min(pooler.num_layers, depth)
+        else:
+            wanted = depth if layers == "all" else len(layers)
+        if wanted is None or wanted == pooler.num_layers:
+            return pooler
+        if "num_layers" in config.pooling:
+            raise ValueError(
+                f"pooler {pooler.name!r} takes num_layers={pooler.num_layers} layers, but pooling_layers={layers!r} "
+                f"selects {wanted} of the encoder's {depth}; drop num_layers from the pooling spec or make them agree"
+            )
+        return build_pooler(config.pooling, config.hidden_size, num_layers=wanted)
+
+    def _use_eager_attention(self) -> None:
+        """Switch the encoder to eager attention: transformers returns attention maps for no other implementation."""
+        if getattr(self.encoder.config, "_attn_implementation", None) == "eager":
+            return
+        try:
+            self.encoder.set_attn_implementation("eager")
+        except (ValueError, AttributeError, NotImplementedError):
+            pass  # the pooler's ValueError at the first forward then says what is missing and why
+
     def _selected_hidden_states(self, outputs: Any) -> Tensor:
         layers = self.config.pooling_layers
-        if layers == "last":
+        multi_layer = self.pooler.needs_all_layers
+        if layers == "last" and not multi_layer:
             return outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
         all_states = outputs.hidden_states
-        chosen = list(all_states[1:]) if layers == "all" else [all_states[i] for i in layers]
-        if self.pooler.needs_all_layers:
+        if layers == "last":  # a multi-layer pooler: the top num_layers transformer layers
+            chosen = list(all_states[len(all_states) - self.pooler.num_layers :])
+        else:
+            chosen = list(all_states[1:]) if layers == "all" else [all_states[i] for i in layers]
+        if multi_layer:
             return torch.stack(chosen, dim=1)  # (B, L, T, H)
         return torch.stack(chosen, dim=0).mean(dim=0) if len(chosen) > 1 else chosen[0]  # (B, T, H)
 
@@ -315,8 +361,10 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             token_type_ids: Passed on only to encoders that accept them.
             position_ids: Passed on as given; computed from the mask for decoder-only encoders otherwise.
             inputs_embeds: Instead of ``input_ids``.
-            output_hidden_states: Return all layers' hidden states.
-            output_attentions: Return the encoder's attention maps.
+            output_hidden_states: Return all layers' hidden states. (They are computed anyway for a multi-layer
+                pooler, ``needs_all_layers``, or ``pooling_layers`` other than ``"last"``; returned only when set.)
+            output_attentions: Return the encoder's attention maps. (They are computed anyway for a pooler that
+                ``needs_attentions``, and passed to it; returned only when set.)
             return_pooling_weights: Return the pooler's token weights.
             return_dict: Ignored (outputs are always a ``ModelOutput``); kept for transformers compatibility.
             **kwargs: Further encoder arguments.
@@ -336,18 +384,21 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         if position_ids is not None:
             encoder_kwargs["position_ids"] = position_ids
-        need_all = self.config.pooling_layers != "last"
+        # What the pooler declares it needs decides what the encoder is asked for.
+        need_layers = self.config.pooling_layers != "last" or self.pooler.needs_all_layers
+        need_attentions = self.pooler.needs_attentions
         outputs = self.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
-            output_hidden_states=bool(output_hidden_states) or need_all,
-            output_attentions=bool(output_attentions),
+            output_hidden_states=bool(output_hidden_states) or need_layers,
+            output_attentions=bool(output_attentions) or need_attentions,
             return_dict=True,
             **encoder_kwargs,
         )
         hidden = self._selected_hidden_states(outputs)
-        pooled, weights = self.pooler(hidden, attention_mask, return_weights=True)
+        pooler_kwargs: dict[str, Any] = {"attentions": outputs.attentions} if need_attentions else {}
+        pooled, weights = self.pooler(hidden, attention_mask, return_weights=True, **pooler_kwargs)
         return AttnPoolModelOutput(
             pooler_output=pooled,
             pooling_weights=weights if return_pooling_weights else None,

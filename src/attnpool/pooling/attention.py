@@ -13,6 +13,7 @@ from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
 from attnpool.pooling.registry import register_pooler
+from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
 
 
 def _xavier_(*layers: nn.Linear) -> None:
@@ -36,12 +37,22 @@ def _tanh_projection(proj: nn.Linear, hidden_states: Tensor) -> Tensor:
 
 
 class _ScoredPooling(Pooler):
-    """Shared tail of the attention poolers: scores -> masked float32 softmax -> dropout -> weighted sum."""
+    """Shared tail of the attention poolers: scores -> masked float32 normalizer -> dropout -> weighted sum.
+
+    The normalizer is ``"softmax"`` (default), ``"sparsemax"`` or ``"entmax15"`` (see :mod:`attnpool.pooling.sparse`):
+    the sparse ones give exactly zero weight to low-scoring tokens.
+    """
 
     has_weights = True
 
-    def __init__(self, hidden_size: int, temperature: float, dropout: float) -> None:
+    def __init__(self, hidden_size: int, temperature: float, dropout: float, normalizer: str = "softmax") -> None:
         super().__init__(hidden_size)
+        if normalizer not in NORMALIZERS:
+            raise ValueError(
+                f"{type(self).__name__}: normalizer must be one of {', '.join(map(repr, NORMALIZERS))}, "
+                f"got {normalizer!r}"
+            )
+        self.normalizer = normalizer
         if temperature <= 0:
             raise ValueError(f"{type(self).__name__}: temperature must be positive, got {temperature}")
         if not 0.0 <= dropout < 1.0:
@@ -61,7 +72,7 @@ class _ScoredPooling(Pooler):
         if self.temperature != 1.0:
             scores = scores / self.temperature
         token_mask = mask if scores.dim() == 2 else mask.unsqueeze(1)  # (B, T) or (B, 1, T)
-        weights = self.weight_dropout(F.masked_softmax(scores, token_mask))
+        weights = self.weight_dropout(normalize(scores, token_mask, self.normalizer))
         return F.weighted_sum(weights, hidden_states), weights
 
 
@@ -87,14 +98,16 @@ class AttentionPooling(_ScoredPooling):
         dropout: Dropout on the attention weights while training (weights then sum to 1 only in expectation).
         fused: When training, use the fused backward of :mod:`attnpool.pooling.fused`, which keeps one
             ``(B*T, A)`` activation instead of about five (same results). It runs once per forward: set ``False``
-            for ``retain_graph=True`` or double backward. Not used under autocast, ``torch.compile`` or export.
+            for ``retain_graph=True`` or double backward. Not used under autocast, ``torch.compile`` or export,
+            nor with a sparse normalizer.
+        normalizer: ``"softmax"``, or ``"sparsemax"`` / ``"entmax15"`` for sparse weights (exact zeros).
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.
     """
 
     name = "attention"
-    config_keys = ("attn_size", "temperature", "dropout", "fused")
+    config_keys = ("attn_size", "temperature", "dropout", "fused", "normalizer")
 
     def __init__(
         self,
@@ -103,8 +116,9 @@ class AttentionPooling(_ScoredPooling):
         temperature: float = 1.0,
         dropout: float = 0.0,
         fused: bool = True,
+        normalizer: Normalizer = "softmax",
     ) -> None:
-        super().__init__(hidden_size, temperature, dropout)
+        super().__init__(hidden_size, temperature, dropout, normalizer)
         self.attn_size = int(attn_size)
         self.fused = bool(fused)
         self.proj = nn.Linear(hidden_size, self.attn_size)
@@ -119,6 +133,7 @@ class AttentionPooling(_ScoredPooling):
         needs_grad = hidden_states.requires_grad or any(p.requires_grad for p in self.parameters())
         return (
             self.fused
+            and self.normalizer == "softmax"
             and torch.is_grad_enabled()
             and needs_grad
             and not (self.training and self.dropout > 0)
@@ -164,13 +179,14 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         combine: ``"concat"``, ``"project"`` or ``"mean"``.
         temperature: Softmax temperature, shared by the heads.
         dropout: Dropout on the attention weights while training.
+        normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``, applied per head.
 
     Shapes:
         ``(B, T, H) -> (B, output_dim)``; weights ``(B, K, T)``.
     """
 
     name = "multihead_attention"
-    config_keys = ("num_heads", "attn_size", "combine", "temperature", "dropout")
+    config_keys = ("num_heads", "attn_size", "combine", "temperature", "dropout", "normalizer")
 
     def __init__(
         self,
@@ -180,8 +196,9 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         combine: Literal["concat", "project", "mean"] = "concat",
         temperature: float = 1.0,
         dropout: float = 0.0,
+        normalizer: Normalizer = "softmax",
     ) -> None:
-        super().__init__(hidden_size, temperature, dropout)
+        super().__init__(hidden_size, temperature, dropout, normalizer)
         if num_heads < 1:
             raise ValueError(f"MultiHeadAttentionPooling: num_heads must be >= 1, got {num_heads}")
         if combine not in ("concat", "project", "mean"):
@@ -237,16 +254,24 @@ class GatedAttentionPooling(_ScoredPooling):
         attn_size: ``A``, the width of each branch.
         temperature: Softmax temperature.
         dropout: Dropout on the attention weights while training.
+        normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.
     """
 
     name = "gated_attention"
-    config_keys = ("attn_size", "temperature", "dropout")
+    config_keys = ("attn_size", "temperature", "dropout", "normalizer")
 
-    def __init__(self, hidden_size: int, attn_size: int = 512, temperature: float = 1.0, dropout: float = 0.0):
-        super().__init__(hidden_size, temperature, dropout)
+    def __init__(
+        self,
+        hidden_size: int,
+        attn_size: int = 512,
+        temperature: float = 1.0,
+        dropout: float = 0.0,
+        normalizer: Normalizer = "softmax",
+    ) -> None:
+        super().__init__(hidden_size, temperature, dropout, normalizer)
         self.attn_size = int(attn_size)
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
         self.score = nn.Linear(self.attn_size, 1)

@@ -84,3 +84,76 @@ def one_hot_weights(index: Tensor, mask: Tensor, dtype: torch.dtype = torch.floa
     weights = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     weights = weights.scatter(1, index.long().unsqueeze(1), 1.0)
     return weights * mask.any(dim=1, keepdim=True).to(dtype)
+
+
+def has_token(mask: Tensor) -> Tensor:
+    """``(B, 1)`` boolean: whether each row has at least one real token."""
+    return mask.any(dim=-1, keepdim=True)
+
+
+def zero_padding(hidden_states: Tensor, mask: Tensor) -> Tensor:
+    """A copy of ``(B, T, H)`` hidden states with padded positions set to 0 (whatever they held, inf included)."""
+    return hidden_states.masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+def masked_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor, num_heads: int
+) -> tuple[Tensor, Tensor]:
+    r"""Multi-head scaled dot-product attention of a few queries over the real tokens.
+
+    .. math::
+        A_h = \mathrm{softmax}_{t: m_t = 1}\Big(\frac{Q_h K_h^\top}{\sqrt{d_h}}\Big), \qquad O_h = A_h V_h
+
+    Scores and softmax are computed in float32 (fp16 scores of large hidden states overflow), padded keys get
+    exactly zero weight, padded values are replaced by 0 before the product (so not even ``inf`` in padding can
+    leak in), and a row without real tokens gives zero weights and a zero output.
+
+    Args:
+        query: ``(B, Q, E)`` or ``(1, Q, E)`` for queries shared by the batch (learned seeds).
+        key: ``(B, T, E)``.
+        value: ``(B, T, D)``.
+        mask: ``(B, T)`` boolean, ``True`` for real tokens.
+        num_heads: Number of heads; must divide ``E`` and ``D``.
+
+    Returns:
+        ``out (B, Q, D)`` in the value's dtype and ``weights (B, heads, Q, T)`` in float32.
+    """
+    batch, seq_len, embed = key.shape
+    n_query, size = query.shape[1], value.shape[-1]
+    head_dim, value_dim = embed // num_heads, size // num_heads
+    q = query.reshape(query.shape[0], n_query, num_heads, head_dim).transpose(1, 2).float()  # (B|1, h, Q, d)
+    k = key.reshape(batch, seq_len, num_heads, head_dim).transpose(1, 2).float()  # (B, h, T, d)
+    scores = torch.matmul(q * head_dim**-0.5, k.transpose(-1, -2))  # (B, h, Q, T)
+    weights = masked_softmax(scores, mask[:, None, None, :])  # (B, h, Q, T) float32
+    v = zero_padding(value, mask).reshape(batch, seq_len, num_heads, value_dim).transpose(1, 2)  # (B, h, T, dv)
+    out = torch.matmul(weights.to(v.dtype), v)  # (B, h, Q, dv)
+    return out.transpose(1, 2).reshape(batch, n_query, size), weights
+
+
+def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps: float) -> Tensor:
+    r"""Per-channel generalised mean :math:`(\frac{1}{n}\sum_t \max(h_t, \epsilon)^p)^{1/p}` over real tokens.
+
+    Computed in float32 (``x ** 3`` overflows fp16 for ``|x| > 40``); padding is replaced *before* the power so
+    that huge padded values cannot overflow; a row without real tokens gives zeros with finite gradients.
+
+    Args:
+        hidden_states: ``(B, T, H)``.
+        mask: ``(B, T)`` boolean.
+        p: The exponent, a scalar or one per channel ``(H,)``; positive.
+        eps: Lower clamp of the hidden states (the generalised mean is defined on positive values).
+
+    Returns:
+        ``(B, H)`` in float32.
+    """
+    pad = ~mask.unsqueeze(-1)
+    x = hidden_states.float().masked_fill(pad, 1.0).clamp(min=eps)
+    powered = x.pow(p).masked_fill(pad, 0.0)  # (B, T, H)
+    counts = mask.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, 1)
+    mean = powered.sum(dim=1) / counts  # (B, H)
+    # Clamp before the root: an empty row has mean 0, where x ** (1/p) has an infinite gradient.
+    return mean.clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / p) * has_token(mask)
+
+
+def zero_empty_rows(pooled: Tensor, mask: Tensor) -> Tensor:
+    """``(B, D)`` pooled vectors with rows that have no real token set to 0 (biases would make them non-zero)."""
+    return torch.where(has_token(mask), pooled, torch.zeros_like(pooled))

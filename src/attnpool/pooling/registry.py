@@ -12,6 +12,9 @@ from attnpool.pooling.base import Pooler
 
 _REGISTRY: dict[str, type[Pooler]] = {}
 
+# A spec such as "attention+mean" builds the pooler registered under this name with poolers=["attention", "mean"].
+COMBINED_NAME = "combined"
+
 P = TypeVar("P", bound=type[Pooler])
 
 
@@ -44,9 +47,13 @@ def available_poolers() -> list[str]:
 def get_pooler_class(name: str) -> type[Pooler]:
     """The pooler class registered under ``name`` (case, ``-``, ``_`` and a ``pooling`` suffix ignored).
 
+    A combination spec such as ``"attention+mean"`` gives the ``combined`` pooler class.
+
     Raises:
         ValueError: For an unknown name, naming the closest valid one and listing all of them.
     """
+    if "+" in name:
+        name = COMBINED_NAME
     key = _normalize(name)
     if key in _REGISTRY:
         return _REGISTRY[key]
@@ -66,8 +73,10 @@ def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None
     """Build a pooler from a registered name, a config dict from ``get_config()``, or pass an instance through.
 
     Args:
-        spec: A registered name (``"attention"``, ``"Multi-Head-Attention"``...), a dict with a ``"type"`` key
-            such as :meth:`Pooler.get_config` returns, or a :class:`Pooler` instance.
+        spec: A registered name (``"attention"``, ``"Multi-Head-Attention"``...), a combination of names joined by
+            ``+`` (``"attention+mean"``: their outputs concatenated, see
+            :class:`~attnpool.pooling.combine.CombinedPooling`), a dict with a ``"type"`` key such as
+            :meth:`Pooler.get_config` returns, or a :class:`Pooler` instance.
         hidden_size: The encoder's hidden size. Optional when ``spec`` is a config holding ``hidden_size``.
         **options: Constructor options of the pooler, e.g. ``attn_size=128``; they override the config's.
 
@@ -80,6 +89,7 @@ def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None
     Example:
         >>> pooler = build_pooler("attention", 768, attn_size=128)
         >>> rebuilt = build_pooler(pooler.get_config())
+        >>> both = build_pooler("attention+mean", 768, combine="project")
     """
     if isinstance(spec, Pooler):
         if options:
@@ -106,6 +116,14 @@ def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None
         name = spec
     else:
         raise TypeError(f"pooler spec must be a name, a config dict or a Pooler, got {type(spec).__name__}")
+    if "+" in name:
+        parts = [part.strip() for part in name.split("+")]
+        if any(not part for part in parts):
+            raise ValueError(f"pooler combination {name!r} has an empty part; expected e.g. 'attention+mean'")
+        if "poolers" in options:
+            raise ValueError(f"pooler combination {name!r} names its poolers already; drop the 'poolers' option")
+        options = {"poolers": parts, **options}
+        name = COMBINED_NAME
     cls = get_pooler_class(name)
     if hidden_size is None:
         raise ValueError(f"build_pooler({name!r}) needs hidden_size, the encoder's config.hidden_size")

@@ -1,0 +1,144 @@
+"""Attention pooling whose query is computed from the input itself: SimPool and AdaPool."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from typing_extensions import override
+
+from attnpool.pooling import functional as F
+from attnpool.pooling.base import Pooler
+from attnpool.pooling.latent import _split_weights
+from attnpool.pooling.modules import check_heads, xavier_
+from attnpool.pooling.registry import register_pooler
+
+
+@register_pooler
+class SimPooling(Pooler):
+    r"""SimPool: the masked mean is the query of one attention over the (layer-normalised) tokens.
+
+    From "Keep It SimPool: Who Said Supervised Transformers Suffer from Attention Deficit?" (Psomas et al., 2023,
+    arXiv:2309.06891). With :math:`\bar h` the masked mean of the tokens and :math:`X = \mathrm{LN}(H)`:
+
+    .. math::
+        a = \mathrm{softmax}_{t: m_t = 1}\Big(\frac{(W_q \bar h)^\top W_k x_t}{\sqrt{d}}\Big), \qquad
+        \mathrm{pooled} = \Big(\sum_t a_t\, (x_t - \min X + \epsilon)^{\gamma}\Big)^{1/\gamma}
+
+    Without ``gamma`` the output is the plain weighted sum :math:`\sum_t a_t x_t`. As in the official code the
+    query comes from the raw tokens, keys and values from the layer-normalised ones, and ``W_q``, ``W_k`` have no
+    bias. The power normalisation's shift :math:`\min X` is taken over the real tokens of each row (the official
+    code takes it over the whole batch, which makes a sample's output depend on the other samples). The power
+    runs in float32; a row without real tokens gives zeros.
+
+    Args:
+        hidden_size: ``H``.
+        num_heads: Attention heads (1 in the paper); must divide ``H``.
+        gamma: Exponent of the power normalisation (e.g. 1.25 to 2); ``None`` for none.
+        eps: The shift's margin, keeping the powered values positive.
+
+    Shapes:
+        ``(B, T, H) -> (B, H)``; weights ``(B, T)``, ``(B, heads, T)`` with several heads.
+    """
+
+    name = "simpool"
+    has_weights = True
+    config_keys = ("num_heads", "gamma", "eps")
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, gamma: float | None = None, eps: float = 1e-6) -> None:
+        super().__init__(hidden_size)
+        self.num_heads = check_heads("SimPooling", hidden_size, num_heads)
+        if gamma is not None and gamma <= 0:
+            raise ValueError(f"SimPooling: gamma must be positive or None, got {gamma}")
+        self.gamma = None if gamma is None else float(gamma)
+        self.eps = float(eps)
+        self.norm = nn.LayerNorm(hidden_size, eps=1e-6)
+        self.wq = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.wk = nn.Linear(hidden_size, hidden_size, bias=False)
+        xavier_(self.wq, self.wk)
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        query = self.wq(F.masked_mean(hidden_states, mask)).unsqueeze(1)  # (B, 1, H)
+        tokens = self.norm(hidden_states)  # (B, T, H)
+        if self.gamma is None:
+            out, weights = F.masked_attention(query, self.wk(tokens), tokens, mask, self.num_heads)  # (B, 1, H)
+            return out.squeeze(1), _split_weights(weights, hidden_states.dtype)
+        x = tokens.float()
+        pad = ~mask.unsqueeze(-1)
+        row_min = x.masked_fill(pad, torch.finfo(torch.float32).max).amin(dim=(1, 2), keepdim=True)  # (B, 1, 1)
+        row_min = torch.where(F.has_token(mask).unsqueeze(-1), row_min, torch.zeros_like(row_min))
+        powered = (x - row_min + self.eps).clamp(min=self.eps).pow(self.gamma)  # (B, T, H), positive
+        out, weights = F.masked_attention(query.float(), self.wk(tokens).float(), powered, mask, self.num_heads)
+        pooled = out.squeeze(1).clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / self.gamma)  # (B, H)
+        return F.zero_empty_rows(pooled, mask).to(hidden_states.dtype), _split_weights(weights, hidden_states.dtype)
+
+
+@register_pooler
+class AdaptivePooling(Pooler):
+    r"""AdaPool: one cross-attention query, derived from the input, weighting the tokens themselves.
+
+    From "Robust Noise Attenuation via Adaptive Pooling of Transformer Outputs" (Brothers, 2025, ICML,
+    arXiv:2506.09215). Pooling is framed there as vector quantisation: the output is a convex combination of the
+    input vectors, :math:`\sum_t w_t h_t`, and the signal-optimal one is the centroid of the signal tokens; plain
+    mean, max and CLS pooling collapse when the share of signal tokens changes, while attention with a query
+    derived from the input adapts to it:
+
+    .. math::
+        q = W_q\, g(H), \qquad
+        w = \mathrm{softmax}_{t: m_t = 1}\Big(\frac{q^\top W_k h_t}{\sqrt{d}}\Big), \qquad
+        \mathrm{pooled} = \sum_t w_t h_t
+
+    The values are the tokens themselves (no value projection), keeping the output in the convex hull of the
+    tokens as in the paper's analysis. The paper chooses the query vector per task (e.g. the acting agent's own
+    token); here ``query`` selects :math:`g`: the masked ``"mean"`` (default), the per-channel ``"max"``, the
+    ``"first"`` real token (a CLS-like anchor; not permutation invariant) or a ``"learned"`` vector.
+
+    Args:
+        hidden_size: ``H``.
+        num_heads: Attention heads; must divide ``H`` (each head weights its own slice of channels).
+        query: ``"mean"``, ``"max"``, ``"first"`` or ``"learned"``.
+
+    Shapes:
+        ``(B, T, H) -> (B, H)``; weights ``(B, T)``, ``(B, heads, T)`` with several heads.
+    """
+
+    name = "adaptive"
+    has_weights = True
+    config_keys = ("num_heads", "query")
+    QUERIES = ("mean", "max", "first", "learned")
+
+    def __init__(
+        self, hidden_size: int, num_heads: int = 1, query: Literal["mean", "max", "first", "learned"] = "mean"
+    ) -> None:
+        super().__init__(hidden_size)
+        self.num_heads = check_heads("AdaptivePooling", hidden_size, num_heads)
+        if query not in self.QUERIES:
+            choices = ", ".join(map(repr, self.QUERIES))
+            raise ValueError(f"AdaptivePooling: query must be one of {choices}, got {query!r}")
+        self.query = query
+        self.permutation_invariant = query != "first"
+        self.wq = nn.Linear(hidden_size, hidden_size)
+        self.wk = nn.Linear(hidden_size, hidden_size)
+        xavier_(self.wq, self.wk)
+        if query == "learned":
+            self.query_vector = nn.Parameter(torch.empty(1, hidden_size))
+            nn.init.xavier_uniform_(self.query_vector)
+
+    def _query_source(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
+        """``g(H)``, ``(B, H)`` or ``(1, H)`` for the learned query."""
+        if self.query == "mean":
+            return F.masked_mean(hidden_states, mask)
+        if self.query == "max":
+            return F.masked_max(hidden_states, mask)
+        if self.query == "first":
+            first = F.one_hot_weights(F.first_token_index(mask), mask, hidden_states.dtype)  # (B, T)
+            return F.weighted_sum(first, hidden_states)
+        return self.query_vector.to(hidden_states.dtype)
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        query = self.wq(self._query_source(hidden_states, mask)).unsqueeze(1)  # (B|1, 1, H)
+        out, weights = F.masked_attention(query, self.wk(hidden_states), hidden_states, mask, self.num_heads)
+        return out.squeeze(1), _split_weights(weights, hidden_states.dtype)

@@ -1,0 +1,244 @@
+"""Multi-layer poolers: they take several encoder layers stacked as ``(B, L, T, H)`` (``needs_all_layers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+from typing_extensions import override
+
+from attnpool.pooling import functional as F
+from attnpool.pooling.base import Pooler
+from attnpool.pooling.latent import _split_weights
+from attnpool.pooling.modules import FeedForward, check_heads, check_num_layers, xavier_
+from attnpool.pooling.registry import build_pooler, register_pooler
+
+
+def _config_without_size(pooler: Pooler) -> dict[str, Any]:
+    return {k: v for k, v in pooler.get_config().items() if k != "hidden_size"}
+
+
+@register_pooler
+class WeightedLayerPooling(Pooler):
+    r"""Learned softmax-normalised weights over encoder layers, then any token pooler on the mixture.
+
+    The "weighted layer pooling" of many Kaggle NLP solutions, a scalar mix as in ELMo ("Deep contextualized word
+    representations", Peters et al., 2018, arXiv:1802.05365) without the global scale:
+
+    .. math::
+        \alpha = \mathrm{softmax}(w) \in \Delta^{L}, \qquad
+        \tilde h_t = \sum_{l=1}^{L} \alpha_l\, h^{(l)}_t, \qquad \mathrm{pooled} = \mathrm{pool}(\tilde H)
+
+    The softmax keeps the mixture convex whatever ``w`` becomes (a raw ``w / sum(w)`` can divide by ~0). ``w``
+    starts at zero: the mixture starts as the plain average of the layers. The flags (``has_weights``,
+    ``permutation_invariant``, ``needs_attentions``) and the token weights are those of the inner pooler.
+
+    Args:
+        hidden_size: ``H``.
+        num_layers: ``L``, how many layers it mixes (the model feeds the top ``L`` layers of the encoder).
+        pooler: The token pooler applied to the mixture: a registered name (``"mean"``, ``"attention"``...), a
+            config dict, or a combination such as ``"attention+mean"``.
+
+    Shapes:
+        ``(B, L, T, H) -> (B, output_dim of the inner pooler)``; weights those of the inner pooler.
+    """
+
+    name = "weighted_layer"
+    needs_all_layers = True
+    config_keys = ("num_layers", "pooler")
+
+    def __init__(self, hidden_size: int, num_layers: int = 4, pooler: str | Mapping[str, Any] = "mean") -> None:
+        super().__init__(hidden_size)
+        self.num_layers = check_num_layers("WeightedLayerPooling", num_layers)
+        inner = build_pooler(pooler, hidden_size)
+        if inner.needs_all_layers:
+            raise ValueError(f"WeightedLayerPooling: the inner pooler must pool one layer, got {inner.name!r}")
+        self.token_pooler = inner
+        self.layer_logits = nn.Parameter(torch.zeros(self.num_layers))
+        self.has_weights = inner.has_weights
+        self.permutation_invariant = inner.permutation_invariant
+        self.needs_attentions = inner.needs_attentions
+
+    @property
+    def pooler(self) -> dict[str, Any]:
+        """The inner pooler's config (without ``hidden_size``)."""
+        return _config_without_size(self.token_pooler)
+
+    @property
+    def output_dim(self) -> int:
+        """The inner pooler's ``output_dim``."""
+        return self.token_pooler.output_dim
+
+    def layer_weights(self) -> Tensor:
+        """The current mixture weights (the softmax of the layer logits), ``(L,)`` in float32, summing to 1."""
+        return torch.softmax(self.layer_logits.float(), dim=0)
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor, attentions: Any = None) -> tuple[Tensor, Tensor | None]:
+        alpha = self.layer_weights().to(hidden_states.dtype)  # (L,)
+        mixed = torch.einsum("l,blth->bth", alpha, hidden_states)  # (B, T, H)
+        if self.token_pooler.needs_attentions:
+            return self.token_pooler.pool(mixed, mask, attentions=attentions)
+        return self.token_pooler.pool(mixed, mask)
+
+
+@register_pooler
+class MultiLayerAttentionPooling(Pooler):
+    r"""Multi-Layers Trainable Pooling: cross-attention over the representations of all hidden layers.
+
+    From "Pooling And Attention: What Are Effective Designs For LLM-Based Embedding Models?" (Tang and Yang, 2024,
+    arXiv:2409.02727). Each layer ``l`` is summarised by one vector :math:`s_l` (its masked mean, or its first or
+    last real token), a trainable layer-weight matrix :math:`E \in \mathbb{R}^{L \times H}` is added, and
+    trainable queries :math:`Q \in \mathbb{R}^{r \times H}` attend over the ``L`` layer vectors:
+
+    .. math::
+        Z = \mathrm{LN}(S + E), \qquad
+        O = W_o\,\mathrm{MHA}(W_q Q,\ W_k Z,\ W_v Z), \qquad
+        \mathrm{pooled} = \frac{1}{r}\sum_{i=1}^{r} \big(O_i + \mathrm{MLP}(\mathrm{LN}(O_i))\big)
+
+    The paper, on decoder-only LLMs, summarises each layer by its EOS (last) token: ``token="last"``; the default
+    ``"mean"`` suits bidirectional encoders and keeps the pooler permutation invariant. The attention is over
+    layers, not tokens, so no token weights are returned. ``E`` starts at ``N(0, 0.02^2)``, ``Q`` and the linear
+    layers Xavier-uniform. A row without real tokens gives zeros.
+
+    Args:
+        hidden_size: ``H``.
+        num_layers: ``L``, how many layers it attends over (the model feeds the top ``L`` layers).
+        num_queries: ``r``, trainable queries (their outputs are averaged).
+        num_heads: Attention heads; must divide ``H``.
+        token: How a layer is summarised: ``"mean"``, ``"last"`` or ``"first"`` real token.
+        mlp_ratio: Width of the MLP's hidden layer relative to ``H``.
+
+    Shapes:
+        ``(B, L, T, H) -> (B, H)``; no token weights.
+    """
+
+    name = "multilayer_attention"
+    needs_all_layers = True
+    config_keys = ("num_layers", "num_queries", "num_heads", "token", "mlp_ratio")
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int = 4,
+        num_queries: int = 1,
+        num_heads: int = 4,
+        token: Literal["mean", "last", "first"] = "mean",
+        mlp_ratio: float = 1.0,
+    ) -> None:
+        super().__init__(hidden_size)
+        self.num_layers = check_num_layers("MultiLayerAttentionPooling", num_layers)
+        if int(num_queries) < 1:
+            raise ValueError(f"MultiLayerAttentionPooling: num_queries must be >= 1, got {num_queries}")
+        if token not in ("mean", "last", "first"):
+            raise ValueError(f"MultiLayerAttentionPooling: token must be 'mean', 'last' or 'first', got {token!r}")
+        self.num_queries = int(num_queries)
+        self.num_heads = check_heads("MultiLayerAttentionPooling", hidden_size, num_heads)
+        self.token = token
+        self.mlp_ratio = float(mlp_ratio)
+        self.permutation_invariant = token == "mean"
+        self.layer_embedding = nn.Parameter(torch.empty(self.num_layers, hidden_size))
+        nn.init.trunc_normal_(self.layer_embedding, std=0.02)
+        self.queries = nn.Parameter(torch.empty(1, self.num_queries, hidden_size))
+        nn.init.xavier_uniform_(self.queries)
+        self.norm = nn.LayerNorm(hidden_size)
+        self.q, self.k = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, hidden_size)
+        self.v, self.o = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, hidden_size)
+        xavier_(self.q, self.k, self.v, self.o)
+        self.norm_mlp = nn.LayerNorm(hidden_size)
+        self.mlp = FeedForward(hidden_size, self.mlp_ratio)
+
+    def _token_weights(self, mask: Tensor, dtype: torch.dtype) -> Tensor:
+        if self.token == "mean":
+            return F.mean_weights(mask, torch.float32).to(dtype)
+        index = F.last_token_index(mask) if self.token == "last" else F.first_token_index(mask)
+        return F.one_hot_weights(index, mask, dtype)
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
+        token_weights = self._token_weights(mask, hidden_states.dtype)  # (B, T)
+        summaries = torch.einsum("bt,blth->blh", token_weights, hidden_states)  # (B, L, H)
+        layers = self.norm(summaries + self.layer_embedding.to(summaries.dtype))  # (B, L, H)
+        all_layers = torch.ones(layers.shape[:2], dtype=torch.bool, device=layers.device)  # (B, L)
+        out, _ = F.masked_attention(
+            self.q(self.queries.to(layers.dtype)), self.k(layers), self.v(layers), all_layers, self.num_heads
+        )  # (B, r, H)
+        out = self.o(out)
+        out = out + self.mlp(self.norm_mlp(out))
+        return F.zero_empty_rows(out.mean(dim=1), mask), None
+
+
+@register_pooler
+class MaxPoolBERTPooling(Pooler):
+    r"""MaxPoolBERT: the ``[CLS]`` vector refined across layers by a max, optionally with one attention layer.
+
+    From "MaxPoolBERT: Enhancing BERT Classification via Layer- and Token-Wise Aggregation" (2025,
+    arXiv:2505.15696). With :math:`c^{(l)}` the first real token (``[CLS]``) of layer ``l`` among the ``k`` layers
+    received:
+
+    * ``mode="max"``: :math:`\mathrm{pooled} = \max_l c^{(l)}` elementwise, no parameters;
+    * ``mode="attention"``: the final layer's ``[CLS]`` attends over that layer's tokens with multi-head
+      attention, :math:`\mathrm{pooled} = c^{(k)} + W_o\,\mathrm{MHA}(W_q c^{(k)}, W_k X^{(k)}, W_v X^{(k)})`;
+    * ``mode="max_attention"``: the same attention over :math:`\max_l X^{(l)}`, the sequence max-pooled across the
+      ``k`` layers token by token (its ``[CLS]`` as the query).
+
+    The residual connection around the attention is this implementation's choice. For ``"max"`` the token
+    weights are one-hot on ``[CLS]``, else the attention weights. The ``[CLS]`` is the first *real* token, so
+    left padding works; a row without real tokens gives zeros.
+
+    Warning:
+        Not permutation invariant: the output depends on which token comes first.
+
+    Args:
+        hidden_size: ``H``.
+        num_layers: ``k``, the top layers it takes (the model feeds the top ``k`` layers of the encoder).
+        mode: ``"max"``, ``"attention"`` or ``"max_attention"``.
+        num_heads: Heads of the attention modes; must divide ``H``.
+
+    Shapes:
+        ``(B, k, T, H) -> (B, H)``; weights ``(B, T)``, or ``(B, heads, T)`` for the attention modes.
+    """
+
+    name = "maxpoolbert"
+    needs_all_layers = True
+    permutation_invariant = False
+    has_weights = True
+    config_keys = ("num_layers", "mode", "num_heads")
+    MODES = ("max", "attention", "max_attention")
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int = 3,
+        mode: Literal["max", "attention", "max_attention"] = "max",
+        num_heads: int = 4,
+    ) -> None:
+        super().__init__(hidden_size)
+        self.num_layers = check_num_layers("MaxPoolBERTPooling", num_layers)
+        if mode not in self.MODES:
+            choices = ", ".join(map(repr, self.MODES))
+            raise ValueError(f"MaxPoolBERTPooling: mode must be one of {choices}, got {mode!r}")
+        self.mode = mode
+        self.num_heads = int(num_heads)
+        if mode != "max":
+            check_heads("MaxPoolBERTPooling", hidden_size, num_heads)
+            self.q, self.k = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, hidden_size)
+            self.v, self.o = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, hidden_size)
+            xavier_(self.q, self.k, self.v, self.o)
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        batch, layers, _, size = hidden_states.shape
+        first = F.first_token_index(mask)  # (B,)
+        if self.mode == "max":
+            index = first.long().view(batch, 1, 1, 1).expand(batch, layers, 1, size)
+            cls = hidden_states.gather(2, index).squeeze(2)  # (B, k, H): [CLS] of every layer
+            weights = F.one_hot_weights(first, mask, hidden_states.dtype)  # (B, T)
+            return F.zero_empty_rows(cls.amax(dim=1), mask), weights
+        seq = hidden_states[:, -1] if self.mode == "attention" else hidden_states.amax(dim=1)  # (B, T, H)
+        cls = F.weighted_sum(F.one_hot_weights(first, mask, seq.dtype), seq)  # (B, H)
+        out, weights = F.masked_attention(self.q(cls).unsqueeze(1), self.k(seq), self.v(seq), mask, self.num_heads)
+        pooled = cls + self.o(out.squeeze(1))
+        return F.zero_empty_rows(pooled, mask), _split_weights(weights, hidden_states.dtype)

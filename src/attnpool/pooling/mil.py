@@ -1,0 +1,106 @@
+"""Multiple-instance-learning attention: ACMIL's multiple branches with stochastic top-k instance masking."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from typing_extensions import override
+
+from attnpool.pooling import functional as F
+from attnpool.pooling.base import Pooler
+from attnpool.pooling.modules import xavier_
+from attnpool.pooling.registry import register_pooler
+
+
+@register_pooler
+class ACMILPooling(Pooler):
+    r"""Attention-Challenging MIL: several gated-attention branches, their top tokens randomly hidden in training.
+
+    From "Attention-Challenging Multiple Instance Learning for Whole Slide Image Classification" (Zhang et al.,
+    2023, arXiv:2311.07125). Multiple Branch Attention: ``K`` gated-attention branches (Ilse et al.) share
+    the first layers,
+
+    .. math::
+        s_{k,t} = w_k^\top\big(\tanh(V h_t) \odot \sigma(U h_t)\big), \qquad
+        a_k = \mathrm{softmax}_{t \in \mathcal{M}_k}(s_k), \qquad
+        \mathrm{pooled} = \frac{1}{K}\sum_k \sum_t a_{k,t}\, h_t
+
+    and Stochastic Top-K Instance Masking: in training only, for each branch a random ``mask_rate`` share of its
+    ``top_k`` highest-scoring real tokens is removed from :math:`\mathcal{M}_k` before the softmax, so that their
+    weight goes to the other tokens. The number removed is ``floor(min(top_k, n) * mask_rate)``, and never more
+    than ``n - 1``: a row keeps at least one real token. In eval mode all real tokens take part. The paper's
+    branch-diversity loss belongs to the training objective and is not part of the pooler; ``combine="concat"``
+    keeps the branches apart for it or for per-branch heads.
+
+    Args:
+        hidden_size: ``H``.
+        num_branches: ``K`` (5 in the authors' code).
+        attn_size: Width of the gated scoring layers (128 in the authors' code).
+        top_k: How many of a branch's highest-weighted tokens may be masked (10 in the authors' code).
+        mask_rate: Share of those that is masked in training (0.6 in the authors' code); 0 turns it off.
+        combine: ``"mean"`` of the branch vectors (the bag representation) or their ``"concat"``.
+
+    Shapes:
+        ``(B, T, H) -> (B, H)`` (``(B, K*H)`` for ``"concat"``); weights ``(B, K, T)``.
+    """
+
+    name = "acmil"
+    has_weights = True
+    config_keys = ("num_branches", "attn_size", "top_k", "mask_rate", "combine")
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_branches: int = 5,
+        attn_size: int = 128,
+        top_k: int = 10,
+        mask_rate: float = 0.6,
+        combine: Literal["mean", "concat"] = "mean",
+    ) -> None:
+        super().__init__(hidden_size)
+        if int(num_branches) < 1:
+            raise ValueError(f"ACMILPooling: num_branches must be >= 1, got {num_branches}")
+        if int(top_k) < 0 or not 0.0 <= mask_rate < 1.0:
+            raise ValueError(f"ACMILPooling: need top_k >= 0 and mask_rate in [0, 1), got {top_k} and {mask_rate}")
+        if combine not in ("mean", "concat"):
+            raise ValueError(f"ACMILPooling: combine must be 'mean' or 'concat', got {combine!r}")
+        self.num_branches, self.attn_size, self.top_k = int(num_branches), int(attn_size), int(top_k)
+        self.mask_rate, self.combine = float(mask_rate), combine
+        self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
+        self.score = nn.Linear(self.attn_size, self.num_branches)
+        xavier_(self.score)
+        for branch in self.proj.weight.data.chunk(2, dim=0):  # V and U initialised as two separate layers
+            nn.init.xavier_uniform_(branch)
+        nn.init.zeros_(self.proj.bias)
+
+    @property
+    def output_dim(self) -> int:
+        """``hidden_size``, or ``num_branches * hidden_size`` for ``"concat"``."""
+        return self.num_branches * self.hidden_size if self.combine == "concat" else self.hidden_size
+
+    def _stochastic_top_k(self, scores: Tensor, mask: Tensor) -> Tensor:
+        """Boolean ``(B, K, T)``: the tokens hidden from each branch in this training step."""
+        real = mask.unsqueeze(1).expand_as(scores)  # (B, K, T)
+        filled = scores.float().masked_fill(~real, -torch.inf)
+        rank = filled.argsort(dim=-1, descending=True).argsort(dim=-1)  # 0 = the branch's highest score
+        counts = mask.sum(dim=-1).view(-1, 1, 1)  # (B, 1, 1)
+        k = counts.clamp(max=self.top_k)
+        candidates = real & (rank < k)
+        n_drop = torch.minimum((k * self.mask_rate).floor().long(), (counts - 1).clamp(min=0))  # keep >= 1 token
+        priority = torch.rand(scores.shape, device=scores.device).masked_fill(~candidates, 2.0)
+        order = priority.argsort(dim=-1).argsort(dim=-1)  # a random order of the candidates first
+        return candidates & (order < n_drop)
+
+    @override
+    def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        tanh_branch, gate = self.proj(hidden_states).chunk(2, dim=-1)  # (B, T, A) each
+        scores = self.score(tanh_branch.tanh() * gate.sigmoid()).transpose(1, 2)  # (B, K, T)
+        keep = mask.unsqueeze(1).expand_as(scores)
+        if self.training and self.mask_rate > 0 and self.top_k > 0:
+            keep = keep & ~self._stochastic_top_k(scores.detach(), mask)
+        weights = F.masked_softmax(scores, keep)  # (B, K, T)
+        branches = F.weighted_sum(weights, hidden_states)  # (B, K, H)
+        pooled = branches.mean(dim=1) if self.combine == "mean" else branches.flatten(1)
+        return pooled, weights

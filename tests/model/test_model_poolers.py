@@ -1,0 +1,97 @@
+"""Every pooler of the literature set inside the model: what it declares decides what the encoder returns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnpool  # noqa: F401  (registers the Auto classes)
+from attnpool.model import AttnPoolForSequenceClassification
+from model_helpers import batch, tiny_config
+
+NEW_POOLERS = ["simpool", "ggem", "pma", "latent_attention", "class_attention", "weighted_layer",
+               "multilayer_attention", "maxpoolbert", "acmil", "stats", "ditto", "adaptive", "softpool",
+               "attention+mean"]
+SMALL = {"latent_attention": {"num_latents": 8}, "pma": {"num_heads": 2}}
+
+
+def build(pooling, **kwargs):
+    torch.manual_seed(0)
+    kwargs.setdefault("pooling_options", SMALL.get(pooling))
+    return AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=pooling, **kwargs)
+
+
+@pytest.mark.parametrize("pooling", NEW_POOLERS)
+def test_forward_and_backward_inside_the_model(pooling):
+    model = build(pooling).train()
+    ids, mask = batch([6, 3, 5], side="left")
+    out = model(input_ids=ids, attention_mask=mask, labels=torch.randn(3), return_pooling_weights=True)
+    assert out.logits.shape == (3, 1) and torch.isfinite(out.loss)
+    out.loss.backward()
+    pooler = model.attnpool.pooler
+    for name, p in model.named_parameters():
+        if name.startswith("attnpool.pooler."):
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    encoder_grads = [p.grad for p in model.attnpool.encoder.parameters() if p.grad is not None]
+    assert encoder_grads and all(torch.isfinite(g).all() for g in encoder_grads)
+    if pooler.has_weights:
+        assert out.pooling_weights.shape[0] == 3 and out.pooling_weights.shape[-1] == 6
+
+
+def test_multi_layer_pooler_gets_the_top_layers_stacked():
+    model = build("weighted_layer", pooling_options={"pooler": "cls"}).eval()
+    pooler = model.attnpool.pooler
+    assert pooler.num_layers == 2  # the default 4 capped at the tiny encoder's 2 layers
+    seen = {}
+
+    def record(module, args):
+        seen["shape"] = tuple(args[0].shape)
+
+    pooler.register_forward_pre_hook(record)
+    ids, mask = batch([5, 4])
+    out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    assert seen["shape"] == (2, 2, 5, 32)  # (B, L, T, H)
+    # With one-hot layer weights on the top layer the result is CLS pooling of the last hidden state.
+    with torch.no_grad():
+        pooler.layer_logits.copy_(torch.tensor([-1e4, 0.0]))
+    base = model.attnpool(input_ids=ids, attention_mask=mask)
+    torch.testing.assert_close(base.pooler_output, base.last_hidden_state[:, 0])
+    assert len(out.hidden_states) == 3
+
+
+def test_pooling_layers_all_and_lists_size_the_multi_layer_pooler():
+    assert build("multilayer_attention", pooling_layers="all").attnpool.pooler.num_layers == 2
+    assert build("maxpoolbert", pooling_layers=[0, 1, 2]).attnpool.pooler.num_layers == 3
+    with pytest.raises(ValueError, match="takes num_layers=1 layers, but pooling_layers='all' selects 2"):
+        build("maxpoolbert", pooling_layers="all", pooling_options={"num_layers": 1})
+
+
+def test_ditto_gets_the_eager_attention_maps_of_the_encoder():
+    model = build("ditto", pooling_options={"layer": 1, "head": 0}).eval()
+    encoder = model.attnpool.encoder
+    assert encoder.config._attn_implementation == "eager"
+    ids, mask = batch([6, 2])
+    out = model(input_ids=ids, attention_mask=mask, return_pooling_weights=True, output_attentions=True)
+    diagonal = out.attentions[1][:, 0].diagonal(dim1=-2, dim2=-1) * mask  # (B, T)
+    torch.testing.assert_close(out.pooling_weights, diagonal / diagonal.sum(-1, keepdim=True))
+    plain = model(input_ids=ids, attention_mask=mask)
+    assert plain.attentions is None  # requested for the pooler, returned only when asked for
+
+
+def test_ditto_under_sdpa_raises_a_clear_error():
+    model = build("ditto").eval()
+    model.attnpool.encoder.set_attn_implementation("sdpa")
+    ids, mask = batch([4, 3])
+    with pytest.raises(ValueError, match="attn_implementation='eager'"):
+        model(input_ids=ids, attention_mask=mask)
+
+
+@pytest.mark.parametrize("pooling", NEW_POOLERS)
+def test_save_and_load_keep_the_pooler(pooling, tmp_path):
+    model = build(pooling).eval()
+    model.save_pretrained(tmp_path)
+    loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert loaded.config.pooling == model.config.pooling
+    ids, mask = batch([5, 2])
+    torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits,
+                               model(input_ids=ids, attention_mask=mask).logits)

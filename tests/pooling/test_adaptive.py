@@ -1,0 +1,90 @@
+"""SimPool and AdaPool: attention whose query comes from the input; closed forms and transcriptions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+
+from attnpool.pooling import AdaptivePooling, SimPooling
+
+
+def _simpool_reference(pooler, x, gamma=None):
+    """The official SimPool forward for one unpadded sample (one head), the shift taken over the sample."""
+    q = pooler.wq(x.mean(0, keepdim=True))  # GAP of the raw tokens as the query
+    k = v = pooler.norm(x)
+    attn = torch.softmax(q @ pooler.wk(k).T * HIDDEN**-0.5, dim=-1)  # (1, T)
+    if gamma is None:
+        return (attn @ v)[0]
+    return (attn @ (v - v.min() + pooler.eps).pow(gamma)).pow(1 / gamma)[0]
+
+
+@pytest.mark.parametrize("gamma", [None, 1.25, 2.0])
+def test_simpool_matches_the_official_formula_per_sample(gamma):
+    pooler = perturb_parameters(SimPooling(HIDDEN, gamma=gamma)).eval()
+    hidden, mask, tokens = ragged_batch([6, 3, 9], pad_value=1e3)
+    pooled = pooler(hidden, mask)
+    for i, t in enumerate(tokens):
+        torch.testing.assert_close(pooled[i], _simpool_reference(pooler, t, gamma), atol=1e-5, rtol=1e-5)
+
+
+def test_simpool_with_a_zero_query_is_the_mean_of_the_normalised_tokens():
+    pooler = perturb_parameters(SimPooling(HIDDEN)).eval()
+    with torch.no_grad():
+        pooler.wq.weight.zero_()
+    hidden, mask, tokens = ragged_batch([5, 2])
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    for i, t in enumerate(tokens):
+        torch.testing.assert_close(pooled[i], pooler.norm(t).mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights[i, : t.shape[0]], torch.full((t.shape[0],), 1 / t.shape[0]))
+
+
+def test_simpool_has_no_query_or_key_bias():
+    pooler = SimPooling(8)
+    assert pooler.wq.bias is None and pooler.wk.bias is None
+    assert sum(p.numel() for p in pooler.parameters()) == 2 * 8 * 8 + 2 * 8
+
+
+def test_adaptive_is_single_query_attention_over_the_raw_tokens():
+    pooler = perturb_parameters(AdaptivePooling(HIDDEN)).eval()
+    hidden, mask, tokens = ragged_batch([7, 4], pad_value=1e3)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    for i, t in enumerate(tokens):
+        q = pooler.wq(t.mean(0))
+        w = torch.softmax(pooler.wk(t) @ q * HIDDEN**-0.5, dim=0)
+        torch.testing.assert_close(weights[i, : t.shape[0]], w, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(pooled[i], w @ t, atol=1e-5, rtol=1e-5)  # a convex combination of the tokens
+
+
+@pytest.mark.parametrize("query", ["mean", "max", "first", "learned"])
+def test_adaptive_query_sources(query):
+    pooler = perturb_parameters(AdaptivePooling(HIDDEN, query=query)).eval()
+    assert pooler.permutation_invariant == (query != "first")
+    hidden, mask, tokens = ragged_batch([5, 3])
+    pooled = pooler(hidden, mask)
+    # The output stays inside the per-channel range of the real tokens (convex combination).
+    for i, t in enumerate(tokens):
+        assert (pooled[i] <= t.max(0).values + 1e-5).all() and (pooled[i] >= t.min(0).values - 1e-5).all()
+    assert ("query_vector" in dict(pooler.named_parameters())) == (query == "learned")
+
+
+def test_adaptive_attenuates_noise_tokens_once_trained_on_them():
+    # The property the paper proves: with a query that separates signal from noise, the pooled vector tends to
+    # the signal centroid however many noise tokens there are, where the mean drifts towards the noise.
+    torch.manual_seed(0)
+    pooler = AdaptivePooling(4, query="learned")
+    signal, noise = torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 1.0, 0, 0])
+    with torch.no_grad():
+        pooler.wq.weight.copy_(torch.eye(4) * 8)
+        pooler.wq.bias.zero_()
+        pooler.wk.weight.copy_(torch.eye(4) * 8)
+        pooler.wk.bias.zero_()
+        pooler.query_vector.copy_(signal.unsqueeze(0))
+    for n_noise in (1, 10, 100):
+        x = torch.stack([signal] * 2 + [noise] * n_noise).unsqueeze(0)
+        assert (pooler(x)[0] - signal).abs().max() < 0.05
+
+
+def test_adaptive_bad_query():
+    with pytest.raises(ValueError, match="query must be one of 'mean', 'max', 'first', 'learned', got 'cls'"):
+        AdaptivePooling(HIDDEN, query="cls")

@@ -1,0 +1,50 @@
+"""Ditto: no parameters, weights from the diagonal of an encoder attention map."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, attention_maps, ragged_batch
+
+from attnpool.pooling import DittoPooling, build_pooler
+
+
+def test_ditto_has_no_trainable_parameters():
+    pooler = DittoPooling(HIDDEN)
+    assert list(pooler.parameters()) == [] and pooler.needs_attentions
+
+
+@pytest.mark.parametrize(("layer", "head"), [(0, 0), (1, 1), (-1, None)])
+def test_ditto_weights_follow_the_attention_diagonal(layer, head):
+    pooler = DittoPooling(HIDDEN, layer=layer, head=head)
+    hidden, mask, tokens = ragged_batch([5, 3], pad_value=1e3)
+    attentions = attention_maps(hidden, mask, layers=2, heads=2)  # (L, B, heads, T, T)
+    pooled, weights = pooler(hidden, mask, return_weights=True, attentions=attentions)
+    for i, t in enumerate(tokens):
+        n = t.shape[0]
+        diag = attentions[layer, i].diagonal(dim1=-2, dim2=-1)[:, :n]  # (heads, n)
+        diag = diag.mean(0) if head is None else diag[head]
+        torch.testing.assert_close(weights[i, :n], diag / diag.sum())
+        torch.testing.assert_close(pooled[i], (diag / diag.sum()) @ t, atol=1e-5, rtol=1e-5)
+        assert (weights[i, n:] == 0).all()
+        assert weights[i].argmax() == diag.argmax()  # the token attending most to itself weighs most
+    # A tuple of per-layer maps, as transformers returns them, works the same.
+    torch.testing.assert_close(pooler(hidden, mask, attentions=tuple(attentions)), pooled)
+
+
+@pytest.mark.parametrize("attentions", [None, ()])
+def test_ditto_without_attention_maps_explains_eager_attention(attentions):
+    pooler = build_pooler("ditto", HIDDEN)
+    with pytest.raises(ValueError, match="needs the encoder's attention maps.*attn_implementation='eager'"):
+        pooler(torch.randn(2, 3, HIDDEN), attentions=attentions)
+
+
+def test_ditto_attention_shape_errors():
+    pooler = DittoPooling(HIDDEN)
+    hidden = torch.randn(2, 3, HIDDEN)
+    with pytest.raises(ValueError, match=r"attentions\[0\] of shape \(2, 2, 4, 4\) does not fit hidden_states"):
+        pooler(hidden, attentions=(torch.rand(2, 2, 4, 4),))
+    with pytest.raises(ValueError, match=r"expected \(num_layers, 2, heads, 3, 3\)"):
+        pooler(hidden, attentions=torch.rand(1, 3, 2, 3, 3))
+    with pytest.raises(ValueError, match="layer=5 but the encoder gave 1 attention maps"):
+        DittoPooling(HIDDEN, layer=5)(hidden, attentions=torch.rand(1, 2, 2, 3, 3))

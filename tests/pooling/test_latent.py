@@ -1,0 +1,109 @@
+"""Latent attention (NV-Embed), PMA (Set Transformer) and class attention: transcriptions and closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+
+from attnpool.pooling import ClassAttentionPooling, LatentAttentionPooling, MeanPooling, PMAPooling
+
+
+def _zero_(*layers):
+    with torch.no_grad():
+        for layer in layers:
+            for p in layer.parameters():
+                p.zero_()
+
+
+def test_latent_attention_with_zero_residual_branches_is_mean_pooling():
+    pooler = perturb_parameters(LatentAttentionPooling(HIDDEN, num_latents=6, num_heads=2)).eval()
+    _zero_(pooler.to_out, pooler.mlp[2])
+    hidden, mask, _ = ragged_batch([4, 7, 1], pad_value=1e3)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    torch.testing.assert_close(pooled, MeanPooling(HIDDEN)(hidden, mask), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, MeanPooling(HIDDEN)(hidden, mask, return_weights=True)[1])
+
+
+def test_latent_attention_with_one_latent_adds_its_value_to_every_token():
+    # One latent: every token's attention is 1 on it, so each token gets W_o v + b_o added.
+    pooler = perturb_parameters(LatentAttentionPooling(HIDDEN, num_latents=1, num_heads=4)).eval()
+    _zero_(pooler.mlp[2])
+    hidden, mask, _ = ragged_batch([5, 2])
+    value = pooler.to_kv(pooler.norm_latents(pooler.latents))[:, HIDDEN:]  # (1, H)
+    expected = MeanPooling(HIDDEN)(hidden, mask) + pooler.to_out(value)
+    torch.testing.assert_close(pooler(hidden, mask), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_latent_attention_parameter_count():
+    h, r = 64, 32
+    pooler = LatentAttentionPooling(h, num_latents=r, num_heads=8, mlp_ratio=4.0)
+    expected = r * h + 3 * 2 * h + h * h + 2 * h * h + (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h)
+    assert sum(p.numel() for p in pooler.parameters()) == expected
+
+
+def _set_transformer_pma(pooler, x):
+    """PMA as in the Set Transformer reference code (MAB with ln), but with the 1/sqrt(head_dim) scale."""
+    batch, heads = x.shape[0], pooler.num_heads
+    q = pooler.fc_q(pooler.seeds.repeat(batch, 1, 1))
+    k, v = pooler.fc_k(x), pooler.fc_v(x)
+    split = HIDDEN // heads
+    q_, k_, v_ = (torch.cat(t.split(split, 2), 0) for t in (q, k, v))
+    a = torch.softmax(q_.bmm(k_.transpose(1, 2)) / math.sqrt(split), 2)
+    o = torch.cat((q_ + a.bmm(v_)).split(batch, 0), 2)
+    o = pooler.ln0(o)
+    o = o + torch.relu(pooler.fc_o(o))
+    return pooler.ln1(o).flatten(1)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_pma_matches_the_set_transformer_reference_on_unpadded_input(layer_norm):
+    pooler = perturb_parameters(PMAPooling(HIDDEN, num_seeds=3, num_heads=4, layer_norm=layer_norm)).eval()
+    x = torch.randn(2, 6, HIDDEN)
+    torch.testing.assert_close(pooler(x), _set_transformer_pma(pooler, x), atol=1e-5, rtol=1e-5)
+
+
+def test_pma_with_one_seed_is_permutation_invariant_and_ignores_padding():
+    pooler = perturb_parameters(PMAPooling(HIDDEN, num_seeds=1, num_heads=2)).eval()
+    hidden, mask, tokens = ragged_batch([6], seq_len=9, pad_value=1e4)
+    ref = pooler(hidden, mask)
+    for seed in range(3):
+        perm = torch.randperm(6, generator=torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(pooler(tokens[0][perm].unsqueeze(0)), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_pma_weights_per_head_and_seed():
+    pooler = PMAPooling(HIDDEN, num_seeds=2, num_heads=4)
+    hidden, mask, _ = ragged_batch([3, 5])
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    assert pooled.shape == (2, 2 * HIDDEN) and weights.shape == (2, 8, 5)
+
+
+def test_class_attention_with_a_zero_query_attends_uniformly():
+    pooler = perturb_parameters(ClassAttentionPooling(HIDDEN, num_heads=1)).eval()
+    _zero_(pooler.q)
+    hidden, mask, tokens = ragged_batch([4, 2], pad_value=1e3)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    for i, t in enumerate(tokens):
+        cls = pooler.cls_token[0] + pooler.proj(pooler.v(pooler.norm1(t)).mean(0, keepdim=True))
+        cls = cls + pooler.mlp(pooler.norm2(cls))
+        torch.testing.assert_close(pooled[i], pooler.norm(cls)[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights[i, : t.shape[0]], torch.full((t.shape[0],), 1 / t.shape[0]))
+
+
+def test_class_attention_only_the_class_token_queries():
+    # Same tokens, different class token -> different output; the tokens themselves are not updated (cost O(T)).
+    pooler = ClassAttentionPooling(HIDDEN, num_heads=2).eval()
+    hidden, mask, _ = ragged_batch([5])
+    before = pooler(hidden, mask)
+    with torch.no_grad():
+        pooler.cls_token.add_(1.0)
+    assert not torch.allclose(pooler(hidden, mask), before)
+
+
+@pytest.mark.parametrize("cls", [LatentAttentionPooling, PMAPooling, ClassAttentionPooling])
+def test_heads_must_divide_the_hidden_size(cls):
+    with pytest.raises(ValueError, match="hidden_size 16 is not divisible by num_heads=3"):
+        cls(HIDDEN, num_heads=3)

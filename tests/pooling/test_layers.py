@@ -1,0 +1,120 @@
+"""Multi-layer poolers: weighted layers, multi-layer attention and MaxPoolBERT, on (B, L, T, H) inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+
+from attnpool.pooling import (
+    MaxPoolBERTPooling,
+    MultiLayerAttentionPooling,
+    WeightedLayerPooling,
+    build_pooler,
+)
+
+
+@pytest.mark.parametrize("inner", ["mean", "attention", "cls"])
+@pytest.mark.parametrize("layer", [0, 2])
+def test_weighted_layer_with_one_hot_weights_equals_pooling_that_layer(inner, layer):
+    pooler = perturb_parameters(WeightedLayerPooling(HIDDEN, num_layers=3, pooler=inner)).eval()
+    with torch.no_grad():
+        pooler.layer_logits.fill_(-1e4)
+        pooler.layer_logits[layer] = 0.0  # softmax -> exactly one-hot in float32
+    hidden, mask, _ = ragged_batch([5, 2, 7], layers=3, pad_value=10.0)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    ref, ref_weights = pooler.token_pooler(hidden[:, layer], mask, return_weights=True)
+    torch.testing.assert_close(pooled, ref, atol=0, rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=0, rtol=0)
+
+
+def test_weighted_layer_starts_as_the_layer_average_and_stays_convex():
+    pooler = WeightedLayerPooling(HIDDEN, num_layers=4)
+    torch.testing.assert_close(pooler.layer_weights(), torch.full((4,), 0.25))
+    hidden, mask, _ = ragged_batch([3, 6], layers=4)
+    mean = build_pooler("mean", HIDDEN)
+    torch.testing.assert_close(pooler(hidden, mask), mean(hidden.mean(1), mask), atol=1e-6, rtol=1e-5)
+    with torch.no_grad():
+        pooler.layer_logits.copy_(torch.tensor([3.0, -2.0, 0.5, 10.0]))
+    assert pooler.layer_weights().min() > 0 and abs(pooler.layer_weights().sum().item() - 1) < 1e-6
+
+
+def test_weighted_layer_takes_its_flags_and_config_from_the_inner_pooler():
+    pooler = WeightedLayerPooling(HIDDEN, num_layers=2, pooler={"type": "attention", "attn_size": 8})
+    assert pooler.has_weights and pooler.permutation_invariant and pooler.needs_all_layers
+    assert pooler.get_config()["pooler"]["attn_size"] == 8
+    assert not WeightedLayerPooling(HIDDEN, pooler="cls").permutation_invariant
+    assert not WeightedLayerPooling(HIDDEN, pooler="max").has_weights
+    with pytest.raises(ValueError, match="the inner pooler must pool one layer"):
+        WeightedLayerPooling(HIDDEN, pooler="maxpoolbert")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_maxpoolbert_is_the_elementwise_max_of_the_selected_cls_vectors(side):
+    pooler = MaxPoolBERTPooling(HIDDEN, num_layers=3)
+    assert sum(p.numel() for p in pooler.parameters()) == 0
+    hidden, mask, tokens = ragged_batch([4, 1, 6], layers=3, seq_len=8, side=side, pad_value=1e4)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    for i, t in enumerate(tokens):
+        cls_vectors = t[:, 0]  # (k, H): the first real token of each selected layer
+        torch.testing.assert_close(pooled[i], cls_vectors.max(dim=0).values, atol=0, rtol=0)
+        first = 0 if side == "right" else 8 - t.shape[1]
+        assert weights[i, first] == 1 and weights[i].sum() == 1
+
+
+@pytest.mark.parametrize("mode", ["attention", "max_attention"])
+def test_maxpoolbert_attention_modes_with_a_zero_query_average_the_values(mode):
+    pooler = perturb_parameters(MaxPoolBERTPooling(HIDDEN, num_layers=2, mode=mode, num_heads=2)).eval()
+    with torch.no_grad():
+        pooler.q.weight.zero_()
+        pooler.q.bias.zero_()
+    hidden, mask, tokens = ragged_batch([5, 3], layers=2, pad_value=1e3)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    assert weights.shape == (2, 2, 5)
+    for i, t in enumerate(tokens):
+        seq = t[-1] if mode == "attention" else t.max(dim=0).values  # (n, H)
+        expected = seq[0] + pooler.o(pooler.v(seq).mean(0))
+        torch.testing.assert_close(pooled[i], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_multilayer_attention_uses_every_layer_and_ignores_padding():
+    pooler = perturb_parameters(MultiLayerAttentionPooling(HIDDEN, num_layers=3)).eval()
+    hidden, mask, _ = ragged_batch([4, 6], layers=3, pad_value=1e3)
+    ref = pooler(hidden, mask)
+    for layer in range(3):
+        changed = hidden.clone()
+        changed[:, layer, :4] += torch.randn(HIDDEN)  # not a constant shift: LayerNorm removes those
+        assert not torch.allclose(pooler(changed, mask)[0], ref[0]), f"layer {layer} has no influence"
+
+
+@pytest.mark.parametrize("token", ["mean", "last", "first"])
+def test_multilayer_attention_summarises_each_layer_by_its_token(token):
+    pooler = perturb_parameters(MultiLayerAttentionPooling(HIDDEN, num_layers=2, token=token)).eval()
+    hidden, mask, tokens = ragged_batch([5, 3], layers=2, seq_len=6, pad_value=1e3)
+    pooled = pooler(hidden, mask)
+    for i, t in enumerate(tokens):
+        # Only the summarised token matters: changing the others leaves last/first pooling unchanged.
+        changed = t.clone()
+        keep = {"mean": None, "last": -1, "first": 0}[token]
+        if keep is not None:
+            others = [j for j in range(t.shape[1]) if j != keep % t.shape[1]]
+            changed[:, others] += 5.0
+            torch.testing.assert_close(pooler(changed.unsqueeze(0))[0], pooled[i], atol=1e-5, rtol=1e-5)
+    assert pooler.permutation_invariant == (token == "mean")
+
+
+def test_multi_layer_shape_errors_name_the_shapes():
+    pooler = WeightedLayerPooling(HIDDEN, num_layers=3)
+    with pytest.raises(ValueError, match=r"expected hidden_states of shape \(batch, num_layers, seq_len, "
+                       r"hidden_size\), got \(2, 5, 16\); this pooler combines 3 encoder layers"):
+        pooler(torch.randn(2, 5, HIDDEN))
+    with pytest.raises(ValueError, match=r"shape \(2, 4, 5, 16\) stacks 4 layers, but the pooler was built for "
+                       r"num_layers=3"):
+        pooler(torch.randn(2, 4, 5, HIDDEN))
+    with pytest.raises(ValueError, match=r"attention_mask of shape \(2, 4\) does not match hidden_states of shape "
+                       r"\(2, 3, 5, 16\); expected \(2, 5\)"):
+        pooler(torch.randn(2, 3, 5, HIDDEN), torch.ones(2, 4))
+    with pytest.raises(ValueError, match=r"stacked layers are for multi-layer poolers"):
+        build_pooler("mean", HIDDEN)(torch.randn(2, 3, 5, HIDDEN))
+    with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
+        WeightedLayerPooling(HIDDEN, num_layers=0)
