@@ -32,7 +32,8 @@ class AttnPoolConfig(PretrainedConfig):
             plus options. ``hidden_size`` is filled in from the encoder. Default: ``{"type": "attention"}``.
         pooling_layers: Which encoder layers feed the pooler: ``"last"`` (default), ``"all"`` or a list of
             indices into ``hidden_states`` (0 is the embedding output, -1 the last layer). A token pooler given
-            several layers pools their average; a multi-layer pooler (``needs_all_layers``) receives them stacked.
+            several layers pools their average; a multi-layer pooler (``needs_all_layers``) receives them stacked,
+            and for it ``"last"`` means the top ``num_layers`` layers (its own option).
         head_dropout: Dropout on the pooled vector before the head.
         multi_sample_dropout: Number of dropout samples averaged in training (1 = plain dropout).
         head_hidden_size: Width of an optional hidden layer (Linear -> GELU) in the head; ``None`` for a linear head.
