@@ -5,6 +5,7 @@ Importing the package registers its models with transformers' ``AutoConfig``, ``
 ``transformers.pipeline``.
 """
 
+from attnpool import explain  # the package, callable as explain(model, tokenizer, texts)
 from attnpool.model import (
     AttnPoolConfig,
     AttnPoolForSequenceClassification,
@@ -33,5 +34,6 @@ __all__ = [
     "__version__",
     "available_poolers",
     "build_pooler",
+    "explain",
     "register_pooler",
 ]

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from attnpool import __version__
@@ -117,6 +118,20 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from attnpool.explain import explain_file
+
+    explanation = explain_file(args.run, args.input, args.output, json_path=args.json, limit=args.limit,
+                               erasure_k=args.erasure_k, text_cols=args.text_cols, label=args.label,
+                               max_length=args.max_length, fold=args.fold, seed=args.seed,
+                               batch_size=args.batch_size, device=args.device)
+    aopc = explanation.erasure.aopc
+    print(f"explained {len(explanation.examples)} examples; erasure AOPC: most-weighted {aopc['top'] or 0:.4g}, "
+          f"random {aopc['random'] or 0:.4g}, least-weighted {aopc['bottom'] or 0:.4g}")
+    print(f"wrote {args.output} and {args.json or Path(args.output).with_suffix('.json')}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from attnpool.training.demo import run_demo
 
@@ -149,6 +164,27 @@ def build_parser() -> argparse.ArgumentParser:
                          help="mean of the folds, or weighted by each fold's validation score")
     predict.add_argument("--device", default=None, help="cpu, cuda... (default: cuda when available)")
     predict.set_defaults(func=_cmd_predict)
+
+    explain = commands.add_parser(
+        "explain", help="show which tokens the pooler weighs, and test whether those weights are faithful",
+        description="Explain predictions by the pooling weights (merged to words) and test their faithfulness by "
+        "erasure; writes one self-contained HTML report and a JSON file.")
+    explain.add_argument("--run", required=True, metavar="RUN_DIR_OR_MODEL",
+                         help="the --output-dir of attnpool train, or a model folder saved with save_pretrained")
+    explain.add_argument("--input", required=True, help="CSV, TSV, JSONL or Parquet with the texts (and labels)")
+    explain.add_argument("--output", required=True, help="the HTML report")
+    explain.add_argument("--json", default=None, help="the JSON file (default: the HTML path with .json)")
+    explain.add_argument("--limit", type=int, default=None, help="explain only the first N rows")
+    explain.add_argument("--erasure-k", type=int, default=5, help="remove up to K tokens in the erasure test")
+    explain.add_argument("--text-cols", nargs="+", default=None,
+                         help="text column(s), for a model folder (a run uses the columns it was trained on)")
+    explain.add_argument("--label", default=None, help="label column (default: the run's; else 'label' if present)")
+    explain.add_argument("--max-length", type=int, default=None, help="truncation (default: the run's, else 128)")
+    explain.add_argument("--fold", type=int, default=None, help="which fold's model of a run (default: the first)")
+    explain.add_argument("--seed", type=int, default=0, help="seed of the random erasure")
+    explain.add_argument("--batch-size", type=int, default=32)
+    explain.add_argument("--device", default=None, help="cpu, cuda... (default: cuda when available)")
+    explain.set_defaults(func=_cmd_explain)
 
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
     demo.add_argument("--output-dir", default="runs/demo")

@@ -1,0 +1,150 @@
+"""From sub-word pieces back to words: merge token weights per word, keep special tokens apart, measure entropy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+WORD = "word"
+SPECIAL = "special"
+
+
+@dataclass
+class Word:
+    """A word (its sub-word pieces merged) or a special token, with its pooling weight per head.
+
+    Attributes:
+        text: The word as written in the input (from the tokenizer's offsets), or the special token.
+        kind: ``"word"`` or ``"special"`` (``[CLS]``, ``[SEP]``, ``<s>``...: never merged into a word).
+        segment: ``0`` for the text, ``1`` for the second text of a pair; ``None`` for special tokens that the
+            tokenizer added around the texts.
+        pieces: The tokens it is made of, e.g. ``["un", "##believ", "##able"]``.
+        positions: Their positions in the encoded input.
+        weights: The sum of the pieces' pooling weights, one value per pooler head.
+        start: Character offset in its segment's text where the word begins (``None`` without offsets).
+        end: Character offset where it ends.
+    """
+
+    text: str
+    kind: str
+    segment: int | None
+    pieces: list[str]
+    positions: list[int]
+    weights: list[float]
+    start: int | None = None
+    end: int | None = None
+
+    @property
+    def weight(self) -> float:
+        """The weight averaged over heads (the weight itself for a single-head pooler)."""
+        return float(np.mean(self.weights))
+
+
+def special_token_ids(tokenizer: Any) -> set[int]:
+    """Ids of the tokenizer's special tokens, except ``[UNK]``, which stands for a real word of the text."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids.discard(getattr(tokenizer, "unk_token_id", None))
+    return ids
+
+
+def merge_words(
+    tokens: Sequence[str],
+    weights: np.ndarray,
+    *,
+    special: Sequence[bool],
+    word_ids: Sequence[int | None] | None = None,
+    sequence_ids: Sequence[int | None] | None = None,
+    offsets: Sequence[tuple[int, int]] | None = None,
+    texts: Sequence[str | None] = (),
+    tokens_to_string: Any = None,
+) -> list[Word]:
+    """Group the real tokens of one encoded input into words and special tokens, summing the weights of the pieces.
+
+    Consecutive pieces with the same ``(sequence id, word id)`` form one word, as a fast tokenizer's ``word_ids()``
+    and ``sequence_ids()`` say; the two texts of a pair stay apart because their sequence ids differ. Special
+    tokens are units of their own, wherever they are (a ``[SEP]`` written inside a template too). Without word ids
+    (a slow tokenizer) every token is its own unit.
+
+    Args:
+        tokens: The ``n`` tokens (real ones only, no padding).
+        weights: ``(heads, n)`` pooling weights of those tokens.
+        special: Whether each token is a special token.
+        word_ids: The fast tokenizer's ``word_ids()``.
+        sequence_ids: The fast tokenizer's ``sequence_ids()`` (0: text, 1: pair, ``None``: added tokens).
+        offsets: ``(start, end)`` character offsets of each token in its segment's text.
+        texts: The segments' texts, ``(text, pair)``, to read the words from.
+        tokens_to_string: ``tokenizer.convert_tokens_to_string``, for words whose offsets are missing.
+
+    Returns:
+        The words and special tokens in input order; their weights sum to the tokens' weights.
+    """
+    weights = np.asarray(weights, dtype=np.float64).reshape(-1, len(tokens))  # (heads, n)
+    words: list[Word] = []
+    previous_key: tuple[int | None, int] | None = None
+    for position, token in enumerate(tokens):
+        segment = sequence_ids[position] if sequence_ids is not None else 0
+        word_id = word_ids[position] if word_ids is not None else None
+        if special[position]:
+            words.append(Word(token, SPECIAL, segment if word_id is not None else None, [token], [position],
+                              weights[:, position].tolist()))
+            previous_key = None
+            continue
+        key = (segment, word_id) if word_id is not None else None
+        if key is not None and key == previous_key:
+            word = words[-1]
+            word.pieces.append(token)
+            word.positions.append(position)
+            word.weights = (np.asarray(word.weights) + weights[:, position]).tolist()
+        else:
+            words.append(Word(token, WORD, segment, [token], [position], weights[:, position].tolist()))
+        previous_key = key
+    for word in words:
+        if word.kind == WORD:
+            _set_text(word, offsets, texts, tokens_to_string)
+    return words
+
+
+def _set_text(word: Word, offsets: Sequence[tuple[int, int]] | None, texts: Sequence[str | None],
+              tokens_to_string: Any) -> None:
+    """The word as written in the text (case and accents kept), else its pieces joined back by the tokenizer."""
+    if offsets is not None and word.segment is not None and word.segment < len(texts):
+        text = texts[word.segment]
+        spans = [offsets[p] for p in word.positions if offsets[p][1] > offsets[p][0]]
+        if text is not None and spans:
+            word.start, word.end = min(s for s, _ in spans), max(e for _, e in spans)
+            word.text = text[word.start : word.end]
+            return
+    if tokens_to_string is not None:
+        try:
+            word.text = str(tokens_to_string(word.pieces)).strip() or "".join(word.pieces)
+            return
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot join pieces: show them as they are
+            pass
+    word.text = "".join(word.pieces)
+
+
+def entropy(weights: np.ndarray) -> tuple[float, float]:
+    r"""Shannon entropy of one distribution of weights, and the entropy divided by its maximum.
+
+    .. math::
+        H(a) = -\sum_t a_t \log a_t, \qquad \tilde H = H / \log n \in [0, 1]
+
+    ``0`` means all weight on one token (concentrated), ``1`` the uniform spread over all ``n`` tokens.
+
+    Args:
+        weights: ``(n,)`` non-negative weights summing to 1 (renormalised if they do not).
+
+    Returns:
+        ``(H in nats, H / log n)``; ``(0, 0)`` for fewer than two tokens or no weight at all.
+    """
+    w = np.clip(np.asarray(weights, dtype=np.float64).ravel(), 0.0, None)
+    n, total = w.size, w.sum()
+    if n < 2 or total <= 0:
+        return 0.0, 0.0
+    w = w[w > 0] / total
+    value = float(-(w * np.log(w)).sum())
+    return value, min(max(value / math.log(n), 0.0), 1.0)
