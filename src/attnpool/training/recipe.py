@@ -117,6 +117,7 @@ def _training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
         "report_to": [],
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": torch.cuda.is_available(),
+        "use_cpu": not torch.cuda.is_available(),  # else bf16 on a CPU-only machine is refused
         "remove_unused_columns": False,
         **_precision_flags(cfg.precision),
     }
