@@ -65,6 +65,7 @@ from torch import Tensor, nn
 import attnpool
 from attnpool.pooling import get_pooler_class
 from attnpool.pooling.functional import masked_softmax
+from notebook_recipe import NotebookAttentionHead
 
 DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = ((32, 128, 384), (32, 512, 1024), (8, 2048, 1024))
 TRANSCRIPTION = "transcription"
@@ -73,26 +74,6 @@ TARGET_TIME_VS_TRANSCRIPTION = 1.0
 TARGET_TIME_VS_FLOOR = 1.25
 TARGET_MEMORY_VS_FLOOR_UNITS = 1.0
 MIB = 2**20
-
-
-class NotebookAttentionHead(nn.Module):
-    """The usual notebook attention head, transcribed as is (softmax over all positions, mask applied after)."""
-
-    def __init__(self, hidden_size: int, attn_size: int = 512) -> None:
-        super().__init__()
-        self.attention = nn.Sequential(
-            nn.Linear(hidden_size, attn_size),
-            nn.Tanh(),
-            nn.Linear(attn_size, 1),
-            nn.Softmax(dim=1),
-        )
-
-    def forward(self, hidden_states: Tensor, attention_mask: Tensor) -> Tensor:
-        """``(B, T, H), (B, T) -> (B, H)``."""
-        weights = self.attention(hidden_states)  # (B, T, 1)
-        weights = weights * attention_mask.unsqueeze(-1).to(weights.dtype)
-        weights = weights / (weights.sum(dim=1, keepdim=True) + 1e-8)
-        return (weights * hidden_states).sum(dim=1)
 
 
 @dataclass

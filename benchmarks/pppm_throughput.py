@@ -85,30 +85,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from notebook_recipe import NotebookAttentionHead
+
 TARGET_SPEEDUP = 3.0
 QUIET_FACTOR = 1.5  # a notebook step slower than this times the median marks a load spike
-DEFAULT_DATA_DIR = "/work/shared/data/pppm"
-
-
-class AttentionPooling(nn.Module):
-    """The notebook's attention pooling, as in the seed: softmax over all positions, mask multiplied in after."""
-
-    def __init__(self, hidden_size: int, attn_size: int = 512) -> None:
-        super().__init__()
-        self.attention = nn.Sequential(
-            nn.Linear(hidden_size, attn_size),
-            nn.Tanh(),
-            nn.Linear(attn_size, 1),
-            nn.Softmax(dim=1),
-        )
-
-    def forward(self, hidden_states: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """Pooled ``(batch, hidden)`` from ``(batch, seq_len, hidden)``."""
-        weights = self.attention(hidden_states)  # (batch, seq_len, 1)
-        if attention_mask is not None:
-            weights = weights * attention_mask.unsqueeze(-1)
-            weights = weights / (weights.sum(dim=1, keepdim=True) + 1e-8)
-        return (weights * hidden_states).sum(dim=1)
+DEFAULT_DATA_DIR = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm")
 
 
 class NotebookModel(nn.Module):
@@ -120,7 +101,7 @@ class NotebookModel(nn.Module):
 
         self.encoder = AutoModel.from_pretrained(model_name)
         h = self.encoder.config.hidden_size
-        self.pool = AttentionPooling(h)
+        self.pool = NotebookAttentionHead(h)
         self.head = nn.Linear(h, 1)
 
     def forward(self, **inputs: Tensor) -> Tensor:
