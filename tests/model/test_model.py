@@ -191,7 +191,10 @@ def test_trainer_reduces_the_loss_on_a_toy_task(tmp_path):
     args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=8,
                                           learning_rate=3e-3, report_to=[], save_strategy="no", logging_steps=50,
                                           use_cpu=True, disable_tqdm=True, seed=0)
-    transformers.Trainer(model=model, args=args, train_dataset=Toy()).train()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Toy())
+    # A per-batch mean loss: the Trainer must not rescale it by processes / accumulation steps.
+    assert trainer.model_accepts_loss_kwargs is False
+    trainer.train()
     assert loss_on_data() < 0.5 * before
 
 

@@ -102,6 +102,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
     config_class = AttnPoolConfig
     base_model_prefix = "attnpool"
     supports_gradient_checkpointing = True
+    # The loss is a per-batch mean that ignores ``num_items_in_batch``. Without this the Trainer, seeing the forward's
+    # ``**kwargs``, would scale the loss by the number of processes and skip the division by the gradient
+    # accumulation steps: gradients 2x too large on 2 GPUs.
+    accepts_loss_kwargs = False
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True

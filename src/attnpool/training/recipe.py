@@ -13,12 +13,20 @@ the best checkpoint, and writes::
 
 A run killed at any point resumes with ``resume=True``: finished folds are skipped, an interrupted fold continues
 from its last checkpoint, and the folds are the ones saved in ``folds.csv``.
+
+Under ``torchrun`` / ``accelerate launch`` every process runs :func:`train`; only the main process writes the run
+directory (the ``Trainer`` itself saves checkpoints from the main process only), and the out-of-fold predictions are
+computed on a shard of the validation rows per process and gathered in row order (see
+:mod:`attnpool.training.distributed`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +36,21 @@ import numpy as np
 import torch
 
 from attnpool.training.config import TrainConfig, load_yaml
+from attnpool.training.distributed import (
+    ddp_backend,
+    gather_shards,
+    on_every,
+    on_main,
+    process_state,
+    shard,
+    unshard,
+    use_cpu,
+)
 from attnpool.training.inputs import EncodedDataset, TaskData, load_task
 from attnpool.training.metrics import primary_metric, task_metrics
 from attnpool.training.runs import (
     CONFIG_FILE,
+    RunError,
     atomic_save_dir,
     atomic_write,
     atomic_write_json,
@@ -82,7 +101,7 @@ def scores_from_logits(task: str, logits: np.ndarray) -> np.ndarray:
 
 def _precision_flags(precision: str) -> dict[str, bool]:
     if precision == "auto":
-        use_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        use_bf16 = not use_cpu() and torch.cuda.is_bf16_supported()
         return {"bf16": use_bf16, "fp16": False}
     return {"bf16": precision == "bf16", "fp16": precision == "fp16"}
 
@@ -93,6 +112,7 @@ def _training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
 
     metric, greater = primary_metric(cfg.task)
     strategy = "steps" if cfg.eval_steps else "epoch"
+    cpu = use_cpu()
     kwargs: dict[str, Any] = {
         "output_dir": str(out_dir),
         "per_device_train_batch_size": cfg.batch_size,
@@ -116,8 +136,12 @@ def _training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
         "data_seed": cfg.seed,
         "report_to": [],
         "dataloader_num_workers": 0,
-        "dataloader_pin_memory": torch.cuda.is_available(),
-        "use_cpu": not torch.cuda.is_available(),  # else bf16 on a CPU-only machine is refused
+        "dataloader_pin_memory": not cpu,
+        "use_cpu": cpu,  # else bf16 on a CPU-only machine is refused
+        "ddp_backend": ddp_backend(cpu),  # several CPU processes: gloo; GPUs: accelerate's choice (NCCL)
+        # The encoder keeps its own pooler (BERT, MiniLM...), which attnpool's pooler replaces: those weights get no
+        # gradient, and DDP must be told. (Activation checkpointing is non-reentrant in transformers 5: compatible.)
+        "ddp_find_unused_parameters": True,
         "remove_unused_columns": False,
         **_precision_flags(cfg.precision),
     }
@@ -131,19 +155,68 @@ def _training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
     return transformers.TrainingArguments(**kwargs)
 
 
+class LengthGroupedSampler(torch.utils.data.Sampler):
+    """Shuffled row order in which runs of similar length follow each other; the same on every process.
+
+    The order is ``transformers``' length grouping (a random permutation, cut into mega-batches of up to 50 global
+    batches, each sorted by length, the longest batch first), drawn from a generator seeded by ``seed + epoch``
+    rather than from the global torch RNG, and grouped by the *global* batch (per-device batch x processes x
+    gradient accumulation). So:
+
+    * every process draws the same order, which the ``Trainer`` then splits batch by batch between processes (with
+      the global RNG the processes drift apart after the first epoch on CPUs, where dropout draws from that RNG a
+      number of values that depends on each process's padded batch shapes: rows get repeated or skipped);
+    * one process with batch ``2B`` and two with batch ``B`` take their optimizer steps on the same rows;
+    * a run resumed in the middle of an epoch skips exactly the batches it had already trained on.
+
+    Args:
+        lengths: Token length of each row of the training set.
+        global_batch_size: Rows per optimizer step, over all processes.
+        seed: The data seed; epoch ``e`` uses ``seed + e``.
+    """
+
+    def __init__(self, lengths: list[int], global_batch_size: int, seed: int) -> None:
+        self.lengths = list(lengths)
+        self.global_batch_size = global_batch_size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the ``Trainer`` (through accelerate) at the start of every epoch."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.global_batch_size, generator=generator))
+
+
 def _make_trainer(cfg: TrainConfig, model, args, train_ds, eval_ds, tokenizer, task: str):
     import transformers
 
     from attnpool.training.optim import build_optimizer, parameter_groups
 
     class RecipeTrainer(transformers.Trainer):
-        """The Trainer with the recipe's optimiser: layer-wise decayed rates, a separate head rate."""
+        """The Trainer with the recipe's optimiser (layer-wise decayed rates, a separate head rate) and sampler."""
 
         def create_optimizer(self, *args: Any, **kwargs: Any):
             if self.optimizer is None:
                 groups = parameter_groups(self.model, cfg.lr, cfg.head_lr, cfg.weight_decay, cfg.llrd)
                 self.optimizer = build_optimizer(groups)
             return self.optimizer
+
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            if dataset is None or not hasattr(dataset, "__len__"):
+                return super()._get_train_sampler(train_dataset)
+            lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+            global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return LengthGroupedSampler(lengths, global_batch, seed)
 
     def compute_metrics(eval_pred) -> dict[str, float]:
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
@@ -202,38 +275,125 @@ def _fold_done(fold_dir: Path) -> bool:
     return (fold_dir / "oof.csv").is_file() and (fold_dir / "model" / "config.json").is_file()
 
 
+def _weights_sharded(trainer) -> bool:
+    """Whether the trained weights are spread over the processes (FSDP, DeepSpeed), so saving them is collective."""
+    return bool(getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False))
+
+
+def _check_engine(trainer) -> None:
+    """Refuse, before any training, FSDP / DeepSpeed settings under which no loadable fold model could be saved."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        kind = str(trainer.accelerator.state.fsdp_plugin.state_dict_type)
+        if "FULL_STATE_DICT" not in kind:
+            raise ValueError(f"FSDP with state dict type {kind}: attnpool saves each fold's best model as one "
+                             "from_pretrained() folder, which needs fsdp_state_dict_type: FULL_STATE_DICT in the "
+                             "accelerate config")
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        zero = trainer.accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {})
+        if zero.get("stage") == 3 and not zero.get("stage3_gather_16bit_weights_on_model_save"):
+            raise ValueError("DeepSpeed ZeRO-3: attnpool saves each fold's best model as one from_pretrained() "
+                             "folder, which needs zero_optimization.stage3_gather_16bit_weights_on_model_save: true")
+
+
+def _save_fold_model(trainer, tokenizer, folder: Path) -> None:
+    """Save the best weights as one ``from_pretrained()`` folder with the tokenizer, written by the main process."""
+    if not _weights_sharded(trainer):
+        on_main(lambda: atomic_save_dir(folder, lambda tmp: trainer.model.save_pretrained(tmp, tokenizer=tokenizer)))
+        return
+    # FSDP / DeepSpeed: every process takes part in gathering the weights; the Trainer writes from the main one.
+    staging = folder.parent / f".{folder.name}.gathered"
+    on_main(lambda: shutil.rmtree(staging, ignore_errors=True))
+    trainer.save_model(str(staging))
+
+    def finish() -> None:
+        if not any(staging.glob("*.safetensors")):
+            raise RunError(f"the Trainer saved no model weights in {staging}; check the FSDP / DeepSpeed config")
+        (staging / "training_args.bin").unlink(missing_ok=True)  # a pickle; the model folder holds none
+        tokenizer.save_pretrained(staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+
+    on_main(finish)
+
+
+def _peak_memory_start(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_memory_bytes(device: torch.device) -> int | None:
+    """CUDA: the most memory the tensors took since the fold started. CPU: the process's peak RSS so far (all folds).
+
+    The CPU figure cannot be reset: it is the high-water mark of the whole process, fold 0 included.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+
+
 def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarray, valid_idx: np.ndarray,
                fold_dir: Path, callbacks: list | None = None):
-    """Train one fold, save its best model, and write its out-of-fold predictions; returns them as a frame."""
+    """Train one fold, save its best model, and write its out-of-fold predictions; returns them as a frame.
+
+    Under a launcher every process calls this; each predicts a shard of ``valid_idx`` and every process returns the
+    whole, gathered frame, while only the main process writes files.
+    """
     from attnpool.training.predict import predict_encoded
 
     model = _build_model(cfg, data, fold)
     train_ds = EncodedDataset(data.encodings, data.labels, train_idx)
     eval_ds = EncodedDataset(data.encodings, data.labels, valid_idx)
-    steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum)))
+    processes = process_state().num_processes
+    steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = _training_arguments(cfg, fold_dir / "checkpoints", steps_per_epoch)
     trainer = _make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, cfg.task)
+    _check_engine(trainer)
     for callback in callbacks or []:
         trainer.add_callback(callback)
-    resume_from = _last_checkpoint(fold_dir / "checkpoints")
+    resume_from = on_main(lambda: _last_checkpoint(fold_dir / "checkpoints"))
     if resume_from:
         logger.info("fold %d: resuming from %s", fold, resume_from)
+    _peak_memory_start(args.device)
+    started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
-    best = trainer.model  # load_best_model_at_end restored the best checkpoint's weights
-    atomic_save_dir(fold_dir / "model", lambda tmp: best.save_pretrained(tmp, tokenizer=data.tokenizer))
-    atomic_write_json(fold_dir / "log_history.json", trainer.state.log_history)
-    logits = predict_encoded([best], data.encodings, valid_idx, cfg.eval_batch_size, data.tokenizer)[0]
-    scores = scores_from_logits(cfg.task, logits)
-    metrics = task_metrics(cfg.task, data.labels[valid_idx], scores)
-    metrics.update({"fold": fold, "n_train": len(train_idx), "n_valid": len(valid_idx),
-                    "best_checkpoint": Path(trainer.state.best_model_checkpoint or "").name})
-    atomic_write_json(fold_dir / "metrics.json", metrics)
-    oof = data.oof_frame(valid_idx, scores, fold)
-    atomic_write(fold_dir / "oof.csv", lambda tmp: oof.to_csv(tmp, index=False))  # last: marks the fold done
-    import shutil
+    train_seconds = time.perf_counter() - started
+    peak_memory = _peak_memory_bytes(args.device)
+    _save_fold_model(trainer, data.tokenizer, fold_dir / "model")
+    # load_best_model_at_end restored the best checkpoint's weights; sharded ones are read back whole from the folder.
+    best = trainer.model
+    if _weights_sharded(trainer):
+        from attnpool.model import AttnPoolForSequenceClassification
 
-    shutil.rmtree(fold_dir / "checkpoints", ignore_errors=True)
-    return read_oof(fold_dir / "oof.csv")
+        best = AttnPoolForSequenceClassification.from_pretrained(fold_dir / "model")
+    state = process_state()
+    mine = shard(valid_idx, state.process_index, state.num_processes)
+    local = predict_encoded([best], data.encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device)[0]
+    parts, peaks = gather_shards(local, peak_memory)
+    scores = scores_from_logits(cfg.task, unshard(parts))
+    metrics = task_metrics(cfg.task, data.labels[valid_idx], scores)
+    known_peaks = [p for p in peaks if p is not None]
+    metrics.update({"fold": fold, "n_train": len(train_idx), "n_valid": len(valid_idx),
+                    "best_checkpoint": Path(trainer.state.best_model_checkpoint or "").name,
+                    "train_seconds": round(train_seconds, 2),  # trainer.train() of this call (the resumed part)
+                    "peak_memory_bytes": max(known_peaks) if known_peaks else None,  # the largest over processes
+                    "device": args.device.type,  # cuda: peak of the tensors; cpu: the process's peak RSS
+                    "processes": state.num_processes})
+    oof = data.oof_frame(valid_idx, scores, fold)
+
+    def write() -> None:
+        atomic_write_json(fold_dir / "log_history.json", trainer.state.log_history)
+        atomic_write_json(fold_dir / "metrics.json", metrics)
+        atomic_write(fold_dir / "oof.csv", lambda tmp: oof.to_csv(tmp, index=False))  # last: marks the fold done
+        shutil.rmtree(fold_dir / "checkpoints", ignore_errors=True)
+
+    on_main(write)
+    return oof
 
 
 def _resumed_config(cfg: TrainConfig) -> TrainConfig:
@@ -253,6 +413,10 @@ def _resumed_config(cfg: TrainConfig) -> TrainConfig:
 def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     """Run the recipe: k folds (or one train/valid split), out-of-fold predictions, metrics, plot.
 
+    Started by ``torchrun`` or ``accelerate launch``, every process calls it: the ``Trainer`` trains on all of them
+    (DDP, or FSDP / DeepSpeed as the launcher is configured), the main process alone writes the run directory, and
+    every process returns the same result.
+
     Args:
         cfg: The options; see :class:`~attnpool.training.config.TrainConfig`. With ``resume``, the run's saved
             config is used instead (only ``output_dir`` is read from ``cfg``).
@@ -268,41 +432,57 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     import yaml
 
     started = time.perf_counter()
-    run_dir = prepare_run_dir(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
-    cfg = _resumed_config(cfg).validate()
-    handler = _attach_log_file(run_dir / "train.log")
+    main = process_state().is_main_process  # joins the launcher's process group, as the Trainer will
+
+    def open_run() -> tuple[Path, TrainConfig]:
+        run_dir = prepare_run_dir(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
+        return run_dir, _resumed_config(cfg).validate()
+
+    run_dir, cfg = on_main(open_run)  # the other processes get the main one's config, or its error
+    package_logger = logging.getLogger("attnpool")
+    level = package_logger.level
+    handler = _attach_log_file(run_dir / "train.log") if main else None
+    if not main:
+        package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
     try:
-        data = load_task(cfg, log=logger)  # also resolves the preset and template into cfg
-        if not (run_dir / CONFIG_FILE).is_file():  # the resolved config, saved with the run
-            atomic_write_text(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        folds = _folds(cfg, data, run_dir)
-        info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
-                "num_folds": int(folds.max()) + 1 if len(folds) else 0}
-        if cfg.resume and (run_dir / "run.json").is_file():
-            previous = read_run_info(run_dir)
-            if previous.get("classes") != info["classes"]:
-                raise ValueError(f"--resume: the labels changed since the run started ({previous.get('classes')} "
-                                 f"-> {info['classes']}); start a new run")
-        write_run_info(run_dir, info)
+        data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
+
+        def record_run() -> tuple[np.ndarray, list[int]]:
+            if not (run_dir / CONFIG_FILE).is_file():  # the resolved config, saved with the run
+                atomic_write_text(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            folds = _folds(cfg, data, run_dir)
+            info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
+                    "num_folds": int(folds.max()) + 1 if len(folds) else 0}
+            if cfg.resume and (run_dir / "run.json").is_file():
+                previous = read_run_info(run_dir)
+                if previous.get("classes") != info["classes"]:
+                    raise ValueError(f"--resume: the labels changed since the run started ({previous.get('classes')} "
+                                     f"-> {info['classes']}); start a new run")
+            write_run_info(run_dir, info)
+            done = [int(f) for f in sorted(set(folds[folds >= 0])) if _fold_done(run_dir / f"fold_{int(f)}")]
+            return folds, done
+
+        folds, done = on_main(record_run)  # every process trains on the folds the main process saved
         fold_ids = sorted(set(int(f) for f in folds[folds >= 0]))
         wanted = [f for f in fold_ids if cfg.only_folds is None or f in cfg.only_folds]
-        frames = []
         for fold in fold_ids:
             fold_dir = run_dir / f"fold_{fold}"
-            if _fold_done(fold_dir):
+            if fold in done:
                 logger.info("fold %d: already done, kept (%s)", fold, fold_dir / "oof.csv")
-                frames.append(read_oof(fold_dir / "oof.csv"))
                 continue
             if fold not in wanted:
                 continue
             train_idx, valid_idx = data.split(folds, fold)
             logger.info("fold %d (%d of %d): %d train / %d valid rows", fold, fold + 1, len(fold_ids), len(train_idx),
                         len(valid_idx))
-            frames.append(train_fold(cfg, data, fold, train_idx, valid_idx, fold_dir, callbacks))
-        result = _summarise(cfg, data, run_dir, frames, fold_ids, time.perf_counter() - started)
+            train_fold(cfg, data, fold, train_idx, valid_idx, fold_dir, callbacks)
+        result = on_main(lambda: _summarise(cfg, data, run_dir, fold_ids, time.perf_counter() - started))
     finally:
-        logging.getLogger("attnpool").removeHandler(handler)
-        handler.close()
+        if handler is not None:
+            package_logger.removeHandler(handler)
+            handler.close()
+        else:
+            package_logger.setLevel(level)
     return result
 
 
@@ -323,19 +503,21 @@ def _folds(cfg: TrainConfig, data: TaskData, run_dir: Path) -> np.ndarray:
     return folds
 
 
-def _summarise(cfg: TrainConfig, data: TaskData, run_dir: Path, frames: list, fold_ids: list[int],
-               seconds: float) -> TrainResult:
+def _summarise(cfg: TrainConfig, data: TaskData, run_dir: Path, fold_ids: list[int], seconds: float) -> TrainResult:
+    """Gather the finished folds' files into the run's ``oof.csv``, ``metrics.json`` and plot (main process)."""
     import json
 
     import pandas as pd
 
     from attnpool.training.report import plot_learning_curves, summary_table
 
-    fold_metrics = []
+    fold_metrics, frames = [], []
     for fold in fold_ids:
-        path = run_dir / f"fold_{fold}" / "metrics.json"
-        if path.is_file():
-            fold_metrics.append(json.loads(path.read_text(encoding="utf-8")))
+        fold_dir = run_dir / f"fold_{fold}"
+        if (fold_dir / "metrics.json").is_file():
+            fold_metrics.append(json.loads((fold_dir / "metrics.json").read_text(encoding="utf-8")))
+        if _fold_done(fold_dir):
+            frames.append(read_oof(fold_dir / "oof.csv"))
     oof = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     complete = len(fold_metrics) == len(fold_ids)
     overall: dict[str, Any] = {}

@@ -63,7 +63,14 @@ def summary_table(cfg: TrainConfig, run_dir: Path, metrics: dict[str, Any], seco
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    state = "complete" if metrics.get("complete") else "INCOMPLETE (run again with --resume to finish)"
+    if metrics.get("complete"):
+        state = "complete"
+    elif cfg.only_folds is not None:
+        done = ", ".join(str(f["fold"]) for f in folds)
+        state = (f"fold(s) {done} done, as --only-folds asked; the others train with --resume (and --only-folds "
+                 "to choose)")
+    else:
+        state = "INCOMPLETE (run again with --resume to finish)"
     lines += ["", f"{state}; {seconds / 60:.1f} min; outputs in {run_dir}:",
               "  oof.csv  metrics.json  learning_curve.png  fold_K/model/  train.log"]
     return "\n".join(lines)

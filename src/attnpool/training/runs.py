@@ -21,6 +21,12 @@ class RunError(ValueError):
     """A run directory that cannot be used as asked (exists, wrong version, incomplete, corrupt)."""
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Write through ``write(tmp_path)`` to a temporary name beside ``path``, then rename: never a partial file."""
     path = Path(path)
@@ -29,6 +35,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the outputs from the rest of a team
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -53,6 +60,7 @@ def atomic_save_dir(path: str | Path, save: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         save(tmp)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700, as for files
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

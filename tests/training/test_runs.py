@@ -1,0 +1,37 @@
+"""Atomic writes: never a partial file, and the permissions a plain ``open()`` would give."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from attnpool.training.runs import atomic_save_dir, atomic_write, atomic_write_text
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_atomic_files_and_folders_get_the_umask_permissions(tmp_path, umask_022):
+    path = atomic_write_text(tmp_path / "a.json", "{}")
+    assert path.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+    folder = atomic_save_dir(tmp_path / "model", lambda tmp: (tmp / "x").write_text("1"))
+    assert folder.stat().st_mode & 0o777 == 0o755  # not mkdtemp's 0700
+    assert (folder / "x").read_text() == "1"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = atomic_write_text(tmp_path / "out.csv", "old")
+
+    def fail(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_write(path, fail)
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
