@@ -113,9 +113,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     from attnpool.training import predict
 
-    predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
-            device=args.device)
-    print(f"wrote {args.output}")
+    summary = predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
+                      device=args.device, chunk_rows=args.chunk_rows, resume=args.resume, precision=args.precision)
+    print(f"wrote {summary.rows} predictions to {args.output}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from attnpool.compare import compare
+
+    if args.pooling is not None or args.pooling_opt:
+        raise ValueError("attnpool compare takes its poolers from --poolings NAME[:key=value,...] "
+                         "(e.g. --poolings attention:attn_size=128 mean), not --pooling/--pooling-opt")
+    cfg = _train_config(args)
+    seeds = list(range(cfg.seed, cfg.seed + args.seeds[0])) if len(args.seeds) == 1 else args.seeds
+    if len(args.seeds) == 1 and args.seeds[0] < 1:
+        raise ValueError(f"--seeds: a single value is a number of seeds and must be >= 1, got {args.seeds[0]}")
+    result = compare(cfg, args.poolings, seeds, baseline=args.baseline, output_dir=args.output_dir or "runs/compare",
+                     bootstrap=args.bootstrap, overwrite=bool(args.overwrite))
+    print(result.markdown)
+    print(f"trained {result.trained} run(s); wrote compare.md, compare.csv, compare.json, compare.png in "
+          f"{result.output_dir}")
     return 0
 
 
@@ -130,6 +148,18 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     print(f"explained {len(explanation.examples)} examples; erasure AOPC: most-weighted {aopc['top'] or 0:.4g}, "
           f"random {aopc['random'] or 0:.4g}, least-weighted {aopc['bottom'] or 0:.4g}")
     print(f"wrote {args.output} and {args.json or Path(args.output).with_suffix('.json')}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from attnpool.export import export_onnx
+
+    result = export_onnx(args.model, args.output, fold=args.fold, with_weights=args.with_weights, opset=args.opset,
+                         verify=not args.no_verify)
+    diff = result.max_abs_diff
+    checked = "not verified" if diff is None else f"max |onnxruntime - torch| = {diff:.2e}"
+    tokenizer = ", tokenizer beside it" if result.tokenizer_saved else ", no tokenizer found to save"
+    print(f"wrote {result.path} (outputs: {', '.join(result.output_names)}; {checked}{tokenizer})")
     return 0
 
 
@@ -164,7 +194,28 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--ensemble", choices=["mean", "score"], default="mean",
                          help="mean of the folds, or weighted by each fold's validation score")
     predict.add_argument("--device", default=None, help="cpu, cuda... (default: cuda when available)")
+    predict.add_argument("--chunk-rows", type=int, default=100_000,
+                         help="rows read and predicted at a time: bounds memory (default: 100000)")
+    predict.add_argument("--resume", action="store_true",
+                         help="continue an interrupted prediction to the same --output, keeping its finished chunks")
+    predict.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                         help="autocast dtype: auto = bf16 on a GPU that has it, else fp32 (default: auto)")
     predict.set_defaults(func=_cmd_predict)
+
+    compare = commands.add_parser(
+        "compare", help="train several poolers over paired seeds and test which beats the baseline",
+        description="Train every pooler of --poolings once per seed with the same data, folds, data order and "
+        "recipe (attnpool train options), then report each pooler's score with a 95%% CI, its difference to the "
+        "baseline with a paired t-test over seeds and a paired bootstrap over examples (Holm-corrected), and its "
+        "cost. Finished runs in --output-dir are kept: rerunning resumes, adding a pooler trains only that one.")
+    compare.add_argument("--poolings", nargs="+", required=True, metavar="NAME[:key=value,...]",
+                         help="the poolers to compare, e.g. attention:attn_size=128 gem max")
+    compare.add_argument("--seeds", nargs="+", type=int, default=[3],
+                         help="one number N: N seeds from --seed on (default: 3); several numbers: those seeds")
+    compare.add_argument("--baseline", default="mean", help="the pooler the others are tested against (default: mean)")
+    compare.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap replicates (default: 1000)")
+    _add_train_options(compare)
+    compare.set_defaults(func=_cmd_compare)
 
     explain = commands.add_parser(
         "explain", help="show which tokens the pooler weighs, and test whether those weights are faithful",
@@ -186,6 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--batch-size", type=int, default=32)
     explain.add_argument("--device", default=None, help="cpu, cuda... (default: cuda when available)")
     explain.set_defaults(func=_cmd_explain)
+
+    export = commands.add_parser(
+        "export", help="export a trained model (encoder, pooler, head) to one ONNX graph for serving",
+        description="Export encoder, pooler and head as one ONNX graph with dynamic batch and sequence axes, check it "
+        "against PyTorch in onnxruntime, and save the tokenizer beside it (see docs/serving.md).")
+    export.add_argument("--model", required=True, metavar="MODEL_OR_RUN_DIR",
+                        help="a model folder saved with save_pretrained, or the --output-dir of attnpool train")
+    export.add_argument("--fold", type=int, default=None, help="which fold's model of a run (needed if it has several)")
+    export.add_argument("--format", choices=["onnx"], default="onnx", help="export format (default: onnx)")
+    export.add_argument("--output", required=True, help="the .onnx file; the tokenizer files go into its folder")
+    export.add_argument("--with-weights", action="store_true",
+                        help="also output the pooler's token weights (pooling_weights)")
+    export.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's, 18 or newer)")
+    export.add_argument("--no-verify", action="store_true",
+                        help="skip the onnxruntime vs PyTorch check (max abs difference <= 1e-4)")
+    export.set_defaults(func=_cmd_export)
 
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
     demo.add_argument("--output-dir", default="runs/demo")

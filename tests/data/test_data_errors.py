@@ -25,6 +25,7 @@ def test_public_api():
             "Texts",
             "build_texts",
             "check_columns",
+            "iter_table",
             "length_sorted_batches",
             "load_pppm",
             "make_folds",

@@ -18,7 +18,7 @@ from attnpool.data.columns import TASKS, Labels, Texts, build_texts, check_colum
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
 from attnpool.data.pppm import PPPM_TEMPLATE, load_pppm
-from attnpool.data.readers import SUPPORTED_EXTENSIONS, read_table
+from attnpool.data.readers import SUPPORTED_EXTENSIONS, iter_table, read_table
 
 __all__ = [
     "PPPM_TEMPLATE",
@@ -29,6 +29,7 @@ __all__ = [
     "Texts",
     "build_texts",
     "check_columns",
+    "iter_table",
     "length_sorted_batches",
     "load_pppm",
     "make_folds",

@@ -4,6 +4,9 @@ Text stays text: ids such as ``"0001"`` are never turned into ``1``, and words s
 never turned into missing values (only an empty field is missing). A CSV/TSV column becomes numeric only when
 every non-empty value is written as a plain number without leading zeros (``"0.5"``, ``"-3"``, ``"1e-3"``); JSONL
 and Parquet keep the types the file stores.
+
+:func:`iter_table` reads the same files in chunks of rows, for files larger than memory, with the same checks and
+messages.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,18 +49,9 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
             gives the byte offset and line), a JSONL line is not a JSON object (the message gives the line), the
             CSV/TSV cannot be parsed, or Parquet support (``pyarrow``) is missing.
     """
-    p = Path(path)
+    p = _checked_path(path)
     suffix = p.suffix.lower()
     keep_text = set(text_columns)
-    if not p.exists():
-        raise DataError(f"{p}: no such file (resolved to {p.resolve()}); check the path and the working directory")
-    if p.is_dir():
-        raise DataError(f"{p}: is a folder, not a file; give the path of a {'/'.join(SUPPORTED_EXTENSIONS)} file")
-    if suffix not in SUPPORTED_EXTENSIONS:
-        raise DataError(
-            f"{p}: unsupported file extension {suffix or '(none)'!r}; supported extensions: "
-            f"{', '.join(SUPPORTED_EXTENSIONS)}. Convert the file or rename it if it already is one of those formats"
-        )
     if suffix == ".parquet":
         frame = _read_parquet(p)
     else:
@@ -68,13 +62,96 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
             frame = _read_jsonl(text, p, keep_text)
         else:
             frame = _read_delimited(text, p, "\t" if suffix == ".tsv" else ",", keep_text)
+    _text_as_str(frame, keep_text)
+    if len(frame) == 0:
+        raise _no_rows(p, frame.columns)
+    return frame
+
+
+def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: Iterable[str] = ()
+               ) -> Iterator[pd.DataFrame]:
+    """Read a table like :func:`read_table`, in chunks of ``chunk_rows`` rows, never holding the whole file.
+
+    CSV/TSV go through pandas' chunked parser, JSONL is read line by line, Parquet batch by batch
+    (``pyarrow.parquet.ParquetFile.iter_batches``). Every chunk but the last has exactly ``chunk_rows`` rows, and
+    its index holds the rows' 0-based positions in the file, so the chunks concatenate to the file's rows in order.
+
+    Column types are decided per chunk, by the rules of :func:`read_table`: a CSV column of plain numbers in one
+    chunk may be text in another. Name the columns whose values must stay text in ``text_columns`` (ids, texts).
+    A JSONL chunk has every key seen so far (missing values for those its lines lack), but not keys that appear
+    only in later lines. A pandas index stored in a Parquet file is not restored.
+
+    Args:
+        path: The file; the extension picks the reader, as in :func:`read_table`.
+        chunk_rows: Rows per chunk (>= 1).
+        text_columns: Columns always read as strings (absent ones are ignored).
+
+    Returns:
+        An iterator over the chunks (``pandas.DataFrame``).
+
+    Raises:
+        DataError: As :func:`read_table`: a missing file, a folder, an unsupported extension or a blank file when
+            called; while iterating, bytes that are not UTF-8 (byte offset and line), a bad JSONL line, a CSV/TSV
+            parse error, a corrupt Parquet file, or no data rows at all. Parquet without ``pyarrow`` when called.
+        ValueError: ``chunk_rows`` < 1.
+    """
+    p = _checked_path(path)
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int | np.integer) or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    suffix = p.suffix.lower()
+    keep_text = set(text_columns)
+    if suffix == ".parquet":
+        chunks = _iter_parquet(p, int(chunk_rows), _require_pyarrow(p))
+    elif _is_blank(p):
+        raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
+    elif suffix == ".jsonl":
+        chunks = _iter_jsonl(p, int(chunk_rows), keep_text)
+    else:
+        chunks = _iter_delimited(p, int(chunk_rows), "\t" if suffix == ".tsv" else ",", keep_text)
+    return _numbered(p, chunks, keep_text)
+
+
+def _numbered(path: Path, chunks: Iterator[pd.DataFrame], keep_text: set[str]) -> Iterator[pd.DataFrame]:
+    """The non-empty chunks with their text columns as strings and file row positions as index."""
+    rows, columns = 0, pd.Index([])
+    for frame in chunks:
+        columns = frame.columns
+        if len(frame) == 0:
+            continue
+        _text_as_str(frame, keep_text)
+        frame.index = pd.RangeIndex(rows, rows + len(frame))
+        rows += len(frame)
+        yield frame
+    if rows == 0:
+        raise _no_rows(path, columns)
+
+
+def _checked_path(path: str | os.PathLike[str]) -> Path:
+    """The path, if it is an existing file with a supported extension."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if not p.exists():
+        raise DataError(f"{p}: no such file (resolved to {p.resolve()}); check the path and the working directory")
+    if p.is_dir():
+        raise DataError(f"{p}: is a folder, not a file; give the path of a {'/'.join(SUPPORTED_EXTENSIONS)} file")
+    if suffix not in SUPPORTED_EXTENSIONS:
+        raise DataError(
+            f"{p}: unsupported file extension {suffix or '(none)'!r}; supported extensions: "
+            f"{', '.join(SUPPORTED_EXTENSIONS)}. Convert the file or rename it if it already is one of those formats"
+        )
+    return p
+
+
+def _text_as_str(frame: pd.DataFrame, keep_text: set[str]) -> None:
     for name in keep_text.intersection(frame.columns):
         if not pd.api.types.is_string_dtype(frame[name]):  # Parquet/JSONL types: write the values as text
             frame[name] = frame[name].map(lambda v: v if isinstance(v, str) or _missing(v) else str(v)).astype(str)
-    if len(frame) == 0:
-        columns = f" (columns: {', '.join(map(str, frame.columns))})" if len(frame.columns) else ""
-        raise DataError(f"{p}: no data rows{columns}; the file needs at least one row below its header")
-    return frame
+
+
+def _no_rows(path: Path, columns: Iterable) -> DataError:
+    names = ", ".join(map(str, columns))
+    columns_note = f" (columns: {names})" if names else ""
+    return DataError(f"{path}: no data rows{columns_note}; the file needs at least one row below its header")
 
 
 def _missing(value: object) -> bool:
@@ -89,26 +166,118 @@ def _read_utf8(path: Path) -> str:
         return raw[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
         offset = bom + e.start
-        line = raw.count(b"\n", 0, offset) + 1
-        bad = raw[offset : bom + e.end].hex(" ")
-        raise DataError(
-            f"{path}: not valid UTF-8: byte(s) {bad} at byte offset {offset} (line {line}); re-encode the file as "
-            "UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv` or, in pandas, "
-            "`pd.read_csv(path, encoding='latin-1').to_csv(out, index=False)`"
-        ) from None
+        raise _not_utf8(path, raw[offset : bom + e.end], offset, raw.count(b"\n", 0, offset) + 1) from None
+
+
+def _not_utf8(path: Path, bad: bytes, offset: int, line: int) -> DataError:
+    return DataError(
+        f"{path}: not valid UTF-8: byte(s) {bad.hex(' ')} at byte offset {offset} (line {line}); re-encode the file "
+        "as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv` or, in pandas, "
+        "`pd.read_csv(path, encoding='latin-1').to_csv(out, index=False)`"
+    )
+
+
+def _is_blank(path: Path, block: int = 1 << 16) -> bool:
+    """Whether the file holds nothing but whitespace (and a byte-order mark); usually decided by its first block."""
+    with path.open("rb") as f:
+        first = True
+        while raw := f.read(block):
+            if first and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            first = False
+            if raw.strip():
+                return False
+    return True
+
+
+class _Utf8Stream(io.TextIOBase):
+    """A UTF-8 file's text, decoded block by block, for pandas' chunked CSV parser.
+
+    Bad bytes raise the error of :func:`_read_utf8`, file offset and line included; a byte-order mark is dropped.
+    """
+
+    def __init__(self, path: Path, block: int = 1 << 20) -> None:
+        super().__init__()
+        self._path = path
+        self._file = path.open("rb")
+        self._block = block
+        self._pending = b""  # bytes of a character cut by the end of the last block
+        self._offset = 0  # file offset of self._pending
+        self._lines = 0  # line breaks before self._offset
+        self._text = ""  # decoded, not yet returned
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+    def read(self, size: int | None = -1) -> str:
+        while not self._eof and (size is None or size < 0 or len(self._text) < size):
+            self._decode_block()
+        if size is None or size < 0 or size >= len(self._text):
+            out, self._text = self._text, ""
+        else:
+            out, self._text = self._text[:size], self._text[size:]
+        return out
+
+    def _decode_block(self) -> None:
+        raw = self._file.read(self._block)
+        self._eof = not raw
+        data = self._pending + raw
+        skip = len(codecs.BOM_UTF8) if self._offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
+        try:
+            text, keep = data[skip:].decode("utf-8"), b""
+        except UnicodeDecodeError as e:
+            start = skip + e.start
+            if raw and e.reason == "unexpected end of data":  # a character continues in the next block
+                text, keep = data[skip:start].decode("utf-8"), data[start:]
+            else:
+                offset = self._offset + start
+                line = self._lines + data.count(b"\n", 0, start) + 1
+                raise _not_utf8(self._path, data[start : skip + e.end], offset, line) from None
+        done = len(data) - len(keep)
+        self._lines += data.count(b"\n", 0, done)
+        self._offset += done
+        self._pending = keep
+        self._text += text
+
+
+_CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""]}  # every field text; only "" is missing
 
 
 def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> pd.DataFrame:
-    kind = "TSV" if sep == "\t" else "CSV"
     try:
-        frame = pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False, na_values=[""])
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: the file is empty; it needs a header line and at least one data row") from None
-    except pd.errors.ParserError as e:
-        raise DataError(
-            f"{path}: could not be parsed as {kind}: {str(e).strip()}. Check the delimiter ({sep!r}) and the "
-            "quoting: a field holding the delimiter, a double quote or a line break must be enclosed in double quotes"
-        ) from None
+        frame = pd.read_csv(io.StringIO(text), sep=sep, **_CSV_OPTIONS)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        raise _csv_error(path, sep, e) from None
+    return _with_numbers(frame, text_columns)
+
+
+def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
+    with _Utf8Stream(path) as stream:
+        try:
+            with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
+                for frame in reader:
+                    yield _with_numbers(frame, text_columns)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+            raise _csv_error(path, sep, e) from None
+
+
+def _csv_error(path: Path, sep: str, error: Exception) -> DataError:
+    if isinstance(error, pd.errors.EmptyDataError):
+        return DataError(f"{path}: the file is empty; it needs a header line and at least one data row")
+    kind = "TSV" if sep == "\t" else "CSV"
+    return DataError(
+        f"{path}: could not be parsed as {kind}: {str(error).strip()}. Check the delimiter ({sep!r}) and the "
+        "quoting: a field holding the delimiter, a double quote or a line break must be enclosed in double quotes"
+    )
+
+
+def _with_numbers(frame: pd.DataFrame, text_columns: set[str]) -> pd.DataFrame:
+    """Turn the columns written as plain numbers (outside ``text_columns``) into numbers."""
     for name in frame.columns:
         if name in text_columns:
             continue
@@ -140,41 +309,112 @@ def _read_jsonl(text: str, path: Path, text_columns: set[str]) -> pd.DataFrame:
     records = []
     # Split on "\n" only: `str.splitlines` would also split on U+2028 and friends, which JSON strings may hold.
     for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(
-                f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); a .jsonl file holds one "
-                "JSON object per line (a file holding one JSON array must be converted first, e.g. "
-                "`pd.read_json(path).to_json(out, orient='records', lines=True)`)"
-            ) from None
-        if not isinstance(record, dict):
-            raise DataError(
-                f"{path}: line {lineno} holds a JSON {type(record).__name__}, not an object; a .jsonl file holds one "
-                'JSON object per line, e.g. {"text": "...", "label": 1}'
-            )
-        for name in text_columns.intersection(record):
-            value = record[name]
-            if value is not None and not isinstance(value, str):
-                record[name] = json.dumps(value, ensure_ascii=False)  # 4112 -> "4112", as written in the file
-        records.append(record)
+        record = _jsonl_record(line, lineno, path, text_columns)
+        if record is not None:
+            records.append(record)
     return pd.DataFrame.from_records(records)
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _iter_jsonl(path: Path, chunk_rows: int, text_columns: set[str]) -> Iterator[pd.DataFrame]:
+    """Line by line, as :func:`_read_jsonl` (a binary file's lines end at line feeds only, as its split does)."""
+    records: list[dict] = []
+    offset = 0
+    columns: dict[str, None] = {}  # every key seen so far: a later chunk keeps the columns of the earlier ones
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            bom = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+            try:
+                line = raw[bom:].decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _not_utf8(path, raw[bom + e.start : bom + e.end], offset + bom + e.start, lineno) from None
+            offset += len(raw)
+            record = _jsonl_record(line, lineno, path, text_columns)
+            if record is not None:
+                records.append(record)
+            if len(records) == chunk_rows:
+                yield _union_frame(records, columns)
+                records = []
+    if records:
+        yield _union_frame(records, columns)
+
+
+def _union_frame(records: list[dict], columns: dict[str, None]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(records)
+    columns.update(dict.fromkeys(frame.columns))
+    return frame if len(frame.columns) == len(columns) else frame.reindex(columns=list(columns))
+
+
+def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) -> dict | None:
+    """One line's object (``None`` for a blank line), with ``text_columns`` values as written in the file."""
+    if not line.strip():
+        return None
     try:
-        import pyarrow  # noqa: F401  (pandas' Parquet engine)
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); a .jsonl file holds one "
+            "JSON object per line (a file holding one JSON array must be converted first, e.g. "
+            "`pd.read_json(path).to_json(out, orient='records', lines=True)`)"
+        ) from None
+    if not isinstance(record, dict):
+        raise DataError(
+            f"{path}: line {lineno} holds a JSON {type(record).__name__}, not an object; a .jsonl file holds one "
+            'JSON object per line, e.g. {"text": "...", "label": 1}'
+        )
+    for name in text_columns.intersection(record):
+        value = record[name]
+        if value is not None and not isinstance(value, str):
+            record[name] = json.dumps(value, ensure_ascii=False)  # 4112 -> "4112", as written in the file
+    return record
+
+
+def _require_pyarrow(path: Path):
+    """``pyarrow.parquet`` (pandas' Parquet engine), or a DataError saying how to get it."""
+    try:
+        import pyarrow.parquet
     except ImportError:
         raise DataError(
             f"{path}: reading Parquet needs the pyarrow package; install it (`pip install pyarrow`) or convert the "
             "file to CSV"
         ) from None
+    return pyarrow.parquet
+
+
+def _parquet_error(path: Path, error: Exception) -> DataError:
+    return DataError(
+        f"{path}: could not be read as Parquet ({type(error).__name__}: {error}); check that it is a complete "
+        "Parquet file, or rename it if it is another format"
+    )
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    _require_pyarrow(path)
     try:
         return pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
-        raise DataError(
-            f"{path}: could not be read as Parquet ({type(e).__name__}: {e}); check that it is a complete Parquet "
-            "file, or rename it if it is another format"
-        ) from e
+        raise _parquet_error(path, e) from e
+
+
+def _iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
+    """Batches regrouped into chunks of exactly ``chunk_rows`` rows (pyarrow's batches may stop at row groups)."""
+    import pyarrow as pa
+
+    try:
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
+        if file.metadata.num_rows == 0:
+            yield schema.empty_table().to_pandas()
+            return
+        pending: list = []
+        rows = 0
+        for batch in file.iter_batches(batch_size=chunk_rows):
+            pending.append(batch)
+            rows += batch.num_rows
+            while rows >= chunk_rows:
+                table = pa.Table.from_batches(pending, schema=batch.schema)
+                yield table.slice(0, chunk_rows).to_pandas()
+                pending, rows = table.slice(chunk_rows).to_batches(), rows - chunk_rows
+        if rows:
+            yield pa.Table.from_batches(pending, schema=schema).to_pandas()
+    except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
+        raise _parquet_error(path, e) from e

@@ -1,0 +1,194 @@
+"""Peak memory and throughput of ``attnpool predict`` on a 1,000,000-row file against a 100,000-row file.
+
+Streaming prediction reads, tokenises and predicts ``--chunk-rows`` rows at a time and writes each chunk's output
+as a part, so its memory should be bounded by the chunk size, not by the file: the peak resident set size (RSS)
+for 1M rows should be about that for 100k rows. This script measures it.
+
+Data: PPPM-like rows (``id, anchor, target, context``): anchors and targets drawn at random (seeded) from the real
+``train.csv`` of ``--data-dir`` and their CPC context codes, new random 16-hex-digit ids; without the PPPM folder,
+random phrases from a small word list and made-up codes. Written as CSV to a temporary folder with the
+``cpc_texts.csv`` that the ``pppm`` preset joins in (the context title), so each row is tokenised from the preset's
+template ``"{anchor} [SEP] {target} [SEP] {context_text}"``.
+
+Run: nothing is trained. A run directory is written as ``attnpool train --preset pppm`` would leave it, with
+``--folds`` fold models built around a tiny random BERT (``--hidden-size``, 2 layers; the real MiniLM tokenizer and
+its 30,522-token vocabulary), so that the figures show the streaming machinery (reading, tokenising, padding,
+writing) rather than an encoder's compute; a real encoder only adds time per row, not memory per row (its weights
+and activations are per batch).
+
+Measurement: each prediction is one ``python -m attnpool.cli predict`` subprocess; ``os.wait4`` returns its
+resource usage, whose ``ru_maxrss`` is the peak RSS of that process (kB on Linux), and wall time is measured
+around it (rows/s includes the start-up: imports and model loading, a few seconds). A 1,000-row file gives the
+baseline (Python, torch, transformers, the models). ``--unchunked`` adds the 1M-row file in a single chunk
+(``--chunk-rows 1000000``), i.e. the whole file in memory as before streaming, for contrast.
+
+Usage::
+
+    python benchmarks/predict_memory.py                     # 1k, 100k, 1M rows, chunks of 100k
+    python benchmarks/predict_memory.py --unchunked         # plus 1M rows in one chunk
+    python benchmarks/predict_memory.py --sizes 1000 20000 --chunk-rows 5000   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+DEFAULT_DATA_DIR = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm")
+WORDS = ("adjustable gas flow drum valve photoconductor inorganic layer coating wheel sensor signal vehicle "
+         "polymer bearing housing circuit optical fiber member locking seal pump motor ring plate").split()
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 100_000, 1_000_000], help="rows of each file")
+    p.add_argument("--chunk-rows", type=int, default=100_000)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--folds", type=int, default=2, help="fold models in the run (all predict every row)")
+    p.add_argument("--hidden-size", type=int, default=32, help="of the tiny random encoder")
+    p.add_argument("--threads", type=int, default=1,
+                   help="OMP_NUM_THREADS of the predict processes (default 1: tiny ops lose to thread sync)")
+    p.add_argument("--unchunked", action="store_true", help="also predict the largest file in one chunk")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="PPPM folder (train.csv, cpc_texts.csv)")
+    p.add_argument("--workdir", default=None, help="where to write files (default: a temporary folder, deleted)")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def pppm_source(data_dir: str, rng: np.random.Generator):
+    """``(anchors, targets, contexts, cpc_frame)``: the real PPPM phrases and titles when present, else made up."""
+    root = Path(data_dir)
+    if (root / "train.csv").is_file() and (root / "cpc_texts.csv").is_file():
+        train = pd.read_csv(root / "train.csv", dtype=str, keep_default_na=False)
+        cpc = pd.read_csv(root / "cpc_texts.csv", dtype=str, keep_default_na=False)
+        return train["anchor"].to_numpy(), train["target"].to_numpy(), train["context"].to_numpy(), cpc
+    print(f"(no PPPM data in {root}: made-up phrases)")
+    phrases = np.array([" ".join(rng.choice(WORDS, size=rng.integers(1, 5))) for _ in range(5000)])
+    codes = np.array([f"{c}{i:02d}" for c in "ABCDEFGH" for i in range(1, 11)])
+    cpc = pd.DataFrame({"context": codes, "text": [" ".join(rng.choice(WORDS, size=8)).upper() for _ in codes]})
+    return phrases, phrases[::-1].copy(), rng.choice(codes, size=len(phrases)), cpc
+
+
+def write_rows(path: Path, rows: int, source, rng: np.random.Generator) -> None:
+    anchors, targets, contexts, _ = source
+    i, j = rng.integers(0, len(anchors), rows), rng.integers(0, len(targets), rows)
+    ids = [f"{v:016x}" for v in rng.integers(0, 2**63, rows, dtype=np.int64)]
+    pd.DataFrame({"id": ids, "anchor": anchors[i], "target": targets[j], "context": contexts[i]}).to_csv(path,
+                                                                                                        index=False)
+
+
+def build_run(folder: Path, data_dir: Path, folds: int, hidden_size: int) -> Path:
+    """A run directory as ``attnpool train --preset pppm`` leaves it, with random tiny fold models."""
+    import torch
+    import yaml
+    from transformers import AutoModel, AutoTokenizer, BertConfig
+
+    from attnpool.model import AttnPoolForSequenceClassification
+    from attnpool.training.config import TrainConfig, default_model
+    from attnpool.training.inputs import apply_preset
+    from attnpool.training.runs import CONFIG_FILE, write_run_info
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model())
+    encoder = folder / "encoder"
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden_size, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=2 * hidden_size, max_position_embeddings=128)
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    run = folder / "run"
+    cfg = apply_preset(TrainConfig(preset="pppm", data_dir=str(data_dir), model=str(encoder), folds=folds,
+                                   max_length=64, pooling_options={"attn_size": 16}))
+    run.mkdir(parents=True)
+    (run / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_run_info(run, {"task": "regression", "classes": None, "label": "score", "id_col": "id",
+                         "num_folds": folds})
+    for fold in range(folds):
+        torch.manual_seed(fold)
+        model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
+                                                               pooling_options={"attn_size": 16},
+                                                               output_activation="sigmoid")
+        model.save_pretrained(run / f"fold_{fold}" / "model", tokenizer=tokenizer)
+        (run / f"fold_{fold}" / "metrics.json").write_text(json.dumps({"pearson": 0.5}))
+    return run
+
+
+def measure(run: Path, data: Path, out: Path, chunk_rows: int, args: argparse.Namespace,
+            log: Path) -> tuple[float, float]:
+    """``(peak RSS in MiB, wall seconds)`` of one ``attnpool predict`` subprocess."""
+    cmd = [sys.executable, "-m", "attnpool.cli", "predict", "--run", str(run), "--input", str(data), "--output",
+           str(out), "--chunk-rows", str(chunk_rows), "--batch-size", str(args.batch_size), "--device", "cpu"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_MININTERVAL": "10", "OMP_NUM_THREADS": str(args.threads)}
+    with log.open("w") as f:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"attnpool predict failed (exit {os.waitstatus_to_exitcode(status)}):\n{log.read_text()[-3000:]}")
+    return usage.ru_maxrss / 1024, wall
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    import attnpool
+
+    folder = Path(args.workdir or tempfile.mkdtemp(prefix="attnpool-predict-memory-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        rng = np.random.default_rng(args.seed)
+        source = pppm_source(args.data_dir, rng)
+        data_dir = folder / "pppm"
+        data_dir.mkdir(exist_ok=True)
+        source[3].to_csv(data_dir / "cpc_texts.csv", index=False)
+        run = build_run(folder, data_dir, args.folds, args.hidden_size)
+        print(f"attnpool {attnpool.__version__}, torch {torch.__version__}, {os.cpu_count()} CPUs; run: {args.folds} "
+              f"folds of a random BERT (2 layers, hidden {args.hidden_size}, MiniLM tokenizer), batch "
+              f"{args.batch_size}, device cpu, {args.threads} thread(s)")
+        jobs = [(rows, args.chunk_rows) for rows in sorted(args.sizes)]
+        if args.unchunked:
+            jobs.append((max(args.sizes), max(args.sizes)))
+        results = []
+        for rows, chunk_rows in jobs:
+            data = folder / f"rows_{rows}.csv"
+            if not data.exists():
+                start = time.perf_counter()
+                write_rows(data, rows, source, np.random.default_rng(args.seed + rows))
+                print(f"wrote {data.name}: {rows:,} rows, {data.stat().st_size / 2**20:.1f} MiB "
+                      f"({time.perf_counter() - start:.1f} s)")
+            out = folder / f"pred_{rows}_{chunk_rows}.csv"
+            peak, wall = measure(run, data, out, chunk_rows, args, folder / f"log_{rows}_{chunk_rows}.txt")
+            written = sum(1 for _ in out.open("rb")) - 1
+            assert written == rows, f"{out} has {written} rows, expected {rows}"
+            results.append((rows, chunk_rows, peak, wall))
+            print(f"  {rows:>9,} rows, chunks of {chunk_rows:>9,}: peak RSS {peak:7.0f} MiB, {wall:6.1f} s, "
+                  f"{rows / wall:8,.0f} rows/s")
+            out.unlink()
+        print()
+        print("| rows | chunk rows | peak RSS (MiB) | wall (s) | rows/s |")
+        print("|---:|---:|---:|---:|---:|")
+        for rows, chunk_rows, peak, wall in results:
+            print(f"| {rows:,} | {chunk_rows:,} | {peak:.0f} | {wall:.1f} | {rows / wall:,.0f} |")
+        streamed = {rows: peak for rows, chunk_rows, peak, _ in results if chunk_rows == args.chunk_rows}
+        if len(streamed) >= 2:
+            small, large = sorted(streamed)[-2:]
+            print(f"\npeak RSS {large:,} rows / {small:,} rows (chunks of {args.chunk_rows:,}): "
+                  f"{streamed[large] / streamed[small]:.2f}x")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

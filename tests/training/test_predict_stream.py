@@ -1,0 +1,355 @@
+"""Streaming `predict`: chunked == unchunked in every format, resume without recomputing, autocast precision,
+and `iter_table`, the chunked reader under it. Runs are built in code from a tiny random encoder (no training).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from attnpool.cli import main
+from attnpool.data import DataError, read_table
+from attnpool.data.readers import iter_table
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.training.config import TrainConfig
+from attnpool.training.inputs import PredictionInputs
+from attnpool.training.predict import PredictionSummary, predict, predict_encoded, resolve_precision
+from attnpool.training.runs import RunError, write_run_info
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+predict_module = importlib.import_module("attnpool.training.predict")  # the package exports the function
+ROWS, CHUNK = 23, 5  # 5 chunks, the last one short
+
+
+def make_run(path, encoder, task="regression", classes=None, folds=2, **options):
+    """A run directory as `attnpool train` leaves it, with random fold models (different seeds, so they differ)."""
+    from transformers import AutoTokenizer
+
+    options = {"train_file": "train.csv", "text_cols": ["first", "second"], **options}
+    cfg = TrainConfig(label="label", task=task, model=encoder, folds=folds, max_length=16,
+                      pooling_options={"attn_size": 8}, **options)
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_run_info(path, {"task": task, "classes": classes, "label": "label", "id_col": "id", "num_folds": folds})
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    extra = {}
+    if classes:
+        extra = {"num_labels": len(classes), "problem_type": "single_label_classification",
+                 "id2label": dict(enumerate(map(str, classes))), "label2id": {str(c): i for i, c in enumerate(classes)}}
+    for fold in range(folds):
+        torch.manual_seed(fold)
+        model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
+                                                               pooling_options={"attn_size": 8}, **extra)
+        model.save_pretrained(path / f"fold_{fold}" / "model", tokenizer=tokenizer)
+        (path / f"fold_{fold}" / "metrics.json").write_text(json.dumps({"pearson": 0.3 + 0.4 * fold,
+                                                                         "accuracy": 0.3 + 0.4 * fold}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    return save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
+
+
+@pytest.fixture(scope="module")
+def run(encoder, tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("runs") / "regression", encoder)
+
+
+@pytest.fixture(scope="module")
+def binary_run(encoder, tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("runs") / "binary", encoder, task="binary", classes=["neg", "pos"])
+
+
+@pytest.fixture(scope="module")
+def frame(tmp_path_factory):
+    return write_toy_csv(tmp_path_factory.mktemp("toy") / "toy.csv", n=ROWS, seed=1).drop(columns=["label"])
+
+
+@pytest.fixture(scope="module")
+def unchunked(run, frame, tmp_path_factory):
+    """The predictions of the toy rows in one chunk, per input format (computed once)."""
+    folder, cache = tmp_path_factory.mktemp("unchunked"), {}
+
+    def get(suffix):
+        if suffix not in cache:
+            data = write(frame, folder / f"test{suffix}")
+            summary = predict(run, data, folder / f"pred{suffix}", chunk_rows=1000, progress=False)
+            assert summary == PredictionSummary(folder / f"pred{suffix}", rows=ROWS, chunks=1)
+            cache[suffix] = read(summary.output)
+        return cache[suffix]
+
+    return get
+
+
+def write(frame, path):
+    suffix = path.suffix
+    if suffix == ".csv":
+        frame.to_csv(path, index=False)
+    elif suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True, force_ascii=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return path
+
+
+def read(path):
+    return read_table(path, text_columns=["id"])
+
+
+class CountCalls:
+    """Wraps predict_encoded: counts the chunks predicted, and raises on call number `fail_on` (an interruption)."""
+
+    def __init__(self, fail_on=None):
+        self.calls, self.fail_on = 0, fail_on
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise KeyboardInterrupt("simulated interruption")
+        return predict_encoded(*args, **kwargs)
+
+
+# --- chunked prediction -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_chunked_output_equals_unchunked_in_input_order(run, frame, unchunked, tmp_path, monkeypatch, suffix):
+    monkeypatch.setattr(PredictionInputs, "encode_rows", 2)  # chunks are tokenised in slices too
+    data = write(frame, tmp_path / f"test{suffix}")
+    chunked = predict(run, data, tmp_path / f"chunked{suffix}", chunk_rows=CHUNK, progress=False, batch_size=2)
+    assert chunked == PredictionSummary(tmp_path / f"chunked{suffix}", rows=ROWS, chunks=5)
+    a, b = unchunked(suffix), read(chunked.output)
+    assert list(a.columns) == list(b.columns) == ["id", "prediction"]
+    assert list(b["id"]) == list(a["id"]) == list(frame["id"])  # input order, ids with leading zeros
+    assert a["prediction"].std() > 0  # the fold models are not constant
+    np.testing.assert_allclose(b["prediction"], a["prediction"], atol=1e-6)
+    assert not (tmp_path / f"chunked{suffix}.parts").exists(), "the parts folder is deleted at the end"
+    assert not list(tmp_path.glob(".*tmp")), "no temporary file is left behind"
+
+
+def test_classification_parquet_keeps_labels_and_column_types_across_chunks(binary_run, frame, tmp_path):
+    data = write(frame, tmp_path / "test.parquet")
+    predict(binary_run, data, tmp_path / "whole.parquet", chunk_rows=ROWS, progress=False, ensemble="score")
+    predict(binary_run, data, tmp_path / "chunked.parquet", chunk_rows=CHUNK, progress=False, ensemble="score")
+    a, b = pd.read_parquet(tmp_path / "whole.parquet"), pd.read_parquet(tmp_path / "chunked.parquet")
+    assert list(b.columns) == ["id", "prediction", "prob_neg", "prob_pos"]
+    assert list(b.dtypes) == list(a.dtypes) and list(b["prediction"]) == list(a["prediction"])
+    np.testing.assert_allclose(b[["prob_neg", "prob_pos"]], a[["prob_neg", "prob_pos"]], atol=1e-6)
+    np.testing.assert_allclose(b["prob_neg"] + b["prob_pos"], 1.0, atol=1e-6)
+
+
+def test_cli_flags_progress_and_tsv(run, frame, tmp_path, capsys):
+    data = tmp_path / "test.tsv"
+    frame.to_csv(data, sep="\t", index=False)
+    out = tmp_path / "pred.tsv"
+    argv = ["predict", "--run", str(run), "--input", str(data), "--output", str(out), "--chunk-rows", str(CHUNK),
+            "--precision", "fp32"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {ROWS} predictions to {out}" in captured.out
+    assert f"{ROWS}/{ROWS}" in captured.err  # the progress bar over rows, total from the counted lines
+    pred = pd.read_csv(out, sep="\t", dtype={"id": str})
+    assert list(pred["id"]) == list(frame["id"]) and out.read_text().count("id\t") == 1  # one header
+
+
+def test_a_bad_chunk_leaves_no_output_and_no_parts(binary_run, frame, tmp_path):
+    bad = frame.assign(label="neg")
+    bad.loc[ROWS - 2, "label"] = "maybe"  # in the last chunk: the first four are written before it fails
+    data = write(bad, tmp_path / "test.csv")
+    with pytest.raises(DataError, match="labels the model never saw in training: maybe"):
+        predict(binary_run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False)
+    assert not (tmp_path / "pred.csv").exists() and not (tmp_path / "pred.csv.parts").exists()
+
+
+def test_pppm_preset_chunks_get_their_context_titles(encoder, tmp_path):
+    pppm = tmp_path / "pppm"
+    pppm.mkdir()
+    pd.DataFrame({"context": ["A01", "B02"], "text": ["red house", "fast dog"]}).to_csv(pppm / "cpc_texts.csv",
+                                                                                        index=False)
+    rng = np.random.default_rng(0)
+    test = pd.DataFrame({"id": [f"{i}0" for i in range(9)], "anchor": rng.choice(["cat", "tree", "mat"], 9),
+                         "target": rng.choice(["big cat", "a tree", "on mat"], 9),
+                         "context": ["A01", "B02", "A01"] * 3})
+    test.to_csv(tmp_path / "test.csv", index=False)
+    run = make_run(tmp_path / "run", encoder, train_file=None, text_cols=[], preset="pppm", data_dir=str(pppm))
+    whole = read(predict(run, tmp_path / "test.csv", tmp_path / "whole.csv", progress=False).output)
+    chunked = read(predict(run, tmp_path / "test.csv", tmp_path / "chunked.csv", chunk_rows=2, progress=False).output)
+    assert list(chunked["id"]) == list(test["id"])  # "10", "20"... stay text in every chunk
+    np.testing.assert_allclose(chunked["prediction"], whole["prediction"], atol=1e-6)
+
+
+# --- resume -----------------------------------------------------------------------------------------------------
+
+
+def interrupt_after_two_chunks(run, data, out, monkeypatch):
+    monkeypatch.setattr(predict_module, "predict_encoded", CountCalls(fail_on=3))
+    with pytest.raises(KeyboardInterrupt):
+        predict(run, data, out, chunk_rows=CHUNK, progress=False)
+    parts = out.with_name(out.name + ".parts")
+    assert sorted(p.name for p in parts.glob("part-*")) == [f"part-0000{i}{out.suffix}" for i in (0, 1)]
+    assert not out.exists()
+    return parts
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_resume_predicts_only_the_unfinished_chunks(run, frame, unchunked, tmp_path, monkeypatch, suffix):
+    data = write(frame, tmp_path / f"test{suffix}")
+    out = tmp_path / f"pred{suffix}"
+    parts = interrupt_after_two_chunks(run, data, out, monkeypatch)
+    (parts / f".part-00002{suffix}.k1x2.tmp").write_text("half a part, as a kill mid-write leaves it")
+    counter = CountCalls()
+    monkeypatch.setattr(predict_module, "predict_encoded", counter)
+    summary = predict(run, data, out, chunk_rows=CHUNK, progress=False, resume=True)
+    assert counter.calls == 3, "chunks 0 and 1 were finished and are not predicted again"
+    assert (summary.rows, summary.chunks, summary.resumed_chunks) == (ROWS, 5, 2)
+    pd.testing.assert_frame_equal(read(out), unchunked(suffix), atol=1e-6)
+    assert not parts.exists()
+
+
+def test_interrupted_parts_are_kept_unless_resumed_and_the_cli_resumes(run, frame, tmp_path, monkeypatch, capsys):
+    data = write(frame, tmp_path / "test.csv")
+    out = tmp_path / "pred.csv"
+    interrupt_after_two_chunks(run, data, out, monkeypatch)
+    monkeypatch.setattr(predict_module, "predict_encoded", predict_encoded)
+    argv = ["predict", "--run", str(run), "--input", str(data), "--output", str(out), "--chunk-rows", str(CHUNK)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "pred.csv.parts holds 2 finished chunk(s) of an interrupted prediction" in err
+    assert "pass --resume to continue it, or delete the folder to start over" in err
+    assert main([*argv, "--resume"]) == 0
+    assert list(read(out)["id"]) == list(frame["id"])
+
+
+def test_resume_refuses_when_the_input_or_options_changed(run, frame, tmp_path, monkeypatch, capsys):
+    data = write(frame, tmp_path / "test.csv")
+    out = tmp_path / "pred.csv"
+    parts = interrupt_after_two_chunks(run, data, out, monkeypatch)
+    with pytest.raises(RunError, match=re.escape("chunk_rows is now 7 (was 5; pass the same value to resume)")):
+        predict(run, data, out, chunk_rows=7, progress=False, resume=True)
+    with pytest.raises(RunError, match="precision is now bf16 \\(was fp32"):
+        predict(run, data, out, chunk_rows=CHUNK, progress=False, resume=True, precision="bf16")
+    write(pd.concat([frame, frame.iloc[:1]]), data)  # one more row
+    argv = ["predict", "--run", str(run), "--input", str(data), "--output", str(out), "--chunk-rows", str(CHUNK),
+            "--resume"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot resume the prediction in {parts}: the input file {data.resolve()} changed (size" in err
+    assert f"since it started. Restore what changed, or delete {parts} to start over" in err
+    assert sorted(p.name for p in parts.glob("part-*")) == ["part-00000.csv", "part-00001.csv"], "parts are kept"
+
+
+def test_resume_without_parts_starts_from_the_first_chunk(run, frame, tmp_path):
+    data = write(frame, tmp_path / "test.csv")
+    summary = predict(run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False, resume=True)
+    assert (summary.chunks, summary.resumed_chunks) == (5, 0)
+
+
+# --- precision ----------------------------------------------------------------------------------------------------
+
+
+def test_bf16_autocast_on_cpu_is_finite_and_close_to_fp32(run, frame, unchunked, tmp_path):
+    data = write(frame, tmp_path / "test.csv")
+    fp32 = unchunked(".csv")  # precision auto: fp32 on a CPU
+    bf16 = read(predict(run, data, tmp_path / "bf16.csv", progress=False, precision="bf16").output)
+    assert np.isfinite(bf16["prediction"]).all()
+    assert not np.array_equal(bf16["prediction"], fp32["prediction"]), "autocast ran in bfloat16"
+    np.testing.assert_allclose(bf16["prediction"], fp32["prediction"], atol=0.05 * fp32["prediction"].abs().max())
+
+
+def test_resolve_precision():
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert [resolve_precision(p, "cpu") for p in ("fp32", "bf16", "fp16")] == ["fp32", "bf16", "fp16"]
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16, got 'half'"):
+        resolve_precision("half", "cpu")
+
+
+# --- iter_table ---------------------------------------------------------------------------------------------------
+
+TABLE = pd.DataFrame({"id": [f"{i:04d}" for i in range(11)], "text": ["a, b", 'say "hi"\nthere', "NA", "caf\u00e9"] * 2
+                      + ["x", "y", "z"], "score": np.linspace(0, 1, 11)})
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.tsv", "t.jsonl", "t.parquet"])
+def test_iter_table_chunks_concatenate_to_read_table(tmp_path, name):
+    path = tmp_path / name
+    if path.suffix == ".tsv":
+        TABLE.to_csv(path, sep="\t", index=False)
+    else:
+        write(TABLE, path)
+    chunks = list(iter_table(path, 4, text_columns=["id"]))
+    assert [len(c) for c in chunks] == [4, 4, 3]
+    assert [list(c.index) for c in chunks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]  # rows of the file
+    pd.testing.assert_frame_equal(pd.concat(chunks), read_table(path, text_columns=["id"]))
+
+
+def test_iter_table_jsonl_chunks_keep_the_keys_seen_before(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n{"a": 3}\n')
+    last = list(iter_table(path, 2))[-1]
+    assert list(last.columns) == ["a", "b"] and last["b"].isna().all()
+
+
+def test_iter_table_errors_name_the_file_and_where(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.csv: no such file"):
+        iter_table(tmp_path / "nope.csv", 2)  # when called, not when first iterated
+    (tmp_path / "blank.jsonl").write_text("\n \n")
+    with pytest.raises(DataError, match=r"blank\.jsonl: the file is empty"):
+        iter_table(tmp_path / "blank.jsonl", 2)
+    with pytest.raises(ValueError, match="chunk_rows must be a positive number of rows, got 0"):
+        iter_table(tmp_path / "blank.jsonl", 0)
+    (tmp_path / "header.csv").write_text("a,b\n")
+    with pytest.raises(DataError, match=re.escape("header.csv: no data rows (columns: a, b)")):
+        list(iter_table(tmp_path / "header.csv", 2))
+    (tmp_path / "bad.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": 3,}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 3 is not valid JSON"):
+        list(iter_table(tmp_path / "bad.jsonl", 1))
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n3,4\n5,6,7\n")
+    with pytest.raises(DataError, match=r"bad\.csv: could not be parsed as CSV: .*Check the delimiter"):
+        list(iter_table(tmp_path / "bad.csv", 1))
+    (tmp_path / "bad.parquet").write_bytes(b"this is not parquet")
+    with pytest.raises(DataError, match=r"bad\.parquet: could not be read as Parquet"):
+        list(iter_table(tmp_path / "bad.parquet", 2))
+    TABLE.iloc[:0].to_parquet(tmp_path / "empty.parquet")
+    with pytest.raises(DataError, match=re.escape("empty.parquet: no data rows (columns: id, text, score)")):
+        list(iter_table(tmp_path / "empty.parquet", 2))
+
+
+def test_iter_table_without_pyarrow_says_how_to_get_it(tmp_path, monkeypatch):
+    write(TABLE, tmp_path / "t.parquet")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails as if pyarrow were not installed
+    with pytest.raises(DataError, match=r"t\.parquet: reading Parquet needs the pyarrow package; install it"):
+        iter_table(tmp_path / "t.parquet", 2)
+
+
+@pytest.mark.parametrize("name", ["latin.csv", "latin.jsonl"])
+def test_iter_table_non_utf8_gives_the_offset_and_line_of_read_table(tmp_path, name):
+    rows = "".join(f'{{"id": {i}, "text": "ok"}}\n' if name.endswith("jsonl") else f"{i},ok\n" for i in range(3000))
+    head = "" if name.endswith("jsonl") else "id,text\n"
+    bad = '{"id": 1, "text": "caf\u00e9"}\n' if name.endswith("jsonl") else "1,caf\u00e9\n"
+    data = (head + rows).encode() + bad.encode("latin-1")  # the bad byte lies beyond the first block and chunk
+    path = tmp_path / name
+    path.write_bytes(data)
+    offset = data.index(b"\xe9")
+    msg = f"{name}: not valid UTF-8: byte(s) e9 at byte offset {offset} (line {3001 + bool(head)})"
+    with pytest.raises(DataError, match=re.escape(msg)):
+        read_table(path)
+    with pytest.raises(DataError, match=re.escape(msg)):
+        list(iter_table(path, 100))
+
+
+def test_iter_table_decodes_characters_cut_by_block_ends(tmp_path):
+    from attnpool.data.readers import _Utf8Stream
+
+    path = tmp_path / "t.csv"
+    path.write_bytes("\ufeffa,b\n1,caf\u00e9 \u2603\n".encode())
+    with _Utf8Stream(path, block=1) as stream:
+        assert stream.read() == "a,b\n1,caf\u00e9 \u2603\n"
