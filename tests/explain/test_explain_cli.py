@@ -79,6 +79,20 @@ def test_a_fold_can_be_chosen(run, data, tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["source"].endswith("fold_1/model")
 
 
+def test_limit_reads_and_tokenises_only_the_first_rows(run, data, tmp_path, monkeypatch):
+    import attnpool.training.inputs as inputs
+
+    big = pd.concat([pd.read_csv(data / "test.csv", dtype={"id": str})] * 40, ignore_index=True)  # 360 rows
+    big.to_csv(tmp_path / "big.csv", index=False)
+    encoded = []
+    real_encode = inputs._encode
+    monkeypatch.setattr(inputs, "_encode", lambda tok, frame, cfg: (encoded.append(len(frame)), real_encode(tok, frame,
+                                                                                                        cfg))[1])
+    assert main(["explain", "--run", str(run), "--input", str(tmp_path / "big.csv"), "--output",
+                 str(tmp_path / "r.html"), "--limit", "3", "--erasure-k", "1"]) == 0
+    assert sum(encoded) == 3
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--text-cols", "first"], "--text-cols is for a model folder"),
     (["--fold", "7"], "has no trained fold 7"),

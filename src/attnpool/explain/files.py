@@ -144,15 +144,22 @@ def _run_inputs(run_dir: Path, input_file: str | Path, fold: int | None, label: 
 
     from attnpool.data import build_texts
     from attnpool.training.config import TrainConfig, load_yaml
-    from attnpool.training.inputs import load_prediction_inputs
+    from attnpool.training.inputs import PredictionInputs, load_prediction_inputs
     from attnpool.training.runs import CONFIG_FILE, read_run_info
 
     info = read_run_info(run_dir)
     model_dir = _fold_model_dir(run_dir, fold)
     cfg = TrainConfig.from_dict(load_yaml(run_dir / CONFIG_FILE), where=str(run_dir / CONFIG_FILE))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    # load_prediction_inputs reads the rows, checks them, and applies the run's preset and template to cfg.
-    frame, encodings = load_prediction_inputs(cfg, info, input_file, tokenizer, log=logger)
+    # Both read the rows, check them, and apply the run's preset and template to cfg; with a limit only the
+    # first `limit` rows are read and tokenised, however large the file.
+    if limit is None:
+        frame, encodings = load_prediction_inputs(cfg, info, input_file, tokenizer, log=logger)
+    else:
+        inputs = PredictionInputs(cfg, info, input_file, tokenizer, log=logger)
+        frame, encodings = inputs.encode(next(iter(inputs.chunks(limit))))
+        inputs.log_summary()
+        cfg = inputs.cfg
     first, second, _ = build_texts(frame, cfg.text_cols or None, cfg.template, sep_token=tokenizer.sep_token or "[SEP]")
     n = len(first) if limit is None else min(limit, len(first))
     args = (first[:n], second[:n]) if second is not None else (first[:n],)
