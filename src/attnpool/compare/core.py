@@ -229,7 +229,6 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: list[int], *, baseline
                     primary_metric(cfg.task)[0], score, _format_eta(spent[-1]))
     result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap)
     result.trained = len(todo)
-    logger.info("\n%s", result.markdown)
     return result
 
 
