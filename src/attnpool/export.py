@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import warnings
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from attnpool import __version__
+from attnpool.training.runs import fold_model_dirs
 
 ATOL = 1e-4  # onnxruntime vs PyTorch, float32: kernels differ in summation order, not in what they compute
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -130,8 +130,7 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
         if fold is not None:
             raise ValueError(f"fold={fold} is for a train run, but {path} is a single saved model; drop the fold")
         return path
-    model_dirs = sorted((p for p in path.glob("fold_*/model") if re.fullmatch(r"fold_\d+", p.parent.name)),
-                        key=lambda p: int(p.parent.name.split("_")[1]))
+    model_dirs = fold_model_dirs(path)
     if not model_dirs:
         present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
         raise FileNotFoundError(

@@ -32,7 +32,7 @@ import numpy as np
 from attnpool.compare.stats import holm, metric_function, paired_bootstrap, paired_t_test, t_interval
 from attnpool.training.config import TrainConfig, load_yaml
 from attnpool.training.metrics import primary_metric
-from attnpool.training.runs import RunError, atomic_write, atomic_write_json, atomic_write_text
+from attnpool.training.runs import RunError, atomic_write, atomic_write_json, atomic_write_text, fold_model_dirs
 
 logger = logging.getLogger("attnpool.compare")
 
@@ -264,7 +264,7 @@ def _parameter_count(run_dir: Path) -> int | None:
     """Parameters of the run's first fold model, read from its safetensors header (no weights loaded)."""
     from safetensors import safe_open
 
-    models = sorted(run_dir.glob("fold_*/model/model.safetensors"))
+    models = [d / "model.safetensors" for d in fold_model_dirs(run_dir) if (d / "model.safetensors").is_file()]
     if not models:
         return None
     with safe_open(str(models[0]), framework="pt") as f:

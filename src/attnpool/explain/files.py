@@ -15,9 +15,9 @@ logger = logging.getLogger("attnpool.explain")
 
 
 def _fold_model_dir(run_dir: Path, fold: int | None) -> Path:
-    from attnpool.training.runs import RunError
+    from attnpool.training.runs import RunError, fold_model_dirs
 
-    model_dirs = sorted(run_dir.glob("fold_*/model"), key=lambda p: int(p.parent.name.split("_")[1]))
+    model_dirs = fold_model_dirs(run_dir)
     if not model_dirs:
         raise RunError(f"{run_dir} has no trained fold (no fold_K/model/); finish training with --resume first")
     if fold is None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from attnpool.training.config import PRECISIONS
-from attnpool.training.runs import RunError, atomic_write, atomic_write_json, read_run_info
+from attnpool.training.runs import RunError, atomic_write, atomic_write_json, fold_model_dirs, read_run_info
 
 logger = logging.getLogger("attnpool.predict")
 
@@ -121,7 +121,7 @@ def load_run_models(run_dir: str | Path) -> tuple[dict[str, Any], list[torch.nn.
 
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)
-    model_dirs = sorted(run_dir.glob("fold_*/model"), key=lambda p: int(p.parent.name.split("_")[1]))
+    model_dirs = fold_model_dirs(run_dir)
     if not model_dirs:
         raise RunError(f"{run_dir} has no trained fold (no fold_K/model/); finish training with --resume first")
     models, fold_metrics = [], []
@@ -278,7 +278,7 @@ def _manifest(input_file: Path, run_dir: Path, chunk_rows: int, ensemble: str, p
     """What the parts of a prediction are computed from; resuming needs every entry unchanged."""
     stat = input_file.stat() if input_file.is_file() else None
     models = {}
-    for folder in sorted(run_dir.glob("fold_*/model")):
+    for folder in fold_model_dirs(run_dir):
         files = [f.stat() for f in folder.iterdir() if f.is_file()]
         models[folder.parent.name] = [sum(f.st_size for f in files), max((f.st_mtime_ns for f in files), default=0)]
     return {"format": PARTS_FORMAT, "input": str(input_file.resolve()), "input_size": stat.st_size if stat else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -106,6 +107,12 @@ def prepare_run_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path:
         raise RunError(f"--resume: run directory {path} does not exist or is empty; start the run without --resume")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def fold_model_dirs(run_dir: str | Path) -> list[Path]:
+    """The trained fold models of a run, ``RUN_DIR/fold_K/model/``, in fold order (``fold_2`` before ``fold_10``)."""
+    found = (p for p in Path(run_dir).glob("fold_*/model") if re.fullmatch(r"fold_\d+", p.parent.name))
+    return sorted(found, key=lambda p: int(p.parent.name.split("_")[1]))
 
 
 def write_run_info(path: Path, info: dict[str, Any]) -> None:
