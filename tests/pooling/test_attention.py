@@ -18,18 +18,70 @@ from attnpool.pooling import (
 
 def test_parameter_count_matches_the_recipe():
     assert sum(p.numel() for p in AttentionPooling(1024, attn_size=512).parameters()) == 525_313
-    assert sum(p.numel() for p in AttentionPooling(1024).parameters()) == 525_313  # A = 512 by default
+    assert sum(p.numel() for p in AttentionPooling(1024).parameters()) == 525_313  # A = H // 2 = 512 by default
 
 
-def test_xavier_uniform_init_with_zero_biases():
+@pytest.mark.parametrize("hidden, expected", [(1024, 512), (768, 384), (384, 192), (1, 1)])
+def test_default_attn_size_is_half_the_encoder_width(hidden, expected):
+    for name in ("attention", "multihead_attention", "gated_attention"):
+        pooler = build_pooler(name, hidden)
+        assert pooler.attn_size == expected
+        assert build_pooler(pooler.get_config()).attn_size == expected  # saved resolved, rebuilt the same
+
+
+def _assert_xavier(layer: nn.Linear) -> None:
+    fan_out, fan_in = layer.weight.shape
+    bound = (6.0 / (fan_in + fan_out)) ** 0.5
+    assert layer.weight.abs().max() <= bound
+    assert layer.weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
+    assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+
+
+def test_xavier_init_is_the_recipe_s():
     torch.manual_seed(0)
-    pooler = AttentionPooling(1024, attn_size=512)
+    pooler = AttentionPooling(1024, attn_size=512, init="xavier")
     for layer in (pooler.proj, pooler.score):
-        fan_out, fan_in = layer.weight.shape
-        bound = (6.0 / (fan_in + fan_out)) ** 0.5
-        assert layer.weight.abs().max() <= bound
-        assert layer.weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
-        assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+        _assert_xavier(layer)
+
+
+@pytest.mark.parametrize("cls", [AttentionPooling, MultiHeadAttentionPooling, GatedAttentionPooling])
+def test_mean_init_starts_as_exactly_mean_pooling(cls):
+    torch.manual_seed(0)
+    pooler = cls(HIDDEN, attn_size=12)
+    assert pooler.init == "mean"
+    assert torch.equal(pooler.score.weight, torch.zeros_like(pooler.score.weight))
+    assert pooler.proj.weight.abs().max() > 0  # the first layer is random: the scorer can learn
+    hidden, mask, _ = ragged_batch([5, 2, 7], seed=3)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    batch, seq_len = mask.shape
+    mean = MeanPooling(HIDDEN)(hidden, mask)
+    heads = pooled.view(batch, -1, HIDDEN)  # one head, or the heads of multi-head concat
+    torch.testing.assert_close(heads, mean.unsqueeze(1).expand_as(heads), rtol=1e-6, atol=1e-6)
+    weights = weights.view(batch, -1, seq_len)
+    uniform = (mask.float() / mask.float().sum(dim=1, keepdim=True)).unsqueeze(1).expand_as(weights)
+    torch.testing.assert_close(weights, uniform)
+
+
+def test_mean_init_learns_away_from_uniform():
+    """The zero scoring layer gets a gradient at once, the first layer from the second step on."""
+    torch.manual_seed(0)
+    pooler = AttentionPooling(HIDDEN, attn_size=12)
+    hidden, mask, _ = ragged_batch([5, 2, 7], seed=4)
+    target = torch.randn(len(hidden), HIDDEN)
+    optimizer = torch.optim.SGD(pooler.parameters(), lr=0.5)
+    for _ in range(3):
+        optimizer.zero_grad()
+        ((pooler(hidden, mask) - target) ** 2).sum().backward()
+        optimizer.step()
+    _, weights = pooler(hidden, mask, return_weights=True)
+    assert pooler.score.weight.abs().max() > 0
+    real = weights[mask]
+    assert real.max() - real.min() > 1e-3  # no longer uniform
+
+
+def test_unknown_init_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"AttentionPooling: init must be one of 'mean', 'xavier', got 'zeros'"):
+        AttentionPooling(HIDDEN, init="zeros")
 
 
 def test_matches_a_direct_transcription_of_the_recipe_on_unpadded_input():
@@ -80,7 +132,7 @@ def test_multihead_output_dim_follows_combine():
 
 
 def test_multihead_heads_differ():
-    pooler = MultiHeadAttentionPooling(HIDDEN, num_heads=4)
+    pooler = perturb_parameters(MultiHeadAttentionPooling(HIDDEN, num_heads=4))  # trained: rows apart
     hidden, mask, _ = ragged_batch([6])
     _, weights = pooler(hidden, mask, return_weights=True)  # (1, 4, 6)
     assert weights.shape == (1, 4, 6)
@@ -102,7 +154,7 @@ def test_temperature_sharpens_or_flattens_the_weights():
     entropies = []
     for temperature in (0.1, 1.0, 10.0):
         torch.manual_seed(0)
-        pooler = AttentionPooling(HIDDEN, attn_size=8, temperature=temperature)
+        pooler = AttentionPooling(HIDDEN, attn_size=8, init="xavier", temperature=temperature)
         _, w = pooler(hidden * 5, mask, return_weights=True)
         entropies.append(-(w * w.clamp_min(1e-12).log()).sum().item())
     assert entropies[0] < entropies[1] < entropies[2]

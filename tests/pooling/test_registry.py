@@ -47,7 +47,7 @@ def test_options_are_passed_and_override_the_config():
 
 def test_unknown_option_lists_the_valid_ones():
     with pytest.raises(ValueError, match="pooler 'attention' got unknown option\\(s\\) heads; valid options: "
-                       "attn_size, temperature, dropout"):
+                       "attn_size, init, temperature, dropout"):
         build_pooler("attention", 8, heads=2)
 
 

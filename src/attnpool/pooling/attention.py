@@ -12,16 +12,39 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
+from attnpool.pooling.modules import xavier_
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
 
+Init = Literal["mean", "xavier"]
+INITS = ("mean", "xavier")
 
-def _xavier_(*layers: nn.Linear) -> None:
-    """Xavier-uniform weights and zero biases, the recipe's initialisation."""
-    for layer in layers:
-        nn.init.xavier_uniform_(layer.weight)
-        if layer.bias is not None:
-            nn.init.zeros_(layer.bias)
+
+def default_attn_size(hidden_size: int) -> int:
+    """Width of the scoring MLP when none is given: half the encoder's width.
+
+    512 at ``H = 1024`` (the PPPM recipe's value for DeBERTa-v3-large), 384 at 768, 192 at 384 (MiniLM): the
+    scorer grows with the encoder instead of being as wide as a large model's on a small one.
+    """
+    return max(1, int(hidden_size) // 2)
+
+
+def init_scorer_(init: str, owner: str, hidden: nn.Linear, score: nn.Linear) -> None:
+    """Initialise a ``Linear(H, A) -> act -> Linear(A, K)`` token scorer.
+
+    ``"xavier"``: both layers Xavier-uniform (the PPPM recipe's head). ``"mean"``: the first layer Xavier-uniform,
+    the scoring layer zero, so that every token starts with the same score and the pooler computes exactly the
+    masked mean at step 0; the first layer still gets a gradient from the second step on, and training moves the
+    weights away from uniform only as far as the loss pays for it. Biases start at zero either way.
+
+    Raises:
+        ValueError: An unknown ``init``.
+    """
+    if init not in INITS:
+        raise ValueError(f"{owner}: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+    xavier_(hidden, score)
+    if init == "mean":
+        nn.init.zeros_(score.weight)
 
 
 def _tanh_projection(proj: nn.Linear, hidden_states: Tensor) -> Tensor:
@@ -88,12 +111,17 @@ class AttentionPooling(_ScoredPooling):
     As in "Hierarchical Attention Networks for Document Classification" (Yang et al., 2016) and the public
     PPPM DeBERTa-v3-large baseline. Unlike the usual notebook head, padding is masked *before* the softmax with
     the float32 minimum (no ``-1e9`` that overflows fp16), the softmax runs in float32, and a row without real
-    tokens gives zeros. Both linear layers are Xavier-uniform initialised with zero biases;
-    ``H * A + 2 * A + 1`` parameters (525,313 at H = 1024, A = 512).
+    tokens gives zeros. ``H * A + 2 * A + 1`` parameters (525,313 at H = 1024, A = 512).
+
+    By default (``init="mean"``) the scoring layer ``w_2`` starts at zero: all tokens score alike and the pooler
+    *is* mean pooling at step 0, then learns to weigh tokens as far as the loss pays for it. The recipe's head,
+    both layers Xavier-uniform so that the first weights are already far from uniform, is ``init="xavier"``.
 
     Args:
         hidden_size: ``H``, the encoder's hidden size.
-        attn_size: ``A``, width of the scoring MLP: 512 is standard, 128 suits small models, more for XL ones.
+        attn_size: ``A``, width of the scoring MLP; ``None`` (default) takes ``H // 2`` (512 at H = 1024, as in
+            the recipe; 192 on a 384-wide MiniLM).
+        init: ``"mean"`` (zero scoring layer: uniform weights at the start) or ``"xavier"`` (the recipe's).
         temperature: ``tau``; above 1 flattens the weights, below 1 sharpens them.
         dropout: Dropout on the attention weights while training (weights then sum to 1 only in expectation).
         fused: When training, use the fused backward of :mod:`attnpool.pooling.fused`, which keeps one
@@ -107,23 +135,29 @@ class AttentionPooling(_ScoredPooling):
     """
 
     name = "attention"
-    config_keys = ("attn_size", "temperature", "dropout", "fused", "normalizer")
+    config_keys = ("attn_size", "init", "temperature", "dropout", "fused", "normalizer")
 
     def __init__(
         self,
         hidden_size: int,
-        attn_size: int = 512,
+        attn_size: int | None = None,
+        init: Init = "mean",
         temperature: float = 1.0,
         dropout: float = 0.0,
         fused: bool = True,
         normalizer: Normalizer = "softmax",
     ) -> None:
         super().__init__(hidden_size, temperature, dropout, normalizer)
-        self.attn_size = int(attn_size)
+        self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
+        self.init = init
         self.fused = bool(fused)
         self.proj = nn.Linear(hidden_size, self.attn_size)
         self.score = nn.Linear(self.attn_size, 1)
-        _xavier_(self.proj, self.score)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise as ``init`` says (see :func:`init_scorer_`)."""
+        init_scorer_(self.init, type(self).__name__, self.proj, self.score)
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
@@ -170,12 +204,15 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     * ``"project"``: concatenation followed by a Xavier-initialised ``Linear(K * H, H)``, ``output_dim = H``;
     * ``"mean"``: the average of the heads, ``output_dim = H``.
 
-    With ``num_heads=1`` and ``combine`` either way it computes exactly :class:`AttentionPooling`.
+    With ``num_heads=1`` and ``combine`` either way it computes exactly :class:`AttentionPooling`. With
+    ``init="mean"`` (default) the scoring rows start at zero, so every head starts as mean pooling; the heads
+    part as the shared first layer and their rows learn (``init="xavier"``: the heads differ from the start).
 
     Args:
         hidden_size: ``H``.
         num_heads: ``K``.
-        attn_size: Width of the shared first layer.
+        attn_size: Width of the shared first layer; ``None``: ``H // 2``.
+        init: ``"mean"`` or ``"xavier"``, as for :class:`AttentionPooling`.
         combine: ``"concat"``, ``"project"`` or ``"mean"``.
         temperature: Softmax temperature, shared by the heads.
         dropout: Dropout on the attention weights while training.
@@ -186,13 +223,14 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     """
 
     name = "multihead_attention"
-    config_keys = ("num_heads", "attn_size", "combine", "temperature", "dropout", "normalizer")
+    config_keys = ("num_heads", "attn_size", "init", "combine", "temperature", "dropout", "normalizer")
 
     def __init__(
         self,
         hidden_size: int,
         num_heads: int = 4,
-        attn_size: int = 512,
+        attn_size: int | None = None,
+        init: Init = "mean",
         combine: Literal["concat", "project", "mean"] = "concat",
         temperature: float = 1.0,
         dropout: float = 0.0,
@@ -206,14 +244,20 @@ class MultiHeadAttentionPooling(_ScoredPooling):
                 f"MultiHeadAttentionPooling: combine must be 'concat', 'project' or 'mean', got {combine!r}"
             )
         self.num_heads = int(num_heads)
-        self.attn_size = int(attn_size)
+        self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
+        self.init = init
         self.combine = combine
         self.proj = nn.Linear(hidden_size, self.attn_size)
         self.score = nn.Linear(self.attn_size, self.num_heads)
-        _xavier_(self.proj, self.score)
         if combine == "project":
             self.out_proj = nn.Linear(self.num_heads * hidden_size, hidden_size)
-            _xavier_(self.out_proj)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise the scorer as ``init`` says (see :func:`init_scorer_`); the projection Xavier-uniform."""
+        init_scorer_(self.init, type(self).__name__, self.proj, self.score)
+        if self.combine == "project":
+            xavier_(self.out_proj)
 
     @property
     def output_dim(self) -> int:
@@ -247,11 +291,14 @@ class GatedAttentionPooling(_ScoredPooling):
         a = \mathrm{softmax}_{t: m_t = 1}(s / \tau), \qquad \mathrm{pooled} = \sum_t a_t h_t
 
     The sigmoid gate lets the scorer switch off the ``tanh`` branch's near-linear regime. ``V`` and ``U`` are
-    computed as one ``Linear(H, 2A)`` (one matrix product instead of two); all layers Xavier-initialised.
+    computed as one ``Linear(H, 2A)`` (one matrix product instead of two), each branch Xavier-initialised. With
+    ``init="mean"`` (default) ``w`` starts at zero, so the pooler starts as mean pooling; ``init="xavier"``
+    initialises ``w`` Xavier-uniform too, as the paper's code does.
 
     Args:
         hidden_size: ``H``.
-        attn_size: ``A``, the width of each branch.
+        attn_size: ``A``, the width of each branch; ``None``: ``H // 2``.
+        init: ``"mean"`` or ``"xavier"``, as for :class:`AttentionPooling`.
         temperature: Softmax temperature.
         dropout: Dropout on the attention weights while training.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
@@ -261,25 +308,31 @@ class GatedAttentionPooling(_ScoredPooling):
     """
 
     name = "gated_attention"
-    config_keys = ("attn_size", "temperature", "dropout", "normalizer")
+    config_keys = ("attn_size", "init", "temperature", "dropout", "normalizer")
 
     def __init__(
         self,
         hidden_size: int,
-        attn_size: int = 512,
+        attn_size: int | None = None,
+        init: Init = "mean",
         temperature: float = 1.0,
         dropout: float = 0.0,
         normalizer: Normalizer = "softmax",
     ) -> None:
         super().__init__(hidden_size, temperature, dropout, normalizer)
-        self.attn_size = int(attn_size)
+        self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
+        self.init = init
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
         self.score = nn.Linear(self.attn_size, 1)
-        _xavier_(self.score)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise as ``init`` says (see :func:`init_scorer_`), ``V`` and ``U`` as two separate layers."""
+        init_scorer_(self.init, type(self).__name__, self.proj, self.score)
         # Initialise V and U as two separate (H -> A) layers, as the paper's two branches.
-        for branch in self.proj.weight.data.chunk(2, dim=0):
-            nn.init.xavier_uniform_(branch)
-        nn.init.zeros_(self.proj.bias)
+        with torch.no_grad():
+            for branch in self.proj.weight.chunk(2, dim=0):
+                nn.init.xavier_uniform_(branch)
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
