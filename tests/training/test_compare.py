@@ -11,6 +11,7 @@ import pytest
 from attnpool.cli import main
 from attnpool.compare import PoolerSpec, holm, paired_bootstrap, paired_t_test, t_interval
 from attnpool.compare.stats import metric_function
+from attnpool.pooling import build_pooler
 from model_helpers import save_tiny_encoder, write_toy_csv
 
 # ---------------------------------------------------------------- statistics
@@ -132,11 +133,19 @@ def test_compare_writes_its_table_and_files(compared):
             "overall"]["pearson"])
     assert attention["diff"] == pytest.approx(attention["mean"] - rows["mean"]["mean"])
     assert 0 <= attention["p_ttest_holm"] <= 1 and 0 <= attention["p_bootstrap_holm"] <= 1
-    # attention (H=32 -> 8 -> 1, with biases) adds 32*8 + 8 + 8 + 1 parameters to mean pooling.
-    assert attention["parameters_added"] == 32 * 8 + 8 + 8 + 1
+    # read from the safetensors header: exactly the pooler's own parameters on top of mean pooling
+    assert attention["parameters_added"] == sum(p.numel() for p in build_pooler("attention", 32, attn_size=8)
+                                                .parameters())
+    assert 0.0 < attention["pooling_entropy"] <= 1.0 and 0.0 < attention["pooling_special_share"] < 1.0
+    assert rows["mean"]["pooling_entropy"] == pytest.approx(1.0)  # mean pooling's weights are uniform
+    fold_entropies = [f["pooling_entropy"] for seed in ("42", "43") for f in json.loads(
+        (out / "runs" / "attention_attn_size=8" / f"seed_{seed}" / "metrics.json").read_text())["folds"]]
+    assert attention["pooling_entropy"] == pytest.approx(np.mean(fold_entropies))
     assert attention["time_ratio"] > 0 and attention["memory_ratio"] > 0
     table = (out / "compare.md").read_text()
     assert "| `mean` |" in table and "(baseline)" in table and "p (bootstrap, Holm)" in table
+    assert "| weight entropy | on special tokens |" in table
+    assert f"| {attention['pooling_entropy']:.3f} | {100 * attention['pooling_special_share']:.1f}% |" in table
     frame = pd.read_csv(out / "compare.csv")
     assert list(frame["pooler"]) == ["mean", "attention:attn_size=8"]
 

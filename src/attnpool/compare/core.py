@@ -284,6 +284,17 @@ def _cost(run_dir: Path) -> tuple[float, float]:
     return float(seconds), float(memory)
 
 
+def _pooling_stats(run_dir: Path) -> dict[str, float]:
+    """Mean over the run's folds of the validation pooling-weight entropy and special-token share (when recorded)."""
+    folds = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8")).get("folds", [])
+    stats = {}
+    for key in ("pooling_entropy", "pooling_special_share"):
+        values = [f[key] for f in folds if f.get(key) is not None]
+        if values:
+            stats[key] = float(np.mean(values))
+    return stats
+
+
 def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, seeds: list[int], *,
               bootstrap: int = 1000) -> CompareResult:
     """Compute the comparison table from the finished runs in ``out`` and write its four files."""
@@ -293,6 +304,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     scores = {key: _run_score(path, task) for key, path in runs.items()}
     predictions = {key: _run_predictions(path, task) for key, path in runs.items()}
     costs = {key: _cost(path) for key, path in runs.items()}
+    pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}
 
     base_scores = [scores[(base.label, seed)] for seed in seeds]
@@ -312,6 +324,9 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
             "train_seconds": float(np.mean([costs[(spec.label, seed)][0] for seed in seeds])),
             "peak_memory_bytes": float(np.mean([costs[(spec.label, seed)][1] for seed in seeds])),
         }
+        for key in ("pooling_entropy", "pooling_special_share"):  # poolers without token weights have none
+            measured = [pooling[(spec.label, seed)][key] for seed in seeds if key in pooling[(spec.label, seed)]]
+            row[key] = float(np.mean(measured)) if measured else None
         row["time_ratio"] = row["train_seconds"] / base_seconds if base_seconds else float("nan")
         row["memory_ratio"] = row["peak_memory_bytes"] / base_memory if base_memory else float("nan")
         if spec.label != base.label:
@@ -354,8 +369,8 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
         f"# Pooler comparison: {metric}, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
         "",
         f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline [95% CI] | p (t, Holm) | Δ bootstrap [95% CI] "
-        "| p (bootstrap, Holm) | params added | time | memory |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| p (bootstrap, Holm) | weight entropy | on special tokens | params added | time | memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (not r["baseline"], -(r["mean"] if np.isfinite(r["mean"]) else -np.inf))):
         if r["baseline"]:
@@ -365,15 +380,20 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
             boot = f"{r['boot_diff']:+.4f} [{_num(r['boot_low'])}, {_num(r['boot_high'])}]"
             p_t, p_b = _p(r["p_ttest_holm"]), _p(r["p_bootstrap_holm"])
         added = "n/a" if r["parameters_added"] is None else f"{r['parameters_added']:+,}"
+        entropy = "-" if r.get("pooling_entropy") is None else _num(r["pooling_entropy"], 3)
+        special = "-" if r.get("pooling_special_share") is None else f"{100 * r['pooling_special_share']:.1f}%"
         lines.append(f"| `{r['pooler']}` | {_num(r['mean'])} ± {_num(r['std'])} | [{_num(r['ci_low'])}, "
-                     f"{_num(r['ci_high'])}] | {delta} | {p_t} | {boot} | {p_b} | {added} | "
+                     f"{_num(r['ci_high'])}] | {delta} | {p_t} | {boot} | {p_b} | {entropy} | {special} | {added} | "
                      f"{_num(r['time_ratio'], 2)}x | {_num(r['memory_ratio'], 2)}x |")
     lines += [
         "",
         f"Each pooler was trained once per seed with the same folds, data order and recipe (paired). CI: Student t "
         f"over seeds. p (t): paired t-test over seeds. Bootstrap: {bootstrap} paired resamples of the out-of-fold "
         "examples, per seed, averaged over seeds. p-values are Holm-corrected over the poolers compared to the "
-        "baseline. Time and memory: training time and peak memory relative to the baseline.",
+        "baseline. Weight entropy: the normalised entropy of the pooling weights on the validation rows (1: mean "
+        "pooling, 0: all weight on one token; '-': the pooler has no token weights), and the share of the weight on "
+        "special tokens, averaged over folds and seeds. Time and memory: training time and peak memory relative to "
+        "the baseline.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -68,7 +68,8 @@ class TrainConfig:
     grad_accum: int = 1
     max_length: int = 128  # longer texts are truncated (and counted in the log)
     lr: float = 2e-5  # encoder learning rate (its top layer; see llrd)
-    head_lr: float = 1e-3  # pooler and head learning rate: they start from scratch
+    head_lr: float = 1e-3  # head learning rate: it starts from scratch
+    pooler_lr: float | None = None  # pooler learning rate; None: head_lr
     llrd: float = 1.0  # layer-wise learning-rate decay: layer i from the top gets lr * llrd**i
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
@@ -83,6 +84,10 @@ class TrainConfig:
     output_dir: str = "runs/attnpool"
     overwrite: bool = False
     resume: bool = False
+
+    def resolved_pooler_lr(self) -> float:
+        """The pooler's learning rate: ``pooler_lr``, or ``head_lr`` when unset."""
+        return self.head_lr if self.pooler_lr is None else self.pooler_lr
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain JSON/YAML data."""

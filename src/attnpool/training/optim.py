@@ -13,18 +13,20 @@ from attnpool.model.modeling import _encoder_layers
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
 
 
-def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float, llrd: float = 1.0) -> list[dict]:
-    """AdamW parameter groups with layer-wise learning-rate decay and a separate head rate.
+def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float, llrd: float = 1.0, *,
+                     pooler_lr: float | None = None) -> list[dict]:
+    """AdamW parameter groups with layer-wise learning-rate decay and separate pooler and head rates.
 
-    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer, embeddings the deepest), pooler and head get
-    ``head_lr``; biases and norm weights get no weight decay.
+    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer, embeddings the deepest), the pooler gets
+    ``pooler_lr`` (``head_lr`` when ``None``), the head ``head_lr``; biases and norm weights get no weight decay.
 
     Args:
         model: An :class:`~attnpool.AttnPoolForSequenceClassification`.
         lr: Learning rate of the top encoder layer.
-        head_lr: Learning rate of the pooler and head (trained from scratch, so usually higher).
+        head_lr: Learning rate of the head (trained from scratch, so usually higher).
         weight_decay: Decoupled weight decay for weight matrices.
         llrd: Layer-wise decay factor in (0, 1]; 1 gives every encoder parameter ``lr``.
+        pooler_lr: Learning rate of the pooler's parameters; ``None``: ``head_lr``.
 
     Returns:
         Parameter groups for ``torch.optim.AdamW``; frozen parameters are left out.
@@ -45,7 +47,12 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
         if not p.requires_grad:
             continue
         in_encoder = name.startswith("attnpool.encoder.")
-        rate = lr * (llrd ** depth_of.get(id(p), 0)) if in_encoder else head_lr
+        if in_encoder:
+            rate = lr * (llrd ** depth_of.get(id(p), 0))
+        elif name.startswith("attnpool.pooler.") and pooler_lr is not None:
+            rate = pooler_lr
+        else:
+            rate = head_lr
         decay = 0.0 if p.ndim < 2 or any(re.search(re.escape(k) + "$", name) for k in NO_DECAY) else weight_decay
         groups.setdefault((rate, decay), []).append(p)
     return [{"params": params, "lr": rate, "weight_decay": decay} for (rate, decay), params in groups.items()]

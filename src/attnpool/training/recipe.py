@@ -48,6 +48,7 @@ from attnpool.training.distributed import (
 )
 from attnpool.training.inputs import EncodedDataset, TaskData, load_task
 from attnpool.training.metrics import primary_metric, task_metrics
+from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.runs import (
     CONFIG_FILE,
     RunError,
@@ -195,19 +196,31 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         return iter(get_length_grouped_indices(self.lengths, self.global_batch_size, generator=generator))
 
 
-def _make_trainer(cfg: TrainConfig, model, args, train_ds, eval_ds, tokenizer, task: str):
+def _make_trainer(cfg: TrainConfig, model, args, train_ds, eval_ds, tokenizer, task: str,
+                  monitor: PoolingMonitor | None = None):
     import transformers
 
     from attnpool.training.optim import build_optimizer, parameter_groups
 
     class RecipeTrainer(transformers.Trainer):
-        """The Trainer with the recipe's optimiser (layer-wise decayed rates, a separate head rate) and sampler."""
+        """The Trainer with the recipe's optimiser, sampler and pooling-weight statistics in the logs.
+
+        The optimiser has layer-wise decayed encoder rates and rates of their own for the pooler and the head.
+        """
 
         def create_optimizer(self, *args: Any, **kwargs: Any):
             if self.optimizer is None:
-                groups = parameter_groups(self.model, cfg.lr, cfg.head_lr, cfg.weight_decay, cfg.llrd)
+                groups = parameter_groups(self.model, cfg.lr, cfg.head_lr, cfg.weight_decay, cfg.llrd,
+                                          pooler_lr=cfg.resolved_pooler_lr())
                 self.optimizer = build_optimizer(groups)
             return self.optimizer
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            if monitor is not None:
+                evaluation = any(key.startswith("eval_") for key in logs)
+                stats = monitor.summary(training=not evaluation)
+                logs.update({f"eval_{k}" if evaluation else k: v for k, v in stats.items()})
+            super().log(logs, start_time)
 
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -352,7 +365,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = _training_arguments(cfg, fold_dir / "checkpoints", steps_per_epoch)
-    trainer = _make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, cfg.task)
+    monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
+    trainer = _make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, cfg.task, monitor)
     _check_engine(trainer)
     for callback in callbacks or []:
         trainer.add_callback(callback)
@@ -371,9 +385,14 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
         from attnpool.model import AttnPoolForSequenceClassification
 
         best = AttnPoolForSequenceClassification.from_pretrained(fold_dir / "model")
+        monitor.remove()
+        monitor = PoolingMonitor(best, data.tokenizer.all_special_ids)
     state = process_state()
     mine = shard(valid_idx, state.process_index, state.num_processes)
+    monitor.summary(training=False)  # reset: what follows is the best model on this process's validation rows
     local = predict_encoded([best], data.encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device)[0]
+    pooling = {f"pooling_{k.removeprefix('pool_')}": v for k, v in monitor.summary(training=False).items()}
+    monitor.remove()
     parts, peaks = gather_shards(local, peak_memory)
     scores = scores_from_logits(cfg.task, unshard(parts))
     metrics = task_metrics(cfg.task, data.labels[valid_idx], scores)
@@ -383,7 +402,12 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
                     "train_seconds": round(train_seconds, 2),  # trainer.train() of this call (the resumed part)
                     "peak_memory_bytes": max(known_peaks) if known_peaks else None,  # the largest over processes
                     "device": args.device.type,  # cuda: peak of the tensors; cpu: the process's peak RSS
-                    "processes": state.num_processes})
+                    "processes": state.num_processes,
+                    **pooling})  # pooling_entropy, pooling_special_share (the main process's rows)
+    if pooling:
+        logger.info("fold %d: pooling weights on validation: normalised entropy %.3f (1 = mean pooling, 0 = one "
+                    "token), %.1f%% on special tokens", fold, pooling.get("pooling_entropy", float("nan")),
+                    100 * pooling.get("pooling_special_share", float("nan")))
     oof = data.oof_frame(valid_idx, scores, fold)
 
     def write() -> None:
