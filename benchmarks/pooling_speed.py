@@ -176,7 +176,8 @@ def build_candidates(
     head = NotebookAttentionHead(hidden, attention.attn_size).to(device=device, dtype=dtype)
     with torch.no_grad():
         head.attention[0].load_state_dict(attention.proj.state_dict())
-        head.attention[2].load_state_dict(attention.score.state_dict())
+        head.attention[2].weight.copy_(attention.score.weight)
+        head.attention[2].bias.zero_()  # attnpool's scorer has no bias (a softmax ignores it)
     candidates.append(
         Candidate(TRANSCRIPTION, make_loss_step(head, hidden_states, mask), make_reset(hidden_states, head))
     )

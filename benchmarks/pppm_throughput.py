@@ -205,7 +205,7 @@ def build_models(args: argparse.Namespace, data: Data):
         theirs.pool.attention[0].weight.copy_(pooler.proj.weight)
         theirs.pool.attention[0].bias.copy_(pooler.proj.bias)
         theirs.pool.attention[2].weight.copy_(pooler.score.weight)
-        theirs.pool.attention[2].bias.copy_(pooler.score.bias)
+        theirs.pool.attention[2].bias.zero_()  # attnpool's scorer has no bias (a softmax ignores it)
         theirs.head.weight.copy_(head.weight)
         theirs.head.bias.copy_(head.bias)
     mine = ours.attnpool.encoder.state_dict()

@@ -70,7 +70,6 @@ def key_token_model(key_id: int, num_labels: int = 1):
         pooler.proj.bias[0] = -10.0  # key: tanh(10) = 1, others: tanh(-10) = -1
         pooler.score.weight.zero_()
         pooler.score.weight[0, 0] = 20.0
-        pooler.score.bias.zero_()
         head.weight.zero_()
         head.bias.zero_()
         head.weight[0] = u / hidden

@@ -78,7 +78,6 @@ def test_adaptive_attenuates_noise_tokens_once_trained_on_them():
         pooler.wq.weight.copy_(torch.eye(4) * 8)
         pooler.wq.bias.zero_()
         pooler.wk.weight.copy_(torch.eye(4) * 8)
-        pooler.wk.bias.zero_()
         pooler.query_vector.copy_(signal.unsqueeze(0))
     for n_noise in (1, 10, 100):
         x = torch.stack([signal] * 2 + [noise] * n_noise).unsqueeze(0)

@@ -16,9 +16,10 @@ from attnpool.pooling import (
 )
 
 
-def test_parameter_count_matches_the_recipe():
-    assert sum(p.numel() for p in AttentionPooling(1024, attn_size=512).parameters()) == 525_313
-    assert sum(p.numel() for p in AttentionPooling(1024).parameters()) == 525_313  # A = H // 2 = 512 by default
+def test_parameter_count_is_the_recipe_s_without_its_dead_score_bias():
+    # The recipe's 525,313 include the scoring layer's bias, which a softmax ignores: 525,312 learn.
+    assert sum(p.numel() for p in AttentionPooling(1024, attn_size=512).parameters()) == 525_312
+    assert sum(p.numel() for p in AttentionPooling(1024).parameters()) == 525_312  # A = H // 2 = 512 by default
 
 
 @pytest.mark.parametrize("hidden, expected", [(1024, 512), (768, 384), (384, 192), (1, 1)])
@@ -34,7 +35,7 @@ def _assert_xavier(layer: nn.Linear) -> None:
     bound = (6.0 / (fan_in + fan_out)) ** 0.5
     assert layer.weight.abs().max() <= bound
     assert layer.weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
-    assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+    assert layer.bias is None or torch.equal(layer.bias, torch.zeros_like(layer.bias))
 
 
 def test_xavier_init_is_the_recipe_s():
@@ -89,7 +90,9 @@ def test_matches_a_direct_transcription_of_the_recipe_on_unpadded_input():
     pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=12)).eval()
     recipe = nn.Sequential(nn.Linear(HIDDEN, 12), nn.Tanh(), nn.Linear(12, 1), nn.Softmax(dim=1))
     recipe[0].load_state_dict(pooler.proj.state_dict())
-    recipe[2].load_state_dict(pooler.score.state_dict())
+    with torch.no_grad():
+        recipe[2].weight.copy_(pooler.score.weight)
+        recipe[2].bias.fill_(0.7)  # the recipe's score bias, whatever its value, changes nothing
     hidden = torch.randn(4, 9, HIDDEN)
     weights = recipe(hidden)  # (B, T, 1)
     expected = (weights * hidden).sum(dim=1)
@@ -104,7 +107,6 @@ def test_zero_scorer_turns_attention_into_mean(name):
     pooler = perturb_parameters(build_pooler(name, HIDDEN, **options))
     with torch.no_grad():
         pooler.score.weight.zero_()
-        pooler.score.bias.zero_()
     hidden, mask, _ = ragged_batch([3, 7, 1], pad_value=50.0)
     torch.testing.assert_close(pooler(hidden, mask), MeanPooling(HIDDEN)(hidden, mask), atol=1e-6, rtol=1e-5)
 
@@ -145,7 +147,7 @@ def test_gated_attention_is_the_ilse_formula():
     v_w, u_w = pooler.proj.weight.chunk(2)
     v_b, u_b = pooler.proj.bias.chunk(2)
     gated = torch.tanh(hidden @ v_w.T + v_b) * torch.sigmoid(hidden @ u_w.T + u_b)
-    weights = torch.softmax(gated @ pooler.score.weight.T + pooler.score.bias, dim=1)  # (B, T, 1)
+    weights = torch.softmax(gated @ pooler.score.weight.T, dim=1)  # (B, T, 1)
     torch.testing.assert_close(pooler(hidden), (weights * hidden).sum(1), atol=1e-6, rtol=1e-5)
 
 
@@ -197,3 +199,43 @@ def test_bad_multihead_options_raise():
         MultiHeadAttentionPooling(HIDDEN, combine="sum")
     with pytest.raises(ValueError, match="num_heads must be >= 1, got 0"):
         MultiHeadAttentionPooling(HIDDEN, num_heads=0)
+
+
+def test_lin_penalty_is_the_frobenius_norm_of_aat_minus_i_averaged_over_rows_with_tokens():
+    pooler = perturb_parameters(MultiHeadAttentionPooling(HIDDEN, num_heads=3, init="xavier", penalty=0.5))
+    hidden, mask, _ = ragged_batch([4, 6, 0, 2], seq_len=6)
+    _, weights = pooler(hidden, mask, return_weights=True)  # (4, 3, 6)
+    loss = pooler.auxiliary_loss(weights)
+    by_hand = []
+    for i in (0, 1, 3):  # row 2 has no real token: left out
+        a = weights[i].double()
+        by_hand.append(sum(((a @ a.T)[r, c] - float(r == c)) ** 2 for r in range(3) for c in range(3)))
+    torch.testing.assert_close(loss.double(), 0.5 * sum(by_hand) / 3, rtol=1e-6, atol=0)
+    loss.backward()
+    assert pooler.score.weight.grad.abs().max() > 0  # the penalty trains the scorer
+    # One-hot heads on distinct tokens: A A^T = I, no penalty.
+    one_hot = torch.eye(3, 6).unsqueeze(0)
+    assert pooler.auxiliary_loss(one_hot).item() == 0
+
+
+def test_penalty_off_gives_no_auxiliary_loss_and_other_poolers_have_none():
+    hidden, mask, _ = ragged_batch([3, 5])
+    multi = MultiHeadAttentionPooling(HIDDEN)
+    assert multi.penalty == 0 and multi.auxiliary_loss(multi(hidden, mask, return_weights=True)[1]) is None
+    assert AttentionPooling(HIDDEN).auxiliary_loss(torch.rand(2, 5)) is None
+    assert build_pooler(multi.get_config() | {"penalty": 0.1}).penalty == 0.1  # saved in the config
+    with pytest.raises(ValueError, match="penalty must be >= 0, got -1"):
+        MultiHeadAttentionPooling(HIDDEN, penalty=-1)
+    with pytest.raises(ValueError, match=r"expected weights \(B, 4, T\), got \(2, 5\)"):
+        MultiHeadAttentionPooling(HIDDEN, penalty=1.0).auxiliary_loss(torch.rand(2, 5))
+
+
+@pytest.mark.parametrize("name", ["attention", "gated_attention", "multihead_attention"])
+def test_checkpoints_with_the_dead_score_bias_load_and_compute_the_same(name):
+    pooler = perturb_parameters(build_pooler(name, HIDDEN)).eval()
+    old = pooler.state_dict()
+    old["score.bias"] = torch.randn(pooler.score.weight.shape[0])  # what earlier versions saved
+    rebuilt = build_pooler(pooler.get_config()).eval()
+    rebuilt.load_state_dict(old)  # strict
+    hidden, mask, _ = ragged_batch([3, 5])
+    torch.testing.assert_close(rebuilt(hidden, mask), pooler(hidden, mask), atol=0, rtol=0)

@@ -73,3 +73,35 @@ def test_gem_p_is_learnable_or_fixed():
     assert list(fixed.parameters()) == [] and fixed.p == 2.5
     with pytest.raises(ValueError, match="p must be positive, got -1"):
         GeMPooling(HIDDEN, p=-1)
+
+
+@pytest.mark.parametrize(("scale", "p"), [(100.0, 20.0), (1e4, 10.0), (1e4, 64.0), (1e30, 3.0)])
+def test_gem_is_finite_on_large_inputs_and_large_p(scale, p):
+    # A float32 x ** p overflows in all of these (100 ** 20 = 1e40); the true generalised mean is finite.
+    hidden, mask, tokens = ragged_batch([5, 2], pad_value=1e30)
+    hidden = (hidden.abs() + 0.5).clamp(max=3.0) * (scale / 3.0)
+    pooler = GeMPooling(HIDDEN, p=p)
+    pooled = pooler(hidden, mask)
+    assert torch.isfinite(pooled).all()
+    for i, n in enumerate([5, 2]):
+        x = hidden[i, :n].double()
+        top = x.amax(0)
+        expected = top * ((x / top) ** p).mean(0) ** (1 / p)  # float64, max factored out
+        torch.testing.assert_close(pooled[i].double(), expected, rtol=3e-5, atol=0)  # log-exp rounding at 1e30
+    pooled.sum().backward()
+    assert torch.isfinite(pooler.p_param.grad) and pooler.p_param.grad != 0
+
+
+def test_gem_gradients_match_float64_autograd_of_the_direct_formula():
+    hidden, mask, _ = ragged_batch([4, 6])
+    hidden = hidden.abs() + 0.2
+    pooler = GeMPooling(HIDDEN, p=2.5)
+    hidden32 = hidden.clone().requires_grad_(True)
+    pooler(hidden32, mask).pow(2).sum().backward()
+    hidden64 = hidden.double().requires_grad_(True)
+    p64 = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+    m = mask.double().unsqueeze(-1)
+    direct = ((hidden64**p64 * m).sum(1) / m.sum(1)) ** (1 / p64)
+    direct.pow(2).sum().backward()
+    torch.testing.assert_close(hidden32.grad.double(), hidden64.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(pooler.p_param.grad.double(), p64.grad, rtol=1e-4, atol=1e-6)

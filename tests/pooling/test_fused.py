@@ -48,3 +48,15 @@ def test_second_backward_through_the_fused_graph_raises_a_clear_error():
     loss = unfused(hidden, mask).sum()
     loss.backward(retain_graph=True)
     loss.backward()  # fine without fusion
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), -float("inf")])
+def test_fused_path_keeps_nan_and_inf_padding_out_of_every_gradient(poison):
+    pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=12), scale=0.3)
+    hidden, mask, _ = ragged_batch([5, 0, 9, 2], pad_value=1.0)
+    poisoned = hidden.masked_fill(~mask.bool().unsqueeze(-1), poison)
+    clean, dirty = grads(pooler, hidden, mask, True), grads(pooler, poisoned, mask, True)
+    for a, b in zip(dirty, clean, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert (dirty[2][~mask.bool()] == 0).all()  # the input's gradient is exactly 0 on padding

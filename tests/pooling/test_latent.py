@@ -40,7 +40,8 @@ def test_latent_attention_with_one_latent_adds_its_value_to_every_token():
 def test_latent_attention_parameter_count():
     h, r = 64, 32
     pooler = LatentAttentionPooling(h, num_latents=r, num_heads=8, mlp_ratio=4.0)
-    expected = r * h + 3 * 2 * h + h * h + 2 * h * h + (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h)
+    # latents, 3 layer norms, W_q, W_k and W_v, W_o without bias (as released), the MLP
+    expected = r * h + 3 * 2 * h + h * h + 2 * h * h + h * h + (h * 4 * h + 4 * h) + (4 * h * h + h)
     assert sum(p.numel() for p in pooler.parameters()) == expected
 
 

@@ -86,3 +86,18 @@ def test_ggem_one_group_equals_gem():
 def test_ggem_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GroupGeMPooling(HIDDEN, **kwargs)
+
+
+def test_ggem_is_finite_where_a_direct_power_overflows():
+    pooler = GroupGeMPooling(HIDDEN, num_groups=2, p=3.0)
+    with torch.no_grad():
+        pooler.p_param.copy_(torch.tensor([20.0, 10.0]))  # 100 ** 20 and (1e4) ** 10 overflow float32
+    hidden, mask, _ = ragged_batch([3, 5])
+    scale = torch.cat([torch.full((HIDDEN // 2,), 100.0), torch.full((HIDDEN // 2,), 1e4)])  # one per group
+    hidden = hidden.abs().clamp(0.5, 2.0) * scale
+    pooled = pooler(hidden, mask)
+    assert torch.isfinite(pooled).all()
+    maximum = build_pooler("max", HIDDEN)(hidden, mask)
+    assert (pooled <= maximum * (1 + 1e-5)).all() and (pooled >= 0.5 * maximum).all()
+    pooled.sum().backward()
+    assert torch.isfinite(pooler.p_param.grad).all()

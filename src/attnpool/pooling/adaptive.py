@@ -11,7 +11,7 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.latent import _split_weights
-from attnpool.pooling.modules import check_heads, xavier_
+from attnpool.pooling.modules import Init, check_heads, uniform_start_, xavier_
 from attnpool.pooling.registry import register_pooler
 
 
@@ -95,10 +95,16 @@ class AdaptivePooling(Pooler):
     token); here ``query`` selects :math:`g`: the masked ``"mean"`` (default), the per-channel ``"max"``, the
     ``"first"`` real token (a CLS-like anchor; not permutation invariant) or a ``"learned"`` vector.
 
+    ``W_k`` has no bias (it would shift every score of a head alike, which the softmax ignores). With
+    ``init="mean"`` (default) ``W_k`` starts at zero: every token gets the same weight and the pooler starts as
+    mean pooling, the convex combination the paper's analysis starts from, then learns which tokens carry the
+    signal; ``init="xavier"`` initialises ``W_k`` Xavier-uniform like ``W_q``.
+
     Args:
         hidden_size: ``H``.
         num_heads: Attention heads; must divide ``H`` (each head weights its own slice of channels).
         query: ``"mean"``, ``"max"``, ``"first"`` or ``"learned"``.
+        init: ``"mean"`` (zero keys: uniform weights at the start) or ``"xavier"``.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``, ``(B, heads, T)`` with several heads.
@@ -106,11 +112,16 @@ class AdaptivePooling(Pooler):
 
     name = "adaptive"
     has_weights = True
-    config_keys = ("num_heads", "query")
+    config_keys = ("num_heads", "query", "init")
+    removed_parameters = ("wk.bias",)
     QUERIES = ("mean", "max", "first", "learned")
 
     def __init__(
-        self, hidden_size: int, num_heads: int = 1, query: Literal["mean", "max", "first", "learned"] = "mean"
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        query: Literal["mean", "max", "first", "learned"] = "mean",
+        init: Init = "mean",
     ) -> None:
         super().__init__(hidden_size)
         self.num_heads = check_heads("AdaptivePooling", hidden_size, num_heads)
@@ -120,8 +131,10 @@ class AdaptivePooling(Pooler):
         self.query = query
         self.permutation_invariant = query != "first"
         self.wq = nn.Linear(hidden_size, hidden_size)
-        self.wk = nn.Linear(hidden_size, hidden_size)
+        self.wk = nn.Linear(hidden_size, hidden_size, bias=False)  # a key bias only shifts a head's scores
         xavier_(self.wq, self.wk)
+        self.init = init
+        uniform_start_(init, "AdaptivePooling", self.wk)
         if query == "learned":
             self.query_vector = nn.Parameter(torch.empty(1, hidden_size))
             nn.init.xavier_uniform_(self.query_vector)

@@ -35,7 +35,8 @@ def init_scorer_(init: str, owner: str, hidden: nn.Linear, score: nn.Linear) -> 
     ``"xavier"``: both layers Xavier-uniform (the PPPM recipe's head). ``"mean"``: the first layer Xavier-uniform,
     the scoring layer zero, so that every token starts with the same score and the pooler computes exactly the
     masked mean at step 0; the first layer still gets a gradient from the second step on, and training moves the
-    weights away from uniform only as far as the loss pays for it. Biases start at zero either way.
+    weights away from uniform only as far as the loss pays for it. Biases (the first layer's; the scoring layer
+    has none in attnpool's poolers, a softmax ignores it) start at zero either way.
 
     Raises:
         ValueError: An unknown ``init``.
@@ -104,14 +105,16 @@ class AttentionPooling(_ScoredPooling):
     r"""Learned attention pooling, the PPPM recipe: a small MLP scores each token, softmax, weighted sum.
 
     .. math::
-        s_t = w_2^\top \tanh(W_1 h_t + b_1) + b_2, \qquad
+        s_t = w_2^\top \tanh(W_1 h_t + b_1), \qquad
         a = \mathrm{softmax}_{t: m_t = 1}(s / \tau), \qquad
         \mathrm{pooled} = \sum_t a_t h_t
 
     As in "Hierarchical Attention Networks for Document Classification" (Yang et al., 2016) and the public
     PPPM DeBERTa-v3-large baseline. Unlike the usual notebook head, padding is masked *before* the softmax with
     the float32 minimum (no ``-1e9`` that overflows fp16), the softmax runs in float32, and a row without real
-    tokens gives zeros. ``H * A + 2 * A + 1`` parameters (525,313 at H = 1024, A = 512).
+    tokens gives zeros. The recipe's scoring layer also has a bias :math:`b_2`; a softmax ignores a constant shift,
+    so its gradient is exactly zero and it never learns: it is left out (old checkpoints holding it load, and
+    compute the same). ``H * A + 2 * A`` parameters (525,312 at H = 1024, A = 512).
 
     By default (``init="mean"``) the scoring layer ``w_2`` starts at zero: all tokens score alike and the pooler
     *is* mean pooling at step 0, then learns to weigh tokens as far as the loss pays for it. The recipe's head,
@@ -136,6 +139,7 @@ class AttentionPooling(_ScoredPooling):
 
     name = "attention"
     config_keys = ("attn_size", "init", "temperature", "dropout", "fused", "normalizer")
+    removed_parameters = ("score.bias",)
 
     def __init__(
         self,
@@ -152,7 +156,7 @@ class AttentionPooling(_ScoredPooling):
         self.init = init
         self.fused = bool(fused)
         self.proj = nn.Linear(hidden_size, self.attn_size)
-        self.score = nn.Linear(self.attn_size, 1)
+        self.score = nn.Linear(self.attn_size, 1, bias=False)  # a bias here is a constant shift: no effect
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -178,11 +182,17 @@ class AttentionPooling(_ScoredPooling):
         )
 
     @override
+    def clear_padding(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
+        # The fused path clears padding itself, in a copy that its backward reuses for the input's gradient.
+        if self._use_fused(hidden_states):
+            return hidden_states
+        return super().clear_padding(hidden_states, mask)
+
+    @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         if self._use_fused(hidden_states):
             return FusedAttentionPool.apply(
-                hidden_states, mask, self.proj.weight, self.proj.bias, self.score.weight, self.score.bias,
-                self.temperature,
+                hidden_states, mask, self.proj.weight, self.proj.bias, self.score.weight, self.temperature
             )
         return super().pool(hidden_states, mask)
 
@@ -195,8 +205,14 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     arXiv:1703.03130): the heads share the first layer and each has its own scoring row,
 
     .. math::
-        A = \mathrm{softmax}_{t: m_t = 1}\big(W_2 \tanh(W_1 H^\top + b_1) + b_2\big) \in \mathbb{R}^{K \times T},
+        A = \mathrm{softmax}_{t: m_t = 1}\big(W_2 \tanh(W_1 H^\top + b_1)\big) \in \mathbb{R}^{K \times T},
         \qquad M = A H \in \mathbb{R}^{K \times H}
+
+    (the paper's scorer has no second bias either; one would be a per-head shift, which the softmax ignores).
+    The paper trains with the penalty :math:`P = \lVert AA^\top - I\rVert_F^2`, which pushes each head to a
+    distribution of its own and each to few tokens: ``penalty`` is its coefficient (a hyperparameter in the
+    paper; 0, off, by default), and :meth:`auxiliary_loss` returns ``penalty * P`` averaged over the rows that
+    have real tokens, for the model to add to the task loss.
 
     The ``K`` head vectors are then combined by ``combine``:
 
@@ -207,6 +223,8 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     With ``num_heads=1`` and ``combine`` either way it computes exactly :class:`AttentionPooling`. With
     ``init="mean"`` (default) the scoring rows start at zero, so every head starts as mean pooling; the heads
     part as the shared first layer and their rows learn (``init="xavier"``: the heads differ from the start).
+    Heads that start equal get equal gradients wherever nothing downstream tells them apart (``combine="mean"``,
+    or the penalty alone, which is symmetric in the heads): use ``init="xavier"`` there.
 
     Args:
         hidden_size: ``H``.
@@ -217,13 +235,15 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         temperature: Softmax temperature, shared by the heads.
         dropout: Dropout on the attention weights while training.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``, applied per head.
+        penalty: Coefficient of Lin et al.'s :math:`\lVert AA^\top - I\rVert_F^2` (see :meth:`auxiliary_loss`).
 
     Shapes:
         ``(B, T, H) -> (B, output_dim)``; weights ``(B, K, T)``.
     """
 
     name = "multihead_attention"
-    config_keys = ("num_heads", "attn_size", "init", "combine", "temperature", "dropout", "normalizer")
+    config_keys = ("num_heads", "attn_size", "init", "combine", "temperature", "dropout", "normalizer", "penalty")
+    removed_parameters = ("score.bias",)
 
     def __init__(
         self,
@@ -235,8 +255,12 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         temperature: float = 1.0,
         dropout: float = 0.0,
         normalizer: Normalizer = "softmax",
+        penalty: float = 0.0,
     ) -> None:
         super().__init__(hidden_size, temperature, dropout, normalizer)
+        if not penalty >= 0:
+            raise ValueError(f"MultiHeadAttentionPooling: penalty must be >= 0, got {penalty}")
+        self.penalty = float(penalty)
         if num_heads < 1:
             raise ValueError(f"MultiHeadAttentionPooling: num_heads must be >= 1, got {num_heads}")
         if combine not in ("concat", "project", "mean"):
@@ -248,7 +272,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         self.init = init
         self.combine = combine
         self.proj = nn.Linear(hidden_size, self.attn_size)
-        self.score = nn.Linear(self.attn_size, self.num_heads)
+        self.score = nn.Linear(self.attn_size, self.num_heads, bias=False)  # a per-head shift: no effect
         if combine == "project":
             self.out_proj = nn.Linear(self.num_heads * hidden_size, hidden_size)
         self.reset_parameters()
@@ -269,6 +293,36 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         return self.score(_tanh_projection(self.proj, hidden_states)).transpose(1, 2)  # (B, K, T)
 
     @override
+    def auxiliary_loss(self, weights: Tensor | None) -> Tensor | None:
+        r"""Lin et al.'s penalty ``penalty * ||A A^T - I||_F^2``, averaged over the rows with real tokens.
+
+        Computed in float32 from the weights this pooler returned. Rows without any real token (all-zero
+        weights) are left out, and the loss is 0 for a batch without any; ``None`` when ``penalty`` is 0.
+
+        Args:
+            weights: ``(B, K, T)`` weights from ``forward(..., return_weights=True)``.
+
+        Returns:
+            A scalar float32 tensor, or ``None``.
+
+        Raises:
+            ValueError: ``weights`` is not ``(B, num_heads, T)``.
+        """
+        if self.penalty == 0:
+            return None
+        if weights is None or weights.dim() != 3 or weights.shape[1] != self.num_heads:
+            got = None if weights is None else tuple(weights.shape)
+            raise ValueError(f"MultiHeadAttentionPooling.auxiliary_loss: expected weights (B, {self.num_heads}, T), "
+                             f"got {got}")
+        a = weights.float()
+        gram = torch.bmm(a, a.transpose(1, 2))  # (B, K, K)
+        eye = torch.eye(self.num_heads, device=a.device, dtype=a.dtype)
+        per_row = (gram - eye).square().sum(dim=(1, 2))  # (B,)
+        real = a.sum(dim=(1, 2)) > 0  # rows with at least one real token
+        total = torch.where(real, per_row, torch.zeros_like(per_row)).sum()
+        return self.penalty * total / real.sum().clamp(min=1)
+
+    @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         heads, weights = super().pool(hidden_states, mask)  # (B, K, H), (B, K, T)
         if self.combine == "mean":
@@ -287,13 +341,14 @@ class GatedAttentionPooling(_ScoredPooling):
     From "Attention-based Deep Multiple Instance Learning" (Ilse, Tomczak and Welling, 2018, arXiv:1802.04712):
 
     .. math::
-        s_t = w^\top\big(\tanh(V h_t) \odot \sigma(U h_t)\big), \qquad
+        s_t = w^\top\big(\tanh(V h_t + b_V) \odot \sigma(U h_t + b_U)\big), \qquad
         a = \mathrm{softmax}_{t: m_t = 1}(s / \tau), \qquad \mathrm{pooled} = \sum_t a_t h_t
 
     The sigmoid gate lets the scorer switch off the ``tanh`` branch's near-linear regime. ``V`` and ``U`` are
     computed as one ``Linear(H, 2A)`` (one matrix product instead of two), each branch Xavier-initialised. With
     ``init="mean"`` (default) ``w`` starts at zero, so the pooler starts as mean pooling; ``init="xavier"``
-    initialises ``w`` Xavier-uniform too, as the paper's code does.
+    initialises ``w`` Xavier-uniform too, as the paper's code does. The paper's code also gives ``w`` a bias, a
+    constant shift under the softmax with an exactly zero gradient: left out.
 
     Args:
         hidden_size: ``H``.
@@ -309,6 +364,7 @@ class GatedAttentionPooling(_ScoredPooling):
 
     name = "gated_attention"
     config_keys = ("attn_size", "init", "temperature", "dropout", "normalizer")
+    removed_parameters = ("score.bias",)
 
     def __init__(
         self,
@@ -323,7 +379,7 @@ class GatedAttentionPooling(_ScoredPooling):
         self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
         self.init = init
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
-        self.score = nn.Linear(self.attn_size, 1)
+        self.score = nn.Linear(self.attn_size, 1, bias=False)  # a bias here is a constant shift: no effect
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -9,6 +9,8 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
+from attnpool.pooling.functional import zero_padding
+
 
 class Pooler(nn.Module):
     """Base class of all poolers: reduces token hidden states ``(B, T, H)`` to one vector per sequence.
@@ -30,10 +32,17 @@ class Pooler(nn.Module):
 
     Composite poolers (``weighted_layer``, ``combined``) set these four flags per instance from their parts.
 
+    ``removed_parameters`` names parameters that earlier versions had and that had no effect (a bias under a
+    softmax, which ignores a constant shift): they are dropped from loaded state dicts, so old checkpoints load
+    and compute exactly as before.
+
     The contract, checked for every registered pooler by ``tests/pooling/test_contract.py``:
 
     * ``attention_mask`` holds 1/``True`` for real tokens (bool, int or float accepted); ``None`` means all real.
-    * Padded positions never influence the output, whatever values they hold; left and right padding agree.
+    * Padded positions never reach the output or any gradient, whatever values they hold (NaN, ``inf`` and
+      ``1e30`` included): :meth:`forward` replaces them by 0 (see :meth:`clear_padding`) before :meth:`pool` sees
+      them, and their gradient is exactly 0. Left and right padding agree. Real tokens holding NaN or ``inf``
+      are the caller's to fix: they reach the output like any real value (a pooler that weights them gives NaN).
     * Token weights are ``>= 0``, exactly 0 on padding and sum to 1 over the real tokens of each row.
     * A row without any real token pools to a zero vector (zero weights) with finite gradients.
     * Inputs are never modified in place. Bad shapes raise ``ValueError`` naming the shapes received.
@@ -51,6 +60,7 @@ class Pooler(nn.Module):
     has_weights: ClassVar[bool] = False
     needs_all_layers: ClassVar[bool] = False
     needs_attentions: ClassVar[bool] = False
+    removed_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
@@ -89,6 +99,8 @@ class Pooler(nn.Module):
             ValueError: Shapes that do not fit, or missing attention maps for a ``needs_attentions`` pooler.
         """
         mask = self._validate(hidden_states, attention_mask)
+        if attention_mask is not None:  # without a mask there is no padding to clear
+            hidden_states = self.clear_padding(hidden_states, mask)
         if self.needs_attentions:
             self._validate_attentions(attentions, hidden_states)
             pooled, weights = self.pool(hidden_states, mask, attentions=attentions)
@@ -97,6 +109,38 @@ class Pooler(nn.Module):
         if return_weights:
             return pooled, weights
         return pooled
+
+    def clear_padding(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
+        """Hidden states with padded positions replaced by 0, so that no value held there can reach an output.
+
+        A zero weight does not remove a NaN (``0 * nan`` is NaN, in the weighted sum and in every backward that
+        multiplies by a saved input), so padding is cleared once, here, for every pooler, instead of each pooler
+        masking each of its operations. This copies the hidden states; a pooler that clears padding more cheaply
+        itself may override this (``attention``'s fused path does, in a buffer that it reuses for the gradient).
+
+        Args:
+            hidden_states: ``(B, T, H)``, or ``(B, L, T, H)`` for ``needs_all_layers`` poolers.
+            mask: ``(B, T)`` boolean, ``True`` for real tokens.
+
+        Returns:
+            A tensor of the same shape, 0 at padded positions; its gradient there is exactly 0.
+        """
+        return zero_padding(hidden_states, mask)
+
+    def auxiliary_loss(self, weights: Tensor | None) -> Tensor | None:
+        r"""A regulariser of the pooler to add to the training loss, computed from the weights it returned.
+
+        ``None`` (the default) when the pooler has none. :class:`~attnpool.pooling.MultiHeadAttentionPooling`
+        with ``penalty > 0`` returns Lin et al.'s :math:`\lVert AA^\top - I\rVert_F^2` penalty.
+
+        Args:
+            weights: The token weights of the same forward (``return_weights=True``): ``(B, T)`` or
+                ``(B, heads, T)``, or ``None``.
+
+        Returns:
+            A scalar tensor, or ``None``.
+        """
+        return None
 
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
         """Pool validated inputs; ``mask`` is boolean ``(B, T)``. Returns ``(pooled, weights or None)``.
@@ -111,6 +155,12 @@ class Pooler(nn.Module):
         for key in self.config_keys:
             config[key] = getattr(self, key)
         return config
+
+    @override
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        for name in self.removed_parameters:
+            state_dict.pop(prefix + name, None)  # an effect-free parameter of earlier versions
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @override
     def extra_repr(self) -> str:

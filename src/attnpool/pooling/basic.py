@@ -123,9 +123,12 @@ class GeMPooling(Pooler):
         \mathrm{GeM}(h) = \Big(\frac{1}{n} \sum_{t: m_t = 1} \max(h_t, \epsilon)^p\Big)^{1/p}
 
     ``p = 1`` is the mean of the clamped values, ``p -> inf`` tends to the max. Transformer hidden states can be
-    negative, and GeM is defined on positive values: they are clamped at ``eps`` as in the original. The power is
-    taken in float32 (``x ** 3`` overflows fp16 for ``|x| > 40``), padding is replaced *before* the power so
-    that huge padded values can't overflow, and a row without real tokens gives zeros.
+    negative, and GeM is defined on positive values: they are clamped at ``eps`` as in the original. The mean is
+    computed in float32 and in log space with the maximum shifted out (see
+    :func:`~attnpool.pooling.functional.masked_generalized_mean`): ``x ** p`` is never formed, so the output and
+    the gradient of ``p`` stay finite for large inputs and large ``p`` (a direct float32 power overflows at
+    ``x = 100, p = 20``, or ``x = 1e4``, seen in LLM hidden states, at ``p = 10``). A row without real tokens
+    gives zeros.
 
     Args:
         hidden_size: Size of the token vectors.
@@ -160,10 +163,4 @@ class GeMPooling(Pooler):
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
         p = self.p_param.float().clamp(min=1e-3)
-        x = hidden_states.float().masked_fill(~mask.unsqueeze(-1), 1.0).clamp(min=self.eps)
-        powered = x.pow(p).masked_fill(~mask.unsqueeze(-1), 0.0)  # (B, T, H)
-        counts = mask.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, 1)
-        mean = powered.sum(dim=1) / counts  # (B, H)
-        # Clamp before the root: an empty row has mean 0, where x ** (1/p) has an infinite gradient.
-        pooled = mean.clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / p) * mask.any(dim=1, keepdim=True)
-        return pooled.to(hidden_states.dtype), None
+        return F.masked_generalized_mean(hidden_states, mask, p, self.eps).to(hidden_states.dtype), None

@@ -25,8 +25,18 @@ class DittoPooling(Pooler):
         w_t = \frac{A^{(l,k)}_{tt}}{\sum_{s: m_s = 1} A^{(l,k)}_{ss}}, \qquad \mathrm{pooled} = \sum_t w_t h_t
 
     No parameters and no training: the paper applies it to frozen pre-trained models (it weights informative
-    words up) and picks layer and head on validation data; ``head=None`` averages the layer's heads. To pool the
-    average of the first and last layers ("first-last avg"), set ``pooling_layers=[1, -1]`` in the model.
+    words up) and picks layer and head on validation data. As in the original evaluation code
+    (``evaluation_ditto.py`` of alibaba-damo-academy/SpokenNLP), ``layer=0, head=0`` by default: one head of one
+    layer; ``head=None`` averages the layer's heads instead.
+
+    The paper's best recipe ("first-last", ``att_first_last`` in that code) weights the average of the
+    *embedding output* and the last layer: set ``pooling_layers=[0, -1]`` in the model, whose index 0 is the
+    embedding output (``[1, -1]`` would average the first transformer layer instead, which is not the recipe).
+    One difference, by design: the reference sums the tokens with the raw diagonal values,
+    :math:`\sum_t A_{tt} h_t`, whose total weight :math:`\sum_t A_{tt}` varies from sentence to sentence; here the
+    weights are normalised to sum to 1 (the pooling contract), so the pooled vector is the reference's divided by
+    that total. The direction is the same, and the paper's evaluation (cosine similarity) gives the same scores;
+    a test checks both against a transcription of the reference on a tiny random BERT.
 
     The maps come through the ``attentions=`` argument: ``AttnPoolModel`` requests them from the encoder
     (``output_attentions=True``) and switches the encoder to ``attn_implementation="eager"``, the only
@@ -36,7 +46,7 @@ class DittoPooling(Pooler):
     Args:
         hidden_size: ``H``.
         layer: Index into the attention maps (0 = first transformer layer, -1 = last).
-        head: Index of the head, or ``None`` for the mean over heads.
+        head: Index of the head (0 by default, as in the reference), or ``None`` for the mean over heads.
 
     Shapes:
         ``(B, T, H)`` and attentions ``L x (B, heads, T, T)`` -> ``(B, H)``; weights ``(B, T)``.
@@ -47,7 +57,7 @@ class DittoPooling(Pooler):
     has_weights = True
     config_keys = ("layer", "head")
 
-    def __init__(self, hidden_size: int, layer: int = 0, head: int | None = None) -> None:
+    def __init__(self, hidden_size: int, layer: int = 0, head: int | None = 0) -> None:
         super().__init__(hidden_size)
         self.layer = int(layer)
         self.head = None if head is None else int(head)

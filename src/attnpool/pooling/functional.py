@@ -92,8 +92,20 @@ def has_token(mask: Tensor) -> Tensor:
 
 
 def zero_padding(hidden_states: Tensor, mask: Tensor) -> Tensor:
-    """A copy of ``(B, T, H)`` hidden states with padded positions set to 0 (whatever they held, inf included)."""
-    return hidden_states.masked_fill(~mask.unsqueeze(-1), 0.0)
+    """A copy of the hidden states with padded positions set to 0, whatever they held (NaN and inf included).
+
+    ``masked_fill`` replaces the values instead of multiplying them by 0 (``0 * nan`` is NaN), and its backward
+    gives padded positions an exactly zero gradient.
+
+    Args:
+        hidden_states: ``(B, T, H)``, or ``(B, L, T, H)`` stacked layers.
+        mask: ``(B, T)`` boolean, ``True`` for real tokens.
+
+    Returns:
+        A new tensor of the same shape and dtype.
+    """
+    pad = ~mask.view(mask.shape[0], *([1] * (hidden_states.dim() - 3)), mask.shape[1], 1)  # (B, [1,] T, 1)
+    return hidden_states.masked_fill(pad, 0.0)
 
 
 def masked_attention(
@@ -133,8 +145,12 @@ def masked_attention(
 def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps: float) -> Tensor:
     r"""Per-channel generalised mean :math:`(\frac{1}{n}\sum_t \max(h_t, \epsilon)^p)^{1/p}` over real tokens.
 
-    Computed in float32 (``x ** 3`` overflows fp16 for ``|x| > 40``); padding is replaced *before* the power so
-    that huge padded values cannot overflow; a row without real tokens gives zeros with finite gradients.
+    Computed in log space with the maximum shifted out, as
+    :math:`\exp\big((\mathrm{logsumexp}_t(p \log x_t) - \log n) / p\big)`: ``x ** p`` itself is never formed, so the
+    result is finite wherever the true value is (it lies between the smallest and the largest real value),
+    however large ``x`` and ``p`` are. A direct ``x.pow(p)`` in float32 overflows for ``x = 100, p = 20`` or
+    ``x = 1e4, p = 10`` and gives ``p`` a NaN gradient. Runs in float32; padding is excluded before the logarithm;
+    a row without real tokens gives zeros with finite (zero) gradients.
 
     Args:
         hidden_states: ``(B, T, H)``.
@@ -145,13 +161,16 @@ def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps:
     Returns:
         ``(B, H)`` in float32.
     """
-    pad = ~mask.unsqueeze(-1)
+    pad = ~mask.unsqueeze(-1)  # (B, T, 1)
     x = hidden_states.float().masked_fill(pad, 1.0).clamp(min=eps)
-    powered = x.pow(p).masked_fill(pad, 0.0)  # (B, T, H)
+    scaled = p * x.log()  # (B, T, H), log of x ** p
+    # Padding is excluded with the float32 minimum, except on empty rows: there every position stays (at log 1 = 0),
+    # so that the logsumexp and its gradient are finite; those rows are zeroed at the end.
+    exclude = pad & has_token(mask).unsqueeze(-1)
+    scaled = scaled.masked_fill(exclude, torch.finfo(torch.float32).min)
     counts = mask.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, 1)
-    mean = powered.sum(dim=1) / counts  # (B, H)
-    # Clamp before the root: an empty row has mean 0, where x ** (1/p) has an infinite gradient.
-    return mean.clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / p) * has_token(mask)
+    log_mean = torch.logsumexp(scaled, dim=1) - counts.log()  # (B, H), log of the mean of x ** p
+    return torch.exp(log_mean / p) * has_token(mask)
 
 
 def zero_empty_rows(pooled: Tensor, mask: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import FeedForward, check_heads, xavier_
+from attnpool.pooling.modules import FeedForward, Init, check_heads, uniform_start_, xavier_
 from attnpool.pooling.registry import register_pooler
 
 
@@ -32,17 +32,28 @@ class LatentAttentionPooling(Pooler):
         \mathrm{pooled} = \frac{1}{n} \sum_{t: m_t = 1} z_t
 
     Each token is transformed on its own (the latents, not the other tokens, are attended to), so no attention
-    mask is needed before the final masked mean; padded positions are zeroed before it. The MLP is
-    ``Linear -> GELU -> Linear`` as the paper describes (the released code uses a GEGLU). Latents are drawn from
-    ``N(0, 1)`` as in the released code (they are layer-normalised before use), linear layers Xavier-initialised.
-    The attention scores are taken after the layer norms, so they stay small in half precision; the softmax runs
-    in float32. The returned token weights are the uniform ``1/n`` of the final mean.
+    mask is needed before the final masked mean; padded positions are zeroed before it. As in the released code
+    the projections have no bias (``W_o`` included). Latents are drawn from ``N(0, 1)`` as in the released code
+    (they are layer-normalised before use), linear layers Xavier-initialised. The attention scores are taken after
+    the layer norms, so they stay small in half precision; the softmax runs in float32. The returned token
+    weights are the uniform ``1/n`` of the final mean.
+
+    Two differences from the released code, both options:
+
+    * Head width: the released code gives every head the full width (``head_dim = H``, so ``8H`` inside with 8
+      heads: ``32 H^2`` attention parameters, 18.9 M at H = 768). Here the heads split ``H`` by default
+      (``head_dim = H / heads``, ``4 H^2``, 2.4 M), which keeps the pooler's cost near one transformer layer's;
+      ``head_dim=hidden_size`` gives the released code's layer exactly (a test checks it against a
+      transcription).
+    * The MLP is ``Linear -> GELU -> Linear`` as the paper describes; the released code uses a GEGLU.
 
     Args:
         hidden_size: ``H`` (the latents have the same width).
         num_latents: ``R`` (512 in the paper).
-        num_heads: Attention heads (8 in the paper); must divide ``H``.
+        num_heads: Attention heads (8 in the paper).
         mlp_ratio: Width of the MLP's hidden layer relative to ``H``.
+        head_dim: Width of each head; ``None``: ``H / num_heads`` (which must then divide ``H``). The released
+            code's is ``H``.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.
@@ -50,36 +61,51 @@ class LatentAttentionPooling(Pooler):
 
     name = "latent_attention"
     has_weights = True
-    config_keys = ("num_latents", "num_heads", "mlp_ratio")
+    config_keys = ("num_latents", "num_heads", "mlp_ratio", "head_dim")
 
-    def __init__(self, hidden_size: int, num_latents: int = 512, num_heads: int = 8, mlp_ratio: float = 4.0) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        num_latents: int = 512,
+        num_heads: int = 8,
+        mlp_ratio: float = 4.0,
+        head_dim: int | None = None,
+    ) -> None:
         super().__init__(hidden_size)
         if int(num_latents) < 1:
             raise ValueError(f"LatentAttentionPooling: num_latents must be >= 1, got {num_latents}")
         self.num_latents = int(num_latents)
-        self.num_heads = check_heads("LatentAttentionPooling", hidden_size, num_heads)
+        if head_dim is None:
+            self.num_heads = check_heads("LatentAttentionPooling", hidden_size, num_heads)
+            self.head_dim = hidden_size // self.num_heads
+        else:  # heads of a given width need not split H
+            if int(num_heads) < 1 or int(head_dim) < 1:
+                raise ValueError(f"LatentAttentionPooling: need num_heads >= 1 and head_dim >= 1, got {num_heads} "
+                                 f"and {head_dim}")
+            self.num_heads, self.head_dim = int(num_heads), int(head_dim)
         self.mlp_ratio = float(mlp_ratio)
+        inner = self.num_heads * self.head_dim
         self.latents = nn.Parameter(torch.randn(self.num_latents, hidden_size))
         self.norm = nn.LayerNorm(hidden_size)
         self.norm_latents = nn.LayerNorm(hidden_size)
-        self.to_q = nn.Linear(hidden_size, hidden_size, bias=False)
-        self.to_kv = nn.Linear(hidden_size, 2 * hidden_size, bias=False)
-        self.to_out = nn.Linear(hidden_size, hidden_size)
+        self.to_q = nn.Linear(hidden_size, inner, bias=False)
+        self.to_kv = nn.Linear(hidden_size, 2 * inner, bias=False)
+        self.to_out = nn.Linear(inner, hidden_size, bias=False)
         self.norm_mlp = nn.LayerNorm(hidden_size)
         self.mlp = FeedForward(hidden_size, self.mlp_ratio)
         xavier_(self.to_q, self.to_kv, self.to_out)
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        batch, seq_len, size = hidden_states.shape
-        heads, head_dim = self.num_heads, size // self.num_heads
-        q = self.to_q(self.norm(hidden_states)) * head_dim**-0.5  # (B, T, H)
-        k, v = self.to_kv(self.norm_latents(self.latents)).chunk(2, dim=-1)  # (R, H) each
+        batch, seq_len, _ = hidden_states.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        q = self.to_q(self.norm(hidden_states)) * head_dim**-0.5  # (B, T, h*d)
+        k, v = self.to_kv(self.norm_latents(self.latents)).chunk(2, dim=-1)  # (R, h*d) each
         q = q.view(batch, seq_len, heads, head_dim).transpose(1, 2)  # (B, h, T, d)
         k = k.reshape(-1, heads, head_dim).transpose(0, 1)  # (h, R, d)
         v = v.reshape(-1, heads, head_dim).transpose(0, 1)  # (h, R, d)
         attn = torch.matmul(q, k.transpose(-1, -2)).softmax(dim=-1, dtype=torch.float32)  # (B, h, T, R)
-        out = torch.matmul(attn.to(v.dtype), v).transpose(1, 2).reshape(batch, seq_len, size)  # (B, T, H)
+        out = torch.matmul(attn.to(v.dtype), v).transpose(1, 2).reshape(batch, seq_len, -1)  # (B, T, h*d)
         x = hidden_states + self.to_out(out)
         x = x + self.mlp(self.norm_mlp(x))  # (B, T, H)
         weights = F.mean_weights(mask, torch.float32)  # (B, T)
@@ -101,15 +127,19 @@ class PMAPooling(Pooler):
 
     (the layer norms only with ``layer_norm=True``; the reference code's default is without). The reference code
     has no mask; here padded tokens get exactly zero attention, and the scores use the usual
-    :math:`1/\sqrt{d_\text{head}}` scaling (the reference divides by :math:`\sqrt{H}`). The ``k`` outputs are
-    concatenated. Seeds and linear layers are Xavier-initialised. With one seed the output is invariant to the
-    order of the tokens, like every PMA.
+    :math:`1/\sqrt{d_\text{head}}` scaling (the reference divides by :math:`\sqrt{H}`). ``W_k`` has no bias: it
+    would add :math:`q_h^\top b_k` to every score of a head, a shift the softmax ignores (an exactly zero
+    gradient). The ``k`` outputs are concatenated. Seeds and linear layers are Xavier-initialised (the reference's
+    seeds are; ``init="xavier"``, default); ``init="mean"`` zeros ``W_k`` instead, so every seed starts with
+    uniform weights over the real tokens. With one seed the output is invariant to the order of the tokens, like
+    every PMA.
 
     Args:
         hidden_size: ``H``.
         num_seeds: ``k``.
         num_heads: Attention heads; must divide ``H``.
         layer_norm: Use the two layer norms of the MAB.
+        init: ``"xavier"`` or ``"mean"`` (zero keys: uniform weights at the start).
 
     Shapes:
         ``(B, T, H) -> (B, k*H)``; weights ``(B, heads*k, T)``, ``(B, T)`` for one head and one seed.
@@ -117,9 +147,12 @@ class PMAPooling(Pooler):
 
     name = "pma"
     has_weights = True
-    config_keys = ("num_seeds", "num_heads", "layer_norm")
+    config_keys = ("num_seeds", "num_heads", "layer_norm", "init")
+    removed_parameters = ("fc_k.bias",)
 
-    def __init__(self, hidden_size: int, num_seeds: int = 1, num_heads: int = 4, layer_norm: bool = False) -> None:
+    def __init__(
+        self, hidden_size: int, num_seeds: int = 1, num_heads: int = 4, layer_norm: bool = False, init: Init = "xavier"
+    ) -> None:
         super().__init__(hidden_size)
         if int(num_seeds) < 1:
             raise ValueError(f"PMAPooling: num_seeds must be >= 1, got {num_seeds}")
@@ -129,10 +162,12 @@ class PMAPooling(Pooler):
         self.seeds = nn.Parameter(torch.empty(1, self.num_seeds, hidden_size))
         nn.init.xavier_uniform_(self.seeds)
         self.fc_q = nn.Linear(hidden_size, hidden_size)
-        self.fc_k = nn.Linear(hidden_size, hidden_size)
+        self.fc_k = nn.Linear(hidden_size, hidden_size, bias=False)  # a key bias only shifts a head's scores
         self.fc_v = nn.Linear(hidden_size, hidden_size)
         self.fc_o = nn.Linear(hidden_size, hidden_size)
         xavier_(self.fc_q, self.fc_k, self.fc_v, self.fc_o)
+        self.init = init
+        uniform_start_(init, "PMAPooling", self.fc_k)
         self.ln0 = nn.LayerNorm(hidden_size) if self.layer_norm else nn.Identity()
         self.ln1 = nn.LayerNorm(hidden_size) if self.layer_norm else nn.Identity()
 
@@ -165,13 +200,16 @@ class ClassAttentionPooling(Pooler):
 
     Only the class token is updated, so the cost is linear in ``T``. Unlike the paper, the class token is the
     query only and not also a key, so the weights are a distribution over the real tokens and a row without
-    tokens pools to zeros; layer-scale is left out (it matters for deep stacks, not one block). The class token
-    is drawn from ``N(0, 0.02^2)`` as in the paper, linear layers are Xavier-initialised.
+    tokens pools to zeros; layer-scale is left out (it matters for deep stacks, not one block); ``W_k`` has no
+    bias (a per-head shift of the scores, which the softmax ignores). The class token is drawn from
+    ``N(0, 0.02^2)`` as in the paper, linear layers are Xavier-initialised (``init="xavier"``, default);
+    ``init="mean"`` zeros ``W_k``, so the class token starts with uniform weights over the real tokens.
 
     Args:
         hidden_size: ``H``.
         num_heads: Attention heads (1 in the paper's aggregation block); must divide ``H``.
         mlp_ratio: Width of the MLP's hidden layer relative to ``H``.
+        init: ``"xavier"`` or ``"mean"`` (zero keys: uniform weights at the start).
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``, ``(B, heads, T)`` with several heads.
@@ -179,9 +217,10 @@ class ClassAttentionPooling(Pooler):
 
     name = "class_attention"
     has_weights = True
-    config_keys = ("num_heads", "mlp_ratio")
+    config_keys = ("num_heads", "mlp_ratio", "init")
+    removed_parameters = ("k.bias",)
 
-    def __init__(self, hidden_size: int, num_heads: int = 1, mlp_ratio: float = 4.0) -> None:
+    def __init__(self, hidden_size: int, num_heads: int = 1, mlp_ratio: float = 4.0, init: Init = "xavier") -> None:
         super().__init__(hidden_size)
         self.num_heads = check_heads("ClassAttentionPooling", hidden_size, num_heads)
         self.mlp_ratio = float(mlp_ratio)
@@ -189,10 +228,12 @@ class ClassAttentionPooling(Pooler):
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.norm1 = nn.LayerNorm(hidden_size)
         self.q = nn.Linear(hidden_size, hidden_size)
-        self.k = nn.Linear(hidden_size, hidden_size)
+        self.k = nn.Linear(hidden_size, hidden_size, bias=False)  # a key bias only shifts a head's scores
         self.v = nn.Linear(hidden_size, hidden_size)
         self.proj = nn.Linear(hidden_size, hidden_size)
         xavier_(self.q, self.k, self.v, self.proj)
+        self.init = init
+        uniform_start_(init, "ClassAttentionPooling", self.k)
         self.norm2 = nn.LayerNorm(hidden_size)
         self.mlp = FeedForward(hidden_size, self.mlp_ratio)
         self.norm = nn.LayerNorm(hidden_size)

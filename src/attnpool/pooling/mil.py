@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import xavier_
+from attnpool.pooling.modules import Init, uniform_start_, xavier_
 from attnpool.pooling.registry import register_pooler
 
 
@@ -34,6 +34,18 @@ class ACMILPooling(Pooler):
     branch-diversity loss belongs to the training objective and is not part of the pooler; ``combine="concat"``
     keeps the branches apart for it or for per-branch heads.
 
+    One softmax, deliberately. The authors' code applies two: their gated-attention module already returns
+    softmax-normalised weights, and ``ACMIL_GA`` masks those and takes a softmax of them again. Weights in
+    ``[0, 1]`` differ by a factor of at most ``e`` after a second softmax, so on a long sequence each branch's
+    weights are nearly uniform whatever it scores, and the top-k masking (``-1e9`` filled into the already
+    normalised weights) hides tokens from an almost flat distribution. Here each branch's scores go through one
+    masked softmax, whose weights are those returned and used in the sum. The branch scorer ``w_k`` has no bias
+    (a per-branch shift, which the softmax ignores; the authors' layer has one that never learns).
+
+    Initialisation: Xavier-uniform, as the authors' code (``init="xavier"``, default), so that the branches start
+    apart: branches that start equal (``init="mean"``, zero ``w_k``: uniform weights) get equal gradients except
+    for what the random masking tells apart, and a branch-diversity loss cannot separate them.
+
     Args:
         hidden_size: ``H``.
         num_branches: ``K`` (5 in the authors' code).
@@ -41,6 +53,7 @@ class ACMILPooling(Pooler):
         top_k: How many of a branch's highest-weighted tokens may be masked (10 in the authors' code).
         mask_rate: Share of those that is masked in training (0.6 in the authors' code); 0 turns it off.
         combine: ``"mean"`` of the branch vectors (the bag representation) or their ``"concat"``.
+        init: ``"xavier"`` or ``"mean"`` (zero branch scorers: uniform weights at the start).
 
     Shapes:
         ``(B, T, H) -> (B, H)`` (``(B, K*H)`` for ``"concat"``); weights ``(B, K, T)``.
@@ -48,7 +61,8 @@ class ACMILPooling(Pooler):
 
     name = "acmil"
     has_weights = True
-    config_keys = ("num_branches", "attn_size", "top_k", "mask_rate", "combine")
+    config_keys = ("num_branches", "attn_size", "top_k", "mask_rate", "combine", "init")
+    removed_parameters = ("score.bias",)
 
     def __init__(
         self,
@@ -58,6 +72,7 @@ class ACMILPooling(Pooler):
         top_k: int = 10,
         mask_rate: float = 0.6,
         combine: Literal["mean", "concat"] = "mean",
+        init: Init = "xavier",
     ) -> None:
         super().__init__(hidden_size)
         if int(num_branches) < 1:
@@ -69,11 +84,13 @@ class ACMILPooling(Pooler):
         self.num_branches, self.attn_size, self.top_k = int(num_branches), int(attn_size), int(top_k)
         self.mask_rate, self.combine = float(mask_rate), combine
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
-        self.score = nn.Linear(self.attn_size, self.num_branches)
+        self.score = nn.Linear(self.attn_size, self.num_branches, bias=False)  # a per-branch shift: no effect
         xavier_(self.score)
         for branch in self.proj.weight.data.chunk(2, dim=0):  # V and U initialised as two separate layers
             nn.init.xavier_uniform_(branch)
         nn.init.zeros_(self.proj.bias)
+        self.init = init
+        uniform_start_(init, "ACMILPooling", self.score)
 
     @property
     def output_dim(self) -> int:

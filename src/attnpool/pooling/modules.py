@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import Literal
+
+import torch.nn.functional as F_nn
+from torch import Tensor, nn
+from typing_extensions import override
+
+Init = Literal["mean", "xavier"]
+INITS = ("mean", "xavier")
 
 
 def xavier_(*layers: nn.Linear) -> None:
@@ -11,6 +18,23 @@ def xavier_(*layers: nn.Linear) -> None:
         nn.init.xavier_uniform_(layer.weight)
         if layer.bias is not None:
             nn.init.zeros_(layer.bias)
+
+
+def uniform_start_(init: str, owner: str, key: nn.Linear | Tensor) -> None:
+    """Apply ``init`` to the layer (or weight) that produces an attention's keys or scores.
+
+    ``"mean"``: zero it, so that every token gets the same score and the first weights are uniform over the real
+    tokens (the pooler starts as an average); the other weights keep their initialisation, and the zeroed ones get
+    a gradient at the first step. ``"xavier"``: leave it as initialised.
+
+    Raises:
+        ValueError: An unknown ``init``.
+    """
+    if init not in INITS:
+        raise ValueError(f"{owner}: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+    if init == "mean":
+        weight = key.weight if isinstance(key, nn.Linear) else key
+        nn.init.zeros_(weight)
 
 
 def check_heads(owner: str, size: int, num_heads: int) -> int:
@@ -44,3 +68,22 @@ class FeedForward(nn.Sequential):
         inner = max(1, round(hidden_size * ratio))
         super().__init__(nn.Linear(hidden_size, inner), nn.GELU(), nn.Linear(inner, hidden_size))
         xavier_(self[0], self[2])
+
+
+class GEGLUFeedForward(nn.Module):
+    """``Linear(H, 2rH) -> value * GELU(gate) -> Linear(rH, H)``, Xavier-initialised: a GEGLU MLP.
+
+    From "GLU Variants Improve Transformer" (Shazeer, 2020, arXiv:2002.05202), as in Perceiver-style blocks.
+    """
+
+    def __init__(self, hidden_size: int, ratio: float) -> None:
+        super().__init__()
+        inner = max(1, round(hidden_size * ratio))
+        self.proj_in = nn.Linear(hidden_size, 2 * inner)
+        self.proj_out = nn.Linear(inner, hidden_size)
+        xavier_(self.proj_in, self.proj_out)
+
+    @override
+    def forward(self, x: Tensor) -> Tensor:
+        value, gate = self.proj_in(x).chunk(2, dim=-1)
+        return self.proj_out(value * F_nn.gelu(gate))

@@ -108,7 +108,8 @@ class GroupGeMPooling(Pooler):
     The paper uses one group per attention head of the encoder, so ``num_groups = num_attention_heads`` is the
     natural choice (12 for base models, the default). With all ``p = 1`` it is the mean of the clamped values,
     large ``p`` tends to the max. As for :class:`~attnpool.pooling.GeMPooling`, hidden states below ``eps``
-    (including all negative ones) are clamped, the power runs in float32 and an empty row gives zeros.
+    (including all negative ones) are clamped, the mean is computed in float32 in log space with the maximum
+    shifted out (finite for large inputs and large ``p``), and an empty row gives zeros.
 
     Args:
         hidden_size: ``H``.
