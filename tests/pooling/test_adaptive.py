@@ -6,7 +6,7 @@ import pytest
 import torch
 from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
 
-from attnpool.pooling import AdaptivePooling, SimPooling
+from attnpool.pooling import AdaptivePooling, SimPooling, build_pooler
 
 
 def _simpool_reference(pooler, x, gamma=None):
@@ -87,3 +87,14 @@ def test_adaptive_attenuates_noise_tokens_once_trained_on_them():
 def test_adaptive_bad_query():
     with pytest.raises(ValueError, match="query must be one of 'mean', 'max', 'first', 'learned', got 'cls'"):
         AdaptivePooling(HIDDEN, query="cls")
+
+
+@pytest.mark.parametrize("query", ["mean", "max", "first", "learned"])
+def test_adaptive_starts_as_mean_pooling_by_default(query):
+    pooler = AdaptivePooling(HIDDEN, query=query)
+    assert pooler.init == "mean" and pooler.wk.bias is None
+    hidden, mask, _ = ragged_batch([5, 2, 7])
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    torch.testing.assert_close(pooled, build_pooler("mean", HIDDEN)(hidden, mask), atol=1e-6, rtol=1e-5)
+    xavier = AdaptivePooling(HIDDEN, query=query, init="xavier")
+    assert xavier.wk.weight.abs().max() > 0

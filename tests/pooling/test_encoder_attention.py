@@ -48,3 +48,39 @@ def test_ditto_attention_shape_errors():
         pooler(hidden, attentions=torch.rand(1, 3, 2, 3, 3))
     with pytest.raises(ValueError, match="layer=5 but the encoder gave 1 attention maps"):
         DittoPooling(HIDDEN, layer=5)(hidden, attentions=torch.rand(1, 2, 2, 3, 3))
+
+
+def _reference_att_first_last(hidden_states, attentions, mask, layer=0, head=0):
+    """``att_first_last`` of the Ditto evaluation code (alibaba-damo-academy/SpokenNLP, ditto/evaluation_ditto.py)."""
+    diag = torch.diagonal(attentions[layer][:, head, :, :], 0, dim1=1, dim2=2)
+    first, last = hidden_states[0], hidden_states[-1]
+    return ((first + last) / 2.0 * mask.unsqueeze(-1) * diag.unsqueeze(-1)).sum(1), (diag * mask).sum(-1)
+
+
+def test_first_last_recipe_is_pooling_layers_0_and_minus_1_as_in_the_reference_code():
+    from attnpool.model import AttnPoolForSequenceClassification
+    from model_helpers import batch, tiny_config
+
+    torch.manual_seed(0)
+    recipe = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="ditto",
+                                                            pooling_layers=[0, -1]).eval()
+    wrong = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="ditto",
+                                                           pooling_layers=[1, -1]).eval()
+    wrong.load_state_dict(recipe.state_dict())
+    ids, mask = batch([7, 4, 6], seed=1)
+    base = recipe.attnpool
+    with torch.no_grad():
+        encoded = base.encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+        ours = base(input_ids=ids, attention_mask=mask).pooler_output
+        other = wrong.attnpool(input_ids=ids, attention_mask=mask).pooler_output
+    reference, total = _reference_att_first_last(encoded.hidden_states, encoded.attentions, mask.float())
+    # The reference sums with the raw diagonal; ours is normalised: the same vector divided by its total weight.
+    torch.testing.assert_close(ours * total.unsqueeze(-1), reference, atol=1e-6, rtol=1e-5)
+    cosine = torch.nn.functional.cosine_similarity(ours, reference, dim=-1)
+    torch.testing.assert_close(cosine, torch.ones(3), atol=1e-6, rtol=0)
+    assert (other * total.unsqueeze(-1) - reference).abs().max() > 1e-3  # [1, -1] is another recipe
+
+
+def test_ditto_defaults_to_one_head_as_the_reference():
+    pooler = DittoPooling(HIDDEN)
+    assert (pooler.layer, pooler.head) == (0, 0)

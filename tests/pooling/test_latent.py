@@ -108,3 +108,44 @@ def test_class_attention_only_the_class_token_queries():
 def test_heads_must_divide_the_hidden_size(cls):
     with pytest.raises(ValueError, match="hidden_size 16 is not divisible by num_heads=3"):
         cls(HIDDEN, num_heads=3)
+
+
+def _nv_embed_latent_attention(pooler, hiddens, mask):
+    """The released NV-Embed LatentAttentionModel.forward, with this pooler's weights (its MLP: see the docstring)."""
+    heads = pooler.num_heads
+    batch, seq_len, _ = hiddens.shape
+    q = pooler.to_q(pooler.norm(hiddens))
+    k, v = pooler.to_kv(pooler.norm_latents(pooler.latents)).expand(batch, -1, -1).chunk(2, dim=-1)
+
+    def split(t):  # 'b n (h d) -> (b h) n d'
+        return t.view(batch, -1, heads, t.shape[-1] // heads).permute(0, 2, 1, 3).reshape(batch * heads, -1,
+                                                                                          t.shape[-1] // heads)
+
+    out = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v))
+    out = out.view(batch, heads, seq_len, -1).permute(0, 2, 1, 3).reshape(batch, seq_len, -1)
+    hiddens = pooler.to_out(out) + hiddens
+    hiddens = pooler.mlp(pooler.norm_mlp(hiddens)) + hiddens
+    m = mask.float().unsqueeze(-1)
+    return (hiddens * m).sum(1) / m.sum(1)
+
+
+def test_latent_attention_with_full_width_heads_matches_the_released_code():
+    # The released code: every head H wide (heads * H inside), no output bias.
+    pooler = perturb_parameters(LatentAttentionPooling(HIDDEN, num_latents=6, num_heads=2, head_dim=HIDDEN)).eval()
+    assert pooler.to_q.out_features == 2 * HIDDEN and pooler.to_out.bias is None
+    hidden, mask, _ = ragged_batch([5, 3])
+    torch.testing.assert_close(pooler(hidden, mask), _nv_embed_latent_attention(pooler, hidden, mask),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("cls", "options"), [(PMAPooling, {"num_seeds": 2, "num_heads": 2}),
+                                              (ClassAttentionPooling, {"num_heads": 2})])
+def test_mean_init_starts_with_uniform_weights(cls, options):
+    hidden, mask, _ = ragged_batch([4, 7, 1])
+    _, weights = cls(HIDDEN, init="mean", **options)(hidden, mask, return_weights=True)  # (B, heads*seeds, T)
+    uniform = (mask.float() / mask.float().sum(1, keepdim=True)).unsqueeze(1).expand_as(weights)
+    torch.testing.assert_close(weights, uniform)
+    _, weights = cls(HIDDEN, **options)(hidden, mask, return_weights=True)
+    assert cls(HIDDEN, **options).init == "xavier" and not torch.allclose(weights, uniform, atol=1e-3)
+    with pytest.raises(ValueError, match="init must be one of 'mean', 'xavier', got 'zero'"):
+        cls(HIDDEN, init="zero", **options)

@@ -118,3 +118,55 @@ def test_multi_layer_shape_errors_name_the_shapes():
         build_pooler("mean", HIDDEN)(torch.randn(2, 3, 5, HIDDEN))
     with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
         WeightedLayerPooling(HIDDEN, num_layers=0)
+
+
+def _split_heads(t, heads):
+    """``'b n (h d) -> (b h) n d'``."""
+    b, n, inner = t.shape
+    return t.view(b, n, heads, inner // heads).permute(0, 2, 1, 3).reshape(b * heads, n, inner // heads)
+
+
+def _merge_heads(t, heads):
+    """``'(b h) n d -> b n (h d)'``."""
+    bh, n, d = t.shape
+    return t.view(bh // heads, heads, n, d).permute(0, 2, 1, 3).reshape(bh // heads, n, heads * d)
+
+
+def _perceiver_resampler(pooler, layer_summaries):
+    """The released code's PerceiverResampler.forward (yixuantt/PoolingAndAttn), without its final L2 norm."""
+    heads = pooler.num_heads
+    hiddens = layer_summaries + pooler.layer_embedding  # + pos_emb
+    x = pooler.latents.expand(hiddens.shape[0], -1, -1)
+    q = pooler.q(pooler.norm_latents(x))  # PreNorm: the context (the latents) normalised, queries from it
+    k, v = pooler.kv(pooler.norm(hiddens)).chunk(2, dim=-1)
+    out = torch.nn.functional.scaled_dot_product_attention(*(_split_heads(t, heads) for t in (q, k, v)))
+    x = pooler.o(_merge_heads(out, heads)) + x
+    x = pooler.mlp(pooler.norm_mlp(x)) + x
+    return x.mean(dim=1)
+
+
+@pytest.mark.parametrize(("num_heads", "head_dim"), [(4, None), (2, 24)])
+def test_multilayer_attention_matches_the_released_perceiver_resampler(num_heads, head_dim):
+    pooler = perturb_parameters(MultiLayerAttentionPooling(HIDDEN, num_layers=3, num_queries=5, num_heads=num_heads,
+                                                           head_dim=head_dim)).eval()
+    hidden, mask, tokens = ragged_batch([6, 3], layers=3, pad_value=1e3)
+    pooled = pooler(hidden, mask)
+    for i, t in enumerate(tokens):
+        summaries = t.mean(dim=1).unsqueeze(0)  # (1, L, H): the released code's per-layer masked mean
+        torch.testing.assert_close(pooled[i], _perceiver_resampler(pooler, summaries)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_multilayer_attention_defaults_follow_the_released_code_where_documented():
+    pooler = MultiLayerAttentionPooling(HIDDEN)
+    assert pooler.token == "mean" and pooler.mlp_ratio == 4.0 and pooler.num_queries > 1
+    assert all(m.bias is None for m in (pooler.q, pooler.kv, pooler.o))  # no biases in its attention
+    assert pooler.mlp.proj_in.out_features == 2 * 4 * HIDDEN  # GEGLU of width 4H
+
+
+def test_multilayer_attention_mean_init_weights_the_layers_uniformly():
+    pooler = MultiLayerAttentionPooling(HIDDEN, num_layers=3, num_queries=2, init="mean")
+    hidden, mask, _ = ragged_batch([4, 6], layers=3)
+    _, weights = pooler.attend(hidden, mask.bool())  # (B, heads, r, L)
+    torch.testing.assert_close(weights, torch.full_like(weights, 1 / 3))
+    _, weights = MultiLayerAttentionPooling(HIDDEN, num_layers=3).attend(hidden, mask.bool())
+    assert weights.std() > 1e-3  # xavier keys: not uniform

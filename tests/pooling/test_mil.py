@@ -64,3 +64,24 @@ def test_bad_options():
         ACMILPooling(HIDDEN, mask_rate=1.0)
     with pytest.raises(ValueError, match="combine must be 'mean' or 'concat'"):
         ACMILPooling(HIDDEN, combine="max")
+
+
+def test_mean_init_starts_every_branch_uniform_and_xavier_keeps_them_apart():
+    hidden, mask, _ = ragged_batch([5, 3])
+    _, weights = ACMILPooling(HIDDEN, num_branches=3, init="mean").eval()(hidden, mask, return_weights=True)
+    uniform = (mask.float() / mask.float().sum(1, keepdim=True)).unsqueeze(1).expand_as(weights)
+    torch.testing.assert_close(weights, uniform)
+    default = ACMILPooling(HIDDEN, num_branches=3).eval()
+    assert default.init == "xavier" and default.score.bias is None
+    _, weights = default(hidden, mask, return_weights=True)
+    assert not torch.allclose(weights[:, 0], weights[:, 1], atol=1e-3)  # the branches start apart
+
+
+def test_one_softmax_per_branch_the_weights_used_are_those_returned():
+    pooler = perturb_parameters(ACMILPooling(HIDDEN, num_branches=2, attn_size=8), scale=1.0).eval()
+    hidden = torch.randn(1, 40, HIDDEN) * 3
+    pooled, weights = pooler(hidden, return_weights=True)
+    once = torch.softmax(_scores(pooler, hidden)[0], dim=-1)
+    torch.testing.assert_close(weights[0], once, atol=1e-6, rtol=1e-5)
+    twice = torch.softmax(once, dim=-1)  # the reference's second softmax: nearly flat over 40 tokens
+    assert twice.max() / twice.min() <= torch.e + 1e-4 and once.max() / once.min() > 10
