@@ -95,3 +95,28 @@ def test_save_and_load_keep_the_pooler(pooling, tmp_path):
     ids, mask = batch([5, 2])
     torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits,
                                model(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_the_pooler_regulariser_is_added_to_the_training_loss_only():
+    torch.manual_seed(0)
+    options = {"num_heads": 3, "attn_size": 8, "init": "xavier"}
+    plain = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="multihead_attention",
+                                                           pooling_options=options, num_labels=1)
+    penalised = AttnPoolForSequenceClassification.from_encoder(
+        tiny_config("bert"), pooling="multihead_attention", pooling_options={**options, "penalty": 0.5},
+        num_labels=1)
+    penalised.load_state_dict(plain.state_dict())
+    ids, mask = batch([5, 3, 6])
+    labels = torch.tensor([0.1, 0.5, 0.9])
+    for model in (plain, penalised):
+        model.train()
+        model.attnpool.encoder.eval()  # no dropout: the two forwards see the same numbers
+        model.head.eval()
+    out = penalised(input_ids=ids, attention_mask=mask, labels=labels, return_pooling_weights=True)
+    expected = penalised.attnpool.pooler.auxiliary_loss(out.pooling_weights)
+    assert expected.item() > 0
+    base = plain(input_ids=ids, attention_mask=mask, labels=labels).loss
+    torch.testing.assert_close(out.loss, base + expected)
+    penalised.eval()  # evaluation losses stay the task's own, comparable across poolers
+    torch.testing.assert_close(penalised(input_ids=ids, attention_mask=mask, labels=labels).loss,
+                               plain.eval()(input_ids=ids, attention_mask=mask, labels=labels).loss)

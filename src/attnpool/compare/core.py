@@ -237,8 +237,12 @@ def _run_score(run_dir: Path, task: str) -> float:
     return float(metrics["overall"].get(primary_metric(task)[0], float("nan")))
 
 
-def _run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(rows, target, scores)`` of a run's out-of-fold file, sorted by row."""
+def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, target, scores)`` of a finished run's out-of-fold file, sorted by row.
+
+    ``scores`` are what the run predicted (regression values, or class probabilities in the run's class order) and
+    ``target`` the true values (class indices for classification), ready for :func:`paired_bootstrap`.
+    """
     import pandas as pd
 
     oof = pd.read_csv(run_dir / "oof.csv", dtype={"id": str}).sort_values("row")
@@ -302,7 +306,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     score_fn = metric_function(task, metric)
     runs = {(s.label, seed): out / "runs" / s.slug / f"seed_{seed}" for s in specs for seed in seeds}
     scores = {key: _run_score(path, task) for key, path in runs.items()}
-    predictions = {key: _run_predictions(path, task) for key, path in runs.items()}
+    predictions = {key: run_predictions(path, task) for key, path in runs.items()}
     costs = {key: _cost(path) for key, path in runs.items()}
     pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}

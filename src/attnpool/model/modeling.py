@@ -35,6 +35,9 @@ class AttnPoolModelOutput(ModelOutput):
         last_hidden_state: ``(B, T, H)`` the encoder's last layer.
         hidden_states: All layers' hidden states, when ``output_hidden_states`` is set.
         attentions: The encoder's attention maps, when ``output_attentions`` is set.
+        auxiliary_loss: The pooler's regulariser (:meth:`~attnpool.pooling.Pooler.auxiliary_loss`, e.g. the
+            multi-head penalty) in training mode, ``None`` otherwise or when it has none; the task model adds it
+            to its loss.
     """
 
     pooler_output: Tensor | None = None
@@ -42,6 +45,7 @@ class AttnPoolModelOutput(ModelOutput):
     last_hidden_state: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
+    auxiliary_loss: Tensor | None = None
 
 
 @dataclass
@@ -409,6 +413,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             last_hidden_state=outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0],
             hidden_states=outputs.hidden_states if output_hidden_states else None,
             attentions=outputs.attentions if output_attentions else None,
+            auxiliary_loss=self.pooler.auxiliary_loss(weights) if self.training else None,
         )
 
 
@@ -469,7 +474,8 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             position_ids: See :meth:`AttnPoolModel.forward`.
             inputs_embeds: Instead of ``input_ids``.
             labels: Regression: ``(B,)`` or ``(B, num_labels)`` floats. Single-label classification: ``(B,)``
-                class indices. Multi-label: ``(B, num_labels)`` of 0/1.
+                class indices. Multi-label: ``(B, num_labels)`` of 0/1. In training mode the pooler's
+                regulariser, if any (e.g. ``multihead_attention`` with ``penalty > 0``), is added to the loss.
             output_hidden_states: Return all layers' hidden states.
             output_attentions: Return the encoder's attention maps.
             return_pooling_weights: Return the pooler's token weights and the pooled vectors.
@@ -498,6 +504,8 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             problem_type = resolve_problem_type(self.config, labels)
             losses = [compute_loss(s, labels, self.config, problem_type) for s in samples]
             loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
+            if base.auxiliary_loss is not None:
+                loss = loss + base.auxiliary_loss.to(loss.dtype)
         logits = torch.sigmoid(raw) if self.config.output_activation == "sigmoid" else raw
         return AttnPoolSequenceClassifierOutput(
             loss=loss,
