@@ -10,7 +10,7 @@ def test_poolers_lists_every_pooler_with_its_parameter_count(capsys):
     assert main(["poolers", "--hidden-size", "1024"]) == 0
     out = capsys.readouterr().out
     line = next(row for row in out.splitlines() if row.startswith("attention "))
-    assert "525,313" in line and "1024" in line
+    assert "525,312" in line and "1024" in line
     assert "multihead_attention" in out and "gem" in out
 
 
