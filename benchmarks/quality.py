@@ -38,7 +38,6 @@ import json
 import logging
 import math
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,7 +151,7 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
     """Train what is missing for one set and compute its table's numbers."""
     result = compare(cfg, list(POOLERS), seeds, baseline="mean", output_dir=out, bootstrap=bootstrap)
     rows = {r["pooler"]: r for r in result.rows}
-    task = cfg.task if not cfg.preset else "regression"
+    task = cfg.task  # the PPPM preset's is regression, TrainConfig's default
     runs = {p: {s: out / "runs" / PoolerSpec.parse(p).slug / f"seed_{s}" for s in seeds} for p in POOLERS}
     predictions = {p: {s: run_predictions(runs[p][s], task) for s in seeds} for p in POOLERS}
     per_seed = {p: [rows[p]["per_seed"][str(s)] for s in seeds] for p in POOLERS}
@@ -267,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [sets[name] for name in args.sets if name not in missing]
     if not wanted:
         return 0
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="attnpool-quality-"))
+    work = args.output_dir / "data"  # converted inputs: a fixed path, so that a later call resumes the same recipe
+    work.mkdir(parents=True, exist_ok=True)
     summaries = []
     for spec in wanted:
         cfg = recipe(spec, args.data_root, work, args)
