@@ -136,6 +136,7 @@ def reference_scores(name: str, cfg: TrainConfig, run_dir: Path, seed: int, cach
     scores = train(seeded, data, train_idx, valid_idx, seed)
     order = np.argsort(valid_idx, kind="stable")  # oof.csv is sorted by row
     scores = np.asarray(scores)[order]
+    cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_suffix(".tmp.npy")
     np.save(partial, scores)
     partial.replace(cache)
@@ -181,7 +182,13 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
             "std": {k: v.std for k, v in stats.items()}, "versus": versus,
             "entropy": {p: rows[p].get("pooling_entropy") for p in POOLERS},
             "special_share": {p: rows[p].get("pooling_special_share") for p in POOLERS},
-            "epochs": cfg.epochs, "model": Path(cfg.model).name}
+            "epochs": cfg.epochs, "model": _model_name(cfg.model)}
+
+
+def _model_name(model: str) -> str:
+    """A short name for the table: the hub name, or the folder (its package's name for ``.../package/model``)."""
+    path = Path(model)
+    return path.parent.name if path.name == "model" and path.parent.name else path.name
 
 
 def check_targets(summary: dict[str, Any]) -> dict[str, bool | None]:
