@@ -112,6 +112,8 @@ def recipe(spec: DataSet, data_root: Path, work: Path, args: argparse.Namespace)
     else:
         values["data_dir"] = str(data_root / "pppm")
     values.update({"epochs": args.epochs, "only_folds": [0], "seed": args.first_seed})
+    if spec.name in args.rows:  # a seeded random subset of the set, its own draw per seed
+        values["limit"] = args.rows[spec.name]
     if args.model:
         values["model"] = args.model
     return TrainConfig(**values)
@@ -253,6 +255,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--first-seed", type=int, default=42)
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--pppm-rows", type=int, default=5000)
+    parser.add_argument("--rows", nargs="+", default=[], metavar="SET=N",
+                        help="train and validate on a seeded random N rows of a set, e.g. mpqa=5000")
     parser.add_argument("--model", default=None, help="encoder (default: the offline all-MiniLM-L6-v2)")
     parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/quality"))
@@ -260,7 +264,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where the tables are written (default: docs/quality.md); '-' for none")
     parser.add_argument("--no-references", action="store_true", help="skip the notebook and CrossEncoder runs")
     parser.add_argument("--bootstrap", type=int, default=1000)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.rows = {name: int(n) for name, _, n in (item.partition("=") for item in args.rows)}
+    except ValueError:
+        parser.error(f"--rows takes SET=N items, e.g. mpqa=5000; got {args.rows}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
