@@ -114,6 +114,7 @@ def recipe(spec: DataSet, data_root: Path, work: Path, args: argparse.Namespace)
     values.update({"epochs": args.epochs, "only_folds": [0], "seed": args.first_seed})
     if spec.name in args.rows:  # a seeded random subset of the set, its own draw per seed
         values["limit"] = args.rows[spec.name]
+        spec.description += f", {args.rows[spec.name]:,} random rows per seed"
     if args.model:
         values["model"] = args.model
     return TrainConfig(**values)
