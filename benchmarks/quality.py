@@ -146,10 +146,6 @@ def reference_scores(name: str, cfg: TrainConfig, run_dir: Path, seed: int, cach
     return scores
 
 
-def _score_of(task: str, target: np.ndarray, scores: np.ndarray) -> float:
-    return metric_function(task, primary_metric(task)[0])(target, scores)
-
-
 def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], references: bool,
                  bootstrap: int) -> dict[str, Any]:
     """Train what is missing for one set and compute its table's numbers."""
@@ -159,6 +155,7 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
     runs = {p: {s: out / "runs" / PoolerSpec.parse(p).slug / f"seed_{s}" for s in seeds} for p in POOLERS}
     predictions = {p: {s: run_predictions(runs[p][s], task) for s in seeds} for p in POOLERS}
     per_seed = {p: [rows[p]["per_seed"][str(s)] for s in seeds] for p in POOLERS}
+    score_fn = metric_function(task, primary_metric(task)[0])
     for name in spec.references if references else []:
         per_seed[name] = []
         for seed in seeds:
@@ -166,8 +163,7 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
             scores = reference_scores(name, cfg, runs["attention"][seed], seed, out / "references" /
                                       f"{name}_seed_{seed}.npy")
             predictions.setdefault(name, {})[seed] = (rows_a, target, scores)
-            per_seed[name].append(_score_of(task, target, scores))
-    score_fn = metric_function(task, primary_metric(task)[0])
+            per_seed[name].append(score_fn(target, scores))
 
     def paired(a: str, b: str) -> dict[str, float]:
         t = paired_t_test(per_seed[a], per_seed[b])
