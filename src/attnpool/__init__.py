@@ -21,7 +21,7 @@ from attnpool.pooling import (
     register_pooler,
 )
 
-__version__ = "0.1.0"
+from attnpool._version import __version__
 
 __all__ = [
     "AttentionPooling",

@@ -127,6 +127,26 @@ class TrainConfig:
         return self
 
 
+def parse_value(text: str) -> Any:
+    """A ``KEY=VALUE`` option's value: JSON when it parses (numbers, true/false, lists), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def make_config(config: TrainConfig | dict[str, Any] | str | Path | None = None, /, **overrides: Any) -> TrainConfig:
+    """A :class:`TrainConfig` from a config, a dict of its fields or a YAML/JSON file, with ``overrides`` on top."""
+    if isinstance(config, TrainConfig):
+        values, where = config.to_dict(), "config"
+    elif isinstance(config, str | Path):
+        values, where = load_yaml(config), str(config)
+    else:
+        values, where = dict(config or {}), "config"
+    values.update(overrides)
+    return TrainConfig.from_dict(values, where=where)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML (or JSON) config file into a dict of options."""
     import yaml

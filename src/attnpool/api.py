@@ -1,0 +1,96 @@
+"""The Python API: one function per ``attnpool`` command, taking what the command takes.
+
+The command line (:mod:`attnpool.cli`) only parses arguments and calls these; whatever the CLI can do, a Python
+caller can do with the same names and defaults::
+
+    import attnpool
+
+    result = attnpool.train("recipe.yaml", epochs=1, output_dir="runs/x")   # attnpool train --config recipe.yaml ...
+    attnpool.predict("runs/x", "test.csv", "predictions.csv")               # attnpool predict --run runs/x ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from attnpool.compare.core import CompareResult
+from attnpool.compare.core import compare as _compare
+from attnpool.explain.files import explain_file
+from attnpool.export import OnnxExport, export_onnx
+from attnpool.pooling import available_poolers, build_pooler
+from attnpool.training.config import TrainConfig, make_config
+from attnpool.training.demo import run_demo
+from attnpool.training.predict import PredictionSummary
+from attnpool.training.predict import predict as _predict
+from attnpool.training.recipe import TrainResult
+from attnpool.training.recipe import train as _train
+
+ConfigSource = TrainConfig | Mapping[str, Any] | str | Path | None
+
+
+def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **overrides: Any) -> TrainResult:
+    """Train by k-fold cross-validation (``attnpool train``).
+
+    Args:
+        config: A :class:`TrainConfig`, a dict of its fields, or the path of a YAML/JSON file of them; ``None``
+            for the defaults.
+        callbacks: Extra ``transformers.TrainerCallback`` objects for every fold's ``Trainer``.
+        **overrides: Any :class:`TrainConfig` field, applied over ``config`` (as flags over ``--config``).
+
+    Returns:
+        A :class:`~attnpool.training.TrainResult`; ``result.complete`` says whether every fold was trained.
+    """
+    return _train(make_config(config, **overrides), callbacks=callbacks)
+
+
+def predict(run: str | Path, input_file: str | Path, output_file: str | Path, **options: Any) -> PredictionSummary:
+    """Predict a file with a run's fold models, ensembled (``attnpool predict``); see
+    :func:`attnpool.training.predict.predict` for the options."""
+    return _predict(run, input_file, output_file, **options)
+
+
+def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: int | Sequence[int] = 3,
+            baseline: str = "mean", output_dir: str | Path = "runs/compare", bootstrap: int = 1000,
+            overwrite: bool = False, **overrides: Any) -> CompareResult:
+    """Train several poolers over paired seeds and test which beats the baseline (``attnpool compare``).
+
+    Args:
+        config: The shared recipe, as for :func:`train`.
+        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...``.
+        seeds: A number of seeds (from the config's ``seed`` on), or the seeds themselves.
+        baseline, output_dir, bootstrap, overwrite: See :func:`attnpool.compare.compare`.
+        **overrides: :class:`TrainConfig` fields over ``config``.
+    """
+    cfg = make_config(config, **overrides)
+    return _compare(cfg, list(poolings), seeds, baseline=baseline, output_dir=output_dir, bootstrap=bootstrap,
+                    overwrite=overwrite)
+
+
+def export(model: str | Path, output: str | Path, *, format: str = "onnx", **options: Any) -> OnnxExport:  # noqa: A002
+    """Export a saved model, or one fold of a run, to a serving format (``attnpool export``); ``format``: onnx."""
+    if format != "onnx":
+        raise ValueError(f"export format must be 'onnx', got {format!r}")
+    return export_onnx(model, output, **options)
+
+
+def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:
+    """Mean vs attention pooling on a generated key-word task (``attnpool demo``); returns their Pearson scores."""
+    return run_demo(output_dir=output_dir, seconds=seconds, model=model)
+
+
+def poolers(hidden_size: int = 1024) -> list[dict[str, Any]]:
+    """Every registered pooler with its parameter count, output size and properties at ``hidden_size``
+    (``attnpool poolers``)."""
+    rows = []
+    for name in available_poolers():
+        pooler = build_pooler(name, hidden_size)
+        rows.append({"pooler": name, "parameters": sum(p.numel() for p in pooler.parameters()),
+                     "output_dim": pooler.output_dim, "permutation_invariant": pooler.permutation_invariant,
+                     "token_weights": pooler.has_weights})
+    return rows
+
+
+__all__ = ["CompareResult", "OnnxExport", "PredictionSummary", "TrainConfig", "TrainResult", "compare", "demo",
+           "explain_file", "export", "poolers", "predict", "train"]

@@ -1,0 +1,78 @@
+"""The tasks attnpool trains: their names, Hugging Face ``problem_type``, default loss, outputs and primary metric.
+
+This module is the one place that maps between the recipe's task names (``regression``, ``binary``,
+``multiclass``, ``multilabel``) and transformers' ``problem_type`` terms, picks a loss, and turns a model's logits
+into what is reported (values for regression, probabilities for classification).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+TASKS = ("regression", "binary", "multiclass", "multilabel")
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+LOSSES = ("mse", "bce", "cross_entropy")
+
+
+def check_task(task: str) -> str:
+    """``task`` itself; ``ValueError`` naming the valid tasks when it is not one."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    return task
+
+
+def problem_type(task: str) -> str:
+    """transformers' ``problem_type`` of a task."""
+    check_task(task)
+    if task == "regression":
+        return "regression"
+    return "multi_label_classification" if task == "multilabel" else "single_label_classification"
+
+
+def task_of(problem: str | None, num_labels: int) -> str:
+    """The task a model was built for, from its config's ``problem_type`` (unset: transformers' rule)."""
+    if problem is None:
+        problem = "regression" if num_labels == 1 else "single_label_classification"
+    if problem not in PROBLEM_TYPES:
+        raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem!r}")
+    if problem == "regression":
+        return "regression"
+    if problem == "multi_label_classification":
+        return "multilabel"
+    return "binary" if num_labels == 2 else "multiclass"
+
+
+def num_labels(task: str, num_outputs: int) -> int:
+    """Outputs of the head: one per target (regression, at least one), one per class (classification)."""
+    return max(num_outputs, 1) if check_task(task) == "regression" else num_outputs
+
+
+def default_loss(problem: str, output_activation: str | None = None) -> str:
+    """The loss when none is chosen: MSE (BCE for a sigmoid regression output, as the PPPM recipe), cross-entropy
+    for single-label and BCE for multi-label classification."""
+    if problem == "regression":
+        return "bce" if output_activation == "sigmoid" else "mse"
+    return "cross_entropy" if problem == "single_label_classification" else "bce"
+
+
+def scores_from_logits(task: str, logits: Any, output_activation: str | None = None) -> np.ndarray:
+    """What is reported for a model's ``logits``: values for regression, probabilities for classification.
+
+    Regression with one target gives a ``(N,)`` vector, otherwise ``(N, num_labels)``. A model whose config has
+    ``output_activation="sigmoid"`` returns logits that are already sigmoid-ed; they are not squashed twice.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    check_task(task)
+    if task == "regression":
+        return logits[..., 0] if logits.shape[-1] == 1 else logits
+    if task == "multilabel":
+        return logits if output_activation == "sigmoid" else 1.0 / (1.0 + np.exp(-logits))
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def primary_metric(task: str) -> tuple[str, bool]:
+    """The metric that selects the best checkpoint and ranks poolers, and whether greater is better."""
+    return ("pearson", True) if check_task(task) == "regression" else ("accuracy", True)
