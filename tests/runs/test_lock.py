@@ -1,0 +1,248 @@
+"""RunLock: one writer per run directory, refused at once, freed by a holder's death, counted within a process."""
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attnpool.runs import lock as lock_mod
+from attnpool.runs.lock import LOCK_NAME, LockedError, RunLock
+
+posix_only = pytest.mark.skipif(lock_mod.fcntl is None, reason="needs fcntl.flock")
+
+# The holder loads lock.py by its path: importing the attnpool package (torch, transformers) takes seconds.
+HOLDER = r"""
+import importlib.util, os, sys, time
+spec = importlib.util.spec_from_file_location("attnpool_lock", sys.argv[1])
+lock = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lock)
+lock.RunLock(sys.argv[2], purpose="train").acquire()
+if sys.argv[4] == "fork" and os.fork() == 0:  # a child that outlives its parent, like a DataLoader worker
+    with open(sys.argv[3] + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(sys.argv[3] + ".tmp", sys.argv[3] + ".child")
+    time.sleep(30)
+    os._exit(0)
+open(sys.argv[3], "w").close()
+time.sleep(30)
+"""
+
+
+def _wait_for(path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 10
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"holder exited early: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            pytest.fail("holder never got ready")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Start a process that takes the lock of a folder and keeps it; returns its Popen once it holds it."""
+    procs = []
+
+    def start(folder: Path, fork: bool = False) -> subprocess.Popen:
+        ready = tmp_path / f"ready{len(procs)}"
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, lock_mod.__file__, str(folder), str(ready),
+                                 "fork" if fork else "-"], stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        _wait_for(ready, proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def _flocked(lock_file: Path) -> bool:
+    """Whether some open file description holds the flock (a new descriptor conflicts even in this process)."""
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        lock_mod.fcntl.flock(fd, lock_mod.fcntl.LOCK_EX | lock_mod.fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@posix_only
+def test_a_second_process_is_refused_at_once_with_the_holder(holder, tmp_path):
+    run = tmp_path / "run"
+    proc = holder(run)
+    info = json.loads((run / LOCK_NAME).read_text())
+    assert (info["pid"], info["host"], info["purpose"]) == (proc.pid, socket.gethostname(), "train")
+    assert info["argv"][-3:] == [str(run), str(tmp_path / "ready0"), "-"]
+    started = time.monotonic()
+    with pytest.raises(LockedError) as err:
+        RunLock(run, purpose="train").acquire()
+    assert time.monotonic() - started < 0.5
+    message = str(err.value)
+    assert message.startswith(f"{run} is in use by another attnpool process (train, PID {proc.pid} on host "
+                              f"{socket.gethostname()}, since {info['started']}); wait for it to finish or stop it; ")
+    assert message.endswith(f"if no such process is running, delete {run / LOCK_NAME}")
+    assert isinstance(err.value, ValueError)
+    assert (run / LOCK_NAME).exists()  # the refused process leaves the holder's file alone
+
+
+@posix_only
+def test_a_killed_holders_lock_is_taken_over_and_logged(holder, tmp_path, caplog):
+    run = tmp_path / "run"
+    proc = holder(run)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (run / LOCK_NAME).exists()  # it had no chance to clean up
+    with caplog.at_level(logging.WARNING, logger="attnpool"), RunLock(run, purpose="compare"):
+        info = json.loads((run / LOCK_NAME).read_text())
+        assert (info["pid"], info["purpose"]) == (os.getpid(), "compare")
+    takeovers = [r.getMessage() for r in caplog.records if r.name == "attnpool.runs"]
+    assert len(takeovers) == 1
+    assert takeovers[0].startswith(f"taking over the lock of {run} left by PID {proc.pid} on host "
+                                   f"{socket.gethostname()} (train since ")
+    assert takeovers[0].endswith("; no longer running)")
+    assert not (run / LOCK_NAME).exists()
+
+
+@posix_only
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_keep_its_dead_parents_lock(holder, tmp_path):
+    run = tmp_path / "run"
+    proc = holder(run, fork=True)
+    child_file = tmp_path / "ready0.child"
+    _wait_for(child_file, proc)
+    child = int(child_file.read_text())
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        os.kill(child, 0)  # still running
+        with RunLock(run):
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_release_removes_the_file_and_a_fresh_take_logs_nothing(tmp_path, caplog):
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="attnpool"):
+        lock = RunLock(run).acquire()
+        assert lock.held and (run / LOCK_NAME).is_file()  # creates the folder too
+        lock.release()
+        assert not lock.held and not (run / LOCK_NAME).exists()
+        with RunLock(run):
+            pass
+    assert not [r for r in caplog.records if r.name == "attnpool.runs"]
+    with pytest.raises(RuntimeError, match="is not held"):
+        lock.release()
+
+
+def test_the_context_manager_releases_on_an_exception(tmp_path):
+    with pytest.raises(KeyError), RunLock(tmp_path):
+        raise KeyError("boom")
+    assert not (tmp_path / LOCK_NAME).exists()
+    with RunLock(tmp_path):
+        pass
+
+
+def test_nested_acquisition_is_counted_and_only_the_outermost_exit_releases(tmp_path):
+    lock_file = tmp_path / LOCK_NAME
+    outer = RunLock(tmp_path, purpose="compare")
+    with outer:
+        with RunLock(tmp_path, purpose="train"), outer:  # another object and the same one again
+            assert json.loads(lock_file.read_text())["purpose"] == "compare"
+        assert lock_file.exists() and outer.held
+        if lock_mod.fcntl is not None:
+            assert _flocked(lock_file)
+    assert not lock_file.exists()
+
+
+def test_for_file_locks_beside_the_output(tmp_path):
+    out = tmp_path / "preds" / "oof.csv"
+    with RunLock.for_file(out) as lock:
+        assert lock.lock_file == tmp_path / "preds" / ".oof.csv.lock"
+        assert json.loads(lock.lock_file.read_text())["purpose"] == "predict"
+        assert not out.exists()
+    assert not lock.lock_file.exists()
+    assert repr(lock) == f"RunLock({str(out)!r}, purpose='predict')"
+
+
+@posix_only
+def test_a_file_deleted_between_open_and_flock_is_not_the_one_locked(tmp_path, monkeypatch):
+    """The race a release opens: its unlink lands after our open; we must lock the file now at the path."""
+    lock_file = tmp_path / LOCK_NAME
+    real_open = os.open
+    calls = []
+
+    def open_then_holder_releases(path, flags, mode=0o777):
+        fd = real_open(path, flags, mode)
+        if not calls:
+            os.unlink(path)  # the holder's release
+            real_open(path, os.O_RDWR | os.O_CREAT, 0o644)  # ... and a new file (left open: a stand-in taker)
+        calls.append(path)
+        return fd
+
+    monkeypatch.setattr(lock_mod.os, "open", open_then_holder_releases)
+    with RunLock(tmp_path):
+        monkeypatch.setattr(lock_mod.os, "open", real_open)
+        assert len(calls) == 2
+        assert _flocked(lock_file)
+
+
+@pytest.fixture
+def no_fcntl(monkeypatch):
+    monkeypatch.setattr(lock_mod, "fcntl", None)
+
+
+def _write_holder(folder: Path, **info) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOCK_NAME).write_text(json.dumps({"purpose": "train", "started": "2026-12-01T12:00:00+00:00", **info}))
+
+
+def test_fallback_creates_and_removes_the_file_and_counts(tmp_path, no_fcntl):
+    with RunLock(tmp_path) as lock:
+        with RunLock(tmp_path):
+            assert json.loads(lock.lock_file.read_text())["pid"] == os.getpid()
+        assert lock.lock_file.exists()
+    assert not lock.lock_file.exists()
+
+
+def test_fallback_refuses_a_live_holder_with_the_full_message(tmp_path, no_fcntl):
+    _write_holder(tmp_path / "x", pid=os.getppid(), host=socket.gethostname())
+    with pytest.raises(LockedError) as err:
+        RunLock(tmp_path / "x").acquire()
+    x = tmp_path / "x"
+    assert str(err.value) == (
+        f"{x} is in use by another attnpool process (train, PID {os.getppid()} on host {socket.gethostname()}, "
+        f"since 2026-12-01T12:00:00+00:00); wait for it to finish or stop it; "
+        f"if no such process is running, delete {x / LOCK_NAME}")
+
+
+def test_fallback_refuses_a_holder_on_another_host_and_an_unreadable_file(tmp_path, no_fcntl):
+    _write_holder(tmp_path / "a", pid=2**22 + 12345, host=socket.gethostname() + "-elsewhere")
+    with pytest.raises(LockedError, match="-elsewhere"):
+        RunLock(tmp_path / "a").acquire()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / LOCK_NAME).write_text("")  # a holder that has not written yet
+    with pytest.raises(LockedError, match=r"\(its details not written yet\)"):
+        RunLock(tmp_path / "b").acquire()
+
+
+def test_fallback_takes_over_a_dead_holder_on_this_host(tmp_path, no_fcntl, caplog):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    _write_holder(tmp_path, pid=pid, host=socket.gethostname())
+    with caplog.at_level(logging.WARNING, logger="attnpool"), RunLock(tmp_path) as lock:
+        assert json.loads(lock.lock_file.read_text())["pid"] == os.getpid()
+    assert [r.getMessage() for r in caplog.records if r.name == "attnpool.runs"] == [
+        f"taking over the lock of {tmp_path} left by PID {pid} on host {socket.gethostname()} "
+        "(train since 2026-12-01T12:00:00+00:00; no longer running)"]
