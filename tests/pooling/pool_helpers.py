@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor, nn
 
 from attnpool.pooling import available_poolers
 from attnpool.pooling.functional import masked_softmax
@@ -131,3 +132,14 @@ def perturb_parameters(module, seed=0, scale=0.1):
         for p in module.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * scale)
     return module
+
+
+def assert_xavier(layer: nn.Linear | Tensor, fan_out: int | None = None) -> None:
+    """Weights uniform on the whole Xavier range of ``(fan_out, fan_in)`` (default: the weight's own), zero biases."""
+    weight = layer.weight if isinstance(layer, nn.Linear) else layer
+    rows, fan_in = weight.shape
+    bound = (6.0 / (fan_in + (fan_out or rows))) ** 0.5
+    assert weight.abs().max() <= bound
+    assert weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
+    bias = getattr(layer, "bias", None)
+    assert bias is None or torch.equal(bias, torch.zeros_like(bias))

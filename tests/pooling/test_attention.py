@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+from pool_helpers import HIDDEN, assert_xavier, perturb_parameters, ragged_batch
 from torch import nn
 
 from attnpool.pooling import (
@@ -30,19 +30,11 @@ def test_default_attn_size_is_half_the_encoder_width(hidden, expected):
         assert build_pooler(pooler.get_config()).attn_size == expected  # saved resolved, rebuilt the same
 
 
-def _assert_xavier(layer: nn.Linear) -> None:
-    fan_out, fan_in = layer.weight.shape
-    bound = (6.0 / (fan_in + fan_out)) ** 0.5
-    assert layer.weight.abs().max() <= bound
-    assert layer.weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
-    assert layer.bias is None or torch.equal(layer.bias, torch.zeros_like(layer.bias))
-
-
 def test_xavier_init_is_the_recipe_s():
     torch.manual_seed(0)
     pooler = AttentionPooling(1024, attn_size=512, init="xavier")
     for layer in (pooler.proj, pooler.score):
-        _assert_xavier(layer)
+        assert_xavier(layer)
 
 
 @pytest.mark.parametrize("cls", [AttentionPooling, MultiHeadAttentionPooling, GatedAttentionPooling])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import attnpool
-from attnpool.pooling import AttentionPooling, MultiHeadAttentionPooling, Pooler, build_pooler
+from attnpool.pooling import AttentionPooling, MultiHeadAttentionPooling, Pooler, build_pooler, registry
 
 
 def test_available_poolers_lists_the_core_set():
@@ -98,6 +98,4 @@ def test_register_a_custom_pooler_and_build_it_by_name():
             class Other(Pooler):
                 name = "test_first_half_mean"
     finally:
-        from attnpool.pooling import registry
-
         registry._REGISTRY.pop("testfirsthalfmean")

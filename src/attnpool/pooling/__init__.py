@@ -7,8 +7,8 @@ from attnpool.pooling.basic import ClsPooling, GeMPooling, LastTokenPooling, Max
 from attnpool.pooling.combine import CombinedPooling
 from attnpool.pooling.encoder_attention import DittoPooling
 from attnpool.pooling.latent import ClassAttentionPooling, LatentAttentionPooling, PMAPooling
-from attnpool.pooling.layers import MaxPoolBERTPooling, MultiLayerAttentionPooling, WeightedLayerPooling
 from attnpool.pooling.mil import ACMILPooling
+from attnpool.pooling.multilayer import MaxPoolBERTPooling, MultiLayerAttentionPooling, WeightedLayerPooling
 from attnpool.pooling.registry import available_poolers, build_pooler, get_pooler_class, register_pooler
 from attnpool.pooling.sparse import masked_entmax15, masked_sparsemax
 from attnpool.pooling.statistics import GroupGeMPooling, SoftPooling, StatisticsPooling

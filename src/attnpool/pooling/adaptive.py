@@ -10,7 +10,6 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.latent import _split_weights
 from attnpool.pooling.modules import Init, check_heads, uniform_start_, xavier_
 from attnpool.pooling.registry import register_pooler
 
@@ -64,7 +63,7 @@ class SimPooling(Pooler):
         tokens = self.norm(hidden_states)  # (B, T, H)
         if self.gamma is None:
             out, weights = F.masked_attention(query, self.wk(tokens), tokens, mask, self.num_heads)  # (B, 1, H)
-            return out.squeeze(1), _split_weights(weights, hidden_states.dtype)
+            return out.squeeze(1), F.merge_heads(weights, hidden_states.dtype)
         x = tokens.float()
         pad = ~mask.unsqueeze(-1)
         row_min = x.masked_fill(pad, torch.finfo(torch.float32).max).amin(dim=(1, 2), keepdim=True)  # (B, 1, 1)
@@ -72,7 +71,7 @@ class SimPooling(Pooler):
         powered = (x - row_min + self.eps).clamp(min=self.eps).pow(self.gamma)  # (B, T, H), positive
         out, weights = F.masked_attention(query.float(), self.wk(tokens).float(), powered, mask, self.num_heads)
         pooled = out.squeeze(1).clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / self.gamma)  # (B, H)
-        return F.zero_empty_rows(pooled, mask).to(hidden_states.dtype), _split_weights(weights, hidden_states.dtype)
+        return F.zero_empty_rows(pooled, mask).to(hidden_states.dtype), F.merge_heads(weights, hidden_states.dtype)
 
 
 @register_pooler
@@ -154,4 +153,4 @@ class AdaptivePooling(Pooler):
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         query = self.wq(self._query_source(hidden_states, mask)).unsqueeze(1)  # (B|1, 1, H)
         out, weights = F.masked_attention(query, self.wk(hidden_states), hidden_states, mask, self.num_heads)
-        return out.squeeze(1), _split_weights(weights, hidden_states.dtype)
+        return out.squeeze(1), F.merge_heads(weights, hidden_states.dtype)

@@ -12,12 +12,9 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
-from attnpool.pooling.modules import xavier_
+from attnpool.pooling.modules import Init, check_init, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
-
-Init = Literal["mean", "xavier"]
-INITS = ("mean", "xavier")
 
 
 def default_attn_size(hidden_size: int) -> int:
@@ -41,8 +38,7 @@ def init_scorer_(init: str, owner: str, hidden: nn.Linear, score: nn.Linear) -> 
     Raises:
         ValueError: An unknown ``init``.
     """
-    if init not in INITS:
-        raise ValueError(f"{owner}: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+    check_init(init, owner)
     xavier_(hidden, score)
     if init == "mean":
         nn.init.zeros_(score.weight)
@@ -58,6 +54,18 @@ def _tanh_projection(proj: nn.Linear, hidden_states: Tensor) -> Tensor:
     batch, seq_len, size = hidden_states.shape
     flat = F_nn.linear(hidden_states.reshape(batch * seq_len, size), proj.weight, proj.bias).tanh_()
     return flat.view(batch, seq_len, -1)  # (B, T, A)
+
+
+def gated_scores(proj: nn.Linear, score: nn.Linear, hidden_states: Tensor) -> Tensor:
+    r"""Ilse et al.'s gated token scores :math:`w^\top(\tanh(V h_t) \odot \sigma(U h_t))`, one per row of ``w``.
+
+    ``proj`` is ``[V; U]`` as one ``Linear(H, 2A)``, ``score`` the ``Linear(A, K)`` of ``K`` scoring rows.
+
+    Shapes:
+        ``(B, T, H) -> (B, T, K)``.
+    """
+    tanh_branch, gate = proj(hidden_states).chunk(2, dim=-1)  # (B, T, A) each
+    return score(tanh_branch.tanh() * gate.sigmoid())  # (B, T, K)
 
 
 class _ScoredPooling(Pooler):
@@ -385,12 +393,8 @@ class GatedAttentionPooling(_ScoredPooling):
     def reset_parameters(self) -> None:
         """Initialise as ``init`` says (see :func:`init_scorer_`), ``V`` and ``U`` as two separate layers."""
         init_scorer_(self.init, type(self).__name__, self.proj, self.score)
-        # Initialise V and U as two separate (H -> A) layers, as the paper's two branches.
-        with torch.no_grad():
-            for branch in self.proj.weight.chunk(2, dim=0):
-                nn.init.xavier_uniform_(branch)
+        xavier_parts_(self.proj.weight, 2)  # V and U as two separate (H -> A) layers, as the paper's two branches
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
-        tanh_branch, gate = self.proj(hidden_states).chunk(2, dim=-1)  # (B, T, A) each
-        return self.score(tanh_branch.tanh() * gate.sigmoid()).squeeze(-1)  # (B, T)
+        return gated_scores(self.proj, self.score, hidden_states).squeeze(-1)  # (B, T)

@@ -12,7 +12,7 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.modules import xavier_
-from attnpool.pooling.registry import COMBINED_NAME, build_pooler, get_pooler_class, register_pooler
+from attnpool.pooling.registry import COMBINED_NAME, build_pooler, get_pooler_class, inner_spec, register_pooler
 
 PoolerSpec = str | Mapping[str, Any] | Pooler
 
@@ -86,7 +86,7 @@ class CombinedPooling(Pooler):
     @property
     def poolers(self) -> list[dict[str, Any]]:
         """The parts' configs (without ``hidden_size``)."""
-        return [{k: v for k, v in p.get_config().items() if k != "hidden_size"} for p in self.parts]
+        return [inner_spec(p) for p in self.parts]
 
     @property
     def output_dim(self) -> int:

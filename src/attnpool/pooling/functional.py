@@ -142,6 +142,15 @@ def masked_attention(
     return out.transpose(1, 2).reshape(batch, n_query, size), weights
 
 
+def merge_heads(weights: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`masked_attention`'s ``(B, h, Q, T)`` weights as ``(B, h*Q, T)``, or ``(B, T)`` for a single one.
+
+    What the attention poolers return as token weights: one distribution over the tokens per head and query.
+    """
+    flat = weights.flatten(1, 2)  # (B, h*Q, T)
+    return (flat.squeeze(1) if flat.shape[1] == 1 else flat).to(dtype)
+
+
 def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps: float) -> Tensor:
     r"""Per-channel generalised mean :math:`(\frac{1}{n}\sum_t \max(h_t, \epsilon)^p)^{1/p}` over real tokens.
 

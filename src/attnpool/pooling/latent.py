@@ -8,14 +8,8 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import FeedForward, Init, check_heads, uniform_start_, xavier_
+from attnpool.pooling.modules import FeedForward, Init, check_heads, resolve_heads, uniform_start_, xavier_
 from attnpool.pooling.registry import register_pooler
-
-
-def _split_weights(weights: Tensor, dtype: torch.dtype) -> Tensor:
-    """``(B, h, Q, T)`` attention weights -> ``(B, h*Q, T)``, or ``(B, T)`` for a single distribution."""
-    flat = weights.flatten(1, 2)  # (B, h*Q, T)
-    return (flat.squeeze(1) if flat.shape[1] == 1 else flat).to(dtype)
 
 
 @register_pooler
@@ -75,14 +69,7 @@ class LatentAttentionPooling(Pooler):
         if int(num_latents) < 1:
             raise ValueError(f"LatentAttentionPooling: num_latents must be >= 1, got {num_latents}")
         self.num_latents = int(num_latents)
-        if head_dim is None:
-            self.num_heads = check_heads("LatentAttentionPooling", hidden_size, num_heads)
-            self.head_dim = hidden_size // self.num_heads
-        else:  # heads of a given width need not split H
-            if int(num_heads) < 1 or int(head_dim) < 1:
-                raise ValueError(f"LatentAttentionPooling: need num_heads >= 1 and head_dim >= 1, got {num_heads} "
-                                 f"and {head_dim}")
-            self.num_heads, self.head_dim = int(num_heads), int(head_dim)
+        self.num_heads, self.head_dim = resolve_heads("LatentAttentionPooling", hidden_size, num_heads, head_dim)
         self.mlp_ratio = float(mlp_ratio)
         inner = self.num_heads * self.head_dim
         self.latents = nn.Parameter(torch.randn(self.num_latents, hidden_size))
@@ -184,7 +171,7 @@ class PMAPooling(Pooler):
         )  # (B, k, H), (B, h, k, T)
         o = self.ln0(query + out)
         o = self.ln1(o + torch.relu(self.fc_o(o)))  # (B, k, H)
-        return F.zero_empty_rows(o.flatten(1), mask), _split_weights(weights, hidden_states.dtype)
+        return F.zero_empty_rows(o.flatten(1), mask), F.merge_heads(weights, hidden_states.dtype)
 
 
 @register_pooler
@@ -248,4 +235,4 @@ class ClassAttentionPooling(Pooler):
         cls = cls + self.proj(out)  # (B, 1, H)
         cls = cls + self.mlp(self.norm2(cls))
         pooled = self.norm(cls).squeeze(1)  # (B, H)
-        return F.zero_empty_rows(pooled, mask), _split_weights(weights, hidden_states.dtype)
+        return F.zero_empty_rows(pooled, mask), F.merge_heads(weights, hidden_states.dtype)

@@ -9,8 +9,9 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from attnpool.pooling import functional as F
+from attnpool.pooling.attention import gated_scores
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import Init, uniform_start_, xavier_
+from attnpool.pooling.modules import Init, uniform_start_, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
 
 
@@ -86,8 +87,7 @@ class ACMILPooling(Pooler):
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
         self.score = nn.Linear(self.attn_size, self.num_branches, bias=False)  # a per-branch shift: no effect
         xavier_(self.score)
-        for branch in self.proj.weight.data.chunk(2, dim=0):  # V and U initialised as two separate layers
-            nn.init.xavier_uniform_(branch)
+        xavier_parts_(self.proj.weight, 2)  # V and U initialised as two separate layers
         nn.init.zeros_(self.proj.bias)
         self.init = init
         uniform_start_(init, "ACMILPooling", self.score)
@@ -112,8 +112,7 @@ class ACMILPooling(Pooler):
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        tanh_branch, gate = self.proj(hidden_states).chunk(2, dim=-1)  # (B, T, A) each
-        scores = self.score(tanh_branch.tanh() * gate.sigmoid()).transpose(1, 2)  # (B, K, T)
+        scores = gated_scores(self.proj, self.score, hidden_states).transpose(1, 2)  # (B, K, T)
         keep = mask.unsqueeze(1).expand_as(scores)
         if self.training and self.mask_rate > 0 and self.top_k > 0:
             keep = keep & ~self._stochastic_top_k(scores.detach(), mask)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
 import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
@@ -20,6 +21,28 @@ def xavier_(*layers: nn.Linear) -> None:
             nn.init.zeros_(layer.bias)
 
 
+def xavier_parts_(weight: Tensor, parts: int) -> None:
+    """Xavier-uniform on each of ``parts`` equal row blocks of a fused weight, as if they were separate layers.
+
+    A ``Linear(H, 2A)`` that computes two ``(H -> A)`` branches (keys and values, or gated attention's ``V`` and
+    ``U``) in one product gets each block's own Xavier range, ``sqrt(6 / (H + A))``, not the fused layer's.
+    """
+    with torch.no_grad():
+        for part in weight.chunk(parts, dim=0):
+            nn.init.xavier_uniform_(part)
+
+
+def check_init(init: str, owner: str) -> str:
+    """``init`` itself when it is one of :data:`INITS`.
+
+    Raises:
+        ValueError: An unknown ``init``, naming the valid ones.
+    """
+    if init not in INITS:
+        raise ValueError(f"{owner}: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+    return init
+
+
 def uniform_start_(init: str, owner: str, key: nn.Linear | Tensor) -> None:
     """Apply ``init`` to the layer (or weight) that produces an attention's keys or scores.
 
@@ -30,9 +53,7 @@ def uniform_start_(init: str, owner: str, key: nn.Linear | Tensor) -> None:
     Raises:
         ValueError: An unknown ``init``.
     """
-    if init not in INITS:
-        raise ValueError(f"{owner}: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
-    if init == "mean":
+    if check_init(init, owner) == "mean":
         weight = key.weight if isinstance(key, nn.Linear) else key
         nn.init.zeros_(weight)
 
@@ -48,6 +69,22 @@ def check_heads(owner: str, size: int, num_heads: int) -> int:
     if size % int(num_heads):
         raise ValueError(f"{owner}: hidden_size {size} is not divisible by num_heads={num_heads}")
     return int(num_heads)
+
+
+def resolve_heads(owner: str, size: int, num_heads: int, head_dim: int | None) -> tuple[int, int]:
+    """``(num_heads, head_dim)`` of an attention over width ``size``: heads split it unless ``head_dim`` is given.
+
+    Heads of a given width need not split ``size`` (the inner width is then ``num_heads * head_dim``).
+
+    Raises:
+        ValueError: ``num_heads < 1``, ``head_dim < 1``, or (without ``head_dim``) ``size`` not divisible.
+    """
+    if head_dim is None:
+        heads = check_heads(owner, size, num_heads)
+        return heads, size // heads
+    if int(num_heads) < 1 or int(head_dim) < 1:
+        raise ValueError(f"{owner}: need num_heads >= 1 and head_dim >= 1, got {num_heads} and {head_dim}")
+    return int(num_heads), int(head_dim)
 
 
 def check_num_layers(owner: str, num_layers: int) -> int:

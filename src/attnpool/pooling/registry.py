@@ -64,6 +64,14 @@ def get_pooler_class(name: str) -> type[Pooler]:
     raise ValueError(f"Unknown pooler {name!r}.{hint} Available poolers: {', '.join(names)}")
 
 
+def inner_spec(pooler: Pooler) -> dict[str, Any]:
+    """A built pooler's config without ``hidden_size``: how a pooler that holds others saves them.
+
+    The holder rebuilds its parts at its own ``hidden_size``, so theirs is not repeated in its config.
+    """
+    return {k: v for k, v in pooler.get_config().items() if k != "hidden_size"}
+
+
 def _constructor_options(cls: type[Pooler]) -> list[str]:
     params = inspect.signature(cls.__init__).parameters
     return [p for p in params if p not in ("self", "hidden_size") and params[p].kind != inspect.Parameter.VAR_KEYWORD]

@@ -11,13 +11,17 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.latent import _split_weights
-from attnpool.pooling.modules import GEGLUFeedForward, Init, check_heads, check_num_layers, uniform_start_, xavier_
-from attnpool.pooling.registry import build_pooler, register_pooler
-
-
-def _config_without_size(pooler: Pooler) -> dict[str, Any]:
-    return {k: v for k, v in pooler.get_config().items() if k != "hidden_size"}
+from attnpool.pooling.modules import (
+    GEGLUFeedForward,
+    Init,
+    check_heads,
+    check_num_layers,
+    resolve_heads,
+    uniform_start_,
+    xavier_,
+    xavier_parts_,
+)
+from attnpool.pooling.registry import build_pooler, inner_spec, register_pooler
 
 
 @register_pooler
@@ -64,7 +68,7 @@ class WeightedLayerPooling(Pooler):
     @property
     def pooler(self) -> dict[str, Any]:
         """The inner pooler's config (without ``hidden_size``)."""
-        return _config_without_size(self.token_pooler)
+        return inner_spec(self.token_pooler)
 
     @property
     def output_dim(self) -> int:
@@ -158,14 +162,7 @@ class MultiLayerAttentionPooling(Pooler):
         if token not in ("mean", "last", "first"):
             raise ValueError(f"MultiLayerAttentionPooling: token must be 'mean', 'last' or 'first', got {token!r}")
         self.num_queries = int(num_queries)
-        if head_dim is None:
-            self.num_heads = check_heads("MultiLayerAttentionPooling", hidden_size, num_heads)
-            self.head_dim = hidden_size // self.num_heads
-        else:
-            if int(num_heads) < 1 or int(head_dim) < 1:
-                raise ValueError(f"MultiLayerAttentionPooling: need num_heads >= 1 and head_dim >= 1, got "
-                                 f"{num_heads} and {head_dim}")
-            self.num_heads, self.head_dim = int(num_heads), int(head_dim)
+        self.num_heads, self.head_dim = resolve_heads("MultiLayerAttentionPooling", hidden_size, num_heads, head_dim)
         self.token = token
         self.mlp_ratio = float(mlp_ratio)
         self.init = init
@@ -180,8 +177,7 @@ class MultiLayerAttentionPooling(Pooler):
         self.kv = nn.Linear(hidden_size, 2 * inner, bias=False)
         self.o = nn.Linear(inner, hidden_size, bias=False)
         xavier_(self.q, self.o)
-        for half in self.kv.weight.data.chunk(2, dim=0):  # W_k and W_v initialised as two separate layers
-            nn.init.xavier_uniform_(half)
+        xavier_parts_(self.kv.weight, 2)  # W_k and W_v initialised as two separate layers
         uniform_start_(init, "MultiLayerAttentionPooling", self.kv.weight.data[:inner])
         self.norm_mlp = nn.LayerNorm(hidden_size)
         self.mlp = GEGLUFeedForward(hidden_size, self.mlp_ratio)
@@ -288,4 +284,4 @@ class MaxPoolBERTPooling(Pooler):
         cls = F.weighted_sum(F.one_hot_weights(first, mask, seq.dtype), seq)  # (B, H)
         out, weights = F.masked_attention(self.q(cls).unsqueeze(1), self.k(seq), self.v(seq), mask, self.num_heads)
         pooled = cls + self.o(out.squeeze(1))
-        return F.zero_empty_rows(pooled, mask), _split_weights(weights, hidden_states.dtype)
+        return F.zero_empty_rows(pooled, mask), F.merge_heads(weights, hidden_states.dtype)

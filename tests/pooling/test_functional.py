@@ -1,0 +1,109 @@
+"""The masked reductions every pooler is built from: closed forms, padding, empty rows and dtypes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_helpers import HIDDEN, ragged_batch
+
+from attnpool.pooling import functional as F
+
+
+def test_masked_softmax_is_the_softmax_over_the_real_positions():
+    scores = torch.randn(3, 6, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1], [0] * 6], dtype=torch.bool)
+    before = scores.clone()
+    weights = F.masked_softmax(scores, mask)
+    assert torch.equal(scores, before)  # the input is left as it was
+    torch.testing.assert_close(weights[0, :3], scores[0, :3].softmax(-1))
+    torch.testing.assert_close(weights[1, 2:], scores[1, 2:].softmax(-1))
+    assert (weights[~mask] == 0).all()
+    assert torch.equal(weights[2], torch.zeros(6))  # a row without real positions: zeros, not NaN
+
+
+def test_masked_softmax_keeps_half_precision_without_overflow():
+    scores = torch.tensor([[6e4, 6e4, -6e4, 0.0]], dtype=torch.float16)
+    weights = F.masked_softmax(scores, torch.tensor([[True, True, True, False]]))
+    assert weights.dtype == torch.float16
+    torch.testing.assert_close(weights, torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float16))
+
+
+def test_weighted_sum_of_one_or_several_distributions():
+    gen = torch.Generator().manual_seed(1)
+    hidden, weights = torch.randn(2, 5, HIDDEN, generator=gen), torch.rand(2, 3, 5, generator=gen)
+    torch.testing.assert_close(F.weighted_sum(weights, hidden), torch.einsum("bkt,bth->bkh", weights, hidden))
+    torch.testing.assert_close(F.weighted_sum(weights[:, 0], hidden), torch.einsum("bt,bth->bh", weights[:, 0], hidden))
+
+
+def test_masked_mean_and_max_ignore_padding_and_give_zeros_on_empty_rows():
+    hidden, mask, tokens = ragged_batch([4, 2, 0], seq_len=5, pad_value=1e6)
+    mask = mask.bool()
+    mean, maximum = F.masked_mean(hidden, mask), F.masked_max(-hidden.abs(), mask)  # all-negative real values
+    for row, t in enumerate(tokens[:2]):
+        torch.testing.assert_close(mean[row], t.mean(0))
+        torch.testing.assert_close(maximum[row], (-t.abs()).amax(0))
+    assert torch.equal(mean[2], torch.zeros(HIDDEN)) and torch.equal(maximum[2], torch.zeros(HIDDEN))
+    torch.testing.assert_close(F.mean_weights(mask), torch.tensor([[0.25] * 4 + [0.0], [0.5] * 2 + [0.0] * 3,
+                                                                   [0.0] * 5]))
+
+
+def test_first_and_last_real_token_under_left_and_right_padding():
+    mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    assert F.first_token_index(mask).tolist() == [0, 2, 0]
+    assert F.last_token_index(mask).tolist() == [2, 3, 0]
+    one_hot = F.one_hot_weights(F.last_token_index(mask), mask)
+    assert one_hot.tolist() == [[0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 0]]  # no token: no weight
+    assert F.has_token(mask).flatten().tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize("layers", [None, 3])
+def test_zero_padding_replaces_nan_and_inf_in_a_copy(layers):
+    hidden, mask, _ = ragged_batch([3, 1], seq_len=4, layers=layers)
+    hidden[..., 3:, :] = float("nan")
+    hidden[1, ..., 2, :] = float("inf")
+    cleared = F.zero_padding(hidden, mask.bool())
+    assert torch.isfinite(cleared).all() and hidden.isnan().any()  # the input keeps its values
+    assert torch.equal(cleared[0, ..., :3, :], hidden[0, ..., :3, :])
+    assert torch.equal(cleared[1, ..., 1:, :], torch.zeros_like(cleared[1, ..., 1:, :]))
+
+
+def test_masked_attention_equals_scaled_dot_product_attention_on_the_real_tokens():
+    gen = torch.Generator().manual_seed(2)
+    query, key, value = (torch.randn(2, n, HIDDEN, generator=gen) for n in (3, 6, 6))
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    out, weights = F.masked_attention(query, key, value, mask, num_heads=2)
+    assert out.shape == (2, 3, HIDDEN) and weights.shape == (2, 2, 3, 6)
+
+    def heads(t):  # (B, n, H) -> (B, 2, n, H / 2)
+        return t.view(t.shape[0], t.shape[1], 2, -1).transpose(1, 2)
+
+    expected = torch.nn.functional.scaled_dot_product_attention(heads(query[:1]), heads(key[:1, :4]),
+                                                                heads(value[:1, :4]))
+    torch.testing.assert_close(out[:1], expected.transpose(1, 2).reshape(1, 3, HIDDEN))
+    assert torch.equal(out[1], torch.zeros(3, HIDDEN)) and torch.equal(weights[1], torch.zeros(2, 3, 6))
+
+
+def test_generalized_mean_closed_forms_and_extremes():
+    hidden, mask, tokens = ragged_batch([4, 2, 0], seq_len=5)
+    mask, x = mask.bool(), hidden.abs() + 0.1
+    one = F.masked_generalized_mean(x, mask, torch.tensor(1.0), eps=1e-6)
+    torch.testing.assert_close(one[:2], F.masked_mean(x, mask)[:2])  # p = 1: the mean
+    assert torch.equal(one[2], torch.zeros(HIDDEN))
+    huge = F.masked_generalized_mean(x * 1e4, mask, torch.tensor(30.0), eps=1e-6)  # x ** p overflows float32
+    real = (x * 1e4)[0, :4]
+    assert torch.isfinite(huge).all()
+    assert (huge[0] <= real.amax(0) * (1 + 1e-5)).all() and (huge[0] >= real.amin(0)).all()
+
+
+def test_merge_heads_flattens_heads_and_queries():
+    weights = torch.rand(2, 3, 4, 5)  # (B, h, Q, T)
+    merged = F.merge_heads(weights, torch.float16)
+    assert merged.shape == (2, 12, 5) and merged.dtype == torch.float16
+    assert torch.equal(merged[:, 4 * 1 + 2], weights[:, 1, 2].half())  # head-major: head 1, query 2
+    assert F.merge_heads(weights[:, :1, :1], torch.float32).shape == (2, 5)  # one distribution: (B, T)
+
+
+def test_zero_empty_rows():
+    pooled = torch.ones(2, 3)
+    mask = torch.tensor([[True, False], [False, False]])
+    assert F.zero_empty_rows(pooled, mask).tolist() == [[1, 1, 1], [0, 0, 0]]
