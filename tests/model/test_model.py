@@ -122,27 +122,6 @@ def test_sigmoid_regression_uses_bce_and_outputs_in_unit_interval():
     torch.testing.assert_close(out.loss, expected, atol=1e-5, rtol=1e-4)
 
 
-def test_classification_losses():
-    ids, mask = batch([4, 6, 3])
-    single = build("bert", num_labels=3)
-    out = single(ids, mask, labels=torch.tensor([0, 2, 1]))
-    assert single.config.problem_type == "single_label_classification"
-    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
-    multi = build("bert", num_labels=2, problem_type="multi_label_classification")
-    target = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
-    out = multi(ids, mask, labels=target)
-    torch.testing.assert_close(out.loss, torch.nn.functional.binary_cross_entropy_with_logits(out.logits, target))
-
-
-def test_multi_sample_dropout_averages_in_training_and_is_deterministic_in_eval():
-    model = build("bert", multi_sample_dropout=4, head_dropout=0.5, head_hidden_size=8)
-    ids, mask = batch([4, 6])
-    model.eval()
-    torch.testing.assert_close(model(ids, mask).logits, model(ids, mask).logits)
-    model.train()
-    assert len(model.head(torch.randn(2, 32))) == 4
-
-
 def test_pooling_layers_list_and_all():
     model = build("bert", pooling_layers=[-1, -2]).eval()
     ids, mask = batch([4, 6])

@@ -6,7 +6,8 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-LOSSES = ("mse", "bce", "cross_entropy")
+from attnpool.tasks import LOSSES
+
 OUTPUT_ACTIVATIONS = (None, "sigmoid")
 
 

@@ -21,7 +21,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from transformers.utils import ModelOutput
 
 from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
-from attnpool.model.heads import PredictionHead, compute_loss, resolve_problem_type
+from attnpool.model.heads import PredictionHead
+from attnpool.model.losses import compute_loss, resolve_problem_type
 from attnpool.pooling import Pooler, build_pooler
 
 

@@ -1,0 +1,101 @@
+"""The task loss: problem_type resolution, the default loss per problem type, and labels that do not fit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnpool.model import AttnPoolConfig
+from attnpool.model.losses import compute_loss, resolve_problem_type
+from model_helpers import tiny_config
+
+
+def config(**kwargs) -> AttnPoolConfig:
+    kwargs.setdefault("num_labels", 1)  # what from_encoder defaults to (PretrainedConfig's own default is 2)
+    return AttnPoolConfig(encoder=tiny_config("bert"), **kwargs)
+
+
+def loss_of(raw, labels, **kwargs):
+    cfg = config(**kwargs)
+    return compute_loss(raw, labels, cfg, resolve_problem_type(cfg, labels))
+
+
+@pytest.mark.parametrize(
+    ("num_labels", "labels", "expected"),
+    [
+        (1, torch.tensor([0.5, 1.0]), "regression"),
+        (1, torch.tensor([0, 1]), "regression"),  # one output: regression whatever the labels' dtype
+        (3, torch.tensor([0, 2]), "single_label_classification"),
+        (3, torch.tensor([0, 2], dtype=torch.uint8), "single_label_classification"),
+        (3, torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]), "multi_label_classification"),
+    ],
+)
+def test_unset_problem_type_follows_transformers_and_is_stored(num_labels, labels, expected):
+    cfg = config(num_labels=num_labels)
+    assert cfg.problem_type is None
+    assert resolve_problem_type(cfg, labels) == expected
+    assert cfg.problem_type == expected  # later batches (and the saved config) keep it
+
+
+def test_a_set_problem_type_wins_over_the_labels():
+    cfg = config(num_labels=3, problem_type="multi_label_classification")
+    assert resolve_problem_type(cfg, torch.tensor([0, 2])) == "multi_label_classification"
+
+
+def test_unknown_problem_type():
+    cfg = config()
+    cfg.problem_type = "ranking"
+    expected = r"\('regression', 'single_label_classification', 'multi_label_classification'\)"
+    with pytest.raises(ValueError, match=rf"problem_type must be one of {expected}, got 'ranking'"):
+        resolve_problem_type(cfg, torch.rand(2))
+
+
+def test_default_losses_are_the_closed_forms():
+    raw = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    classes = torch.tensor([0, 2, 1, 2])
+    torch.testing.assert_close(loss_of(raw, classes, num_labels=3), F.cross_entropy(raw, classes))
+    multi_hot = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    torch.testing.assert_close(loss_of(raw, multi_hot, num_labels=3),
+                               F.binary_cross_entropy_with_logits(raw, multi_hot))
+    target = torch.tensor([0.1, 0.9, 0.5, 0.0])
+    torch.testing.assert_close(loss_of(raw[:, :1], target), F.mse_loss(raw[:, 0], target))
+    # A sigmoid regression output defaults to BCE on the raw output (the PPPM recipe) ...
+    torch.testing.assert_close(loss_of(raw[:, :1], target, output_activation="sigmoid"),
+                               F.binary_cross_entropy_with_logits(raw[:, 0], target))
+    # ... and with loss="mse" it is the MSE of the sigmoid, what the model outputs.
+    torch.testing.assert_close(loss_of(raw[:, :1], target, output_activation="sigmoid", loss="mse"),
+                               F.mse_loss(torch.sigmoid(raw[:, 0]), target))
+
+
+def test_regression_targets_of_shape_b_1_and_b_agree():
+    raw = torch.randn(3, 1, generator=torch.Generator().manual_seed(1))
+    target = torch.tensor([0.2, -1.0, 3.0])
+    torch.testing.assert_close(loss_of(raw, target.view(3, 1)), loss_of(raw, target))
+
+
+def test_cross_entropy_needs_single_label_classification():
+    with pytest.raises(ValueError, match="loss='cross_entropy' needs problem_type='single_label_classification', "
+                                         "not 'regression'"):
+        loss_of(torch.randn(2, 1), torch.rand(2), loss="cross_entropy")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "labels", "message"),
+    [
+        ({}, torch.rand(3, 2), r"labels of shape \(3, 2\) .* problem_type='regression', num_labels=1: expected "
+                               r"shape \(3,\) or \(3, 1\)"),
+        ({"num_labels": 3}, torch.tensor([0.5, 1.0, 2.0]), "problem_type='multi_label_classification', "
+                                                          r"num_labels=3: expected shape \(3, 3\); class indices"),
+        ({"num_labels": 3, "problem_type": "single_label_classification"}, torch.tensor([0, 3, 1]),
+         r"class indices \[3\] are outside \[0, 2\]"),
+        ({"num_labels": 3, "problem_type": "single_label_classification"}, torch.rand(3, 3),
+         "expected integer class indices of shape"),
+        ({}, torch.tensor([0.5, float("nan"), 1.0]), r"non-finite labels in batch rows \[1\]"),
+        ({"output_activation": "sigmoid"}, torch.tensor([0.5, 2.0, 1.0]), r"BCE needs targets in \[0, 1\]"),
+    ],
+)
+def test_labels_that_do_not_fit_the_problem_type(kwargs, labels, message):
+    raw = torch.zeros(3, kwargs.get("num_labels", 1))
+    with pytest.raises(ValueError, match=message):
+        loss_of(raw, labels, **kwargs)
