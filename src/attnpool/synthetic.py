@@ -19,14 +19,12 @@ tell signal from distractors without knowing the class. For two classes both lim
 (:func:`bayes_accuracy`): any classifier of the masked mean of a set of ``L`` real vectors reaches at most
 :math:`\Phi(k a / \sqrt{2L})`, a classifier of the signal vectors' centroid :math:`\Phi(a \sqrt{k / 2})`.
 
-Typical use::
-
-    from attnpool.synthetic import make_signal_sets, train_pooler_on_sets
-
-    train = make_signal_sets(2048, set_size=256, num_signal=1, dim=16, seed=1)  # 1 signal vector in 128-256
-    test = make_signal_sets(1024, set_size=256, num_signal=1, dim=16, seed=2)
-    fit = train_pooler_on_sets("attention", train, test, pooling_options={"attn_size": 16})
-    fit.accuracy, fit.signal_weight  # ~0.99 (mean pooling: ~0.57) and the attention weight on the signal
+Example:
+    >>> from attnpool.synthetic import make_signal_sets, train_pooler_on_sets
+    >>> train = make_signal_sets(2048, set_size=256, num_signal=1, dim=16, seed=1)  # 1 signal vector in 128-256
+    >>> test = make_signal_sets(1024, set_size=256, num_signal=1, dim=16, seed=2)
+    >>> fit = train_pooler_on_sets("attention", train, test, pooling_options={"attn_size": 16})
+    >>> fit.accuracy, fit.signal_weight  # ~0.99 (mean pooling: ~0.57) and the attention weight on the signal
 
 ``benchmarks/snr.py`` sweeps poolers over signal fractions and set sizes with :func:`snr_sweep`.
 """
