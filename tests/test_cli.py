@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
-from attnpool.cli import main
+import pytest
+
+from attnpool import __version__, api
+from attnpool.cli import _train_config, build_parser, main
+from attnpool.training.config import GROUPS, TrainConfig
 
 
 def test_poolers_lists_every_pooler_with_its_parameter_count(capsys):
@@ -17,3 +25,158 @@ def test_poolers_lists_every_pooler_with_its_parameter_count(capsys):
 def test_console_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "attnpool.cli", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("attnpool ")
+
+
+def test_python_dash_m_attnpool_is_the_attnpool_command():
+    result = subprocess.run([sys.executable, "-m", "attnpool", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == f"attnpool {__version__}"
+    result = subprocess.run([sys.executable, "-m", "attnpool", "nosuchcommand"], capture_output=True, text=True)
+    assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def _sections(raw: str) -> dict[str, list[str]]:
+    """``--help`` output as {heading: [one string per option entry]}."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in raw.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            current = sections.setdefault(line[:-1], [])
+        elif line.startswith("  -") and current is not None:
+            current.append(line.strip())
+        elif line.startswith("   ") and current:
+            current[-1] += " " + line.strip()
+    return sections
+
+
+def test_train_help_lists_every_config_option_with_its_default_under_its_group(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    raw = capsys.readouterr().out
+    sections = _sections(raw)
+    headings = [f"{group} options" for group in GROUPS]
+    assert [h for h in sections if h.endswith(" options")] == headings, "the config's groups, in its order"
+    for f in dataclasses.fields(TrainConfig):
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        entries = [e for e in sections[f"{f.metadata['group']} options"] if re.split("[ ,]", e)[0] == flag]
+        assert len(entries) == 1, f.name
+        assert "(default: " in entries[0], entries[0]
+    text = " ".join(raw.split())  # argparse wraps lines
+    for shown in ("--lr LR encoder learning rate (its top layer; see llrd) (default: 2e-05)",
+                  "--output-dir OUTPUT_DIR the run directory (default: runs/attnpool)",
+                  "--pooling-layers LAYER [LAYER ...] the layers the pooler reads",
+                  "--pooling-opt KEY=VALUE an option of the pooler, repeatable (e.g. attn_size=128) (default: none)",
+                  "--task {regression,binary,multiclass,multilabel} what the label is (default: regression)",
+                  "--loss {mse,bce,cross_entropy} the training loss (default: from the task",
+                  "--head-dropout HEAD_DROPOUT dropout on the pooled vector before the head (default: 0.1)",
+                  "--label-bins LABEL_BINS regression labels are binned", "(default: every fold)",
+                  "--gradient-checkpointing, --no-gradient-checkpointing", "(default: 42)", "(default: 3.0)",
+                  "--config FILE a YAML"):
+        assert shown in text, shown
+    assert text.count("(default: ") == len(dataclasses.fields(TrainConfig)) + 1  # and --config
+
+
+def test_compare_help_shows_the_api_defaults_of_its_own_options(capsys):
+    text = _help(["compare"], capsys)
+    assert "(default: runs/compare)" in text and "(default: runs/attnpool)" not in text
+    assert "number N: N seeds from --seed on; several numbers: those seeds (default: 3)" in text
+    assert "the pooler the others are tested against (default: mean)" in text
+    assert "--head-lr HEAD_LR" in text and "recipe options:" in text
+    assert "--pooling-opt" not in text and "--pooling " not in text  # refused: --poolings names the poolers
+
+
+def test_every_option_of_every_command_says_its_default(capsys):
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.choices) == {"poolers", "train", "predict", "compare", "explain", "export", "demo"}
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                assert name == "compare" and action.dest in ("pooling", "pooling_options") or action.dest == "help"
+                continue
+            assert action.help, f"{name} {action.option_strings}"
+            assert "(default: " in action.help or action.help.endswith("(required)"), (name, action.help)
+            assert action.help.endswith("(required)") == action.required, (name, action.help)
+
+
+def test_flags_default_to_not_given_so_the_config_file_wins_where_no_flag_is_given(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\nlr: 0.5\nfolds: 3\ngradient_checkpointing: true\n"
+                    "pooling_options:\n  attn_size: 32\n")
+    args = build_parser().parse_args(["train", "--config", str(path), "--folds", "4", "--pooling-opt", "gated=true",
+                                      "--pooling-layers", "0", "-1"])
+    cfg = _train_config(args)
+    assert (cfg.train_file, cfg.lr, cfg.folds, cfg.gradient_checkpointing) == ("a.csv", 0.5, 4, True)
+    assert cfg.pooling_options == {"attn_size": 32, "gated": True} and cfg.pooling_layers == [0, -1]
+    args = build_parser().parse_args(["train", "--config", str(path), "--no-gradient-checkpointing",
+                                      "--pooling-layers", "all", "--overwrite"])
+    cfg = _train_config(args)
+    assert not cfg.gradient_checkpointing and cfg.pooling_layers == "all" and cfg.overwrite and not cfg.resume
+
+
+class Recorder:
+    def __init__(self, result):
+        self.calls, self.result = [], result
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.result
+
+
+def test_train_passes_the_given_flags_to_the_api_and_exits_3_when_incomplete(monkeypatch, tmp_path):
+    fake = Recorder(SimpleNamespace(metrics={"complete": False}))
+    monkeypatch.setattr(api, "train", fake)
+    assert main(["train", "--train-file", "a.csv", "--text-cols", "q", "a", "--epochs", "1.5", "--only-folds", "0",
+                 "--pooling-opt", "attn_size=8", "--resume"]) == 3
+    assert fake.calls == [((None,), {"train_file": "a.csv", "text_cols": ["q", "a"], "epochs": 1.5,
+                                     "only_folds": [0], "pooling_options": {"attn_size": 8}, "resume": True})]
+    fake.result = SimpleNamespace(metrics={"complete": True})
+    assert main(["train", "--config", str(tmp_path / "r.yaml")]) == 0
+    assert fake.calls[-1] == ((str(tmp_path / "r.yaml"),), {})
+
+
+def test_compare_passes_a_seed_count_or_the_seeds_to_the_api(monkeypatch, capsys):
+    fake = Recorder(SimpleNamespace(markdown="| table |", trained=0, output_dir="out"))
+    monkeypatch.setattr(api, "compare", fake)
+    common = ["compare", "--poolings", "max", "gem", "--train-file", "a.csv", "--lr", "0.1"]
+    assert main([*common, "--seeds", "2"]) == 0
+    assert fake.calls[-1] == ((None,), {"poolings": ["max", "gem"], "seeds": 2, "train_file": "a.csv", "lr": 0.1})
+    assert main([*common, "--seeds", "5", "7", "--output-dir", "cmp", "--overwrite", "--baseline", "cls"]) == 0
+    assert fake.calls[-1][1] == {"poolings": ["max", "gem"], "seeds": [5, 7], "output_dir": "cmp", "overwrite": True,
+                                 "baseline": "cls", "train_file": "a.csv", "lr": 0.1}
+    assert "| table |" in capsys.readouterr().out
+    assert main([*common, "--pooling", "mean"]) == 2 and len(fake.calls) == 2
+    assert "--poolings NAME[:key=value,...]" in capsys.readouterr().err
+
+
+def test_export_format_reaches_the_api(monkeypatch):
+    fake = Recorder(SimpleNamespace(max_abs_diff=None, tokenizer_saved=False, path="m.onnx", output_names=["logits"]))
+    monkeypatch.setattr(api, "export", fake)
+    assert main(["export", "--model", "m", "--output", "m.onnx", "--fold", "1", "--no-verify", "--format", "onnx"]) == 0
+    assert main(["export", "--model", "m", "--output", "m.onnx", "--with-weights"]) == 0
+    assert fake.calls == [(("m", "m.onnx"), {"format": "onnx", "fold": 1, "with_weights": False, "opset": None,
+                                            "verify": False}),
+                          (("m", "m.onnx"), {"format": "onnx", "fold": None, "with_weights": True, "opset": None,
+                                            "verify": True})]
+
+
+def test_a_malformed_config_file_is_one_line_with_file_line_and_column(tmp_path, capsys):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\nlr 0.1\nfolds: 3\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnpool train: error: {path}:3:1: could not find expected ':'")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml does not exist" in capsys.readouterr().err
+
+
+def test_a_bad_pooling_opt_is_an_input_error(capsys):
+    assert main(["train", "--train-file", "a.csv", "--text-cols", "q", "--pooling-opt", "attn_size"]) == 2
+    assert "option 'attn_size' of --pooling-opt is not key=value" in capsys.readouterr().err

@@ -1,16 +1,39 @@
-"""``TrainConfig``: every option of the recipe, with its default and why; loadable from YAML, saved with the run."""
+"""``TrainConfig``: every option of the recipe, with its default, help text and group; loadable from YAML.
+
+Each field's metadata is the one declaration of the option: the ``attnpool train`` / ``compare`` flags, their
+help and argument groups (``--help``), and the checks of :meth:`TrainConfig.validate` are built from it. Keys:
+
+- ``help``: one line saying what the option does; ``group``: one of :data:`GROUPS`.
+- ``choices``: the allowed values, where they are fixed.
+- ``default_text``: how the default reads, where it is computed or ``None`` means something.
+- ``flag``, ``metavar``: a command-line flag other than ``--field-name`` (``pooling_options`` is
+  ``--pooling-opt KEY=VALUE``, repeatable); ``negatable=False``: a switch without a ``--no-`` form.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TASKS = ("regression", "binary", "multiclass", "multilabel")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+from attnpool.model.configuration import OUTPUT_ACTIVATIONS
+from attnpool.precision import PRECISIONS
+from attnpool.tasks import LOSSES, TASKS
+from attnpool.training.options import ConfigError, parse_options, parse_pooling_layers, parse_value
+
 SCHEDULERS = ("cosine", "linear", "constant")
+# The option groups, in the order of the config, with what each holds (the headings of ``attnpool train --help``).
+GROUPS = {
+    "data": "what to train on",
+    "validation": "how the rows are split into folds",
+    "model": "the encoder, the pooler and the head",
+    "recipe": "optimisation, precision and evaluation",
+    "output": "where the run is written",
+}
 
 
 def default_model() -> str:
@@ -23,6 +46,21 @@ def default_model() -> str:
         return "sentence-transformers/all-MiniLM-L6-v2"
 
 
+def _option(group: str, default: Any, text: str, **more: Any) -> Any:
+    """A dataclass field whose metadata holds its help ``text`` and ``group`` (a callable default is a factory)."""
+    metadata = {"group": group, "help": text, **more}
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+_data = functools.partial(_option, "data")
+_validation = functools.partial(_option, "validation")
+_model = functools.partial(_option, "model")
+_recipe = functools.partial(_option, "recipe")
+_output = functools.partial(_option, "output")
+
+
 @dataclass
 class TrainConfig:
     """The k-fold fine-tuning recipe of the public PPPM baseline, as options.
@@ -31,59 +69,79 @@ class TrainConfig:
     """
 
     # --- data
-    train_file: str | None = None  # CSV, TSV, JSONL or Parquet, chosen by extension
-    valid_file: str | None = None  # a fixed validation file instead of folds
-    text_cols: list[str] = field(default_factory=list)  # one column, two (a text pair), or more (joined by [SEP])
-    template: str | None = None  # e.g. "{anchor} [SEP] {target} [SEP] {context_text}", instead of text_cols
-    label: str = "label"  # the target column
-    id_col: str | None = "id"  # kept in oof.csv and predictions when present
-    task: str = "regression"  # regression | binary | multiclass | multilabel
-    preset: str | None = None  # "pppm": wires the PPPM files, template, task and grouped folds
-    data_dir: str | None = None  # the preset's data folder
-    limit: int | None = None  # use a seeded random subset of this many rows (quick runs)
+    train_file: str | None = _data(None, "training data: CSV, TSV, JSONL or Parquet, chosen by extension")
+    valid_file: str | None = _data(None, "a fixed validation file instead of folds")
+    text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by [SEP])",
+                                metavar="COL")
+    template: str | None = _data(None, 'a text template instead of text_cols, e.g. "{anchor} [SEP] {target}"')
+    label: str = _data("label", "the target column")
+    id_col: str | None = _data("id", "the id column, kept in the out-of-fold and prediction files when present")
+    task: str = _data("regression", "what the label is", choices=TASKS)
+    preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir")
+    data_dir: str | None = _data(None, "the preset's data folder")
+    limit: int | None = _data(None, "use a seeded random subset of this many rows (quick runs)",
+                              default_text="every row")
 
     # --- validation
-    folds: int = 5  # k of k-fold cross-validation (ignored with valid_file)
-    only_folds: list[int] | None = None  # train only these folds (the others are left for later calls)
-    group_col: str | None = None  # grouped folds: no group in two folds (PPPM: anchor)
-    label_bins: int = 10  # regression labels are binned into at most this many bins to stratify the folds
+    folds: int = _validation(5, "k of k-fold cross-validation (ignored with valid_file)")
+    only_folds: list[int] | None = _validation(None, "train only these folds (the others are left for later calls)",
+                                               default_text="every fold", metavar="FOLD")
+    group_col: str | None = _validation(None, "grouped folds: no value of this column in two folds (PPPM: anchor)")
+    label_bins: int = _validation(10, "regression labels are binned into at most this many bins to stratify folds")
 
     # --- model
-    model: str = field(default_factory=default_model)  # hub name or local folder of the encoder
-    pooling: str = "attention"
-    pooling_options: dict[str, Any] = field(default_factory=dict)  # e.g. {"attn_size": 128}
-    pooling_layers: str | list[int] = "last"
-    head_dropout: float = 0.1
-    multi_sample_dropout: int = 1  # >1: average the loss over this many dropout masks
-    head_hidden_size: int | None = None
-    output_activation: str | None = None  # "sigmoid" for targets in [0, 1] (PPPM)
-    loss: str | None = None  # mse | bce | cross_entropy; None picks it from the task
-    reinit_layers: int = 0  # re-initialise the top n encoder layers
-    freeze_layers: int | None = None  # freeze the embeddings and the bottom n layers
+    model: str = _model(default_model, "the encoder: a hub name or a local folder",
+                        default_text="the offline all-MiniLM-L6-v2, else sentence-transformers/all-MiniLM-L6-v2")
+    pooling: str = _model("attention", "the pooler: a name of `attnpool poolers`, or several joined by + "
+                          "(attention+mean)")
+    pooling_options: dict[str, Any] = _model(dict, "an option of the pooler, repeatable (e.g. attn_size=128)",
+                                             flag="--pooling-opt", metavar="KEY=VALUE")
+    pooling_layers: str | list[int] = _model("last", "the layers the pooler reads: last, all, or indices into the "
+                                             "hidden states (0: embeddings, -1: the last layer)", metavar="LAYER")
+    head_dropout: float = _model(0.1, "dropout on the pooled vector before the head")
+    multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
+    head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
+                                          default_text="none, a linear head")
+    output_activation: str | None = _model(None, "sigmoid: for targets in [0, 1] (PPPM)",
+                                           choices=tuple(a for a in OUTPUT_ACTIVATIONS if a))
+    loss: str | None = _model(None, "the training loss", choices=LOSSES,
+                              default_text="from the task: mse, or bce with a sigmoid output; "
+                              "cross_entropy for binary and multiclass; bce for multilabel")
+    reinit_layers: int = _model(0, "re-initialise the top n encoder layers")
+    freeze_layers: int | None = _model(None, "freeze the embeddings and the bottom n encoder layers",
+                                       default_text="none frozen")
 
     # --- recipe
-    epochs: float = 3.0
-    batch_size: int = 16
-    eval_batch_size: int = 64
-    grad_accum: int = 1
-    max_length: int = 128  # longer texts are truncated (and counted in the log)
-    lr: float = 2e-5  # encoder learning rate (its top layer; see llrd)
-    head_lr: float = 1e-3  # head learning rate: it starts from scratch
-    pooler_lr: float | None = None  # pooler learning rate; None: head_lr
-    llrd: float = 1.0  # layer-wise learning-rate decay: layer i from the top gets lr * llrd**i
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    scheduler: str = "cosine"  # cosine | linear | constant
-    precision: str = "auto"  # auto (bf16 on a GPU that has it, else fp32) | fp32 | bf16 | fp16
-    gradient_checkpointing: bool = False
-    eval_steps: int | None = None  # evaluate every n optimizer steps; None: once per epoch
-    early_stopping_patience: int | None = None  # stop a fold after this many evaluations without improvement
-    seed: int = 42  # folds, initialisation and data order
+    epochs: float = _recipe(3.0, "training epochs (fractions allowed)")
+    batch_size: int = _recipe(16, "training batch size per process (GPU)")
+    eval_batch_size: int = _recipe(64, "batch size of evaluation and out-of-fold prediction")
+    grad_accum: int = _recipe(1, "gradient accumulation steps per optimizer step")
+    max_length: int = _recipe(128, "tokens per input: longer texts are truncated (and counted in the log)")
+    lr: float = _recipe(2e-5, "encoder learning rate (its top layer; see llrd)")
+    head_lr: float = _recipe(1e-3, "head learning rate: the head starts from scratch")
+    pooler_lr: float | None = _recipe(None, "pooler learning rate", default_text="head_lr")
+    llrd: float = _recipe(1.0, "layer-wise learning-rate decay: layer i from the top gets lr * llrd**i")
+    weight_decay: float = _recipe(0.01, "AdamW weight decay")
+    warmup_ratio: float = _recipe(0.1, "share of the training steps that warm the learning rates up")
+    scheduler: str = _recipe("cosine", "learning-rate schedule after the warm-up", choices=SCHEDULERS)
+    precision: str = _recipe("auto", "autocast dtype: auto is bf16 on a GPU that has it, else fp32",
+                             choices=PRECISIONS)
+    gradient_checkpointing: bool = _recipe(False, "recompute activations in the backward pass: less memory, slower")
+    eval_steps: int | None = _recipe(None, "evaluate (and checkpoint) every n optimizer steps",
+                                     default_text="once per epoch")
+    early_stopping_patience: int | None = _recipe(None, "stop a fold after this many evaluations without "
+                                                  "improvement", default_text="never")
+    seed: int = _recipe(42, "seed of the folds, the initialisation and the data order")
 
     # --- output
-    output_dir: str = "runs/attnpool"
-    overwrite: bool = False
-    resume: bool = False
+    output_dir: str = _output("runs/attnpool", "the run directory")
+    overwrite: bool = _output(False, "replace an existing run in output_dir (only attnpool runs are deleted)",
+                              negatable=False)
+    resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)",
+                           negatable=False)
+
+    def __post_init__(self) -> None:
+        self.pooling_layers = parse_pooling_layers(self.pooling_layers)
 
     def resolved_pooler_lr(self) -> float:
         """The pooler's learning rate: ``pooler_lr``, or ``head_lr`` when unset."""
@@ -94,23 +152,21 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], where: str = "config") -> TrainConfig:
+    def from_dict(cls, values: Mapping[str, Any], where: str = "config") -> TrainConfig:
         """Build from a dict, rejecting unknown keys with the list of valid ones."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             valid = ", ".join(sorted(known))
-            raise ValueError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {valid}")
+            raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {valid}")
         return cls(**values)
 
     def validate(self) -> TrainConfig:
         """Check option values; raise ``ValueError`` saying which option and what is allowed."""
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        for f in dataclasses.fields(self):
+            choices, value = f.metadata.get("choices"), getattr(self, f.name)
+            if choices and not (value is None and f.default is None) and value not in choices:
+                raise ValueError(f"{f.name} must be one of {', '.join(choices)}, got {value!r}")
         if self.valid_file is None and self.folds < 2:
             raise ValueError(f"folds must be >= 2 (or give valid_file), got {self.folds}")
         for name in ("batch_size", "eval_batch_size", "grad_accum", "max_length"):
@@ -127,37 +183,74 @@ class TrainConfig:
         return self
 
 
-def parse_value(text: str) -> Any:
-    """A ``KEY=VALUE`` option's value: JSON when it parses (numbers, true/false, lists), else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = None, /,
+                **overrides: Any) -> TrainConfig:
+    """A :class:`TrainConfig` from a config, a dict of its fields or a YAML/JSON file, with ``overrides`` on top.
 
+    This is ``--config FILE`` with flags over it: an override replaces the value, except that a dict
+    (``pooling_options``) is merged key by key into the config's, as ``--pooling-opt`` adds to the file's options.
 
-def make_config(config: TrainConfig | dict[str, Any] | str | Path | None = None, /, **overrides: Any) -> TrainConfig:
-    """A :class:`TrainConfig` from a config, a dict of its fields or a YAML/JSON file, with ``overrides`` on top."""
+    Raises:
+        FileNotFoundError: ``config`` names a file that does not exist.
+        ConfigError: The file does not parse (``FILE:LINE:COLUMN: problem``) or an option name is unknown.
+    """
     if isinstance(config, TrainConfig):
         values, where = config.to_dict(), "config"
     elif isinstance(config, str | Path):
         values, where = load_yaml(config), str(config)
     else:
         values, where = dict(config or {}), "config"
-    values.update(overrides)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
+            value = {**values[key], **value}
+        values[key] = value
     return TrainConfig.from_dict(values, where=where)
 
 
+def _yaml_problem(path: Path, err: Any) -> str:
+    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: problem (context at line L, column C)``."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    text = err.problem or err.context or "invalid YAML"
+    if err.context and err.problem and err.context_mark is not None:
+        text += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
+    return f"{where}: {' '.join(text.split())}"
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML (or JSON) config file into a dict of options."""
+    """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), or does not
+            hold a mapping of option names.
+    """
     import yaml
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    with path.open(encoding="utf-8") as f:
-        values = json.load(f) if path.suffix == ".json" else yaml.safe_load(f)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        values = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}:{err.colno}: {err.msg}") from None
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(_yaml_problem(path, err)) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: {' '.join(str(err).split())}") from None
     if values is None:
         return {}
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a mapping of option: value, got {type(values).__name__}")
+        raise ConfigError(f"{path}: expected a mapping of option: value, got {type(values).__name__}")
+    bad = [k for k in values if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"{path}: option names must be text, got {bad[0]!r}")
     return {k.replace("-", "_"): v for k, v in values.items()}
+
+
+__all__ = ["GROUPS", "PRECISIONS", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig", "default_model", "load_yaml",
+           "make_config", "parse_options", "parse_value"]
