@@ -399,7 +399,7 @@ class StepWindow:
 
 
 def attnpool_config(args: argparse.Namespace, encoder_dir: Path, data_dir: Path, run_dir: Path):
-    from attnpool.training.config import TrainConfig
+    from attnpool.config import TrainConfig
 
     return TrainConfig(preset="pppm", data_dir=str(data_dir), model=str(encoder_dir), folds=4, only_folds=[0],
                        epochs=1.0, batch_size=args.batch_size, eval_batch_size=64, max_length=args.max_length,
@@ -449,7 +449,7 @@ def run_attnpool(args: argparse.Namespace, encoder_dir: Path, data_dir: Path, ru
     """One epoch (or ``--max-steps``) of fold 0 through ``attnpool.training.train``; also returns fold 0's rows."""
     import pandas as pd
 
-    from attnpool.training import train
+    from attnpool.training.recipe import train
 
     precision = f"{args.precision} autocast" if args.precision in ("bf16", "fp16") else args.precision
     side = Side("attnpool", f"{precision} (Trainer)", "per batch, length-grouped", 0, args.batch_size,
@@ -475,7 +475,7 @@ def run_attnpool(args: argparse.Namespace, encoder_dir: Path, data_dir: Path, ru
 
 def attnpool_padding(lengths: np.ndarray, side: Side, seed: int, warmup: int) -> None:
     """Padded tokens per row of the timed steps and of the whole epoch, from the recipe's sampler order (epoch 0)."""
-    from attnpool.training.recipe import LengthGroupedSampler
+    from attnpool.data.batching import LengthGroupedSampler
 
     order = np.fromiter(iter(LengthGroupedSampler(lengths.tolist(), side.batch_size, seed)), dtype=np.int64)
     batches = [order[i : i + side.batch_size] for i in range(0, len(order), side.batch_size)]

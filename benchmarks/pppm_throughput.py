@@ -5,14 +5,14 @@ head on the same PPPM rows for the same number of epochs, then predict the same 
 how they run:
 
 * ``attnpool``: its real code paths. ``AttnPoolForSequenceClassification.from_encoder(model, pooling="attention",
-  output_activation="sigmoid")``; the PPPM rows and template through ``attnpool.training.inputs.load_task`` (which
+  output_activation="sigmoid")``; the PPPM rows and template through ``attnpool.data.task.load_task`` (which
   calls ``attnpool.data.load_pppm`` and tokenises without padding); the recipe's ``transformers.Trainer``, built by
-  ``attnpool.training.recipe._training_arguments`` and ``_make_trainer`` (``train_sampling_strategy=
+  ``attnpool.training.arguments.training_arguments`` and ``make_trainer`` (``train_sampling_strategy=
   "group_by_length"``, ``DataCollatorWithPadding``, the optimiser of ``attnpool.training.optim.build_optimizer`` /
   ``parameter_groups``, ``max_grad_norm=1``, cosine schedule with 10% warm-up, fp32). One change to the arguments:
   evaluation, checkpoint saving and ``load_best_model_at_end`` are switched off (``dataclasses.replace``), i.e. the
   Trainer is driven directly instead of through the k-fold ``train()``, which would write checkpoints; none of that
-  happens inside a training step anyway. Prediction: ``attnpool.training.predict.predict_encoded`` (length-sorted,
+  happens inside a training step anyway. Prediction: ``attnpool.prediction.engine.predict_encoded`` (length-sorted,
   dynamically padded batches of ``--predict-batch-size``, default 64 = the recipe's ``eval_batch_size``).
 * ``notebook``: a re-expression of the public notebook recipe (the seed's ``AttentionPooling``): ``AutoModel`` of
   the same checkpoint, ``Linear(H, 512) -> Tanh -> Linear(512, 1) -> Softmax(dim=1)`` over all positions, the mask
@@ -112,7 +112,7 @@ class NotebookModel(nn.Module):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from attnpool.training.config import default_model
+    from attnpool.config import default_model
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -147,8 +147,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Data:
     """The rows of the benchmark, tokenised both ways."""
 
-    task: Any  # attnpool.training.inputs.TaskData (unpadded encodings)
-    cfg: Any  # attnpool.training.config.TrainConfig
+    task: Any  # attnpool.data.task.TaskData (unpadded encodings)
+    cfg: Any  # attnpool.config.TrainConfig
     train_idx: np.ndarray
     held_idx: np.ndarray
     padded: dict[str, Tensor]  # the notebook's encodings of every row, padded to max_len
@@ -156,9 +156,9 @@ class Data:
 
 
 def load_data(args: argparse.Namespace) -> Data:
+    from attnpool.config import TrainConfig
     from attnpool.data import PPPM_TEMPLATE, build_texts, load_pppm
-    from attnpool.training.config import TrainConfig
-    from attnpool.training.inputs import load_task
+    from attnpool.data.task import load_task
 
     cfg = TrainConfig(preset="pppm", data_dir=args.data_dir, model=args.model, limit=args.rows + args.predict_rows,
                       seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
@@ -340,17 +340,18 @@ def quiet_steps(ours_log: list, theirs_log: list, timed: list[int]) -> list[int]
 
 
 def train_both(args: argparse.Namespace, data: Data, ours, theirs) -> dict[str, dict[str, float]]:
-    from attnpool.training.inputs import EncodedDataset
-    from attnpool.training.recipe import _make_trainer, _training_arguments
+    from attnpool.data.task import EncodedDataset
+    from attnpool.training.arguments import training_arguments
+    from attnpool.training.trainer import make_trainer
 
     cfg = data.cfg
     train_ds = EncodedDataset(data.task.encodings, data.task.labels, data.train_idx)
     steps_per_epoch = max(1, math.ceil(len(train_ds) / cfg.batch_size))
     total_steps = math.ceil(steps_per_epoch * cfg.epochs)
     with tempfile.TemporaryDirectory(prefix="pppm_throughput_") as tmp:
-        targs = _training_arguments(cfg, Path(tmp), steps_per_epoch)
+        targs = training_arguments(cfg, Path(tmp), steps_per_epoch)
         targs = dataclasses.replace(targs, eval_strategy="no", save_strategy="no", load_best_model_at_end=False)
-        trainer = _make_trainer(cfg, ours, targs, train_ds, None, data.task.tokenizer, cfg.task)
+        trainer = make_trainer(cfg, ours, targs, train_ds, None, data.task.tokenizer)
         recorder = ShapeRecorder(trainer.data_collator)
         trainer.data_collator = recorder
         notebook = NotebookTrainer(theirs, data, args, total_steps)
@@ -390,8 +391,8 @@ def train_both(args: argparse.Namespace, data: Data, ours, theirs) -> dict[str, 
 
 
 def predict_attnpool(model, data: Data, rows: np.ndarray, batch_size: int) -> np.ndarray:
-    from attnpool.training.predict import predict_encoded
-    from attnpool.training.recipe import scores_from_logits
+    from attnpool.prediction.engine import predict_encoded
+    from attnpool.tasks import scores_from_logits
 
     logits = predict_encoded([model], data.task.encodings, rows, batch_size, data.task.tokenizer, device="cpu")[0]
     return scores_from_logits("regression", logits)
@@ -410,7 +411,7 @@ def predict_notebook(model: NotebookModel, data: Data, rows: np.ndarray, batch_s
 
 
 def predict_both(args: argparse.Namespace, data: Data, ours, theirs) -> tuple[dict[str, dict[str, float]], dict]:
-    from attnpool.training.predict import length_sorted_batches
+    from attnpool.data.batching import length_sorted_batches
 
     held = data.held_idx
     warm = held[: min(len(held), 2 * args.predict_batch_size)]

@@ -90,13 +90,12 @@ def write_rows(path: Path, rows: int, source, rng: np.random.Generator) -> None:
 def build_run(folder: Path, data_dir: Path, folds: int, hidden_size: int) -> Path:
     """A run directory as ``attnpool train --preset pppm`` leaves it, with random tiny fold models."""
     import torch
-    import yaml
     from transformers import AutoModel, AutoTokenizer, BertConfig
 
+    from attnpool.config import TrainConfig, default_model
+    from attnpool.data.task import apply_preset
     from attnpool.model import AttnPoolForSequenceClassification
-    from attnpool.training.config import TrainConfig, default_model
-    from attnpool.training.inputs import apply_preset
-    from attnpool.training.runs import CONFIG_FILE, write_run_info
+    from attnpool.runs import Run
 
     tokenizer = AutoTokenizer.from_pretrained(default_model())
     encoder = folder / "encoder"
@@ -109,8 +108,8 @@ def build_run(folder: Path, data_dir: Path, folds: int, hidden_size: int) -> Pat
     cfg = apply_preset(TrainConfig(preset="pppm", data_dir=str(data_dir), model=str(encoder), folds=folds,
                                    max_length=64, pooling_options={"attn_size": 16}))
     run.mkdir(parents=True)
-    (run / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    write_run_info(run, {"task": "regression", "classes": None, "label": "score", "id_col": "id",
+    Run(run).write_config(cfg.to_dict())
+    Run(run).write_info({"task": "regression", "classes": None, "label": "score", "id_col": "id",
                          "num_folds": folds})
     for fold in range(folds):
         torch.manual_seed(fold)

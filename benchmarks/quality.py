@@ -44,11 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from attnpool.compare import compare, holm, paired_bootstrap, paired_t_test, t_interval
-from attnpool.compare.core import PoolerSpec, run_predictions
-from attnpool.compare.stats import metric_function
-from attnpool.training.config import TrainConfig
-from attnpool.training.metrics import primary_metric
+from attnpool.comparison import PoolerSpec, compare, holm, paired_bootstrap, paired_t_test, run_predictions, t_interval
+from attnpool.comparison.stats import metric_function
+from attnpool.config import TrainConfig
+from attnpool.tasks import primary_metric
 
 logger = logging.getLogger("attnpool.quality")
 
@@ -126,7 +125,7 @@ def _seeds(args: argparse.Namespace) -> list[int]:
 
 def reference_scores(name: str, cfg: TrainConfig, run_dir: Path, seed: int, cache: Path) -> np.ndarray:
     """A reference's predictions on the validation rows of ``run_dir`` (same rows and order as its oof.csv)."""
-    from attnpool.training.inputs import load_task
+    from attnpool.data.task import load_task
     from references import cross_encoder_scores, notebook_scores
 
     if cache.is_file():

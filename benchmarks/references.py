@@ -1,8 +1,8 @@
 """Two reference recipes trained on exactly the rows attnpool trains a fold on, for paired quality comparisons.
 
-Both functions take attnpool's own inputs (a :class:`~attnpool.training.config.TrainConfig` and the
-:class:`~attnpool.training.inputs.TaskData` of ``load_task``) and the row indices of one fold, and return the
-predictions of the validation rows in attnpool's convention (what ``attnpool.training.recipe.scores_from_logits``
+Both functions take attnpool's own inputs (a :class:`~attnpool.config.TrainConfig` and the
+:class:`~attnpool.data.task.TaskData` of ``load_task``) and the row indices of one fold, and return the
+predictions of the validation rows in attnpool's convention (what ``attnpool.tasks.scores_from_logits``
 gives): regression ``(len(valid_idx),)`` values, classification ``(len(valid_idx), num_classes)`` probabilities
 with the columns in ``data.classes`` order; rows in the order of ``valid_idx``. So they pair row by row with
 attnpool's out-of-fold predictions.
@@ -36,7 +36,7 @@ Kaggle 2022), transcribed:
   ``apex`` fp16 autocast is left out), on CUDA when there is one, else the CPU.
 * selection: the validation rows are predicted after every epoch (and after the last, partial one) in batches of
   ``cfg.eval_batch_size``; the predictions of the best epoch by the task's primary metric
-  (``attnpool.training.metrics.primary_metric``: Pearson for regression, accuracy for classification) are returned,
+  (``attnpool.tasks.primary_metric``: Pearson for regression, accuracy for classification) are returned,
   as the notebook keeps its best epoch and attnpool its best evaluation.
 
 ``cross_encoder_scores``: sentence-transformers' cross-encoder fine-tuning recipe (the v4+ training API, checked
@@ -78,9 +78,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnpool.training.config import TrainConfig
-from attnpool.training.inputs import TaskData
-from attnpool.training.metrics import primary_metric, task_metrics
+from attnpool.config import TrainConfig
+from attnpool.data.task import TaskData
+from attnpool.metrics import task_metrics
+from attnpool.tasks import primary_metric
 from notebook_recipe import NotebookAttentionHead
 
 log = logging.getLogger(__name__)

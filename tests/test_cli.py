@@ -11,7 +11,7 @@ import pytest
 
 from attnpool import __version__, api
 from attnpool.cli import _train_config, build_parser, main
-from attnpool.training.config import GROUPS, TrainConfig
+from attnpool.config import GROUPS, TrainConfig
 
 
 def test_poolers_lists_every_pooler_with_its_parameter_count(capsys):

@@ -21,9 +21,10 @@ from transformers import TrainerCallback
 from attnpool.cli import _train_config, build_parser, main
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.pooling import AttentionPooling, build_pooler
-from attnpool.training import train
-from attnpool.training.predict import predict_encoded
-from attnpool.training.recipe import _training_arguments
+from attnpool.prediction.engine import load_fold_models, predict_encoded
+from attnpool.runs import Run
+from attnpool.training.arguments import training_arguments
+from attnpool.training.recipe import train
 from model_helpers import ENCODER_FAMILIES, batch, save_tiny_encoder, tiny_config, write_toy_csv
 
 # The contract's variants and batches (tests/pooling is on the path only when pytest collects that folder first).
@@ -215,11 +216,11 @@ def test_precision_auto_on_cuda_picks_bf16_when_supported(tmp_path):
     cfg = _train_config(build_parser().parse_args(train_args(tmp_path, "encoder", tmp_path / "run",
                                                              "--precision", "auto")))
     assert cfg.precision == "auto"
-    args = _training_arguments(cfg, tmp_path / "checkpoints", steps_per_epoch=4)
+    args = training_arguments(cfg, tmp_path / "checkpoints", steps_per_epoch=4)
     assert args.device.type == "cuda" and not args.use_cpu
     assert args.bf16 == torch.cuda.is_bf16_supported() and not args.fp16
     cfg.precision = "fp16"
-    args = _training_arguments(cfg, tmp_path / "checkpoints", steps_per_epoch=4)
+    args = training_arguments(cfg, tmp_path / "checkpoints", steps_per_epoch=4)
     assert args.fp16 and not args.bf16
 
 
@@ -289,10 +290,8 @@ def test_predict_on_cuda_auto_is_close_to_fp32_and_fp32_matches_the_cpu(cuda_run
 
 
 def test_predict_encoded_precision_auto_on_cuda(cuda_run):
-    from attnpool.training.predict import load_run_models
-
     out, _, _ = cuda_run
-    _, models, tokenizer, _ = load_run_models(out)
+    _, models, tokenizer, _ = load_fold_models(Run.open(out))
     texts = ["the cat sat on the mat", "a big red dog", "tree"]
     encodings = {k: list(v) for k, v in tokenizer(texts).items()}
     fp32 = predict_encoded(models, encodings, None, 2, tokenizer, device="cuda", precision="fp32")

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import quality  # noqa: E402
-from attnpool.compare.core import run_predictions  # noqa: E402
-from attnpool.training.config import TrainConfig  # noqa: E402
+from attnpool.comparison import run_predictions  # noqa: E402
+from attnpool.config import TrainConfig  # noqa: E402
 from model_helpers import save_tiny_encoder, write_toy_csv  # noqa: E402
 
 

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import numpy as np
 import pytest
 
-from attnpool.training.config import TrainConfig
-from attnpool.training.inputs import load_task
+from attnpool.config import TrainConfig
+from attnpool.data.task import load_task
 from model_helpers import save_tiny_encoder, write_toy_csv
 from references import cross_encoder_scores, notebook_scores, pair_texts
 

@@ -1,11 +1,26 @@
 """attnpool: learned attention pooling for fine-tuning transformer encoders.
 
+The Python API is one function per command (:mod:`attnpool.api`): :func:`train`, :func:`predict`,
+:func:`compare`, :func:`explain_file`, :func:`export`, :func:`demo`, :func:`poolers`; plus :func:`explain` for a
+model and texts in memory, the models and the poolers.
+
 Importing the package registers its models with transformers' ``AutoConfig``, ``AutoModel`` and
 ``AutoModelForSequenceClassification``, so that folders saved by attnpool load through them and through
 ``transformers.pipeline``.
 """
 
-from attnpool import explain  # the package, callable as explain(model, tokenizer, texts)
+from attnpool._version import __version__
+from attnpool.api import (
+    TrainConfig,
+    compare,
+    demo,
+    explain,
+    explain_file,
+    export,
+    poolers,
+    predict,
+    train,
+)
 from attnpool.model import (
     AttnPoolConfig,
     AttnPoolForSequenceClassification,
@@ -20,8 +35,7 @@ from attnpool.pooling import (
     build_pooler,
     register_pooler,
 )
-
-from attnpool._version import __version__
+from attnpool.runs import Run, RunError
 
 __all__ = [
     "AttentionPooling",
@@ -31,9 +45,19 @@ __all__ = [
     "GatedAttentionPooling",
     "MultiHeadAttentionPooling",
     "Pooler",
+    "Run",
+    "RunError",
+    "TrainConfig",
     "__version__",
     "available_poolers",
     "build_pooler",
+    "compare",
+    "demo",
     "explain",
+    "explain_file",
+    "export",
+    "poolers",
+    "predict",
     "register_pooler",
+    "train",
 ]

@@ -1,12 +1,17 @@
 """The Python API: one function per ``attnpool`` command, taking what the command takes.
 
 The command line (:mod:`attnpool.cli`) only parses arguments and calls these; whatever the CLI can do, a Python
-caller can do with the same names and defaults::
+caller can do with the same names and defaults:
 
-    import attnpool
+    >>> import attnpool
+    >>> result = attnpool.train("recipe.yaml", epochs=1, output_dir="runs/x")  # doctest: +SKIP
+    >>> attnpool.predict("runs/x", "test.csv", "predictions.csv")  # doctest: +SKIP
 
-    result = attnpool.train("recipe.yaml", epochs=1, output_dir="runs/x")   # attnpool train --config recipe.yaml ...
-    attnpool.predict("runs/x", "test.csv", "predictions.csv")               # attnpool predict --run runs/x ...
+are ``attnpool train --config recipe.yaml --epochs 1 --output-dir runs/x`` and
+``attnpool predict --run runs/x --input test.csv --output predictions.csv``.
+
+``explain_file`` is ``attnpool explain`` (a run or model folder and a data file -> an HTML report); ``explain`` is
+the same analysis on a model and texts in memory.
 """
 
 from __future__ import annotations
@@ -15,15 +20,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnpool.compare.core import CompareResult
-from attnpool.compare.core import compare as _compare
-from attnpool.explain.files import explain_file
-from attnpool.export import OnnxExport, export_onnx
+from attnpool.comparison.runner import compare as _compare
+from attnpool.comparison.summary import CompareResult
+from attnpool.config import TrainConfig, make_config
+from attnpool.explanations import Explanation, explain, explain_file
+from attnpool.exporters import OnnxExport, export_onnx
 from attnpool.pooling import available_poolers, build_pooler
-from attnpool.training.config import TrainConfig, make_config
+from attnpool.prediction.predict import PredictionSummary
+from attnpool.prediction.predict import predict as _predict
 from attnpool.training.demo import run_demo
-from attnpool.training.predict import PredictionSummary
-from attnpool.training.predict import predict as _predict
 from attnpool.training.recipe import TrainResult
 from attnpool.training.recipe import train as _train
 
@@ -46,8 +51,11 @@ def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **ov
 
 
 def predict(run: str | Path, input_file: str | Path, output_file: str | Path, **options: Any) -> PredictionSummary:
-    """Predict a file with a run's fold models, ensembled (``attnpool predict``); see
-    :func:`attnpool.training.predict.predict` for the options."""
+    """Predict a file with a run's fold models, ensembled (``attnpool predict``).
+
+    Options (see :func:`attnpool.prediction.predict`): ``folds`` (default: every trained fold), ``batch_size``,
+    ``ensemble`` (``mean`` | ``score``), ``device``, ``chunk_rows``, ``resume``, ``precision``, ``progress``.
+    """
     return _predict(run, input_file, output_file, **options)
 
 
@@ -60,7 +68,10 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
         config: The shared recipe, as for :func:`train`.
         poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...``.
         seeds: A number of seeds (from the config's ``seed`` on), or the seeds themselves.
-        baseline, output_dir, bootstrap, overwrite: See :func:`attnpool.compare.compare`.
+        baseline: The pooler spec every other one is tested against.
+        output_dir: The comparison folder (finished runs in it are kept: rerunning resumes).
+        bootstrap: Replicates of the paired bootstrap over examples.
+        overwrite: Delete an existing comparison in ``output_dir`` first.
         **overrides: :class:`TrainConfig` fields over ``config``.
     """
     cfg = make_config(config, **overrides)
@@ -81,8 +92,7 @@ def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str
 
 
 def poolers(hidden_size: int = 1024) -> list[dict[str, Any]]:
-    """Every registered pooler with its parameter count, output size and properties at ``hidden_size``
-    (``attnpool poolers``)."""
+    """Every registered pooler with its parameter count, output size and properties (``attnpool poolers``)."""
     rows = []
     for name in available_poolers():
         pooler = build_pooler(name, hidden_size)
@@ -92,5 +102,5 @@ def poolers(hidden_size: int = 1024) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["CompareResult", "OnnxExport", "PredictionSummary", "TrainConfig", "TrainResult", "compare", "demo",
-           "explain_file", "export", "poolers", "predict", "train"]
+__all__ = ["CompareResult", "Explanation", "OnnxExport", "PredictionSummary", "TrainConfig", "TrainResult", "compare",
+           "demo", "explain", "explain_file", "export", "poolers", "predict", "train"]

@@ -1,6 +1,6 @@
 """The ``attnpool`` command line: it parses arguments, calls one function of :mod:`attnpool.api`, prints the result.
 
-The ``train`` and ``compare`` flags are built from :class:`~attnpool.training.config.TrainConfig`'s field metadata
+The ``train`` and ``compare`` flags are built from :class:`~attnpool.config.TrainConfig`'s field metadata
 (help, group, choices), so they cannot drift from the config. They default to "not given" so that a value of
 ``--config FILE.yaml`` is only replaced by a flag actually given; ``--help`` shows the config's defaults.
 """
@@ -20,8 +20,9 @@ from typing import Any
 
 from attnpool import api
 from attnpool._version import __version__
+from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
+from attnpool.training.distributed import shutdown
 from attnpool.precision import PRECISIONS
-from attnpool.training.config import GROUPS, TrainConfig, make_config, parse_options
 
 _TYPES = typing.get_type_hints(TrainConfig)
 # compare's own --output-dir and --overwrite (the comparison folder), in place of the train run's.
@@ -322,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, OSError) as err:
         print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        shutdown()  # under torchrun: leave the process group before the interpreter exits
 
 
 if __name__ == "__main__":

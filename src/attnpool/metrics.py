@@ -61,12 +61,7 @@ def classification_metrics(target: np.ndarray, scores: np.ndarray, task: str) ->
 
 
 def task_metrics(task: str, target: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
-    """The metrics of ``task`` (see :data:`attnpool.training.config.TASKS`)."""
+    """The metrics of ``task`` (see :data:`attnpool.tasks.TASKS`)."""
     if task == "regression":
         return regression_metrics(target, prediction)
     return classification_metrics(target, prediction, task)
-
-
-def primary_metric(task: str) -> tuple[str, bool]:
-    """The metric that selects the best checkpoint, and whether greater is better."""
-    return ("pearson", True) if task == "regression" else ("accuracy", True)

@@ -24,7 +24,7 @@ def check_task(task: str) -> str:
 
 
 def problem_type(task: str) -> str:
-    """transformers' ``problem_type`` of a task."""
+    """Transformers' ``problem_type`` of a task."""
     check_task(task)
     if task == "regression":
         return "regression"
@@ -50,8 +50,11 @@ def num_labels(task: str, num_outputs: int) -> int:
 
 
 def default_loss(problem: str, output_activation: str | None = None) -> str:
-    """The loss when none is chosen: MSE (BCE for a sigmoid regression output, as the PPPM recipe), cross-entropy
-    for single-label and BCE for multi-label classification."""
+    """The loss when none is chosen.
+
+    MSE for regression (BCE for a sigmoid output, as the PPPM recipe), cross-entropy for single-label and BCE for
+    multi-label classification.
+    """
     if problem == "regression":
         return "bce" if output_activation == "sigmoid" else "mse"
     return "cross_entropy" if problem == "single_label_classification" else "bce"

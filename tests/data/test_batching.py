@@ -1,11 +1,12 @@
-"""length_sorted_batches: a partition of the rows into length-homogeneous batches, deterministic per seed."""
+"""length_sorted_batches and LengthGroupedSampler: the rows in length-homogeneous batches."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from attnpool.data import length_sorted_batches
+from attnpool.data import LengthGroupedSampler, length_sorted_batches
 
 
 def padded_tokens(lengths: np.ndarray, batches: list[list[int]]) -> int:
@@ -37,27 +38,29 @@ def test_sorted_batches_pad_much_less_than_file_order(lengths):
     assert padded_tokens(lengths, batches) < 0.6 * padded_tokens(lengths, in_order)
 
 
-def test_shuffled_batches(lengths):
-    batches = length_sorted_batches(lengths, 8, shuffle=True, seed=3)
-    assert_partition(batches, len(lengths), 8)
-    assert lengths[batches[0]].max() == lengths.max()  # the longest batch first: out-of-memory shows at once
-    assert batches == length_sorted_batches(lengths, 8, shuffle=True, seed=3)
-    assert batches != length_sorted_batches(lengths, 8, shuffle=True, seed=4)
-    assert batches != length_sorted_batches(lengths, 8)
+def test_sampler_order_depends_on_seed_and_epoch_only():
+    lengths = [int(x) for x in np.random.default_rng(0).integers(2, 30, size=40)]
+    sampler = LengthGroupedSampler(lengths, global_batch_size=8, seed=7)
+    torch.manual_seed(1)
+    first = list(sampler)
+    torch.manual_seed(2)  # another global RNG state (another process) gives the same order
+    assert list(sampler) == first and sorted(first) == list(range(40))
+    sampler.set_epoch(1)
+    assert list(sampler) != first and sorted(sampler) == list(range(40))
+
+
+def test_sampler_groups_by_length(lengths):
+    order = list(LengthGroupedSampler(list(lengths), global_batch_size=16, seed=0))
+    batches = [order[i : i + 16] for i in range(0, len(order), 16)]
     random = np.random.default_rng(0).permutation(len(lengths))
-    random_batches = [random[i : i + 8] for i in range(0, len(lengths), 8)]
+    random_batches = [random[i : i + 16] for i in range(0, len(lengths), 16)]
     assert padded_tokens(lengths, batches) < 0.75 * padded_tokens(lengths, random_batches)
-    # The batch order is shuffled, not sorted by length.
-    maxima = [int(lengths[b].max()) for b in batches[1:]]
-    assert maxima != sorted(maxima, reverse=True)
+    assert lengths[batches[0]].max() == lengths.max()  # the longest batch first: out-of-memory shows at once
 
 
 def test_tiny_inputs():
     assert length_sorted_batches([], 4) == []
-    assert length_sorted_batches([], 4, shuffle=True) == []
-    assert length_sorted_batches([7], 4, shuffle=True) == [[0]]
-    small = length_sorted_batches([1, 2, 3], 2, shuffle=True, seed=1)
-    assert sorted(i for b in small for i in b) == [0, 1, 2] and small[0][0] == 2  # longest row first
+    assert length_sorted_batches([7], 4) == [[0]]
 
 
 def test_bad_arguments():

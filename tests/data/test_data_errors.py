@@ -19,8 +19,8 @@ def test_public_api():
         [
             "PPPM_TEMPLATE",
             "SUPPORTED_EXTENSIONS",
-            "TASKS",
             "DataError",
+            "LengthGroupedSampler",
             "Labels",
             "Texts",
             "build_texts",
@@ -31,6 +31,7 @@ def test_public_api():
             "make_folds",
             "read_table",
             "validate_labels",
+            "write_table",
         ]
     )
     for name in attnpool.data.__all__:

@@ -23,7 +23,6 @@ import torch
 
 from attnpool.cli import main
 from attnpool.training.distributed import shard, unshard
-from attnpool.training.recipe import LengthGroupedSampler
 from model_helpers import tiny_config, tiny_tokenizer, write_toy_csv
 
 ROWS, FOLDS, PER_DEVICE_BATCH, PROCESSES = 63, 3, 3, 2
@@ -43,17 +42,6 @@ def test_shards_hold_each_row_once_and_unshard_restores_the_order(rows, count):
     sizes = [len(p) for p in parts]
     assert sum(sizes) == rows and max(sizes) - min(sizes) <= 1
     np.testing.assert_array_equal(unshard(parts), values)
-
-
-def test_sampler_order_depends_on_seed_and_epoch_only():
-    lengths = [int(x) for x in np.random.default_rng(0).integers(2, 30, size=40)]
-    sampler = LengthGroupedSampler(lengths, global_batch_size=8, seed=7)
-    torch.manual_seed(1)
-    first = list(sampler)
-    torch.manual_seed(2)  # another global RNG state (another process) gives the same order
-    assert list(sampler) == first and sorted(first) == list(range(40))
-    sampler.set_epoch(1)
-    assert list(sampler) != first and sorted(sampler) == list(range(40))
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +146,7 @@ class ShardedTrainer:
 
 def test_sharded_weights_are_saved_as_one_loadable_folder_without_pickles(tmp_path):
     from attnpool.model import AttnPoolForSequenceClassification
-    from attnpool.training.recipe import _save_fold_model
+    from attnpool.training.fold import _save_fold_model
 
     model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="mean")
     (tmp_path / "model").mkdir()
@@ -174,7 +162,7 @@ def test_sharded_weights_are_saved_as_one_loadable_folder_without_pickles(tmp_pa
 
 
 def test_fsdp_without_a_full_state_dict_is_refused_before_training():
-    from attnpool.training.recipe import _check_engine
+    from attnpool.training.fold import _check_engine
 
     _check_engine(ShardedTrainer(None))
     with pytest.raises(ValueError, match="FULL_STATE_DICT"):

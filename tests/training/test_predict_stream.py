@@ -16,16 +16,17 @@ import torch
 import yaml
 
 from attnpool.cli import main
+from attnpool.config import TrainConfig
 from attnpool.data import DataError, read_table
+from attnpool.data.prediction import PredictionInputs
 from attnpool.data.readers import iter_table
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.training.config import TrainConfig
-from attnpool.training.inputs import PredictionInputs
-from attnpool.training.predict import PredictionSummary, predict, predict_encoded, resolve_precision
-from attnpool.training.runs import RunError, write_run_info
+from attnpool.precision import resolve_precision
+from attnpool.prediction import PredictionSummary, predict, predict_encoded
+from attnpool.runs import Run, RunError
 from model_helpers import save_tiny_encoder, write_toy_csv
 
-predict_module = importlib.import_module("attnpool.training.predict")  # the package exports the function
+predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
 ROWS, CHUNK = 23, 5  # 5 chunks, the last one short
 
 
@@ -38,7 +39,7 @@ def make_run(path, encoder, task="regression", classes=None, folds=2, **options)
                       pooling_options={"attn_size": 8}, **options)
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    write_run_info(path, {"task": task, "classes": classes, "label": "label", "id_col": "id", "num_folds": folds})
+    Run(path).write_info({"task": task, "classes": classes, "label": "label", "id_col": "id", "num_folds": folds})
     tokenizer = AutoTokenizer.from_pretrained(encoder)
     extra = {}
     if classes:
@@ -347,7 +348,7 @@ def test_iter_table_non_utf8_gives_the_offset_and_line_of_read_table(tmp_path, n
 
 
 def test_iter_table_decodes_characters_cut_by_block_ends(tmp_path):
-    from attnpool.data.readers import _Utf8Stream
+    from attnpool.data.text_files import Utf8Stream as _Utf8Stream
 
     path = tmp_path / "t.csv"
     path.write_bytes("\ufeffa,b\n1,caf\u00e9 \u2603\n".encode())

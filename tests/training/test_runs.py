@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from attnpool.training.runs import atomic_save_dir, atomic_write, atomic_write_text
+from attnpool.runs.files import atomic_save_dir, atomic_write, atomic_write_text
 
 
 @pytest.fixture

@@ -120,7 +120,7 @@ def test_resume_skips_finished_folds(encoder, data, tmp_path):
 KILL_SCRIPT = """
 import os, signal, sys
 import transformers
-from attnpool.training import TrainConfig, train
+from attnpool import TrainConfig, train
 
 class KillAfterSave(transformers.TrainerCallback):
     def on_save(self, args, state, control, **kwargs):

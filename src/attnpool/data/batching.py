@@ -1,13 +1,12 @@
-"""Length-grouped batches, so that dynamic padding pads each batch only to its own longest row.
+"""Length-grouped batches, one grouping for training and prediction: each batch pads only to its own longest row.
 
 Padding every batch to the data set's longest row (the notebook recipe) spends most of the compute on padding when
 lengths vary; grouping rows of similar length and padding per batch (``tokenizer.pad`` /
 ``transformers.DataCollatorWithPadding``) removes most of it.
 
-For training we rely on transformers: ``TrainingArguments(train_sampling_strategy="group_by_length")`` (the
-``group_by_length=True`` flag of transformers 4.x), whose ``LengthGroupedSampler`` does what
-``length_sorted_batches(..., shuffle=True)`` does, with ``DataCollatorWithPadding`` padding each batch. The function
-here serves inference (sorted, no shuffling; put the outputs back in input order) and custom training loops.
+* Prediction: :func:`length_sorted_batches`, rows sorted by length (longest first), outputs put back in input order.
+* Training: :class:`LengthGroupedSampler`, transformers' shuffled length grouping, seeded per epoch and grouped by
+  the global batch so that every process draws the same order.
 """
 
 from __future__ import annotations
@@ -15,29 +14,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+from transformers.trainer_pt_utils import get_length_grouped_indices
 
-MEGA_BATCH_MULT = 50  # batches per megabatch when shuffling, as transformers' LengthGroupedSampler
 
-
-def length_sorted_batches(
-    lengths: Sequence[int] | np.ndarray, batch_size: int, shuffle: bool = False, seed: int = 0
-) -> list[list[int]]:
+def length_sorted_batches(lengths: Sequence[int] | np.ndarray, batch_size: int) -> list[list[int]]:
     """Row indices grouped into batches of similar length; every row appears in exactly one batch.
 
-    Without ``shuffle``: rows sorted by length, longest first (so a batch that does not fit in memory fails at
-    once), ties kept in input order, cut into batches of ``batch_size`` (the last may be smaller).
-
-    With ``shuffle`` (training), as transformers' ``get_length_grouped_indices``: the rows are randomly permuted,
-    cut into megabatches of ``50 * batch_size`` rows (fewer for small data: at least 4 megabatches), each
-    megabatch sorted by length and cut into batches; then the order of the batches is shuffled and the batch
-    holding the longest row is moved to the front. Batches stay length-homogeneous while the data order changes
-    with ``seed``; the result is deterministic for a given seed.
+    Rows sorted by length, longest first (so a batch that does not fit in memory fails at once), ties kept in input
+    order, cut into batches of ``batch_size`` (the last may be smaller).
 
     Args:
         lengths: Length (e.g. tokens) of each row.
         batch_size: Rows per batch, at least 1.
-        shuffle: Randomise the batches (training) instead of sorting them (inference).
-        seed: Seed of the shuffling.
 
     Returns:
         Lists of row indices, one per batch.
@@ -50,23 +39,43 @@ def length_sorted_batches(
     lengths = np.asarray(lengths)
     if lengths.ndim != 1:
         raise ValueError(f"lengths must be one length per row (1-D), got shape {lengths.shape}")
-    n = len(lengths)
-    if n == 0:
-        return []
-    if not shuffle:
-        order = np.argsort(-lengths, kind="stable")
-        return [order[i : i + batch_size].tolist() for i in range(0, n, batch_size)]
+    order = np.argsort(-lengths, kind="stable")
+    return [order[i : i + batch_size].tolist() for i in range(0, len(lengths), batch_size)]
 
-    rng = np.random.default_rng(seed)
-    mega_batch_mult = max(1, min(n // (batch_size * 4), MEGA_BATCH_MULT))
-    megabatch_size = mega_batch_mult * batch_size
-    permuted = rng.permutation(n)
-    batches: list[list[int]] = []
-    for start in range(0, n, megabatch_size):
-        mega = permuted[start : start + megabatch_size]
-        mega = mega[np.argsort(-lengths[mega], kind="stable")]
-        batches.extend(mega[i : i + batch_size].tolist() for i in range(0, len(mega), batch_size))
-    batches = [batches[i] for i in rng.permutation(len(batches))]
-    longest = max(range(len(batches)), key=lambda b: lengths[batches[b][0]])  # each batch is sorted: [0] is its max
-    batches.insert(0, batches.pop(longest))
-    return batches
+
+class LengthGroupedSampler(torch.utils.data.Sampler):
+    """Shuffled row order in which runs of similar length follow each other; the same on every process.
+
+    The order is ``transformers``' length grouping (a random permutation, cut into mega-batches of up to 50 global
+    batches, each sorted by length, the longest batch first), drawn from a generator seeded by ``seed + epoch``
+    rather than from the global torch RNG, and grouped by the *global* batch (per-device batch x processes x
+    gradient accumulation). So:
+
+    * every process draws the same order, which the ``Trainer`` then splits batch by batch between processes (with
+      the global RNG the processes drift apart after the first epoch on CPUs, where dropout draws from that RNG a
+      number of values that depends on each process's padded batch shapes: rows get repeated or skipped);
+    * one process with batch ``2B`` and two with batch ``B`` take their optimizer steps on the same rows;
+    * a run resumed in the middle of an epoch skips exactly the batches it had already trained on.
+
+    Args:
+        lengths: Token length of each row of the training set.
+        global_batch_size: Rows per optimizer step, over all processes.
+        seed: The data seed; epoch ``e`` uses ``seed + e``.
+    """
+
+    def __init__(self, lengths: list[int], global_batch_size: int, seed: int) -> None:
+        self.lengths = list(lengths)
+        self.global_batch_size = global_batch_size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the ``Trainer`` (through accelerate) at the start of every epoch."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.global_batch_size, generator=generator))

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
+from attnpool.tasks import TASKS
 
-TASKS = ("regression", "binary", "multiclass", "multilabel")
 _SHOW = 5  # offending rows / values named in an error message
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
+from attnpool.data.text_files import Utf8Stream, is_blank, not_utf8, read_utf8
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".parquet")
 
@@ -55,7 +56,7 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
     if suffix == ".parquet":
         frame = _read_parquet(p)
     else:
-        text = _read_utf8(p)
+        text = read_utf8(p)
         if not text.strip():
             raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
         if suffix == ".jsonl":
@@ -102,7 +103,7 @@ def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: I
     keep_text = set(text_columns)
     if suffix == ".parquet":
         chunks = _iter_parquet(p, int(chunk_rows), _require_pyarrow(p))
-    elif _is_blank(p):
+    elif is_blank(p):
         raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
     elif suffix == ".jsonl":
         chunks = _iter_jsonl(p, int(chunk_rows), keep_text)
@@ -158,93 +159,6 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _read_utf8(path: Path) -> str:
-    """The file's text; a UTF-8 byte-order mark is dropped."""
-    raw = path.read_bytes()
-    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
-    try:
-        return raw[bom:].decode("utf-8")
-    except UnicodeDecodeError as e:
-        offset = bom + e.start
-        raise _not_utf8(path, raw[offset : bom + e.end], offset, raw.count(b"\n", 0, offset) + 1) from None
-
-
-def _not_utf8(path: Path, bad: bytes, offset: int, line: int) -> DataError:
-    return DataError(
-        f"{path}: not valid UTF-8: byte(s) {bad.hex(' ')} at byte offset {offset} (line {line}); re-encode the file "
-        "as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv` or, in pandas, "
-        "`pd.read_csv(path, encoding='latin-1').to_csv(out, index=False)`"
-    )
-
-
-def _is_blank(path: Path, block: int = 1 << 16) -> bool:
-    """Whether the file holds nothing but whitespace (and a byte-order mark); usually decided by its first block."""
-    with path.open("rb") as f:
-        first = True
-        while raw := f.read(block):
-            if first and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8) :]
-            first = False
-            if raw.strip():
-                return False
-    return True
-
-
-class _Utf8Stream(io.TextIOBase):
-    """A UTF-8 file's text, decoded block by block, for pandas' chunked CSV parser.
-
-    Bad bytes raise the error of :func:`_read_utf8`, file offset and line included; a byte-order mark is dropped.
-    """
-
-    def __init__(self, path: Path, block: int = 1 << 20) -> None:
-        super().__init__()
-        self._path = path
-        self._file = path.open("rb")
-        self._block = block
-        self._pending = b""  # bytes of a character cut by the end of the last block
-        self._offset = 0  # file offset of self._pending
-        self._lines = 0  # line breaks before self._offset
-        self._text = ""  # decoded, not yet returned
-        self._eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-    def read(self, size: int | None = -1) -> str:
-        while not self._eof and (size is None or size < 0 or len(self._text) < size):
-            self._decode_block()
-        if size is None or size < 0 or size >= len(self._text):
-            out, self._text = self._text, ""
-        else:
-            out, self._text = self._text[:size], self._text[size:]
-        return out
-
-    def _decode_block(self) -> None:
-        raw = self._file.read(self._block)
-        self._eof = not raw
-        data = self._pending + raw
-        skip = len(codecs.BOM_UTF8) if self._offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
-        try:
-            text, keep = data[skip:].decode("utf-8"), b""
-        except UnicodeDecodeError as e:
-            start = skip + e.start
-            if raw and e.reason == "unexpected end of data":  # a character continues in the next block
-                text, keep = data[skip:start].decode("utf-8"), data[start:]
-            else:
-                offset = self._offset + start
-                line = self._lines + data.count(b"\n", 0, start) + 1
-                raise _not_utf8(self._path, data[start : skip + e.end], offset, line) from None
-        done = len(data) - len(keep)
-        self._lines += data.count(b"\n", 0, done)
-        self._offset += done
-        self._pending = keep
-        self._text += text
-
-
 _CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""]}  # every field text; only "" is missing
 
 
@@ -257,7 +171,7 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
 
 
 def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
-    with _Utf8Stream(path) as stream:
+    with Utf8Stream(path) as stream:
         try:
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
                 for frame in reader:
@@ -326,7 +240,7 @@ def _iter_jsonl(path: Path, chunk_rows: int, text_columns: set[str]) -> Iterator
             try:
                 line = raw[bom:].decode("utf-8")
             except UnicodeDecodeError as e:
-                raise _not_utf8(path, raw[bom + e.start : bom + e.end], offset + bom + e.start, lineno) from None
+                raise not_utf8(path, raw[bom + e.start : bom + e.end], offset + bom + e.start, lineno) from None
             offset += len(raw)
             record = _jsonl_record(line, lineno, path, text_columns)
             if record is not None:

@@ -1,25 +1,14 @@
-"""The run directory: its layout, atomic writes, and the checks that keep a run from being clobbered or misread."""
+"""Atomic writes: a file or folder appears whole under its name, or not at all (never a partial output)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from attnpool import __version__
-
-RUN_FORMAT = 1  # bumped when the layout of a run directory changes incompatibly
-RUN_FILE = "run.json"
-CONFIG_FILE = "config.yaml"
-
-
-class RunError(ValueError):
-    """A run directory that cannot be used as asked (exists, wrong version, incomplete, corrupt)."""
 
 
 def _umask() -> int:
@@ -79,60 +68,3 @@ def _nan_to_none(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_nan_to_none(v) for v in value]
     return value
-
-
-def prepare_run_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path:
-    """Create the run directory, or accept an existing one only with ``resume`` or ``overwrite``.
-
-    ``overwrite`` deletes an existing attnpool run (a folder with ``run.json``) or an empty folder, and refuses any
-    other folder so that a mistyped path cannot wipe unrelated files.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise RunError(f"output path {path} exists and is a file; choose a folder for the run")
-    if path.exists() and any(path.iterdir()):
-        if resume:
-            read_run_info(path)
-            return path
-        if overwrite:
-            if not (path / RUN_FILE).exists():
-                raise RunError(f"--overwrite refuses to delete {path}: it is not an attnpool run (no {RUN_FILE})")
-            shutil.rmtree(path)
-        else:
-            raise RunError(
-                f"run directory {path} already exists; pass --resume to continue it, --overwrite to replace it, "
-                "or choose another --output-dir"
-            )
-    elif resume:
-        raise RunError(f"--resume: run directory {path} does not exist or is empty; start the run without --resume")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def fold_model_dirs(run_dir: str | Path) -> list[Path]:
-    """The trained fold models of a run, ``RUN_DIR/fold_K/model/``, in fold order (``fold_2`` before ``fold_10``)."""
-    found = (p for p in Path(run_dir).glob("fold_*/model") if re.fullmatch(r"fold_\d+", p.parent.name))
-    return sorted(found, key=lambda p: int(p.parent.name.split("_")[1]))
-
-
-def write_run_info(path: Path, info: dict[str, Any]) -> None:
-    """Record the version and layout of the run, plus task facts (label classes...) that prediction needs."""
-    atomic_write_json(path / RUN_FILE, {"attnpool_version": __version__, "format": RUN_FORMAT, **info})
-
-
-def read_run_info(path: str | Path) -> dict[str, Any]:
-    """Read ``run.json``, refusing runs of another layout version or folders that are not runs."""
-    path = Path(path)
-    file = path / RUN_FILE
-    if not file.is_file():
-        raise RunError(f"{path} is not an attnpool run directory (no {RUN_FILE}); give the --output-dir of a train run")
-    try:
-        info = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise RunError(f"{file} is corrupt ({err}); re-run training or restore the file") from err
-    if info.get("format") != RUN_FORMAT:
-        raise RunError(
-            f"{path} was written by attnpool {info.get('attnpool_version', '?')} in run format {info.get('format')}, "
-            f"but this attnpool {__version__} reads format {RUN_FORMAT}; use a matching attnpool version or re-train"
-        )
-    return info

@@ -10,9 +10,18 @@ cores), and the demo prints both scores and the tokens the attention pooler weig
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoConfig, AutoTokenizer
+
+from attnpool.config import TrainConfig, default_model
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.runs.run import Run
+from attnpool.training.recipe import train
 
 # One key word per text decides its score; everything else is filler.
 KEYS = {"terrible": 0.0, "poor": 0.25, "average": 0.5, "good": 0.75, "excellent": 1.0}
@@ -32,14 +41,12 @@ logger = logging.getLogger("attnpool.demo")
 POOLER_LR = 1e-2
 
 
-def make_key_token_data(n: int, seed: int, min_words: int = 16, max_words: int = 96) -> "pd.DataFrame":  # noqa: F821, UP037
+def make_key_token_data(n: int, seed: int, min_words: int = 16, max_words: int = 96) -> pd.DataFrame:
     """``n`` texts of ``min_words``..``max_words`` filler words with one key word; its score is the label.
 
     The longer the text, the more the key word is diluted in a mean over tokens, while a weighted sum can put
     its weight on the key word at any length.
     """
-    import pandas as pd
-
     rng = np.random.default_rng(seed)
     keys = list(KEYS)
     rows = []
@@ -66,19 +73,11 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     Returns:
         ``{"mean": pearson, "attention": pearson}``.
     """
-    import shutil
-
-    import torch
-
-    from attnpool.training.config import TrainConfig, default_model
-    from attnpool.training.recipe import train
-
     output_dir = Path(output_dir)
     if output_dir.exists():
         shutil.rmtree(output_dir)
     output_dir.mkdir(parents=True)
     model = model or default_model()
-    from transformers import AutoConfig
 
     # Fine-tune the top layer (plus pooler and head): a few minutes on 2 CPU cores.
     encoder_config = AutoConfig.from_pretrained(model)
@@ -102,16 +101,11 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
         result = train(cfg)
         scores[pooling] = result.metrics["overall"]["pearson"]
     print(f"\nvalidation Pearson:  mean pooling {scores['mean']:.3f}   attention pooling {scores['attention']:.3f}")
-    _show_top_tokens(output_dir / "attention" / "fold_0" / "model", output_dir / "valid.csv", max_length, torch)
+    _show_top_tokens(Run(output_dir / "attention").model_dir(0), output_dir / "valid.csv", max_length)
     return scores
 
 
-def _show_top_tokens(model_dir: Path, valid_csv: Path, max_length: int, torch) -> None:  # noqa: ANN001
-    import pandas as pd
-    from transformers import AutoTokenizer
-
-    from attnpool.model import AttnPoolForSequenceClassification
-
+def _show_top_tokens(model_dir: Path, valid_csv: Path, max_length: int) -> None:
     model = AttnPoolForSequenceClassification.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     frame = pd.read_csv(valid_csv).head(4)

@@ -127,6 +127,17 @@ def barrier() -> None:
         state.wait_for_everyone()
 
 
+def shutdown() -> None:
+    """Tear the launcher's process group down, if one is up: at the end of a process, before the interpreter exits.
+
+    Left to interpreter shutdown, gloo's threads can outlive Python's teardown and abort the process
+    ("terminate called without an active exception") after the work is done, which turns a finished
+    ``torchrun`` job into a failed one.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def shard(rows: np.ndarray, index: int, count: int) -> np.ndarray:
     """Process ``index`` of ``count``'s share of ``rows``: every ``count``-th row from its own offset.
 

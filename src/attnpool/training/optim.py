@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnpool.model.modeling import _encoder_layers
+from attnpool.model.encoders import encoder_layers
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
 
@@ -33,7 +33,7 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
     """
     base = model.attnpool
     encoder = base.encoder
-    layers = _encoder_layers(encoder) if llrd != 1.0 else None
+    layers = encoder_layers(encoder) if llrd != 1.0 else None
     depth_of: dict[int, int] = {}
     if layers is not None:
         num = len(layers)

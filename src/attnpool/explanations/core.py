@@ -1,0 +1,321 @@
+"""``explain``: which tokens the pooler weighs for each example, merged back to words, and how faithful that is."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnpool.explanations.faithfulness import (
+    STRATEGIES,
+    ErasureCurves,
+    curves_of,
+    prediction_change,
+    removal_orders,
+    summarize,
+)
+from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation, jsonable
+from attnpool.explanations.words import entropy, merge_words, special_token_ids
+from attnpool.tasks import problem_type as problem_type_of
+from attnpool.tasks import scores_from_logits, task_of
+
+
+def _problem_type(config: Any) -> str:
+    problem = getattr(config, "problem_type", None) or None
+    return problem_type_of(task_of(problem, getattr(config, "num_labels", 1)))
+
+
+def _outputs(problem: str, logits: np.ndarray, config: Any) -> np.ndarray:
+    """``(N, C)``: values for regression, probabilities for classification (see ``tasks.scores_from_logits``)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    task = task_of(problem, logits.shape[-1])
+    return scores_from_logits(task, logits, getattr(config, "output_activation", None)).reshape(logits.shape)
+
+
+def _class_names(config: Any, num_outputs: int) -> list[str]:
+    id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
+    return [id2label.get(i, f"LABEL_{i}") for i in range(num_outputs)]
+
+
+def _find_pooler(model: torch.nn.Module) -> Any:
+    base = getattr(model, "attnpool", model)
+    return getattr(base, "pooler", None)
+
+
+def _check_pooler(model: torch.nn.Module) -> Any:
+    pooler = _find_pooler(model)
+    if pooler is not None and not getattr(pooler, "has_weights", True):
+        name = getattr(pooler, "name", type(pooler).__name__)
+        raise ValueError(
+            f"the model's pooler {name!r} gives no token weights, so there is nothing to explain; explain needs a "
+            "pooler that weighs tokens (attention, multihead_attention, gated_attention, latent_attention, ...)"
+        )
+    return pooler
+
+
+@dataclass
+class _Encoded:
+    input_ids: list[int]
+    token_type_ids: list[int] | None
+    tokens: list[str]
+    special: list[bool]
+    word_ids: list[int | None] | None
+    sequence_ids: list[int | None] | None
+    offsets: list[tuple[int, int]] | None
+    truncated: bool
+
+
+def _encode(tokenizer: Any, texts: list[str], pairs: list[str] | None, max_length: int) -> list[_Encoded]:
+    """Tokenise as training does (``truncation=True``, ``max_length``), keeping what merging words needs."""
+    fast = bool(getattr(tokenizer, "is_fast", False))
+    args = (texts, pairs) if pairs is not None else (texts,)
+    enc = tokenizer(*args, truncation=True, max_length=max_length, return_offsets_mapping=fast)
+    full = tokenizer(*args, verbose=False)
+    specials = special_token_ids(tokenizer)
+    out = []
+    for i, ids in enumerate(enc["input_ids"]):
+        ids = [int(t) for t in ids]
+        types = enc.get("token_type_ids")
+        out.append(_Encoded(
+            input_ids=ids,
+            token_type_ids=[int(t) for t in types[i]] if types is not None else None,
+            tokens=enc.tokens(i) if fast else tokenizer.convert_ids_to_tokens(ids),
+            special=[t in specials for t in ids],
+            word_ids=enc.word_ids(i) if fast else None,
+            sequence_ids=enc.sequence_ids(i) if fast else (list(types[i]) if types is not None else None),
+            offsets=[tuple(o) for o in enc["offset_mapping"][i]] if fast else None,
+            truncated=len(full["input_ids"][i]) > len(ids),
+        ))
+    return out
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+@torch.inference_mode()
+def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, list[int] | None]], *, pad_id: int,
+         device: torch.device, batch_size: int, weights: bool) -> tuple[np.ndarray, list[np.ndarray] | None]:
+    """Logits (and pooling weights) of input rows ``(input_ids, attention_mask, token_type_ids)``.
+
+    Rows are sorted by length and padded on the right per batch. Returns ``(R, C)`` logits and, with
+    ``weights``, one ``(heads, len)`` float32 array per row.
+    """
+    order = np.argsort([-len(r[0]) for r in rows], kind="stable")
+    logits: np.ndarray | None = None
+    out_weights: list[np.ndarray | None] = [None] * len(rows)
+    for start in range(0, len(rows), batch_size):
+        chosen = order[start : start + batch_size]
+        width = max(len(rows[i][0]) for i in chosen)
+        ids = torch.full((len(chosen), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chosen), width), dtype=torch.long)
+        has_types = rows[chosen[0]][2] is not None
+        types = torch.zeros((len(chosen), width), dtype=torch.long) if has_types else None
+        for j, i in enumerate(chosen):
+            n = len(rows[i][0])
+            ids[j, :n] = torch.as_tensor(rows[i][0])
+            mask[j, :n] = torch.as_tensor(rows[i][1])
+            if types is not None:
+                types[j, :n] = torch.as_tensor(rows[i][2])
+        kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+        if types is not None:
+            kwargs["token_type_ids"] = types.to(device)
+        out = model(**kwargs, return_pooling_weights=weights)
+        batch_logits = out.logits.float().cpu().numpy().reshape(len(chosen), -1)
+        if logits is None:
+            logits = np.zeros((len(rows), batch_logits.shape[1]), dtype=np.float64)
+        logits[chosen] = batch_logits
+        if weights:
+            if out.pooling_weights is None:
+                raise ValueError("the model returned no pooling weights (return_pooling_weights=True gave None); "
+                                 "explain needs a pooler that weighs tokens")
+            w = out.pooling_weights.float().cpu().numpy()
+            w = w[:, None, :] if w.ndim == 2 else w  # (B, heads, T)
+            for j, i in enumerate(chosen):
+                out_weights[i] = w[j, :, : len(rows[i][0])]
+    if logits is None:
+        raise ValueError("explain: no input rows to run")
+    return logits, (out_weights if weights else None)  # type: ignore[return-value]
+
+
+def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names: list[str] | None,
+                     config: Any) -> tuple[Any, float | None]:
+    if label is None or (isinstance(label, float) and math.isnan(label)):
+        return None, None
+    if problem_type == "regression":
+        target = np.asarray(label, dtype=np.float64).ravel()
+        return (jsonable(target.tolist()) if target.size > 1 else float(target[0]),
+                float(np.abs(prediction.ravel() - target).mean()))
+    if problem_type == "single_label_classification":
+        label2id = {str(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
+        index = label2id.get(str(label))
+        if index is None and isinstance(label, int | np.integer) and 0 <= int(label) < len(names or []):
+            index = int(label)
+        if index is None:
+            return str(label), None
+        return (names[index] if names else index), float(index != int(np.argmax(prediction)))
+    return jsonable(label.tolist() if isinstance(label, np.ndarray) else label), None
+
+
+def _layer_weights(pooler: Any) -> list[float] | None:
+    method = getattr(pooler, "layer_weights", None)
+    if not callable(method):
+        return None
+    with torch.no_grad():
+        return [float(v) for v in method().detach().float().cpu().numpy().ravel()]
+
+
+def explain(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    texts: str | Sequence[str],
+    *,
+    text_pairs: Sequence[str] | None = None,
+    labels: Sequence[Any] | None = None,
+    max_length: int = 128,
+    erasure_k: int = 5,
+    seed: int = 0,
+    batch_size: int = 32,
+) -> Explanation:
+    """Explain the predictions of an attnpool model by its pooling weights, and test how faithful they are.
+
+    For each text: the prediction, every word with the summed weight of its sub-word pieces (per head for a
+    multi-head pooler), special tokens apart, the entropy of the weights, and the erasure test of
+    :mod:`attnpool.explanations.faithfulness` for ``k = 1..erasure_k`` (tokens ranked by their weight averaged over
+    heads).
+
+    Args:
+        model: An :class:`~attnpool.AttnPoolForSequenceClassification` (or a model with the same
+            ``forward(..., return_pooling_weights=True)``) whose pooler gives token weights.
+        tokenizer: Its tokenizer; a fast one merges pieces into words, a slow one shows tokens.
+        texts: The texts (or the first texts of pairs), built as in training.
+        text_pairs: The second texts of pairs; they are kept apart from the first ones.
+        labels: True labels (class names or indices, or values), to show errors; ``None`` entries are allowed.
+        max_length: Truncate to this many tokens, as in training.
+        erasure_k: ``K``, the most tokens removed; 0 skips the erasure test.
+        seed: Seed of the random erasure (each example draws from ``(seed, index)``).
+        batch_size: Rows per forward pass.
+
+    Returns:
+        The :class:`Explanation`. The model runs where it is (move it first: ``model.to("cuda")``), in eval mode;
+        its training mode is restored afterwards.
+
+    Raises:
+        ValueError: Inputs of different lengths, no texts, a bad option, or a pooler without token weights.
+    """
+    texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
+    pairs = None if text_pairs is None else [str(t) for t in text_pairs]
+    if not texts:
+        raise ValueError("explain: no texts given")
+    for name, values in (("text_pairs", pairs), ("labels", labels)):
+        if values is not None and len(values) != len(texts):
+            raise ValueError(f"explain: {len(texts)} texts but {len(values)} {name}; give one per text")
+    if erasure_k < 0 or max_length < 1 or batch_size < 1:
+        raise ValueError(f"explain: need erasure_k >= 0, max_length >= 1 and batch_size >= 1, got {erasure_k}, "
+                         f"{max_length} and {batch_size}")
+    pooler = _check_pooler(model)
+    config = getattr(model, "config", None)
+    problem_type = _problem_type(config)
+    encoded = _encode(tokenizer, texts, pairs, max_length)
+    pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
+    device = _model_device(model)
+    was_training = model.training
+    model.eval()
+    try:
+        full_rows = [(e.input_ids, np.ones(len(e.input_ids), dtype=np.int64), e.token_type_ids) for e in encoded]
+        logits, weights = _run(model, full_rows, pad_id=pad_id, device=device, batch_size=batch_size, weights=True)
+        outputs = _outputs(problem_type, logits, config)  # (N, C)
+        erasure = _erasure(model, encoded, weights, outputs, problem_type, erasure_k, seed, pad_id, device,
+                           batch_size)
+    finally:
+        model.train(was_training)
+    names = _class_names(config, outputs.shape[1]) if problem_type != "regression" else None
+    tokens_to_string = getattr(tokenizer, "convert_tokens_to_string", None)
+    examples = []
+    for i, enc in enumerate(encoded):
+        w = np.asarray(weights[i], dtype=np.float64)  # (heads, n)
+        ent = [entropy(head) for head in w]
+        predicted = int(np.argmax(outputs[i]))
+        if problem_type == "regression":
+            prediction: Any = float(outputs[i][0]) if outputs.shape[1] == 1 else outputs[i].tolist()
+            probabilities, score = None, float(outputs[i].mean())
+        elif problem_type == "single_label_classification":
+            prediction, probabilities, score = names[predicted], outputs[i].tolist(), float(outputs[i][predicted])
+        else:
+            prediction = [n for n, p in zip(names, outputs[i], strict=True) if p >= 0.5]
+            probabilities, score = outputs[i].tolist(), float(outputs[i].mean())
+        label, error = _label_and_error(None if labels is None else labels[i], problem_type, outputs[i], names,
+                                        config)
+        special = np.asarray(enc.special)
+        examples.append(ExampleExplanation(
+            index=i,
+            text=texts[i],
+            text_pair=pairs[i] if pairs is not None else None,
+            prediction=prediction,
+            probabilities=probabilities,
+            score=score,
+            label=label,
+            error=error,
+            words=merge_words(enc.tokens, w, special=enc.special, word_ids=enc.word_ids,
+                              sequence_ids=enc.sequence_ids, offsets=enc.offsets,
+                              texts=(texts[i], pairs[i] if pairs is not None else None),
+                              tokens_to_string=tokens_to_string),
+            tokens=list(enc.tokens),
+            token_weights=w.tolist(),
+            special=[bool(s) for s in enc.special],
+            entropy=[e[0] for e in ent],
+            normalized_entropy=[e[1] for e in ent],
+            special_weight=[float(head[special].sum()) for head in w],
+            truncated=enc.truncated,
+            erasure=erasure[i],
+        ))
+    num_heads = int(weights[0].shape[0])
+    return Explanation(
+        examples=examples,
+        problem_type=problem_type,
+        class_names=names,
+        pooler=dict(pooler.get_config()) if hasattr(pooler, "get_config") else {},
+        num_heads=num_heads,
+        layer_weights=_layer_weights(pooler),
+        erasure=summarize(erasure, erasure_k),
+        erasure_measure=MEASURES.get(problem_type, "|prediction change|"),
+        max_length=max_length,
+        erasure_k=erasure_k,
+        seed=seed,
+    )
+
+
+def _erasure(model: torch.nn.Module, encoded: list[_Encoded], weights: list[np.ndarray], outputs: np.ndarray,
+             problem_type: str, max_k: int, seed: int, pad_id: int, device: torch.device,
+             batch_size: int) -> list[ErasureCurves]:
+    """Run every example's erased variants in one batched pass and turn them into curves."""
+    rows: list[tuple[list[int], np.ndarray, list[int] | None]] = []
+    plans = []  # (example, strategy, k) per row
+    orders = []
+    for i, enc in enumerate(encoded):
+        importance = weights[i].mean(axis=0)  # (n,), the heads' mean
+        candidates = ~np.asarray(enc.special, dtype=bool)
+        order = removal_orders(importance, candidates, np.random.default_rng([seed, i]), max_k)
+        orders.append(order)
+        for strategy in STRATEGIES:
+            for k in range(1, len(order[strategy]) + 1):
+                mask = np.ones(len(enc.input_ids), dtype=np.int64)
+                mask[order[strategy][:k]] = 0
+                rows.append((enc.input_ids, mask, enc.token_type_ids))
+                plans.append((i, strategy, k))
+    changes: list[dict[str, list[float]]] = [{s: [] for s in STRATEGIES} for _ in encoded]
+    if rows:
+        logits, _ = _run(model, rows, pad_id=pad_id, device=device, batch_size=batch_size, weights=False)
+        erased = _outputs(problem_type, logits, getattr(model, "config", None))
+        for row, (i, strategy, _k) in enumerate(plans):  # plans are in k order per example and strategy
+            delta = prediction_change(problem_type, outputs[i], erased[row : row + 1], int(np.argmax(outputs[i])))
+            changes[i][strategy].append(float(delta[0]))
+    return [curves_of(max_k, orders[i], changes[i]) for i in range(len(encoded))]
+

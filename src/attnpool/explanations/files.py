@@ -1,0 +1,147 @@
+"""``explain_file``: explain a train run (or a saved model) on a data file and write the report, as the CLI does."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer
+
+from attnpool.data import build_texts, check_columns, read_table
+from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
+from attnpool.explanations.core import Explanation, explain
+from attnpool.explanations.page import write_report
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.runs.run import RUN_FILE, Run
+
+logger = logging.getLogger("attnpool.explain")
+
+
+def _load_model(folder: Path):
+    model = AttnPoolForSequenceClassification.from_pretrained(folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"{folder} holds no tokenizer ({err}); save the model with "
+                                "model.save_pretrained(folder, tokenizer=tokenizer)") from err
+    return model, tokenizer
+
+
+def _column_values(frame, column: str | None, n: int) -> list[Any] | None:
+    if not column or column not in frame.columns:
+        return None
+    values = []
+    for v in frame[column].iloc[:n].tolist():
+        missing = v is None or (isinstance(v, float) and math.isnan(v))
+        values.append(None if missing else v)
+    return values
+
+
+def explain_file(
+    source: str | Path,
+    input_file: str | Path,
+    html_path: str | Path,
+    *,
+    json_path: str | Path | None = None,
+    limit: int | None = None,
+    erasure_k: int = 5,
+    text_cols: list[str] | None = None,
+    label: str | None = None,
+    max_length: int | None = None,
+    fold: int | None = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    device: str | None = None,
+) -> Explanation:
+    """Explain the rows of a file with a run's model (or a saved model) and write the HTML and JSON reports.
+
+    Args:
+        source: A train run directory (its first trained fold's model, or ``fold``; texts built from its
+            ``config.yaml`` as in training, labels from its label column when the file has it), or a model folder
+            saved with ``save_pretrained`` together with its tokenizer (then ``text_cols`` says where the text is).
+        input_file: CSV, TSV, JSONL or Parquet.
+        html_path: The HTML report.
+        json_path: The JSON file; default: ``html_path`` with ``.json``.
+        limit: Explain only the first ``limit`` rows.
+        erasure_k: ``K`` of the erasure test.
+        text_cols: For a model folder: one text column, two for a pair, more to join with the separator.
+        label: The label column (default: the run's; for a model folder ``label`` when present).
+        max_length: Truncation (default: the run's ``max_length``; 128 for a model folder).
+        fold: Which fold's model of a run.
+        seed: Seed of the random erasure.
+        batch_size: Rows per forward pass.
+        device: ``cpu``, ``cuda``...; default: CUDA when available.
+
+    Returns:
+        The :class:`~attnpool.explanations.Explanation` that was written.
+
+    Raises:
+        FileNotFoundError: ``source`` is neither a run nor a model folder, or a file is missing.
+        ValueError: Options that do not fit the source (``text_cols`` with a run, none with a model folder), bad
+            data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
+    """
+    source = Path(source)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if Run.is_run(source):
+        if text_cols:
+            raise ValueError("--text-cols is for a model folder; a run builds its texts as in training (config.yaml)")
+        model_dir, frame, first, second, label_col, id_col, length = _run_inputs(source, input_file, fold, label,
+                                                                                max_length, limit)
+        model, tokenizer = _load_model(model_dir)
+    elif (source / "config.json").is_file():
+        if not text_cols:
+            raise ValueError(f"{source} is a model folder: say which columns hold the text with --text-cols COL "
+                             "[COL ...] (one, two for a text pair, more to join with the separator)")
+        model_dir = source
+        model, tokenizer = _load_model(source)
+        frame = read_table(input_file, text_columns=[*text_cols, "id"])
+        check_columns(frame, [*text_cols, label], str(input_file))
+        first, second, _ = build_texts(frame, text_cols, None, sep_token=tokenizer.sep_token or "[SEP]")
+        label_col, id_col, length = label or "label", "id", max_length or 128
+    else:
+        raise FileNotFoundError(f"{source} is neither a train run directory (no {RUN_FILE}) nor a saved model folder "
+                                "(no config.json); give the --output-dir of attnpool train or a save_pretrained folder")
+    n = len(first) if limit is None else min(limit, len(first))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    ids = _column_values(frame, id_col, n)
+    explanation = explain(model, tokenizer, first[:n], text_pairs=None if second is None else second[:n],
+                          labels=_column_values(frame, label_col, n), max_length=length, erasure_k=erasure_k,
+                          seed=seed, batch_size=batch_size)
+    explanation.source = str(model_dir)
+    for example, row_id in zip(explanation.examples, ids or [None] * n, strict=True):
+        example.id = None if row_id is None else str(row_id)
+    html_path, json_path = write_report(explanation, html_path, json_path)
+    logger.info("explained %d examples with %s: wrote %s and %s", n, model_dir, html_path, json_path)
+    return explanation
+
+
+def _run_inputs(run_dir: Path, input_file: str | Path, fold: int | None, label: str | None,
+                max_length: int | None, limit: int | None):
+    """A run's texts for a file, built exactly as in training, checked against the run's own tokenisation."""
+    run = Run.open(run_dir)
+    info, cfg = run.info(), run.config()
+    model_dir = run.model_dir(run.select_fold(fold))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    # Both read the rows, check them, and apply the run's preset and template to cfg; with a limit only the
+    # first `limit` rows are read and tokenised, however large the file.
+    if limit is None:
+        frame, encodings = load_prediction_inputs(cfg, info, input_file, tokenizer, log=logger)
+    else:
+        inputs = PredictionInputs(cfg, info, input_file, tokenizer, log=logger)
+        frame, encodings = inputs.encode(next(iter(inputs.chunks(limit))))
+        inputs.log_summary()
+        cfg = inputs.cfg
+    first, second, _ = build_texts(frame, cfg.text_cols or None, cfg.template, sep_token=tokenizer.sep_token or "[SEP]")
+    n = len(first) if limit is None else min(limit, len(first))
+    args = (first[:n], second[:n]) if second is not None else (first[:n],)
+    ours = tokenizer(*args, truncation=True, max_length=cfg.max_length)["input_ids"]
+    if [list(x) for x in ours] != [list(x) for x in encodings["input_ids"][:n]]:
+        raise ValueError(f"{run_dir}: the texts rebuilt for explain differ from the ones prediction builds; this is "
+                         "a bug in attnpool, please report it")
+    return (model_dir, frame, first, second, label or cfg.label, info.get("id_col") or cfg.id_col,
+            max_length or cfg.max_length)

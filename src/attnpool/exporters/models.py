@@ -1,0 +1,161 @@
+"""What is exported: the model folder (a saved model, or one fold of a run), loaded, and wrapped for tracing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoTokenizer
+
+from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.pooling import available_poolers, get_pooler_class
+from attnpool.runs.run import Run
+
+logger = logging.getLogger("attnpool.exporters")
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+class ExportError(ValueError):
+    """A model that cannot be exported as asked, or whose exported graph disagrees with PyTorch."""
+
+
+class OnnxWrapper(nn.Module):
+    """The model as exporters want it: positional tensors in, a tuple of tensors out.
+
+    Args:
+        model: An :class:`~attnpool.AttnPoolForSequenceClassification` (output ``logits``) or
+            :class:`~attnpool.AttnPoolModel` (output ``pooler_output``).
+        with_weights: Also return the pooler's token weights.
+        use_token_types: Take ``token_type_ids`` as a third input.
+
+    Shapes:
+        - input_ids, attention_mask, token_type_ids: ``(B, T)`` int64
+        - logits: ``(B, num_labels)``; pooler_output: ``(B, output_dim)``
+        - pooling_weights: ``(B, T)`` or ``(B, heads, T)``
+    """
+
+    def __init__(self, model: nn.Module, *, with_weights: bool = False, use_token_types: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.with_weights = with_weights
+        self.use_token_types = use_token_types
+        self.main_output = "pooler_output" if isinstance(model, AttnPoolModel) else "logits"
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """Names of the graph inputs."""
+        return ("input_ids", "attention_mask", *(("token_type_ids",) if self.use_token_types else ()))
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Names of the graph outputs."""
+        return (self.main_output, *(("pooling_weights",) if self.with_weights else ()))
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None
+    ) -> tuple[Tensor, ...]:
+        """Run the model; return the main output and, when asked, the pooling weights."""
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            return_pooling_weights=self.with_weights,
+        )
+        if not self.with_weights:
+            return (getattr(out, self.main_output),)
+        return getattr(out, self.main_output), out.pooling_weights
+
+
+def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
+    """The saved model folder meant by ``path``: a ``save_pretrained`` folder, or a fold of a train run.
+
+    Args:
+        path: A folder holding ``config.json`` (and ``model.safetensors``), or the output directory of
+            ``attnpool train`` holding ``fold_K/model/`` folders.
+        fold: Which fold of a run; default: its first trained fold (one graph holds one model).
+
+    Returns:
+        The model folder.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist, is a file, or is neither a model folder nor a run.
+        ValueError: ``fold`` given for a model folder, or not a trained fold of the run.
+    """
+    path = Path(os.fspath(path)).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model folder {str(path)!r} does not exist; give a folder saved with save_pretrained (config.json + "
+            "model.safetensors) or the --output-dir of attnpool train"
+        )
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is a file; give the folder that holds config.json and model.safetensors")
+    if (path / "config.json").is_file():
+        if fold is not None:
+            raise ValueError(f"fold={fold} is for a train run, but {path} is a single saved model; drop the fold")
+        return path
+    run = Run(path)
+    trained = run.trained_folds()
+    if not trained:
+        present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
+        raise FileNotFoundError(
+            f"{path} is neither a saved model folder (no config.json) nor a train run (no fold_K/model/); it "
+            f"contains: {present}"
+        )
+    chosen = run.select_fold(fold)
+    if fold is None and len(trained) > 1:
+        logger.info("%s has %d trained folds (%s); exporting fold %d (one graph holds one model; --fold K for "
+                    "another)", path, len(trained), ", ".join(map(str, trained)), chosen)
+    return run.model_dir(chosen)
+
+
+def load_for_export(model_dir: str | os.PathLike) -> nn.Module:
+    """Load a saved attnpool model in float32 on the CPU, as the class its ``config.json`` names.
+
+    Raises:
+        FileNotFoundError: No ``config.json`` or no safetensors weights (see ``from_pretrained``).
+    """
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    cls = AttnPoolModel if "AttnPoolModel" in (config.get("architectures") or []) else AttnPoolForSequenceClassification
+    # float32 whatever the weights were saved in: onnxruntime's CPU kernels and the 1e-4 check want it.
+    return cls.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def _load_tokenizer(model_dir: Path) -> Any:
+    if not any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
+        return None
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def _base_model(model: nn.Module) -> nn.Module:
+    return model._base() if hasattr(model, "_base") else model
+
+
+def _uses_token_types(model: nn.Module) -> bool:
+    """Whether the encoder takes ``token_type_ids`` and has more than one token type to tell apart."""
+    base = _base_model(model)
+    types = getattr(base.config.encoder, "type_vocab_size", 0) or 0
+    return bool(getattr(base, "_accepts_token_type_ids", False)) and types > 1
+
+
+def _check_weights(model: nn.Module) -> None:
+    pooler = _base_model(model).pooler
+    if pooler.has_weights:
+        return
+    with_weights = [n for n in available_poolers() if get_pooler_class(n).has_weights]
+    raise ExportError(
+        f"pooler {pooler.name!r} gives no token weights, so there is no pooling_weights output to export; export "
+        f"without with_weights (--with-weights), or train with a pooler that has them: {', '.join(with_weights)}"
+    )
+
+
+def _max_tokens(model: nn.Module) -> int | None:
+    """Longest sequence the encoder's position embeddings allow (RoBERTa-style offsets take two)."""
+    positions = getattr(_base_model(model).config.encoder, "max_position_embeddings", None)
+    return positions - 2 if isinstance(positions, int) and positions > 2 else None

@@ -1,0 +1,239 @@
+"""Export a saved attnpool model (encoder, pooler and head) to one ONNX graph, and check it against PyTorch.
+
+The graph takes ``input_ids``, ``attention_mask`` and, for encoders with more than one token type,
+``token_type_ids``, all ``(batch, sequence)`` int64 with both axes dynamic. It returns ``logits`` (or
+``pooler_output`` for an :class:`~attnpool.AttnPoolModel`) and, when asked, the pooler's ``pooling_weights``. The
+tokenizer of the model folder is saved beside the ``.onnx`` file, so that the folder alone serves the model; see
+``docs/serving.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnpool._version import __version__
+from attnpool.exporters.models import (
+    ExportError,
+    OnnxWrapper,
+    _base_model,
+    _check_weights,
+    _load_tokenizer,
+    _max_tokens,
+    _uses_token_types,
+    load_for_export,
+    resolve_model_dir,
+)
+from attnpool.exporters.verify import ATOL, _example_batch, _pad_id, verify_onnx
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What :func:`export_onnx` wrote.
+
+    Attributes:
+        path: The ``.onnx`` file.
+        input_names: The graph's inputs, in order.
+        output_names: The graph's outputs, in order.
+        max_abs_diff: Largest absolute difference between onnxruntime and PyTorch over all outputs on the
+            verification batch; ``None`` when not verified.
+        tokenizer_saved: Whether the tokenizer was saved beside the ``.onnx`` file.
+    """
+
+    path: Path
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    max_abs_diff: float | None
+    tokenizer_saved: bool
+
+
+def _export_program(wrapper: OnnxWrapper, example: dict[str, Tensor], opset: int | None) -> Any:
+    """``torch.onnx.export`` with the dynamo exporter, batch and sequence axes dynamic, its noise filtered."""
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    args = tuple(example[n] for n in wrapper.input_names)
+    # The exporter's passes log each step at INFO and skipped optimisations or "torchvision is not installed" as
+    # warnings; none says anything about the graph's correctness, which the verification checks.
+    # (A requested opset below 18 is converted down to, with a warning that _check_opset replaces by an error.)
+    quiet = ("onnx_ir", "onnxscript", "torch.onnx._internal.exporter._registration",
+             "torch.onnx._internal.exporter._compat")
+    levels = {name: logging.getLogger(name).level for name in quiet}
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            # Notes of the exporter about its own internals (axis renaming, a deprecated pytree class), not ours.
+            warnings.filterwarnings("ignore", message=".*axis name.*", category=UserWarning)
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            return torch.onnx.export(
+                wrapper,
+                args,
+                None,
+                input_names=list(wrapper.input_names),
+                output_names=list(wrapper.output_names),
+                dynamic_shapes=tuple({0: batch, 1: sequence} for _ in args),
+                opset_version=opset,
+                dynamo=True,
+                verbose=False,
+            )
+    except Exception as err:  # the exporter raises many types; say which model failed and what to try
+        raise ExportError(
+            f"torch.onnx.export (dynamo) could not export this model: {type(err).__name__}: {str(err)[:500]}. Try "
+            "another opset (--opset 18), or report the encoder and pooler in an issue"
+        ) from err
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _check_opset(program: Any, opset: int | None) -> None:
+    """The exporter writes opset 18 or newer and converts down when asked; it keeps 18 when conversion fails."""
+    got = program.model.opset_imports.get("")
+    if opset is not None and got != opset:
+        raise ExportError(
+            f"asked for ONNX opset {opset}, but the exporter produced opset {got} for this model: it writes opsets "
+            "from 18 on and converts to others only where every operator has a form there; choose another --opset, "
+            "or leave it out for the exporter's default"
+        )
+
+
+def _metadata(model: nn.Module, wrapper: OnnxWrapper) -> dict[str, str]:
+    """Facts a server needs besides the graph, stored in the ONNX file's ``metadata_props``."""
+    config = _base_model(model).config
+    top = getattr(model, "config", config)
+    meta = {
+        "attnpool_version": __version__,
+        "pooling": json.dumps(config.pooling, sort_keys=True),
+        "inputs": ",".join(wrapper.input_names),
+        "outputs": ",".join(wrapper.output_names),
+    }
+    if wrapper.main_output == "logits":
+        meta["problem_type"] = str(top.problem_type)
+        meta["output_activation"] = str(top.output_activation)
+        meta["id2label"] = json.dumps({str(k): v for k, v in top.id2label.items()})
+    return meta
+
+
+def export_onnx(
+    model_or_path: nn.Module | str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    fold: int | None = None,
+    with_weights: bool = False,
+    opset: int | None = None,
+    tokenizer: Any = None,
+    save_tokenizer: bool = True,
+    verify: bool = True,
+    verify_inputs: Mapping[str, Tensor] | None = None,
+    atol: float = ATOL,
+    external_data: bool = False,
+) -> OnnxExport:
+    """Export encoder, pooler and head as one ONNX graph with dynamic batch and sequence axes.
+
+    The model is traced by ``torch.onnx.export(..., dynamo=True)`` on a random padded batch, then (``verify``)
+    run in onnxruntime on a padded batch of another batch size and length and compared with PyTorch. Everything
+    is written in a temporary folder beside ``output`` and moved into place only once verified: a failed export
+    leaves no file behind. Weights above 1.5 GB go to an external data file ``<output>.data`` beside the graph
+    (ONNX protobufs stop at 2 GB); keep the two together.
+
+    Args:
+        model_or_path: An :class:`~attnpool.AttnPoolForSequenceClassification` or
+            :class:`~attnpool.AttnPoolModel`, a folder saved with ``save_pretrained`` (loaded in float32 from
+            safetensors), or the output directory of ``attnpool train`` (with ``fold``).
+        output: The ``.onnx`` file to write; its folder is created.
+        fold: Which fold's model of a train run; needed when the run has several.
+        with_weights: Add the pooler's token weights as a second output ``pooling_weights``, ``(B, T)`` or
+            ``(B, heads, T)``.
+        opset: The ONNX opset; ``None``: the exporter's default (18 or newer; older ones are converted to).
+        tokenizer: The tokenizer to save beside the graph, for a model given as an object; a model folder's own
+            tokenizer is used otherwise.
+        save_tokenizer: Save the tokenizer's files (``tokenizer.json``...) into the folder of ``output``, so that
+            ``AutoTokenizer.from_pretrained(that folder)`` works next to the graph.
+        verify: Compare onnxruntime with PyTorch, raising :class:`ExportError` above ``atol``.
+        verify_inputs: A tokenized batch (tensors) to verify on; default: a random batch with padding.
+        atol: Largest absolute difference accepted by the check.
+        external_data: Write the weights to ``<output>.data`` whatever their size (they go there anyway past
+            1.5 GB).
+
+    Returns:
+        :class:`OnnxExport`: the path, the graph's input and output names, the verified difference.
+
+    Raises:
+        FileNotFoundError: A path that is not a model folder or run (see :func:`resolve_model_dir`).
+        ValueError: A bad ``fold``; :class:`ExportError` (a ``ValueError``): ``with_weights`` for a pooler without
+            token weights, a model the exporter cannot trace, or a verification above ``atol``.
+    """
+    output = Path(os.fspath(output)).expanduser()
+    if output.suffix != ".onnx":
+        raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
+    if isinstance(model_or_path, nn.Module):
+        model = model_or_path
+    else:
+        model_dir = resolve_model_dir(model_or_path, fold)
+        model = load_for_export(model_dir)
+        if tokenizer is None and save_tokenizer:
+            tokenizer = _load_tokenizer(model_dir)
+    if not hasattr(model, "config") or not hasattr(_base_model(model), "pooler"):
+        raise ExportError(f"export_onnx takes an attnpool model, got {type(model).__name__}")
+    if with_weights:
+        _check_weights(model)
+    wrapper = OnnxWrapper(model, with_weights=with_weights, use_token_types=_uses_token_types(model))
+    pad_id = _pad_id(model, tokenizer)
+    limit = _max_tokens(model) or 64
+    # Trace on 2 rows of 8 tokens and verify on 3 rows of 13: other sizes than traced prove the axes dynamic
+    # (the exporter would otherwise bake in a size it saw, and rows of 1 would be specialised).
+    example = _example_batch(model, [min(8, limit), min(5, limit)], pad_id=pad_id, token_types=wrapper.use_token_types)
+    if verify_inputs is None:
+        verify_inputs = _example_batch(model, [min(13, limit), min(6, limit), 1], pad_id=pad_id, seed=1,
+                                      token_types=wrapper.use_token_types)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        program = _export_program(wrapper.eval(), {k: v.to(device) for k, v in example.items()}, opset)
+        _check_opset(program, opset)
+        program.model.metadata_props.update(_metadata(model, wrapper))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+        try:
+            staged = staging / output.name
+            program.save(staged, external_data=external_data or None)  # None: external past 1.5 GB only
+            diff = None
+            if verify:
+                try:
+                    diff = verify_onnx(staged, model, verify_inputs, with_weights=with_weights, atol=atol)
+                except ExportError as err:
+                    raise ExportError(f"{err}. Nothing was written to {output.parent}") from err
+            tokenizer_saved = False
+            if tokenizer is not None and save_tokenizer:
+                tokenizer.save_pretrained(staging / "tokenizer")
+                tokenizer_saved = True
+            _move_into_place(staging, output)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        model.train(was_training)
+    return OnnxExport(output, wrapper.input_names, wrapper.output_names, diff, tokenizer_saved)
+
+
+def _move_into_place(staging: Path, output: Path) -> None:
+    """Rename the staged files beside ``output``: tokenizer and external data first, the graph last."""
+    data = output.with_name(output.name + ".data")
+    if not (staging / data.name).exists():
+        data.unlink(missing_ok=True)  # a stale one from an earlier, larger export would mislead
+    for item in sorted((staging / "tokenizer").glob("*")) if (staging / "tokenizer").is_dir() else []:
+        os.replace(item, output.parent / item.name)
+    for item in sorted(staging.iterdir()):
+        if item.is_file() and item.name != output.name:
+            os.replace(item, output.parent / item.name)
+    os.replace(staging / output.name, output)

@@ -1,0 +1,182 @@
+"""``AttnPoolPreTrainedModel``: what both attnpool models share.
+
+Loading (safetensors only), saving with the tokenizer, building from an encoder, freezing and re-initialising layers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModel, PretrainedConfig, PreTrainedModel
+
+from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
+from attnpool.model.encoders import check_encoder_source, encoder_layers, looks_like_local_path
+from attnpool.model.heads import PredictionHead
+from attnpool.pooling import Pooler, build_pooler
+
+
+class AttnPoolPreTrainedModel(PreTrainedModel):
+    """Base class: config class, weight initialisation, safetensors-only loading, gradient checkpointing."""
+
+    config_class = AttnPoolConfig
+    base_model_prefix = "attnpool"
+    supports_gradient_checkpointing = True
+    # The loss is a per-batch mean that ignores ``num_items_in_batch``. Without this the Trainer, seeing the forward's
+    # ``**kwargs``, would scale the loss by the number of processes and skip the division by the gradient
+    # accumulation steps: gradients 2x too large on 2 GPUs.
+    accepts_loss_kwargs = False
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # The encoder initialises itself (it is a PreTrainedModel of its own); ours are pooler and head.
+        if isinstance(module, Pooler | PredictionHead) and hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any):
+        """Load a saved attnpool model; safetensors weights only, never a pickle.
+
+        Raises:
+            FileNotFoundError: The folder does not exist or holds no ``*.safetensors`` weights.
+        """
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")
+        path = Path(os.fspath(pretrained_model_name_or_path)).expanduser()
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                raise FileNotFoundError(f"{path} has no config.json: it is not a saved attnpool model folder")
+            if not any(path.glob("*.safetensors")):
+                present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
+                raise FileNotFoundError(
+                    f"{path} holds no model weights (*.safetensors); it contains: {present}. Save the model with "
+                    "model.save_pretrained(folder) (safetensors), or point to the folder that has them"
+                )
+        elif not os.path.exists(path) and looks_like_local_path(str(pretrained_model_name_or_path)):
+            raise FileNotFoundError(f"model folder {str(pretrained_model_name_or_path)!r} does not exist")
+        kwargs["use_safetensors"] = True
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, tokenizer: Any = None, **kwargs: Any):
+        """Save config, weights (``model.safetensors``) and, when given, the tokenizer into one folder."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+
+    def _base(self) -> AttnPoolPreTrainedModel:
+        """The :class:`~attnpool.AttnPoolModel` inside (``self`` for the bare model)."""
+        return getattr(self, self.base_model_prefix, self)
+
+    def freeze_embeddings(self) -> None:
+        """Stop training the encoder's embedding layer (a common trick to regularise small data sets)."""
+        encoder = self._base().encoder
+        embeddings = getattr(encoder, "embeddings", None) or encoder.get_input_embeddings()
+        embeddings.requires_grad_(False)
+
+    def freeze_layers(self, num_layers: int) -> None:
+        """Freeze the embeddings and the first ``num_layers`` encoder layers."""
+        layers = encoder_layers(self._base().encoder)
+        if not 0 <= num_layers <= len(layers):
+            raise ValueError(f"freeze_layers: num_layers must be in [0, {len(layers)}], got {num_layers}")
+        self.freeze_embeddings()
+        for layer in layers[:num_layers]:
+            layer.requires_grad_(False)
+
+    def reinit_top_layers(self, num_layers: int) -> None:
+        """Re-initialise the top ``num_layers`` encoder layers with the encoder's own initialisation.
+
+        A trick from the PPPM and CommonLit winning solutions: the top layers of a pre-trained encoder are
+        specialised to its pre-training task, and starting them afresh can help fine-tuning.
+        """
+        encoder = self._base().encoder
+        layers = encoder_layers(encoder)
+        if not 0 <= num_layers <= len(layers):
+            raise ValueError(f"reinit_top_layers: num_layers must be in [0, {len(layers)}], got {num_layers}")
+        for layer in list(layers)[len(layers) - num_layers :]:
+            for module in layer.modules():
+                # Loaded weights are flagged as initialised, and transformers' init functions skip them.
+                for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+                    if hasattr(tensor, "_is_hf_initialized"):
+                        tensor._is_hf_initialized = False
+                with torch.no_grad():
+                    encoder._init_weights(module)
+
+    @classmethod
+    def from_encoder(
+        cls,
+        encoder: str | os.PathLike | PretrainedConfig | PreTrainedModel,
+        pooling: str | dict[str, Any] | Pooler = "attention",
+        pooling_options: dict[str, Any] | None = None,
+        *,
+        encoder_kwargs: dict[str, Any] | None = None,
+        reinit_layers: int = 0,
+        freeze_layers: int | None = None,
+        **config_kwargs: Any,
+    ):
+        """Build the model around an encoder: pre-trained weights from a name or path, random from a config.
+
+        Args:
+            encoder: A hub name (``"microsoft/deberta-v3-large"``) or local folder: pre-trained weights (safetensors)
+                are loaded. A ``PretrainedConfig``: a randomly initialised encoder (tests, benchmarks). A
+                ``PreTrainedModel``: used as it is.
+            pooling: A registered pooler name, a pooler config dict, or a :class:`~attnpool.Pooler` instance
+                (whose weights are kept).
+            pooling_options: Options of the pooler, e.g. ``{"attn_size": 128}``.
+            encoder_kwargs: Passed to ``AutoModel.from_pretrained`` (e.g. ``attn_implementation``, ``revision``).
+            reinit_layers: Re-initialise this many top encoder layers.
+            freeze_layers: Freeze the embeddings and this many bottom layers (``0``: the embeddings only).
+            **config_kwargs: :class:`AttnPoolConfig` options: ``num_labels`` (default 1), ``problem_type``
+                (default: regression for one label), ``head_dropout``, ``pooling_layers``...
+
+        Returns:
+            The model, with the pooler and head initialised as the recipe says (Xavier for the pooler).
+
+        Raises:
+            FileNotFoundError: A local encoder path that does not exist.
+            OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
+            ValueError: A pooler instance whose hidden size does not match the encoder.
+        """
+        pooler_instance = pooling if isinstance(pooling, Pooler) else None
+        if isinstance(encoder, PreTrainedModel):
+            encoder_model, encoder_config = encoder, encoder.config
+        elif isinstance(encoder, PretrainedConfig):
+            encoder_config = encoder
+            encoder_model = AutoModel.from_config(encoder_config, **(encoder_kwargs or {}))
+        else:
+            name = os.fspath(encoder)
+            check_encoder_source(name)
+            kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
+            try:
+                encoder_model = AutoModel.from_pretrained(name, **kwargs)
+            except OSError as err:
+                raise OSError(
+                    f"could not load the encoder {name!r}: {err}\nGive a local folder with config.json and "
+                    "model.safetensors, or a hub name reachable from this machine (set HF_HUB_OFFLINE=0)."
+                ) from err
+            encoder_config = encoder_model.config
+        if pooler_instance is not None:
+            build_pooler(pooler_instance, encoder_hidden_size(encoder_config))  # raises on a hidden size mismatch
+            pooling_spec: dict[str, Any] = pooler_instance.get_config()
+        elif isinstance(pooling, str):
+            pooling_spec = {"type": pooling, **(pooling_options or {})}
+        else:
+            pooling_spec = {**dict(pooling), **(pooling_options or {})}
+        config_kwargs.setdefault("num_labels", 1)
+        if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1:
+            # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax.
+            config_kwargs["problem_type"] = "regression"
+        config = AttnPoolConfig(encoder=encoder_config, pooling=pooling_spec, **config_kwargs)
+        model = cls(config, encoder=encoder_model)
+        if pooler_instance is not None:
+            model._base().pooler.load_state_dict(pooler_instance.state_dict())
+        if reinit_layers:
+            model.reinit_top_layers(reinit_layers)
+        if freeze_layers is not None:
+            model.freeze_layers(freeze_layers)
+        return model

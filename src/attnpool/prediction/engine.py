@@ -1,0 +1,129 @@
+"""Inference with one or several models: length-sorted, dynamically padded batches, and fold ensembling.
+
+The notebook recipe pads every batch to the data set's maximum length and runs the batches in file order. Here the
+rows are sorted by token length so that each batch pads only to its own longest row, batches are larger, and
+the output is put back in the input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer
+
+from attnpool.data.batching import length_sorted_batches
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.precision import autocast
+from attnpool.runs.run import Run, RunError
+from attnpool.tasks import primary_metric, scores_from_logits
+
+
+@torch.inference_mode()
+def predict_encoded(models: Sequence[torch.nn.Module], encodings: dict[str, list], rows: np.ndarray | None,
+                    batch_size: int, tokenizer: Any, device: str | torch.device | None = None,
+                    progress: bool = False, *, precision: str = "fp32",
+                    on_batch: Callable[[int], object] | None = None) -> list[np.ndarray]:
+    """Logits of each model for the given rows of pre-tokenised inputs, in the order of ``rows``.
+
+    Args:
+        models: Models returning ``.logits``.
+        encodings: ``{"input_ids": [...], "attention_mask": [...], ...}`` lists of token lists (unpadded).
+        rows: Which rows (default: all).
+        batch_size: Rows per forward pass.
+        tokenizer: Pads the batches (``tokenizer.pad``).
+        device: Where to run; default: CUDA when available.
+        progress: Show a progress bar over the batches.
+        precision: ``fp32`` (default), ``bf16``, ``fp16`` (``torch.autocast``) or ``auto`` (see
+            :func:`attnpool.precision.resolve_precision`).
+        on_batch: Called with the number of rows of each batch once it is predicted (a progress bar's ``update``).
+
+    Returns:
+        One ``(len(rows), num_labels)`` float32 array per model.
+    """
+    rows = np.arange(len(encodings["input_ids"])) if rows is None else np.asarray(rows)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    context = autocast(precision, device)
+    lengths = [len(encodings["input_ids"][i]) for i in rows]
+    batches = length_sorted_batches(lengths, batch_size)
+    outputs = [np.zeros((len(rows), 0), dtype=np.float32) for _ in models]
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encodings]
+    for m in models:
+        m.eval().to(device)
+    if progress:
+        batches = tqdm(batches, desc="predict", unit="batch")
+    for batch in batches:
+        features = tokenizer.pad([{k: encodings[k][rows[i]] for k in keys} for i in batch], return_tensors="pt")
+        features = {k: v.to(device) for k, v in features.items()}
+        for j, m in enumerate(models):
+            with context:
+                logits = m(**features).logits
+            logits = logits.float().cpu().numpy()
+            if outputs[j].shape[1] == 0:
+                outputs[j] = np.zeros((len(rows), logits.shape[1]), dtype=np.float32)
+            outputs[j][batch] = logits
+        if on_batch is not None:
+            on_batch(len(batch))
+    return outputs
+
+
+def load_fold_models(run: Run, folds: int | Sequence[int] | None = None
+                     ) -> tuple[list[int], list[torch.nn.Module], Any, list[dict]]:
+    """The chosen folds of a run (default: every trained fold), their models, the tokenizer and the fold metrics.
+
+    Raises:
+        RunError: No such trained fold, or a model folder that cannot be loaded.
+    """
+    fold_ids = run.select_folds(folds)
+    models = []
+    for fold in fold_ids:
+        folder = run.model_dir(fold)
+        try:
+            models.append(AttnPoolForSequenceClassification.from_pretrained(folder))
+        except Exception as err:  # noqa: BLE001 - any failure to load means a corrupt checkpoint
+            raise RunError(f"cannot load the fold model in {folder}: {err}. The checkpoint is corrupt or incomplete; "
+                           "re-train that fold (delete the fold folder and run train --resume)") from err
+    tokenizer = AutoTokenizer.from_pretrained(run.model_dir(fold_ids[0]))
+    return fold_ids, models, tokenizer, [run.fold_metrics(f) for f in fold_ids]
+
+
+def ensemble_weights(fold_metrics: list[dict], metric: str, how: str) -> np.ndarray:
+    """``mean``: equal weights. ``score``: weights proportional to each fold's validation ``metric`` (clipped at 0)."""
+    n = len(fold_metrics)
+    if how == "mean":
+        return np.full(n, 1.0 / n)
+    if how != "score":
+        raise ValueError(f"ensemble must be 'mean' or 'score', got {how!r}")
+    scores = np.array([max(float(m.get(metric) or 0.0), 0.0) for m in fold_metrics])
+    if scores.sum() == 0:
+        return np.full(n, 1.0 / n)
+    return scores / scores.sum()
+
+
+@dataclass
+class FoldEnsemble:
+    """The models of a run's chosen folds and their ensemble weights: what ``predict`` (and a server) runs."""
+
+    task: str
+    folds: list[int]
+    models: list[torch.nn.Module]
+    weights: np.ndarray
+    tokenizer: Any
+
+    @classmethod
+    def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean") -> FoldEnsemble:
+        """Load the chosen folds (default: every trained fold), weighted ``how`` (see :func:`ensemble_weights`)."""
+        task = run.config().task
+        fold_ids, models, tokenizer, fold_metrics = load_fold_models(run, folds)
+        return cls(task, fold_ids, models, ensemble_weights(fold_metrics, primary_metric(task)[0], how), tokenizer)
+
+    def scores(self, encodings: dict[str, list], *, batch_size: int, device: str | torch.device | None = None,
+               precision: str = "fp32", on_batch: Callable[[int], object] | None = None) -> np.ndarray:
+        """The weighted mean over the folds of each row's outputs (values, or class probabilities)."""
+        logits = predict_encoded(self.models, encodings, None, batch_size, self.tokenizer, device,
+                                 precision=precision, on_batch=on_batch)
+        return sum(w * scores_from_logits(self.task, lg) for w, lg in zip(self.weights, logits, strict=True))

@@ -1,0 +1,168 @@
+"""``predict``: ensemble a run's fold models over a file of any size, chunk by chunk, resumable.
+
+Files larger than memory stream through in chunks of rows: each chunk is read, tokenised, predicted in
+length-sorted batches (:mod:`attnpool.prediction.engine`) and written as one part of the output
+(:mod:`attnpool.prediction.parts`), and the parts are joined at the end, so memory is bounded by the chunk size and
+an interrupted prediction resumes at the first unfinished chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from attnpool.data import DataError
+from attnpool.data.prediction import PredictionInputs
+from attnpool.precision import resolve_precision
+from attnpool.prediction.engine import FoldEnsemble
+from attnpool.prediction.parts import Parts, manifest
+from attnpool.runs.lock import RunLock
+from attnpool.runs.run import Run
+from attnpool.runs.tables import prediction_columns
+
+logger = logging.getLogger("attnpool.predict")
+
+
+@dataclass(frozen=True)
+class PredictionSummary:
+    """What :func:`predict` wrote; the predictions themselves are in the file (read it back with pandas)."""
+
+    output: Path  # the predictions file
+    rows: int  # rows predicted, = rows of the input
+    chunks: int  # chunks the input was read in
+    resumed_chunks: int = 0  # chunks taken from an interrupted prediction instead of being predicted again
+
+
+def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path, *, batch_size: int = 128,
+            ensemble: str = "mean", device: str | None = None, progress: bool = True, chunk_rows: int = 100_000,
+            resume: bool = False, precision: str = "auto", folds: int | Sequence[int] | None = None
+            ) -> PredictionSummary:
+    """Predict a file with every fold model of a run, ensemble, and write the output atomically, chunk by chunk.
+
+    The output keeps the input's order and its id column; regression writes ``prediction`` (one column per
+    target), classification writes the predicted label and one probability column per class.
+
+    The input is read ``chunk_rows`` rows at a time, so memory is bounded by the chunk size whatever the file size.
+    Each chunk is tokenised, predicted in length-sorted batches and written as a part,
+    ``OUTPUT.parts/part-00000.csv`` (the output's format), next to a ``manifest.json`` that records what the parts
+    were computed from (input file, its size and modification time, ``chunk_rows``, the run's fold models,
+    ``ensemble``, the resolved ``precision``). At the end the parts are joined in order into a temporary file that
+    is renamed to ``output_file``, and the parts folder is deleted. An existing ``output_file`` is replaced.
+
+    If the prediction is interrupted (killed, out of memory...), ``resume=True`` keeps the finished parts and
+    predicts only the rest; it refuses when anything in the manifest changed. Without ``resume``, finished parts
+    of an interrupted prediction are never deleted: the call refuses. When the input turns out to be bad
+    (a ``DataError`` in some chunk), the parts of a fresh (not resumed) prediction are deleted, since the
+    input has to be edited, which makes them stale.
+
+    Args:
+        run_dir: The ``--output-dir`` of ``attnpool train``.
+        input_file: CSV, TSV, JSONL or Parquet with the text columns the run was trained on.
+        output_file: Where to write (format by extension); written to a temporary name, then renamed.
+        batch_size: Rows per forward pass.
+        ensemble: ``mean`` or ``score`` (weights proportional to each fold's validation metric).
+        device: ``cpu``, ``cuda``...; default: CUDA when available.
+        progress: Show a progress bar over the rows. Its total is exact for Parquet; for CSV/TSV and JSONL it is
+            the count of lines (extrapolated from the first 64 MiB of larger files), an estimate when quoted fields
+            hold line breaks or lines are blank.
+        chunk_rows: Rows read, tokenised and predicted at a time.
+        resume: Continue an interrupted prediction to the same ``output_file``.
+        precision: ``auto`` (bf16 on a CUDA device that supports it, else fp32), ``fp32``, ``bf16`` or ``fp16``:
+            the forward pass runs under ``torch.autocast`` with that dtype.
+        folds: Which trained folds to ensemble (one or several fold ids); default: all of them.
+
+    Returns:
+        A :class:`PredictionSummary` (output path, rows, chunks), not the predictions: they may not fit in memory.
+
+    Raises:
+        RunError: Not a run, no such trained fold, a corrupt fold model; parts of an interrupted prediction without
+            ``resume``; with ``resume``, parts computed from another input, run or options; another process
+            writing the same output.
+        attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...).
+        ValueError: Bad ``ensemble``, ``precision`` or ``chunk_rows``.
+    """
+    run, input_file, output_file = Run.open(run_dir), Path(input_file), Path(output_file)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    precision = resolve_precision(precision, device)
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    info, task = run.info(), run.config().task
+    folds_ensemble = FoldEnsemble.load(run, folds, ensemble)
+    inputs = PredictionInputs(run.config(), info, input_file, folds_ensemble.tokenizer, log=logger)
+    chunks = inputs.chunks(chunk_rows)  # checks the path now; reads lazily
+    parts = Parts(output_file, manifest(input_file, run, folds_ensemble.folds, chunk_rows, ensemble, precision))
+    with RunLock.for_file(output_file, purpose="predict"):
+        finished = parts.open(resume)
+        bar = _progress_bar(input_file, progress)
+        rows = count = 0
+        try:
+            with bar, _redirect_logging(progress):
+                for index, chunk in enumerate(chunks):
+                    rows, count = rows + len(chunk), index + 1
+                    if index in finished:
+                        bar.update(len(chunk))
+                        continue
+                    frame, encodings = inputs.encode(chunk)
+                    scores = folds_ensemble.scores(encodings, batch_size=batch_size, device=device,
+                                                   precision=precision, on_batch=bar.update)
+                    parts.write(index, _output_frame(task, info, frame, scores))
+                    del chunk, frame, encodings, scores  # before the next chunk is read: one chunk in memory
+                bar.total = bar.n  # the counted lines were an estimate
+        except DataError:
+            if not resume:
+                parts.discard()
+            raise
+        parts.finish(count)
+    inputs.log_summary()
+    resumed = len([i for i in finished if i < count])
+    logger.info("wrote %d predictions of %d fold models (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
+                len(folds_ensemble.models), ensemble, precision, output_file, count,
+                f", {resumed} of them resumed from {parts.folder}" if resumed else "")
+    return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
+
+
+def _output_frame(task: str, info: dict, frame, scores):
+    """The written columns of a chunk: the id (when the run has one), then the prediction(s) and probabilities."""
+    out = frame[[info["id_col"]]].copy() if info.get("id_col") and info["id_col"] in frame else frame.iloc[:, :0].copy()
+    out = out.reset_index(drop=True)
+    for name, column in prediction_columns(task, info.get("classes"), scores, with_labels=True).items():
+        out[name] = column
+    return out
+
+
+def _progress_bar(input_file: Path, progress: bool):
+    return tqdm(total=_count_rows(input_file) if progress else None, desc="predict", unit="rows",
+                disable=not progress, dynamic_ncols=True)
+
+
+def _redirect_logging(progress: bool):
+    """Log lines printed above the progress bar instead of through it."""
+    if not progress:
+        return contextlib.nullcontext()
+    return logging_redirect_tqdm()
+
+
+def _count_rows(path: Path, sample: int = 1 << 26) -> int | None:
+    """The rows of a file, cheaply: Parquet metadata, else its line breaks (CSV/TSV: less the header).
+
+    Line breaks are counted in the first ``sample`` bytes (64 MiB) and extrapolated to the file's size beyond.
+    """
+    try:
+        if path.suffix.lower() == ".parquet":
+            return pq.ParquetFile(path).metadata.num_rows
+        size, lines, done, last = path.stat().st_size, 0, 0, b"\n"
+        with path.open("rb") as f:
+            while done < sample and (block := f.read(1 << 22)):
+                lines, done, last = lines + block.count(b"\n"), done + len(block), block[-1:]
+        lines = round(lines * size / done) if done < size else lines + (last != b"\n")
+        return max(lines - (path.suffix.lower() != ".jsonl"), 0)
+    except Exception:  # noqa: BLE001 - only a progress bar's total: unknown rather than an error here
+        return None

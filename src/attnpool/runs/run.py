@@ -1,0 +1,268 @@
+"""``Run``: the one owner of a train run directory's layout.
+
+A run directory, written by ``attnpool train``::
+
+    RUN_DIR/
+      run.json  config.yaml  folds.csv  train.log
+      fold_K/model/         save_pretrained(): config.json, model.safetensors, tokenizer
+      fold_K/oof.csv        out-of-fold predictions of fold K (written last: its presence marks the fold done)
+      fold_K/metrics.json   fold_K/log_history.json   fold_K/checkpoints/ (while training)
+      oof.csv  metrics.json  learning_curve.png
+
+``run.json`` records the attnpool version, the layout format and the task facts that prediction needs (task,
+classes, label and id columns, number of folds). Every other module reaches these files through :class:`Run`.
+
+Which folds a command uses follows one rule (:meth:`Run.select_folds`): commands that ensemble (``predict``) use
+every trained fold unless told which; commands that need one model (``explain``, ``export``) take ``fold``, by
+default the first trained fold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from attnpool._version import __version__
+from attnpool.config import TrainConfig, load_yaml
+from attnpool.runs.files import atomic_save_dir, atomic_write, atomic_write_json, atomic_write_text
+from attnpool.runs.lock import RunLock
+from attnpool.runs.tables import read_oof
+
+RUN_FORMAT = 1  # bumped when the layout of a run directory changes incompatibly
+RUN_FILE = "run.json"
+CONFIG_FILE = "config.yaml"
+FOLDS_FILE = "folds.csv"
+OOF_FILE = "oof.csv"
+METRICS_FILE = "metrics.json"
+LOG_FILE = "train.log"
+CURVES_FILE = "learning_curve.png"
+HISTORY_FILE = "log_history.json"
+
+
+class RunError(ValueError):
+    """A run directory that cannot be used as asked (exists, wrong version, incomplete, corrupt, in use)."""
+
+
+class Run:
+    """A train run directory: its files, folds and models, by name.
+
+    ``Run(path)`` reads nothing; :meth:`open` checks that ``path`` is a run of this layout version and
+    :meth:`create` makes a new one (or accepts an existing one to resume or overwrite).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    # --- opening and creating
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """The run at ``path``, after checking ``run.json``; :class:`RunError` when it is not a usable run."""
+        run = cls(path)
+        run.info()
+        return run
+
+    @classmethod
+    def is_run(cls, path: str | Path) -> bool:
+        """Whether ``path`` holds a ``run.json`` (of any version)."""
+        return (Path(path) / RUN_FILE).is_file()
+
+    @classmethod
+    def create(cls, path: str | Path, *, overwrite: bool = False, resume: bool = False) -> Run:
+        """Create the run directory, or accept an existing one only with ``resume`` or ``overwrite``.
+
+        ``overwrite`` deletes an existing attnpool run (a folder with ``run.json``) or an empty folder, and refuses
+        any other folder so that a mistyped path cannot wipe unrelated files.
+        """
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise RunError(f"output path {path} exists and is a file; choose a folder for the run")
+        if path.exists() and any(path.iterdir()):
+            if resume:
+                return cls.open(path)
+            if not overwrite:
+                raise RunError(f"run directory {path} already exists; pass --resume to continue it, --overwrite to "
+                               "replace it, or choose another --output-dir")
+            if not cls.is_run(path):
+                raise RunError(f"--overwrite refuses to delete {path}: it is not an attnpool run (no {RUN_FILE})")
+            with RunLock(path, purpose="overwrite"):  # refuse to delete a run another process is writing
+                pass
+            shutil.rmtree(path)
+        elif resume:
+            raise RunError(f"--resume: run directory {path} does not exist or is empty; start the run without "
+                           "--resume")
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    def lock(self, purpose: str) -> RunLock:
+        """The lock that keeps one writer at a time on this run (a context manager)."""
+        return RunLock(self.path, purpose=purpose)
+
+    # --- run.json and config.yaml
+    def info(self) -> dict[str, Any]:
+        """``run.json``, refusing runs of another layout version or folders that are not runs."""
+        file = self.path / RUN_FILE
+        if not file.is_file():
+            raise RunError(f"{self.path} is not an attnpool run directory (no {RUN_FILE}); give the --output-dir of "
+                           "a train run")
+        try:
+            info = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise RunError(f"{file} is corrupt ({err}); re-run training or restore the file") from err
+        if info.get("format") != RUN_FORMAT:
+            raise RunError(
+                f"{self.path} was written by attnpool {info.get('attnpool_version', '?')} in run format "
+                f"{info.get('format')}, but this attnpool {__version__} reads format {RUN_FORMAT}; use a matching "
+                "attnpool version or re-train")
+        return info
+
+    def has_info(self) -> bool:
+        """Whether ``run.json`` exists."""
+        return (self.path / RUN_FILE).is_file()
+
+    def write_info(self, info: dict[str, Any]) -> None:
+        """Record the version and layout of the run, plus task facts (label classes...) that prediction needs."""
+        atomic_write_json(self.path / RUN_FILE, {"attnpool_version": __version__, "format": RUN_FORMAT, **info})
+
+    @property
+    def config_file(self) -> Path:
+        """The resolved recipe the run was trained with, ``config.yaml``."""
+        return self.path / CONFIG_FILE
+
+    def config(self) -> TrainConfig:
+        """The resolved recipe the run was trained with (``config.yaml``)."""
+        if not self.config_file.is_file():
+            raise RunError(f"{self.path} has no {CONFIG_FILE}; the run is incomplete: re-run training")
+        return TrainConfig.from_dict(load_yaml(self.config_file), where=str(self.config_file))
+
+    def write_config(self, values: dict[str, Any]) -> None:
+        """Save the resolved config (once: a resumed run keeps the one it started with)."""
+        if not self.config_file.is_file():
+            atomic_write_text(self.config_file, yaml.safe_dump(values, sort_keys=False))
+
+    # --- folds
+    @property
+    def log_file(self) -> Path:
+        """``train.log``."""
+        return self.path / LOG_FILE
+
+    @property
+    def curves_file(self) -> Path:
+        """The learning-curve plot."""
+        return self.path / CURVES_FILE
+
+    def read_fold_assignment(self) -> Any:
+        """The fold id of every row (``folds.csv``), or ``None`` before it is written."""
+        path = self.path / FOLDS_FILE
+        return pd.read_csv(path)["fold"].to_numpy() if path.is_file() else None
+
+    def write_fold_assignment(self, folds: Any) -> None:
+        """Save the fold id of every row, once per run."""
+        frame = pd.DataFrame({"row": range(len(folds)), "fold": folds})
+        atomic_write(self.path / FOLDS_FILE, lambda tmp: frame.to_csv(tmp, index=False))
+
+    def fold_dir(self, fold: int) -> Path:
+        """``fold_K/``."""
+        return self.path / f"fold_{fold}"
+
+    def model_dir(self, fold: int) -> Path:
+        """``fold_K/model/``, a ``from_pretrained()`` folder."""
+        return self.fold_dir(fold) / "model"
+
+    def checkpoints_dir(self, fold: int) -> Path:
+        """``fold_K/checkpoints/``, the Trainer's checkpoints while the fold trains."""
+        return self.fold_dir(fold) / "checkpoints"
+
+    def fold_done(self, fold: int) -> bool:
+        """Whether fold ``fold`` finished: its model and its out-of-fold file (written last) are there."""
+        return (self.fold_dir(fold) / OOF_FILE).is_file() and (self.model_dir(fold) / "config.json").is_file()
+
+    def trained_folds(self) -> list[int]:
+        """The folds with a saved model, in fold order (``fold_2`` before ``fold_10``)."""
+        found = (p.parent.name for p in self.path.glob("fold_*/model") if re.fullmatch(r"fold_\d+", p.parent.name))
+        return sorted(int(name.split("_")[1]) for name in found)
+
+    def select_folds(self, folds: int | Sequence[int] | None = None) -> list[int]:
+        """The folds a command uses: ``None`` for every trained fold, else the given ones (each must be trained)."""
+        trained = self.trained_folds()
+        if not trained:
+            raise RunError(f"{self.path} has no trained fold (no fold_K/model/); finish training with --resume first")
+        if folds is None:
+            return trained
+        wanted = [int(folds)] if isinstance(folds, int) else [int(f) for f in folds]
+        missing = [f for f in wanted if f not in trained]
+        if missing or not wanted:
+            raise RunError(f"{self.path} has no trained fold {', '.join(map(str, missing)) or '(none given)'}; "
+                           f"trained folds: {', '.join(map(str, trained))}")
+        return list(dict.fromkeys(wanted))
+
+    def select_fold(self, fold: int | None = None) -> int:
+        """The one fold a single-model command uses: ``fold``, by default the first trained fold."""
+        return self.select_folds(fold)[0]
+
+    def save_fold_model(self, fold: int, save: Any) -> Path:
+        """Write fold ``fold``'s model folder atomically through ``save(tmp_dir)``."""
+        return atomic_save_dir(self.model_dir(fold), save)
+
+    # --- per-fold results
+    def fold_metrics(self, fold: int) -> dict[str, Any]:
+        """``fold_K/metrics.json``, or ``{}`` when the fold has none."""
+        path = self.fold_dir(fold) / METRICS_FILE
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def fold_history(self, fold: int) -> list[dict[str, Any]] | None:
+        """The Trainer's log history of a fold, or ``None``."""
+        path = self.fold_dir(fold) / HISTORY_FILE
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    def fold_oof(self, fold: int) -> pd.DataFrame:
+        """A finished fold's out-of-fold predictions."""
+        return read_oof(self.fold_dir(fold) / OOF_FILE)
+
+    def write_fold_results(self, fold: int, metrics: dict[str, Any], history: list[dict[str, Any]],
+                           oof: pd.DataFrame) -> None:
+        """Write a fold's metrics, log history and out-of-fold file, then delete its checkpoints.
+
+        The out-of-fold file is written last: its presence marks the fold done.
+        """
+        folder = self.fold_dir(fold)
+        atomic_write_json(folder / HISTORY_FILE, history)
+        atomic_write_json(folder / METRICS_FILE, metrics)
+        atomic_write(folder / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False))
+        shutil.rmtree(self.checkpoints_dir(fold), ignore_errors=True)
+
+    # --- the run's results
+    def metrics(self) -> dict[str, Any]:
+        """The run's ``metrics.json`` (per-fold and overall metrics, ``complete``, seconds)."""
+        path = self.path / METRICS_FILE
+        if not path.is_file():
+            raise RunError(f"{self.path} has no {METRICS_FILE}: the run has not finished a fold yet")
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def has_metrics(self) -> bool:
+        """Whether the run wrote its ``metrics.json``."""
+        return (self.path / METRICS_FILE).is_file()
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        """Write the run's ``metrics.json``."""
+        atomic_write_json(self.path / METRICS_FILE, metrics)
+
+    def oof(self) -> pd.DataFrame:
+        """The run's out-of-fold predictions, every finished fold, sorted by row."""
+        path = self.path / OOF_FILE
+        if not path.is_file():
+            raise RunError(f"{self.path} has no {OOF_FILE}: the run has not finished a fold yet")
+        return read_oof(path)
+
+    def write_oof(self, oof: pd.DataFrame) -> None:
+        """Write the run's ``oof.csv``."""
+        atomic_write(self.path / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False))

@@ -1,0 +1,106 @@
+"""The columns of attnpool's prediction tables, written and read back here only.
+
+Out-of-fold files (of a run and of each of its folds) hold ``row`` (the row of the training data), ``id`` (when
+the data has an id column), the target and the prediction, and ``fold``. Prediction files (``attnpool predict``)
+hold the id and the prediction. For both:
+
+* regression: ``prediction`` (``prediction_0``, ``prediction_1``... for several targets; ``target``/``target_J``
+  likewise in out-of-fold files);
+* single-label classification: ``prediction`` (the predicted class) and ``prob_<class>`` per class; ``target``
+  (the true class) in out-of-fold files;
+* multi-label classification: ``prob_<class>`` per class (prediction files add ``prediction``, the classes at
+  probability >= 0.5 joined by ``|``); ``target_<class>`` (0/1) in out-of-fold files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def _numbered(frame: pd.DataFrame, stem: str) -> list[str]:
+    """``stem`` when the frame has it, else ``stem_0, stem_1, ...`` in numeric order (``_10`` after ``_9``)."""
+    if stem in frame:
+        return [stem]
+    found = [c for c in frame if re.fullmatch(rf"{stem}_\d+", str(c))]
+    return sorted(found, key=lambda c: int(str(c).rsplit("_", 1)[1]))
+
+
+def _squeeze(values: np.ndarray) -> np.ndarray:
+    return values[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values
+
+
+def prediction_columns(task: str, classes: Sequence[Any] | None, scores: np.ndarray, *,
+                       with_labels: bool) -> dict[str, Any]:
+    """The prediction columns for ``scores`` (values, or probabilities in ``classes`` order).
+
+    ``with_labels``: add ``prediction`` (the predicted class, or for multi-label the ``|``-joined classes) for
+    classification; out-of-fold files of multi-label runs leave it out.
+    """
+    columns: dict[str, Any] = {}
+    scores = np.asarray(scores)
+    if task == "regression":
+        values = scores.reshape(len(scores), -1)
+        if values.shape[1] == 1:
+            return {"prediction": values[:, 0]}
+        return {f"prediction_{j}": values[:, j] for j in range(values.shape[1])}
+    classes = list(classes or [])
+    if with_labels and task == "multilabel":
+        columns["prediction"] = ["|".join(str(c) for c, on in zip(classes, row >= 0.5, strict=True) if on)
+                                 for row in scores]
+    elif task != "multilabel":
+        columns["prediction"] = [classes[i] for i in np.argmax(scores, axis=1)]
+    columns.update({f"prob_{c}": scores[:, j] for j, c in enumerate(classes)})
+    return columns
+
+
+def oof_frame(task: str, classes: Sequence[Any] | None, rows: np.ndarray, ids: np.ndarray | None,
+              target: np.ndarray, scores: np.ndarray, fold: int) -> pd.DataFrame:
+    """Out-of-fold predictions of ``rows``: row, id, target(s), prediction(s) or probabilities, fold."""
+    out = pd.DataFrame({"row": np.asarray(rows)})
+    if ids is not None:
+        out["id"] = ids
+    target = np.asarray(target)
+    if task == "regression":
+        values = target.reshape(len(out), -1)
+        names = ["target"] if values.shape[1] == 1 else [f"target_{j}" for j in range(values.shape[1])]
+        predictions = prediction_columns(task, classes, scores, with_labels=False)
+        for j, (name, (key, column)) in enumerate(zip(names, predictions.items(), strict=True)):
+            out[name], out[key] = values[:, j], column
+    else:
+        classes = list(classes or [])
+        if task == "multilabel":
+            for j, c in enumerate(classes):
+                out[f"target_{c}"] = target[:, j]
+        else:
+            out["target"] = [classes[i] for i in target]
+        for key, column in prediction_columns(task, classes, scores, with_labels=False).items():
+            out[key] = column
+    out["fold"] = fold
+    return out
+
+
+def oof_scores(frame: pd.DataFrame, task: str, classes: Sequence[Any] | None) -> np.ndarray:
+    """The predictions of an out-of-fold frame as the metrics take them: values, or class probabilities."""
+    if task == "regression":
+        return _squeeze(frame[_numbered(frame, "prediction")].to_numpy(np.float64))
+    return frame[[f"prob_{c}" for c in classes or []]].to_numpy(np.float64)
+
+
+def oof_targets(frame: pd.DataFrame, task: str, classes: Sequence[Any] | None) -> np.ndarray:
+    """The true values of an out-of-fold frame: values, class indices (in ``classes`` order) or 0/1 per class."""
+    if task == "regression":
+        return _squeeze(frame[_numbered(frame, "target")].to_numpy(np.float64))
+    if task == "multilabel":
+        return frame[[f"target_{c}" for c in classes or []]].to_numpy(np.int64)
+    index = {str(c): i for i, c in enumerate(classes or [])}
+    return np.array([index[str(v)] for v in frame["target"]], dtype=np.int64)
+
+
+def read_oof(path: Any) -> pd.DataFrame:
+    """Read an out-of-fold file back, sorted by row; ids stay strings (``0001`` is not the number 1)."""
+    return pd.read_csv(path, dtype={"id": str}).sort_values("row").reset_index(drop=True)

@@ -1,0 +1,221 @@
+"""Training a pooler and a linear classifier on signal sets, and sweeping poolers over signal fractions."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F_nn
+from torch import nn
+
+from attnpool.pooling import Pooler, build_pooler
+from attnpool.synthetic.sets import SignalSets, bayes_accuracy, check_int, make_signal_sets
+
+
+@dataclass(frozen=True)
+class PoolerFit:
+    """What :func:`train_pooler_on_sets` measured.
+
+    Attributes:
+        accuracy: Accuracy on the test sets.
+        train_accuracy: Accuracy on the training sets after training (a gap to ``accuracy`` is overfitting).
+        signal_weight: The pooler's token weight on the signal vectors, summed per set (averaged over heads) and
+            averaged over the test sets: 1 means all weight on the signal, ``k / L`` is what mean pooling gives.
+            About 0.5 with two classes often means the pooler attends to the signal of one class only and tells
+            the other class by its absence. ``None`` for poolers without token weights.
+        seconds: Wall time of training and evaluation.
+        pooler: The trained pooler (eval mode).
+        classifier: The trained linear classifier on the pooled vector.
+    """
+
+    accuracy: float
+    train_accuracy: float
+    signal_weight: float | None
+    seconds: float
+    pooler: Pooler
+    classifier: nn.Linear
+
+
+@torch.no_grad()
+def _evaluate(pooler: Pooler, classifier: nn.Linear, sets: SignalSets, batch_size: int) -> tuple[float, float | None]:
+    """Accuracy and the mean token weight on the signal vectors (``None`` without weights)."""
+    pooler.eval()
+    correct, signal_weight, has_weights = 0, 0.0, True
+    for start in range(0, len(sets), batch_size):
+        part = slice(start, start + batch_size)
+        pooled, weights = pooler(sets.vectors[part], sets.mask[part], return_weights=True)
+        correct += int((classifier(pooled).argmax(dim=-1) == sets.labels[part]).sum())
+        if weights is None:
+            has_weights = False
+        elif has_weights:
+            weights = weights.reshape(weights.shape[0], -1, weights.shape[-1])  # (B, heads, T)
+            on_signal = (weights.float() * sets.signal[part].unsqueeze(1)).sum(dim=-1)  # (B, heads)
+            signal_weight += on_signal.mean(dim=1).sum().item()
+    return correct / len(sets), signal_weight / len(sets) if has_weights else None
+
+
+def train_pooler_on_sets(
+    pooler: str | Mapping[str, Any],
+    train: SignalSets,
+    test: SignalSets,
+    *,
+    epochs: int = 20,
+    lr: float = 1e-2,
+    batch_size: int = 128,
+    weight_decay: float = 0.01,
+    seed: int = 0,
+    pooling_options: Mapping[str, Any] | None = None,
+) -> PoolerFit:
+    """Train a pooler and a linear classifier on the pooled vectors, directly on the sets; test them.
+
+    AdamW with a cosine learning-rate decay to zero over ``epochs`` full passes, cross-entropy loss. The pooler and
+    the classifier are initialised after ``torch.manual_seed(seed)`` and the batches shuffled by a generator
+    seeded with ``seed``: the same arguments give the same result on one machine.
+
+    Args:
+        pooler: A registered pooler name (``"attention"``, ``"mean"``...) or a config dict, as
+            :func:`attnpool.build_pooler` takes; not one that needs stacked layers or attention maps.
+        train: Training sets.
+        test: Test sets of the same task (same ``task_seed``, ``dim`` and classes).
+        epochs: Passes over ``train``.
+        lr: Peak learning rate.
+        batch_size: Sets per step.
+        weight_decay: AdamW's decoupled weight decay.
+        seed: Seed of the initialisation and the shuffling.
+        pooling_options: Constructor options of the pooler, e.g. ``{"attn_size": 32}``.
+
+    Returns:
+        Test and train accuracy, the weight on the signal vectors, the time taken and the trained modules.
+
+    Raises:
+        ValueError: Train and test sets that do not match, a pooler that needs other inputs, bad settings.
+    """
+    where = "train_pooler_on_sets"
+    check_int(where, "epochs", epochs, 1)
+    check_int(where, "batch_size", batch_size, 1)
+    if not lr > 0:
+        raise ValueError(f"{where}: lr must be > 0, got {lr!r}")
+    if (train.dim, train.num_classes) != (test.dim, test.num_classes):
+        raise ValueError(
+            f"{where}: train sets have dim={train.dim}, num_classes={train.num_classes} but test sets have "
+            f"dim={test.dim}, num_classes={test.num_classes}; sample both with the same dim, num_classes and "
+            f"task_seed"
+        )
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    model = build_pooler(pooler, train.dim, **dict(pooling_options or {}))
+    if model.needs_all_layers or model.needs_attentions:
+        raise ValueError(
+            f"{where}: pooler {model.name!r} needs stacked encoder layers or attention maps, which sets of vectors "
+            f"do not have; choose a pooler of one layer's vectors, e.g. 'attention' or 'mean'"
+        )
+    classifier = nn.Linear(model.output_dim, train.num_classes)
+    params = [*model.parameters(), *classifier.parameters()]
+    steps_per_epoch = math.ceil(len(train) / batch_size)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)  # the classifier has parameters
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * steps_per_epoch)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        model.train()
+        for batch in torch.randperm(len(train), generator=gen).split(batch_size):
+            logits = classifier(model(train.vectors[batch], train.mask[batch]))  # (B, C)
+            loss = F_nn.cross_entropy(logits, train.labels[batch])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    model.eval()
+    train_accuracy, _ = _evaluate(model, classifier, train, 4 * batch_size)
+    accuracy, signal_weight = _evaluate(model, classifier, test, 4 * batch_size)
+    return PoolerFit(accuracy, train_accuracy, signal_weight, time.perf_counter() - start, model, classifier)
+
+
+def snr_sweep(
+    poolers: Sequence[str],
+    set_sizes: Iterable[int],
+    num_signals: Iterable[int],
+    *,
+    seeds: Iterable[int] = (0, 1, 2),
+    dim: int = 16,
+    strength: float = 4.0,
+    num_train: int = 2048,
+    num_test: int = 1024,
+    variable_length: bool = True,
+    epochs: int = 20,
+    lr: float = 1e-2,
+    batch_size: int = 128,
+    pooling_options: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train every pooler on every (set size, signal count, seed) task and collect one row per run.
+
+    Each seed draws its own task (marker and prototypes), training sets and test sets; all poolers of one
+    (set size, signal count, seed) see the same data. Signal counts larger than a set size are skipped.
+
+    Args:
+        poolers: Pooler names, e.g. ``["mean", "max", "attention"]``.
+        set_sizes: Largest set sizes ``T``.
+        num_signals: Signal vectors per set ``k``.
+        seeds: Seeds of the task, the data and the training.
+        dim: Vector size ``D``.
+        strength: Signal strength ``a`` (see :func:`make_signal_sets`).
+        num_train: Training sets per task.
+        num_test: Test sets per task.
+        variable_length: Ragged, padded sets.
+        epochs: See :func:`train_pooler_on_sets`.
+        lr: See :func:`train_pooler_on_sets`.
+        batch_size: See :func:`train_pooler_on_sets`.
+        pooling_options: Options per pooler name, e.g. ``{"attention": {"attn_size": 32}}``.
+        progress: Called with each row as soon as it is measured.
+
+    Returns:
+        Rows with keys ``pooler``, ``set_size``, ``num_signal``, ``snr`` (``k / T``, the nominal signal fraction
+        of a full set), ``mean_snr`` (``k / L`` averaged over the test sets), ``seed``, ``accuracy``,
+        ``train_accuracy``, ``signal_weight`` (``None`` without token weights), ``seconds`` and, for two classes,
+        the closed-form limits ``mean_bound`` and ``signal_mean_bound`` of :func:`bayes_accuracy`.
+    """
+    options = dict(pooling_options or {})
+    rows = []
+    for set_size in set_sizes:
+        for num_signal in num_signals:
+            if num_signal > set_size:
+                continue
+            for seed in seeds:
+                common = {"dim": dim, "strength": strength, "task_seed": seed, "variable_length": variable_length}
+                train = make_signal_sets(num_train, set_size, num_signal, seed=2 * seed, **common)
+                test = make_signal_sets(num_test, set_size, num_signal, seed=2 * seed + 1, **common)
+                bounds = {}
+                if test.num_classes == 2:
+                    bounds = {key: bayes_accuracy(test, key) for key in ("mean", "signal_mean")}
+                for name in poolers:
+                    fit = train_pooler_on_sets(
+                        name,
+                        train,
+                        test,
+                        epochs=epochs,
+                        lr=lr,
+                        batch_size=batch_size,
+                        seed=seed,
+                        pooling_options=options.get(name),
+                    )
+                    row = {
+                        "pooler": name,
+                        "set_size": set_size,
+                        "num_signal": num_signal,
+                        "snr": num_signal / set_size,
+                        "mean_snr": test.snr,
+                        "seed": seed,
+                        "accuracy": fit.accuracy,
+                        "train_accuracy": fit.train_accuracy,
+                        "signal_weight": fit.signal_weight,
+                        "seconds": fit.seconds,
+                        **{f"{key}_bound": value for key, value in bounds.items()},
+                    }
+                    rows.append(row)
+                    if progress is not None:
+                        progress(row)
+    return rows

@@ -1,0 +1,63 @@
+"""The recipe's ``transformers.TrainingArguments``: evaluation, checkpoints, precision, length grouping, DDP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import transformers
+
+from attnpool.config import TrainConfig
+from attnpool.precision import trainer_flags
+from attnpool.tasks import primary_metric
+from attnpool.training.distributed import ddp_backend, use_cpu
+
+
+def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
+    """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
+
+    Option names differ across transformers 5.x releases; both spellings are handled here.
+    """
+    metric, greater = primary_metric(cfg.task)
+    strategy = "steps" if cfg.eval_steps else "epoch"
+    cpu = use_cpu()
+    kwargs: dict[str, Any] = {
+        "output_dir": str(out_dir),
+        "per_device_train_batch_size": cfg.batch_size,
+        "per_device_eval_batch_size": cfg.eval_batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "num_train_epochs": cfg.epochs,
+        "learning_rate": cfg.lr,
+        "weight_decay": cfg.weight_decay,
+        "lr_scheduler_type": {"constant": "constant_with_warmup"}.get(cfg.scheduler, cfg.scheduler),
+        "warmup_steps": cfg.warmup_ratio if cfg.warmup_ratio < 1 else int(cfg.warmup_ratio),
+        "eval_strategy": strategy,
+        "save_strategy": strategy,
+        "eval_steps": cfg.eval_steps,
+        "save_steps": cfg.eval_steps,
+        "logging_steps": max(1, min(50, steps_per_epoch // 4 or 1)),
+        "load_best_model_at_end": True,
+        "metric_for_best_model": metric,
+        "greater_is_better": greater,
+        "save_total_limit": 1,  # the best checkpoint is kept in addition
+        "seed": cfg.seed,
+        "data_seed": cfg.seed,
+        "report_to": [],
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": not cpu,
+        "use_cpu": cpu,  # else bf16 on a CPU-only machine is refused
+        "ddp_backend": ddp_backend(cpu),  # several CPU processes: gloo; GPUs: accelerate's choice (NCCL)
+        # The encoder keeps its own pooler (BERT, MiniLM...), which attnpool's pooler replaces: those weights get no
+        # gradient, and DDP must be told. (Activation checkpointing is non-reentrant in transformers 5: compatible.)
+        "ddp_find_unused_parameters": True,
+        "remove_unused_columns": False,
+        **trainer_flags(cfg.precision, "cpu" if cpu else "cuda"),
+    }
+    fields = transformers.TrainingArguments.__dataclass_fields__
+    if "train_sampling_strategy" in fields:  # transformers >= 5.x: length-grouped batches, shuffled
+        kwargs["train_sampling_strategy"] = "group_by_length"
+    else:
+        kwargs["group_by_length"] = True
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+    kwargs[checkpointing] = cfg.gradient_checkpointing
+    return transformers.TrainingArguments(**kwargs)

@@ -1,0 +1,193 @@
+"""One fold of the recipe: build the model, train it with the ``Trainer``, save the best, predict its validation rows.
+
+Under ``torchrun`` / ``accelerate launch`` every process runs :func:`train_fold`; only the main process writes (the
+``Trainer`` itself saves checkpoints from the main process only), and the out-of-fold predictions are computed on a
+shard of the validation rows per process and gathered in row order (see :mod:`attnpool.training.distributed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from attnpool.config import TrainConfig
+from attnpool.data.task import EncodedDataset, TaskData
+from attnpool.metrics import task_metrics
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.prediction.engine import predict_encoded
+from attnpool.runs.files import atomic_save_dir
+from attnpool.runs.run import Run, RunError
+from attnpool.runs.tables import oof_frame
+from attnpool.tasks import num_labels, problem_type, scores_from_logits
+from attnpool.training.arguments import training_arguments
+from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard
+from attnpool.training.pooling_stats import PoolingMonitor
+from attnpool.training.trainer import make_trainer
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
+logger = logging.getLogger("attnpool.train")
+
+
+def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSequenceClassification:
+    """A fresh model for fold ``fold`` (seeded by ``seed + fold``): the encoder, the pooler and the task head."""
+    set_seed(cfg.seed + fold)
+    extra: dict[str, Any] = {}
+    if data.classes is not None and cfg.task != "regression":
+        extra["id2label"] = {i: str(c) for i, c in enumerate(data.classes)}
+        extra["label2id"] = {str(c): i for i, c in enumerate(data.classes)}
+    return AttnPoolForSequenceClassification.from_encoder(
+        cfg.model,
+        pooling=cfg.pooling,
+        pooling_options=cfg.pooling_options,
+        num_labels=num_labels(cfg.task, data.num_outputs),
+        problem_type=problem_type(cfg.task),
+        pooling_layers=cfg.pooling_layers,
+        head_dropout=cfg.head_dropout,
+        multi_sample_dropout=cfg.multi_sample_dropout,
+        head_hidden_size=cfg.head_hidden_size,
+        output_activation=cfg.output_activation,
+        loss=cfg.loss,
+        reinit_layers=cfg.reinit_layers,
+        freeze_layers=cfg.freeze_layers,
+        **extra,
+    )
+
+
+def _last_checkpoint(folder: Path) -> str | None:
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def _weights_sharded(trainer) -> bool:
+    """Whether the trained weights are spread over the processes (FSDP, DeepSpeed), so saving them is collective."""
+    return bool(getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False))
+
+
+def _check_engine(trainer) -> None:
+    """Refuse, before any training, FSDP / DeepSpeed settings under which no loadable fold model could be saved."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        kind = str(trainer.accelerator.state.fsdp_plugin.state_dict_type)
+        if "FULL_STATE_DICT" not in kind:
+            raise ValueError(f"FSDP with state dict type {kind}: attnpool saves each fold's best model as one "
+                             "from_pretrained() folder, which needs fsdp_state_dict_type: FULL_STATE_DICT in the "
+                             "accelerate config")
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        zero = trainer.accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {})
+        if zero.get("stage") == 3 and not zero.get("stage3_gather_16bit_weights_on_model_save"):
+            raise ValueError("DeepSpeed ZeRO-3: attnpool saves each fold's best model as one from_pretrained() "
+                             "folder, which needs zero_optimization.stage3_gather_16bit_weights_on_model_save: true")
+
+
+def _save_fold_model(trainer, tokenizer, folder: Path) -> None:
+    """Save the best weights as one ``from_pretrained()`` folder with the tokenizer, written by the main process."""
+    if not _weights_sharded(trainer):
+        on_main(lambda: atomic_save_dir(folder, lambda tmp: trainer.model.save_pretrained(tmp, tokenizer=tokenizer)))
+        return
+    # FSDP / DeepSpeed: every process takes part in gathering the weights; the Trainer writes from the main one.
+    staging = folder.parent / f".{folder.name}.gathered"
+    on_main(lambda: shutil.rmtree(staging, ignore_errors=True))
+    trainer.save_model(str(staging))
+
+    def finish() -> None:
+        if not any(staging.glob("*.safetensors")):
+            raise RunError(f"the Trainer saved no model weights in {staging}; check the FSDP / DeepSpeed config")
+        (staging / "training_args.bin").unlink(missing_ok=True)  # a pickle; the model folder holds none
+        tokenizer.save_pretrained(staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+
+    on_main(finish)
+
+
+def _peak_memory_start(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_memory_bytes(device: torch.device) -> int | None:
+    """CUDA: the most memory the tensors took since the fold started. CPU: the process's peak RSS so far (all folds).
+
+    The CPU figure cannot be reset: it is the high-water mark of the whole process, fold 0 included.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    if resource is None:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+
+
+def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarray, valid_idx: np.ndarray,
+               run: Run, callbacks: list | None = None):
+    """Train one fold, save its best model, and write its out-of-fold predictions; returns them as a frame.
+
+    Under a launcher every process calls this; each predicts a shard of ``valid_idx`` and every process returns the
+    whole, gathered frame, while only the main process writes files.
+    """
+    model = build_model(cfg, data, fold)
+    train_ds = EncodedDataset(data.encodings, data.labels, train_idx)
+    eval_ds = EncodedDataset(data.encodings, data.labels, valid_idx)
+    processes = process_state().num_processes
+    steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
+    args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch)
+    monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
+    trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor)
+    _check_engine(trainer)
+    for callback in callbacks or []:
+        trainer.add_callback(callback)
+    resume_from = on_main(lambda: _last_checkpoint(run.checkpoints_dir(fold)))
+    if resume_from:
+        logger.info("fold %d: resuming from %s", fold, resume_from)
+    _peak_memory_start(args.device)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume_from)
+    train_seconds = time.perf_counter() - started
+    peak_memory = _peak_memory_bytes(args.device)
+    _save_fold_model(trainer, data.tokenizer, run.model_dir(fold))
+    # load_best_model_at_end restored the best checkpoint's weights; sharded ones are read back whole from the folder.
+    best = trainer.model
+    if _weights_sharded(trainer):
+        best = AttnPoolForSequenceClassification.from_pretrained(run.model_dir(fold))
+        monitor.remove()
+        monitor = PoolingMonitor(best, data.tokenizer.all_special_ids)
+    state = process_state()
+    mine = shard(valid_idx, state.process_index, state.num_processes)
+    monitor.summary(training=False)  # reset: what follows is the best model on this process's validation rows
+    local = predict_encoded([best], data.encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device)[0]
+    pooling = {f"pooling_{k.removeprefix('pool_')}": v for k, v in monitor.summary(training=False).items()}
+    monitor.remove()
+    parts, peaks = gather_shards(local, peak_memory)
+    scores = scores_from_logits(cfg.task, unshard(parts))
+    metrics = task_metrics(cfg.task, data.labels[valid_idx], scores)
+    known_peaks = [p for p in peaks if p is not None]
+    metrics.update({"fold": fold, "n_train": len(train_idx), "n_valid": len(valid_idx),
+                    "best_checkpoint": Path(trainer.state.best_model_checkpoint or "").name,
+                    "train_seconds": round(train_seconds, 2),  # trainer.train() of this call (the resumed part)
+                    "peak_memory_bytes": max(known_peaks) if known_peaks else None,  # the largest over processes
+                    "device": args.device.type,  # cuda: peak of the tensors; cpu: the process's peak RSS
+                    "processes": state.num_processes,
+                    **pooling})  # pooling_entropy, pooling_special_share (the main process's rows)
+    if pooling:
+        logger.info("fold %d: pooling weights on validation: normalised entropy %.3f (1 = mean pooling, 0 = one "
+                    "token), %.1f%% on special tokens", fold, pooling.get("pooling_entropy", float("nan")),
+                    100 * pooling.get("pooling_special_share", float("nan")))
+    ids = data.frame[data.id_col].to_numpy()[valid_idx] if data.id_col else None
+    oof = oof_frame(cfg.task, data.classes, valid_idx, ids, data.labels[valid_idx], scores, fold)
+
+    on_main(lambda: run.write_fold_results(fold, metrics, trainer.state.log_history, oof))
+    return oof

@@ -1,0 +1,77 @@
+"""The recipe's ``Trainer``: its optimiser, length-grouped sampler, metrics and pooling statistics in the logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import transformers
+
+from attnpool.config import TrainConfig
+from attnpool.data.batching import LengthGroupedSampler
+from attnpool.metrics import task_metrics
+from attnpool.tasks import scores_from_logits
+from attnpool.training.optim import build_optimizer, parameter_groups
+from attnpool.training.pooling_stats import PoolingMonitor
+
+
+class RecipeTrainer(transformers.Trainer):
+    """The ``Trainer`` with the recipe's optimiser, sampler and pooling-weight statistics in the logs.
+
+    The optimiser has layer-wise decayed encoder rates and rates of their own for the pooler and the head
+    (:func:`~attnpool.training.optim.parameter_groups`); the training order is
+    :class:`~attnpool.data.batching.LengthGroupedSampler`'s; with a ``monitor``, every log line carries the
+    normalised entropy of the pooling weights and their share on special tokens.
+
+    Args:
+        recipe: The run's options (learning rates, weight decay, LLRD).
+        monitor: Pooling-weight statistics to add to the logs, or ``None``.
+        **kwargs: ``transformers.Trainer`` arguments.
+    """
+
+    def __init__(self, *args: Any, recipe: TrainConfig, monitor: PoolingMonitor | None = None,
+                 **kwargs: Any) -> None:
+        self.recipe = recipe
+        self.monitor = monitor
+        super().__init__(*args, **kwargs)
+
+    def create_optimizer(self, *args: Any, **kwargs: Any):
+        """AdamW over the recipe's parameter groups."""
+        if self.optimizer is None:
+            cfg = self.recipe
+            groups = parameter_groups(self.model, cfg.lr, cfg.head_lr, cfg.weight_decay, cfg.llrd,
+                                      pooler_lr=cfg.resolved_pooler_lr())
+            self.optimizer = build_optimizer(groups)
+        return self.optimizer
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """The Trainer's log, plus the pooling-weight statistics since the last one."""
+        if self.monitor is not None:
+            evaluation = any(key.startswith("eval_") for key in logs)
+            stats = self.monitor.summary(training=not evaluation)
+            logs.update({f"eval_{k}" if evaluation else k: v for k, v in stats.items()})
+        super().log(logs, start_time)
+
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if dataset is None or not hasattr(dataset, "__len__"):
+            return super()._get_train_sampler(train_dataset)
+        lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+        global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return LengthGroupedSampler(lengths, global_batch, seed)
+
+
+def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArguments, train_ds: Any, eval_ds: Any,
+                 tokenizer: Any, monitor: PoolingMonitor | None = None) -> RecipeTrainer:
+    """The recipe's :class:`RecipeTrainer` for one fold: dynamic padding, the task's metrics, early stopping."""
+
+    def compute_metrics(eval_pred) -> dict[str, float]:
+        logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
+        return task_metrics(cfg.task, eval_pred.label_ids, scores_from_logits(cfg.task, logits))
+
+    callbacks = []
+    if cfg.early_stopping_patience:
+        callbacks.append(transformers.EarlyStoppingCallback(early_stopping_patience=cfg.early_stopping_patience))
+    return RecipeTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                         data_collator=transformers.DataCollatorWithPadding(tokenizer),
+                         compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor)

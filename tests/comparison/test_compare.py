@@ -1,0 +1,209 @@
+"""`attnpool compare`: statistics with known answers, pairing, resume, and an end-to-end run on a tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnpool.cli import main
+from attnpool.comparison import PoolerSpec, holm, paired_bootstrap, paired_t_test, t_interval
+from attnpool.comparison.stats import metric_function
+from attnpool.pooling import build_pooler
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+# ---------------------------------------------------------------- statistics
+
+
+def test_t_interval_matches_scipy():
+    from scipy import stats
+
+    values = [0.81, 0.84, 0.80, 0.86]
+    interval = t_interval(values)
+    low, high = stats.t.interval(0.95, df=3, loc=np.mean(values), scale=stats.sem(values))
+    assert interval.mean == pytest.approx(np.mean(values))
+    assert interval.std == pytest.approx(np.std(values, ddof=1))
+    assert (interval.low, interval.high) == pytest.approx((low, high))
+    one = t_interval([0.5])
+    assert one.mean == 0.5 and np.isnan(one.std) and np.isnan(one.low)
+
+
+def test_identical_poolers_are_not_significantly_different():
+    scores = [0.80, 0.83, 0.79]
+    test = paired_t_test(scores, scores)
+    assert test.diff == 0 and test.p == 1.0
+    rng = np.random.default_rng(0)
+    target = rng.random(300)
+    prediction = target + rng.normal(0, 0.5, 300)
+    boot = paired_bootstrap([(target, prediction, prediction)] * 2, metric_function("regression", "pearson"),
+                            num_samples=200)
+    assert boot.diff == 0 and boot.p == 1.0 and boot.low == boot.high == 0
+
+
+def test_a_planted_difference_is_found_and_noise_is_not():
+    rng = np.random.default_rng(1)
+    pearson = metric_function("regression", "pearson")
+    groups_real, groups_noise = [], []
+    for _ in range(3):
+        target = rng.random(400)
+        better = target + rng.normal(0, 0.2, 400)
+        worse = target + rng.normal(0, 0.6, 400)
+        same_quality = target + rng.normal(0, 0.6, 400)
+        groups_real.append((target, better, worse))
+        groups_noise.append((target, same_quality, worse))
+    real = paired_bootstrap(groups_real, pearson, num_samples=500)
+    assert real.diff > 0.2 and real.low > 0 and real.p < 0.01
+    noise = paired_bootstrap(groups_noise, pearson, num_samples=500)
+    assert noise.low < 0 < noise.high and noise.p > 0.05
+    seeds_better = paired_t_test([0.85, 0.86, 0.84, 0.87], [0.80, 0.80, 0.79, 0.81])
+    assert seeds_better.diff == pytest.approx(0.055) and seeds_better.p < 0.01 and seeds_better.low > 0
+
+
+def test_paired_t_test_matches_scipy_and_needs_pairs():
+    from scipy import stats
+
+    a, b = [0.81, 0.84, 0.80], [0.80, 0.80, 0.81]
+    assert paired_t_test(a, b).p == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    assert np.isnan(paired_t_test([0.8], [0.7]).p)
+    with pytest.raises(ValueError, match="one value per seed on both sides, got 2 and 3"):
+        paired_t_test([0.1, 0.2], [0.1, 0.2, 0.3])
+
+
+def test_holm_step_down():
+    # Holm by hand: sorted p 0.01, 0.02, 0.04 -> 3*0.01, 2*0.02, 1*0.04 (kept monotone); NaN is not a test.
+    assert holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.04, 0.03, float("nan"), 0.04], nan_ok=True)
+    assert holm([0.5, 0.6]) == [1.0, 1.0]
+
+
+def test_accuracy_metric_function():
+    score = metric_function("binary", "accuracy")
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    assert score(np.array([0, 1, 1]), probs) == pytest.approx(2 / 3)
+
+
+def test_pooler_specs_parse_and_fail_clearly():
+    spec = PoolerSpec.parse("attention:attn_size=128,temperature=0.5")
+    assert (spec.pooling, spec.options) == ("attention", {"attn_size": 128, "temperature": 0.5})
+    assert spec.slug == "attention_attn_size=128_temperature=0.5"
+    with pytest.raises(ValueError, match="Did you mean 'attention'"):
+        PoolerSpec.parse("atention")
+    with pytest.raises(ValueError, match="option 'attn_size' of 'attention:attn_size' is not key=value"):
+        PoolerSpec.parse("attention:attn_size")
+
+
+# ---------------------------------------------------------------- end to end
+
+FAST = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "16", "--lr", "1e-3", "--head-lr", "3e-3",
+        "--max-length", "16", "--folds", "2", "--bootstrap", "200"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    encoder = save_tiny_encoder(root / "encoder")
+    write_toy_csv(root / "train.csv", n=40, seed=0)
+    return root, ["--train-file", str(root / "train.csv"), "--text-cols", "first", "second", "--model", encoder,
+                  *FAST]
+
+
+@pytest.fixture(scope="module")
+def compared(setup):
+    root, common = setup
+    out = root / "cmp"
+    code = main(["compare", *common, "--poolings", "attention:attn_size=8", "--seeds", "2", "--output-dir", str(out)])
+    assert code == 0
+    return out, common
+
+
+def test_compare_writes_its_table_and_files(compared):
+    out, _ = compared
+    for name in ("compare.md", "compare.csv", "compare.json", "compare.png", "compare_config.yaml"):
+        assert (out / name).is_file(), name
+    assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((out / "compare.json").read_text())
+    assert report["baseline"] == "mean" and report["seeds"] == [42, 43]
+    rows = {r["pooler"]: r for r in report["poolers"]}
+    assert set(rows) == {"mean", "attention:attn_size=8"}
+    attention = rows["attention:attn_size=8"]
+    for seed in ("42", "43"):  # the per-seed scores are the runs' own overall metrics
+        run = out / "runs" / "attention_attn_size=8" / f"seed_{seed}"
+        assert attention["per_seed"][seed] == pytest.approx(json.loads((run / "metrics.json").read_text())[
+            "overall"]["pearson"])
+    assert attention["diff"] == pytest.approx(attention["mean"] - rows["mean"]["mean"])
+    assert 0 <= attention["p_ttest_holm"] <= 1 and 0 <= attention["p_bootstrap_holm"] <= 1
+    # read from the safetensors header: exactly the pooler's own parameters on top of mean pooling
+    assert attention["parameters_added"] == sum(p.numel() for p in build_pooler("attention", 32, attn_size=8)
+                                                .parameters())
+    assert 0.0 < attention["pooling_entropy"] <= 1.0 and 0.0 < attention["pooling_special_share"] < 1.0
+    assert rows["mean"]["pooling_entropy"] == pytest.approx(1.0)  # mean pooling's weights are uniform
+    fold_entropies = [f["pooling_entropy"] for seed in ("42", "43") for f in json.loads(
+        (out / "runs" / "attention_attn_size=8" / f"seed_{seed}" / "metrics.json").read_text())["folds"]]
+    assert attention["pooling_entropy"] == pytest.approx(np.mean(fold_entropies))
+    assert attention["time_ratio"] > 0 and attention["memory_ratio"] > 0
+    table = (out / "compare.md").read_text()
+    assert "| `mean` |" in table and "(baseline)" in table and "p (bootstrap, Holm)" in table
+    assert "| weight entropy | on special tokens |" in table
+    assert f"| {attention['pooling_entropy']:.3f} | {100 * attention['pooling_special_share']:.1f}% |" in table
+    frame = pd.read_csv(out / "compare.csv")
+    assert list(frame["pooler"]) == ["mean", "attention:attn_size=8"]
+
+
+def test_same_seed_gives_identical_folds_and_data_order_across_poolers(compared):
+    out, _ = compared
+    for seed in (42, 43):
+        mean_run = out / "runs" / "mean" / f"seed_{seed}"
+        attention_run = out / "runs" / "attention_attn_size=8" / f"seed_{seed}"
+        assert (mean_run / "folds.csv").read_text() == (attention_run / "folds.csv").read_text()
+        mean_cfg = (mean_run / "config.yaml").read_text().splitlines()
+        attention_cfg = (attention_run / "config.yaml").read_text().splitlines()
+        differ = {line.split(":")[0] for line in set(mean_cfg) ^ set(attention_cfg) if not line.startswith(" ")}
+        assert differ <= {"pooling", "pooling_options", "output_dir"}, differ
+    assert (out / "runs/mean/seed_42/folds.csv").read_text() != (out / "runs/mean/seed_43/folds.csv").read_text()
+
+
+def test_a_second_call_trains_nothing_and_a_new_pooler_only_itself(compared, capsys):
+    out, common = compared
+    before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/seed_*/metrics.json")}
+    assert main(["compare", *common, "--poolings", "attention:attn_size=8", "--seeds", "2",
+                 "--output-dir", str(out)]) == 0
+    assert "trained 0 run(s)" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/seed_*/metrics.json")} == before
+    assert main(["compare", *common, "--poolings", "attention:attn_size=8", "max", "--seeds", "2",
+                 "--output-dir", str(out)]) == 0
+    assert "trained 2 run(s)" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    rows = json.loads((out / "compare.json").read_text())["poolers"]
+    assert [r["pooler"] for r in rows] == ["mean", "attention:attn_size=8", "max"]
+
+
+def test_compare_refuses_another_recipe_in_the_same_folder(compared, capsys):
+    out, common = compared
+    changed = [*common, "--lr", "5e-4"]
+    assert main(["compare", *changed, "--poolings", "max", "--seeds", "2", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a comparison with another recipe (lr: 0.001 -> 0.0005)" in err and "--overwrite" in err
+
+
+def test_compare_bad_arguments(setup, tmp_path, capsys):
+    _, common = setup
+    assert main(["compare", *common, "--poolings", "mean", "--output-dir", str(tmp_path / "a")]) == 2
+    assert "at least one pooler besides the baseline" in capsys.readouterr().err
+    assert main(["compare", *common, "--poolings", "max", "--pooling-opt", "attn_size=8",
+                 "--output-dir", str(tmp_path / "b")]) == 2
+    assert "--poolings NAME[:key=value,...]" in capsys.readouterr().err
+    assert main(["compare", *common, "--poolings", "max", "--seeds", "0", "--output-dir", str(tmp_path / "c")]) == 2
+    assert "a single value is a number of seeds and must be >= 1" in capsys.readouterr().err
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    assert main(["compare", *common, "--poolings", "max", "--output-dir", str(tmp_path / "d")]) == 2
+    assert "is not an attnpool comparison" in capsys.readouterr().err
+
+
+def test_a_failed_run_is_reported_with_its_log(setup, tmp_path, capsys):
+    _, common = setup
+    bad = [*common, "--text-cols", "first", "nothere"]  # only the training process reads the data
+    assert main(["compare", *bad, "--poolings", "max", "--seeds", "1", "--output-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "training mean with seed 42 failed (exit 2)" in err and "seed_42.log" in err and "nothere" in err

@@ -1,0 +1,164 @@
+"""``attnpool.explain``: predictions, weights per example and head, entropy, and the erasure test."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from explain_helpers import key_token_model, tiny_model, wordpiece_tokenizer
+
+import attnpool
+from attnpool.explanations.faithfulness import prediction_change, removal_orders, summarize
+
+TEXTS = ["the cat sat on the mat", "a big red dog", "unbelievable", "the cat , the dog !"]
+PAIRS = ["red dogs", "the mat", "a cat sat", "big"]
+KEY = "unbelievable"
+
+
+def _unit_sums(example):
+    heads = len(example.token_weights)
+    return [sum(w.weights[h] for w in example.words) for h in range(heads)]
+
+
+@pytest.mark.parametrize(("pooling", "options", "heads"), [
+    ("attention", {}, 1),
+    ("multihead_attention", {"num_heads": 3}, 3),
+    ("gated_attention", {}, 1),
+    ("weighted_layer", {"num_layers": 2, "pooler": "attention"}, 1),
+])
+def test_weights_sum_to_one_per_example_and_head(pooling, options, heads):
+    model = tiny_model(pooling, **options)
+    result = attnpool.explain(model, wordpiece_tokenizer(), TEXTS, text_pairs=PAIRS, erasure_k=2)
+    assert result.num_heads == heads and len(result.examples) == len(TEXTS)
+    for example in result.examples:
+        assert np.asarray(example.token_weights).shape == (heads, len(example.tokens))
+        np.testing.assert_allclose(np.asarray(example.token_weights).sum(axis=1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(_unit_sums(example), 1.0, atol=1e-5)
+        assert all(0.0 <= e <= 1.0 for e in example.normalized_entropy) and len(example.entropy) == heads
+    if pooling == "weighted_layer":
+        assert result.layer_weights == pytest.approx([0.5, 0.5])
+    else:
+        assert result.layer_weights is None
+
+
+def test_classification_prediction_label_and_error():
+    model = tiny_model(num_labels=3)
+    result = attnpool.explain(model, wordpiece_tokenizer(), TEXTS, labels=["c0", 1, None, "c2"], erasure_k=1)
+    first = result.examples[0]
+    assert result.problem_type == "single_label_classification" and result.class_names == ["c0", "c1", "c2"]
+    assert first.prediction in result.class_names and sum(first.probabilities) == pytest.approx(1.0)
+    assert first.score == pytest.approx(max(first.probabilities))
+    labels = [x.label for x in result.examples]
+    assert labels == ["c0", "c1", None, "c2"]
+    for x in result.examples:
+        assert x.error == (None if x.label is None else float(x.prediction != x.label))
+
+
+def test_regression_error_and_text_pairs_are_recorded():
+    result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), TEXTS, text_pairs=PAIRS,
+                              labels=[0.5, 1.0, None, 0.0], erasure_k=1)
+    first = result.examples[0]
+    assert result.problem_type == "regression" and result.class_names is None
+    assert isinstance(first.prediction, float) and first.error == pytest.approx(abs(first.prediction - 0.5))
+    assert first.text == TEXTS[0] and first.text_pair == PAIRS[0]
+    assert result.examples[2].error is None
+
+
+def test_truncation_is_flagged():
+    result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), ["the cat sat on the mat " * 5, "a cat"],
+                              max_length=8, erasure_k=1)
+    assert [x.truncated for x in result.examples] == [True, False]
+    assert len(result.examples[0].tokens) == 8
+
+
+def test_the_erasure_curve_shows_the_forced_token_as_decisive():
+    tokenizer = wordpiece_tokenizer()
+    key_id = tokenizer.convert_tokens_to_ids("##able")  # the last piece of "unbelievable"
+    model = key_token_model(key_id)
+    texts = ["the cat sat on the unbelievable mat", "unbelievable , a big red dog", "a cat , unbelievable !",
+             "the big cat sat on a red mat , unbelievable", "red unbelievable dog", "unbelievable cats sat"]
+    result = attnpool.explain(model, tokenizer, texts, erasure_k=3, seed=0)
+    for x in result.examples:
+        key_position = x.tokens.index("##able")
+        assert x.token_weights[0][key_position] > 0.999
+        top_word = max(x.words, key=lambda w: w.weight)
+        assert top_word.text == "unbelievable" and top_word.weight > 0.999
+        assert x.normalized_entropy[0] < 0.01
+        assert x.score == pytest.approx(1.0, abs=1e-4)
+        curves = x.erasure
+        assert curves.removed["top"][0] == key_position
+        assert curves.top == pytest.approx([1.0, 1.0, 1.0], abs=1e-4), "removing the key moves the prediction"
+        assert max(curves.bottom) < 1e-4, "removing the least-weighted tokens leaves the prediction alone"
+        for k, change in enumerate(curves.random, start=1):
+            hit = key_position in curves.removed["random"][:k]
+            assert change == pytest.approx(1.0 if hit else 0.0, abs=1e-4)
+    summary = result.erasure
+    assert summary.counts == [6, 6, 6] and summary.top == pytest.approx([1.0] * 3, abs=1e-4)
+    assert summary.aopc["top"] > 2 * summary.aopc["random"] and summary.aopc["bottom"] < 1e-4
+
+
+def test_erasure_is_seeded_and_skips_special_tokens():
+    model, tokenizer = tiny_model(num_labels=2), wordpiece_tokenizer()
+    a = attnpool.explain(model, tokenizer, TEXTS, text_pairs=PAIRS, erasure_k=3, seed=7)
+    b = attnpool.explain(model, tokenizer, TEXTS, text_pairs=PAIRS, erasure_k=3, seed=7)
+    c = attnpool.explain(model, tokenizer, TEXTS, text_pairs=PAIRS, erasure_k=3, seed=8)
+    assert [x.erasure.removed for x in a.examples] == [x.erasure.removed for x in b.examples]
+    assert [x.erasure.removed["random"] for x in a.examples] != [x.erasure.removed["random"] for x in c.examples]
+    for x in a.examples:
+        for order in x.erasure.removed.values():
+            assert not any(x.special[p] for p in order)
+
+
+def test_examples_with_fewer_tokens_than_k_have_gaps_and_the_mean_skips_them():
+    result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), ["cat", "the cat sat on the mat"], erasure_k=3)
+    short = result.examples[0].erasure
+    assert short.top[0] is not None and short.top[1:] == [None, None]
+    assert result.erasure.counts == [2, 1, 1]
+    assert short.aopc["top"] == pytest.approx(short.top[0])
+
+
+def test_to_dict_is_json_and_keeps_the_numbers():
+    result = attnpool.explain(tiny_model("multihead_attention", num_heads=2), wordpiece_tokenizer(), TEXTS,
+                              text_pairs=PAIRS, labels=[0.1, 0.2, 0.3, 0.4], erasure_k=2)
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert data["attnpool_version"] == attnpool.__version__ and data["num_heads"] == 2
+    for example in data["examples"]:
+        for h in range(2):
+            assert sum(w["weights"][h] for w in example["words"]) == pytest.approx(1.0, abs=1e-5)
+    assert set(data["erasure"]) == {"k", "top", "random", "bottom", "counts", "aopc"}
+
+
+def test_bad_inputs_are_refused():
+    model, tokenizer = tiny_model(), wordpiece_tokenizer()
+    with pytest.raises(ValueError, match="2 texts but 1 text_pairs"):
+        attnpool.explain(model, tokenizer, ["a", "b"], text_pairs=["c"])
+    with pytest.raises(ValueError, match="2 texts but 3 labels"):
+        attnpool.explain(model, tokenizer, ["a", "b"], labels=[1, 2, 3])
+    with pytest.raises(ValueError, match="no texts"):
+        attnpool.explain(model, tokenizer, [])
+    with pytest.raises(ValueError, match="gives no token weights"):
+        attnpool.explain(tiny_model("max"), tokenizer, ["a cat"])
+
+
+def test_a_single_string_and_the_training_mode_are_handled():
+    model = tiny_model().train()
+    result = attnpool.explain(model, wordpiece_tokenizer(), "the cat", erasure_k=1)
+    assert len(result.examples) == 1 and model.training, "the model's mode is restored"
+
+
+def test_removal_orders_break_ties_by_position():
+    orders = removal_orders(np.array([0.1, 0.3, 0.3, 0.1, 0.2]), np.array([False, True, True, True, True]),
+                            np.random.default_rng(0), 3)
+    assert orders["top"] == [1, 2, 4] and orders["bottom"] == [3, 4, 1]
+    assert len(set(orders["random"])) == 3 and set(orders["random"]) <= {1, 2, 3, 4}
+
+
+def test_prediction_change_per_problem_type():
+    base = np.array([0.7, 0.2, 0.1])
+    erased = np.array([[0.4, 0.5, 0.1], [0.7, 0.1, 0.2]])
+    np.testing.assert_allclose(prediction_change("single_label_classification", base, erased, 0), [0.3, 0.0])
+    np.testing.assert_allclose(prediction_change("multi_label_classification", base, erased, 0), [0.2, 0.2 / 3])
+    np.testing.assert_allclose(prediction_change("regression", np.array([2.0]), np.array([[1.5], [3.0]]), 0),
+                               [0.5, 1.0])
+    assert summarize([], 2).top == [None, None]

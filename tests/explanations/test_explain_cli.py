@@ -1,0 +1,114 @@
+"""`attnpool explain` end to end: a tiny trained run (2 folds), then its report; and a saved model folder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnpool.cli import main
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+FAST = ["--epochs", "1", "--batch-size", "8", "--eval-batch-size", "16", "--max-length", "16",
+        "--pooling-opt", "attn_size=8"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    write_toy_csv(folder / "train.csv", n=24, seed=0)
+    write_toy_csv(folder / "test.csv", n=9, seed=1)  # with labels
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(data, tmp_path_factory):
+    encoder = save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
+    out = tmp_path_factory.mktemp("runs") / "run"
+    code = main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "label", "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST])
+    assert code == 0
+    return out
+
+
+def _weights_sum_to_one(example):
+    np.testing.assert_allclose(np.asarray(example["token_weights"]).sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_explain_a_run(run, data, tmp_path, capsys):
+    out = tmp_path / "report.html"
+    code = main(["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(out),
+                 "--limit", "5", "--erasure-k", "3"])
+    assert code == 0
+    assert "wrote" in capsys.readouterr().out
+    report = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    test = pd.read_csv(data / "test.csv", dtype={"id": str})
+    examples = report["examples"]
+    assert len(examples) == 5 and report["source"].endswith("fold_0/model")
+    assert [x["id"] for x in examples] == list(test["id"][:5])
+    assert [x["text"] for x in examples] == list(test["first"][:5])
+    assert [x["text_pair"] for x in examples] == list(test["second"][:5])
+    np.testing.assert_allclose([x["label"] for x in examples], test["label"][:5])
+    for x in examples:
+        _weights_sum_to_one(x)
+        assert x["error"] == pytest.approx(abs(x["prediction"] - x["label"]))
+        assert [w["segment"] for w in x["words"] if w["kind"] == "word"][-1] == 1, "the pair's words are kept"
+    assert report["erasure"]["k"] == [1, 2, 3] and report["max_length"] == 16
+    page = out.read_text(encoding="utf-8")
+    assert page.count('<article class="ex"') == 5 and not list(tmp_path.glob(".*tmp"))
+
+
+def test_explain_a_saved_model_folder_with_text_columns(run, data, tmp_path):
+    out, json_out = tmp_path / "model.html", tmp_path / "numbers.json"
+    code = main(["explain", "--run", str(run / "fold_1" / "model"), "--input", str(data / "test.csv"), "--output",
+                 str(out), "--json", str(json_out), "--text-cols", "first", "second", "--erasure-k", "2"])
+    assert code == 0 and out.is_file()
+    report = json.loads(json_out.read_text(encoding="utf-8"))
+    assert len(report["examples"]) == 9 and report["examples"][0]["label"] is not None
+    assert report["examples"][0]["text_pair"] is not None
+    for x in report["examples"]:
+        _weights_sum_to_one(x)
+
+
+def test_a_fold_can_be_chosen(run, data, tmp_path):
+    out = tmp_path / "fold1.html"
+    assert main(["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(out),
+                 "--fold", "1", "--limit", "2", "--erasure-k", "1"]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["source"].endswith("fold_1/model")
+
+
+def test_limit_reads_and_tokenises_only_the_first_rows(run, data, tmp_path, monkeypatch):
+    import attnpool.data.prediction as inputs
+
+    big = pd.concat([pd.read_csv(data / "test.csv", dtype={"id": str})] * 40, ignore_index=True)  # 360 rows
+    big.to_csv(tmp_path / "big.csv", index=False)
+    encoded = []
+    real_encode = inputs.encode_texts
+    monkeypatch.setattr(inputs, "encode_texts",
+                        lambda tok, frame, cfg: (encoded.append(len(frame)), real_encode(tok, frame, cfg))[1])
+    assert main(["explain", "--run", str(run), "--input", str(tmp_path / "big.csv"), "--output",
+                 str(tmp_path / "r.html"), "--limit", "3", "--erasure-k", "1"]) == 0
+    assert sum(encoded) == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--text-cols", "first"], "--text-cols is for a model folder"),
+    (["--fold", "7"], "has no trained fold 7"),
+    (["--limit", "0"], "limit must be >= 1"),
+])
+def test_run_errors_are_one_clear_line(run, data, tmp_path, capsys, args, message):
+    code = main(["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output",
+                 str(tmp_path / "r.html"), *args])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_source_errors_are_one_clear_line(run, data, tmp_path, capsys):
+    common = ["--input", str(data / "test.csv"), "--output", str(tmp_path / "r.html")]
+    assert main(["explain", "--run", str(run / "fold_0" / "model"), *common]) == 2
+    assert "is a model folder: say which columns hold the text with --text-cols" in capsys.readouterr().err
+    assert main(["explain", "--run", str(tmp_path), *common]) == 2
+    assert "neither a train run directory" in capsys.readouterr().err
+    assert main(["explain", "--run", str(run / "fold_0" / "model"), *common, "--text-cols", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err

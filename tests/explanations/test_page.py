@@ -1,0 +1,145 @@
+"""The report: a self-contained, well-formed HTML page holding every example, and the JSON with the same numbers."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from explain_helpers import tiny_model, wordpiece_tokenizer
+
+import attnpool
+from attnpool.explanations.page import render_html, write_report
+from attnpool.explanations.svg import svg_curves
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+SVG_LEAVES = {"line", "circle", "polyline", "path", "rect"}  # written self-closing inside <svg>
+TEXTS = ["the unbelievable cat sat", "a big red dog <script>alert('x')</script> & co", "cat", "the mat , the dog !"]
+PAIRS = ["red dogs", "the mat", "a cat sat", "big"]
+
+
+class _Checker(HTMLParser):
+    """Collects tags, attributes and text, and checks that every element is closed in order."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.errors, self.articles, self.attrs, self.scripts, self.text = [], [], [], [], 0, []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self.attrs.extend((tag, k, v) for k, v in attrs)
+        if tag == "article":
+            self.articles.append(dict(attrs))
+        if tag == "script":
+            self.scripts += 1
+            self._in_script = True
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.attrs.extend((tag, k, v) for k, v in attrs)
+        if tag not in VOID | SVG_LEAVES:
+            self.errors.append(f"self-closing <{tag}/>")
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1] if self.stack else 'nothing'}")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if not self._in_script:
+            self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def explanation():
+    model = tiny_model("multihead_attention", num_labels=2, num_heads=2)
+    return attnpool.explain(model, wordpiece_tokenizer(), TEXTS, text_pairs=PAIRS, labels=["c0", "c1", "c1", None],
+                            erasure_k=3)
+
+
+@pytest.fixture(scope="module")
+def written(explanation, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report")
+    html_path, json_path = write_report(explanation, folder / "report.html")
+    return folder, html_path, json_path
+
+
+def test_default_json_path_and_no_temporary_files(written):
+    folder, html_path, json_path = written
+    assert json_path == folder / "report.json" and html_path.is_file() and json_path.is_file()
+    assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.json"]
+
+
+def test_json_weights_sum_to_one_per_example_over_real_tokens(written, explanation):
+    data = json.loads(written[2].read_text(encoding="utf-8"))
+    assert len(data["examples"]) == len(TEXTS)
+    for example in data["examples"]:
+        weights = np.asarray(example["token_weights"])  # (heads, real tokens): no padding in there
+        assert weights.shape == (2, len(example["tokens"]))
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-5)
+        np.testing.assert_allclose([sum(w["weights"][h] for w in example["words"]) for h in range(2)], 1.0,
+                                   atol=1e-5)
+    assert data["erasure"]["aopc"] == pytest.approx(explanation.erasure.aopc)
+    assert data == json.loads(json.dumps(explanation.to_dict()))
+
+
+def test_html_is_well_formed_self_contained_and_holds_every_example(written):
+    page = written[1].read_text(encoding="utf-8")
+    checker = _Checker()
+    checker.feed(page)
+    checker.close()
+    assert not checker.errors and checker.stack == [], (checker.errors, checker.stack)
+    assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
+    assert [a["data-index"] for a in checker.articles] == ["0", "1", "2", "3"]
+    for tag, key, value in checker.attrs:
+        assert key not in ("src", "srcset", "action", "xlink:href"), (tag, key, value)
+        assert key != "href" or value.startswith("#"), (tag, key, value)
+        assert "url(" not in (value or "") and "http" not in (value or ""), (tag, key, value)
+    assert "@import" not in page and "url(" not in page and "http://" not in page and "https://" not in page
+    assert checker.scripts == 1, "one inline script: sorting and filtering"
+    text = " ".join(checker.text)
+    for word in ("unbelievable", "dog", "mat", "head 1", "head 2", "[CLS]", "[SEP]"):
+        assert word in text
+
+
+def test_text_is_escaped(written):
+    page = written[1].read_text(encoding="utf-8")
+    assert "<script>alert" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in page
+    checker = _Checker()
+    checker.feed(page)
+    assert checker.scripts == 1, "the text's <script> did not become an element"
+    assert "&amp;" in page
+
+
+def test_every_word_is_coloured_by_its_weight(explanation):
+    page = render_html(explanation)
+    first = explanation.examples[0]
+    word = max((w for w in first.words if w.kind == "word"), key=lambda w: w.weights[0])
+    assert "rgba(234, 88, 12,0.850)" in page, "the heaviest word of a head gets the strongest shade"
+    assert f"weight {word.weights[0]:.4f}" in page
+
+
+def test_the_aggregate_erasure_curve_is_drawn(explanation):
+    page = render_html(explanation)
+    assert page.count("<svg") == 1 + len(TEXTS), "one aggregate chart and one per example"
+    assert "most-weighted first" in page and "AOPC" in page
+
+
+def test_svg_curves_leave_gaps_for_missing_values():
+    svg = svg_curves([1, 2, 3, 4], {"top": [0.4, None, 0.2, 0.1], "random": [0.1, 0.1, 0.1, 0.1]})
+    assert svg.count("<polyline") == 2, "top: one line for k = 3..4, none for the lone k = 1; random: one line"
+    assert svg.count("<circle") == 7
+
+
+def test_a_report_without_erasure_and_labels_still_renders(tmp_path):
+    result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), ["the cat"], erasure_k=0)
+    html_path, json_path = write_report(result, tmp_path / "r.html", tmp_path / "other.json")
+    page = html_path.read_text(encoding="utf-8")
+    assert "No erasure test was run" in page and json_path.name == "other.json"
+    checker = _Checker()
+    checker.feed(page)
+    assert not checker.errors and len(checker.articles) == 1

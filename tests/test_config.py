@@ -1,0 +1,156 @@
+"""TrainConfig: one declaration per option (help, group, choices), YAML/JSON loading, make_config, option text."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from attnpool.config import (
+    GROUPS,
+    SCHEDULERS,
+    ConfigError,
+    TrainConfig,
+    load_yaml,
+    make_config,
+    parse_options,
+)
+from attnpool.options import parse_pooling_layers
+from attnpool.precision import PRECISIONS
+from attnpool.tasks import LOSSES, TASKS
+
+# Every field and its default: run directories and users' YAML files rely on these (model is computed).
+DEFAULTS = {
+    "train_file": None, "valid_file": None, "text_cols": [], "template": None, "label": "label", "id_col": "id",
+    "task": "regression", "preset": None, "data_dir": None, "limit": None,
+    "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10,
+    "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "head_dropout": 0.1,
+    "multi_sample_dropout": 1, "head_hidden_size": None, "output_activation": None, "loss": None,
+    "reinit_layers": 0, "freeze_layers": None,
+    "epochs": 3.0, "batch_size": 16, "eval_batch_size": 64, "grad_accum": 1, "max_length": 128, "lr": 2e-5,
+    "head_lr": 1e-3, "pooler_lr": None, "llrd": 1.0, "weight_decay": 0.01, "warmup_ratio": 0.1,
+    "scheduler": "cosine", "precision": "auto", "gradient_checkpointing": False, "eval_steps": None,
+    "early_stopping_patience": None, "seed": 42,
+    "output_dir": "runs/attnpool", "overwrite": False, "resume": False,
+}
+
+
+def test_field_names_and_defaults_are_unchanged():
+    values = TrainConfig().to_dict()
+    assert isinstance(values.pop("model"), str)
+    assert values == DEFAULTS
+    assert list(values) == list(DEFAULTS)  # the order of the saved config.yaml too
+
+
+def test_every_field_declares_one_line_of_help_and_a_group_in_config_order():
+    fields = dataclasses.fields(TrainConfig)
+    for f in fields:
+        help_text = f.metadata.get("help")
+        assert isinstance(help_text, str) and len(help_text) > 10 and "\n" not in help_text, f.name
+        assert f.metadata.get("group") in GROUPS, f.name
+    order = [f.metadata["group"] for f in fields]
+    seen = list(dict.fromkeys(order))
+    assert seen == list(GROUPS), "groups appear in the declared order"
+    assert order == sorted(order, key=seen.index), "each group's fields are contiguous"
+    groups = {f.name: f.metadata["group"] for f in fields}
+    assert (groups["train_file"], groups["folds"], groups["pooling"], groups["lr"], groups["resume"]) == (
+        "data", "validation", "model", "recipe", "output")
+
+
+def test_choices_come_from_the_modules_that_own_them_and_validate_checks_them():
+    choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(TrainConfig)}
+    assert choices["task"] == TASKS and choices["precision"] == PRECISIONS and choices["scheduler"] == SCHEDULERS
+    assert choices["loss"] == LOSSES
+    base = {"train_file": "x.csv", "text_cols": ["a"]}
+    TrainConfig(**base).validate()
+    TrainConfig(**base, loss="bce", output_activation="sigmoid").validate()
+    for name, bad in (("task", "ranking"), ("precision", "fp8"), ("scheduler", "step"), ("loss", "hinge"),
+                      ("output_activation", "tanh")):
+        with pytest.raises(ValueError, match=f"^{name} must be one of .*, got '{bad}'$"):
+            TrainConfig(**base, **{name: bad}).validate()
+
+
+@pytest.mark.parametrize(("name", "text", "where"), [
+    ("tab.yaml", "label: score\n\tfolds: 3\n", ":2:1: found character '\\t' that cannot start any token"),
+    ("colon.yaml", "label: score\nfolds 3\nlr: 1\n", ":3:1: could not find expected ':'"),
+    ("indent.yaml", "model: x\n  task: binary\n", ":2:7: mapping values are not allowed here"),
+    ("flow.yaml", "lr: 1e-3\nepochs: [1, 2\nseed: 3\n", ":3:5: expected ',' or ']', but got ':'"),
+    ("bad.json", '{"lr": 1e-3,\n "folds": }', ":2:11: Expecting value"),
+])
+def test_a_syntax_error_is_one_line_naming_file_line_and_column(tmp_path, name, text, where):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_yaml(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}{where}") and "\n" not in message
+    assert isinstance(info.value, ValueError)
+
+
+def test_load_yaml_keeps_its_other_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_yaml(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping of option: value, got list"):
+        load_yaml(tmp_path / "list.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_yaml(tmp_path / "empty.yaml") == {}
+    (tmp_path / "dashes.yaml").write_text("train-file: a.csv\nhead_lr: 0.01\n")
+    assert load_yaml(tmp_path / "dashes.yaml") == {"train_file": "a.csv", "head_lr": 0.01}
+    (tmp_path / "typo.yaml").write_text("lr: 0.1\nepoch: 2\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml: unknown option\(s\) epoch; valid options: .*epochs"):
+        make_config(tmp_path / "typo.yaml")
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    (["last"], "last"), (["all"], "all"), (["0", "-1"], [0, -1]), (["+3"], [3]), ([2, -1], [2, -1]),
+    ("last", "last"), ((1, 2), [1, 2]),
+])
+def test_pooling_layers_from_the_command_line_are_normalised(given, expected):
+    assert make_config(pooling_layers=given).pooling_layers == expected
+    assert TrainConfig(pooling_layers=given).pooling_layers == expected
+    assert parse_pooling_layers(given) == expected
+
+
+@pytest.mark.parametrize("bad", [["last", "0"], ["x"], ["1.5"], [True], [0.5]])
+def test_pooling_layers_that_are_neither_words_nor_indices_are_refused(bad):
+    with pytest.raises(ConfigError, match="pooling_layers must be last, all or layer indices"):
+        make_config(pooling_layers=bad)
+
+
+def test_parse_options_parses_json_values_and_names_a_bad_item():
+    assert parse_options(["attn_size=128", "norm=true", "name=mine", "sizes=[1, 2]", "ratio=0.5", "eq=a=b"],
+                         "--pooling-opt") == {"attn_size": 128, "norm": True, "name": "mine", "sizes": [1, 2],
+                                              "ratio": 0.5, "eq": "a=b"}
+    assert parse_options([" attn_size =8", "attn_size=16"], "x") == {"attn_size": 16}  # a later key wins
+    assert parse_options([], "x") == {}
+    with pytest.raises(ConfigError, match=r"^option 'attn_size' of --pooling-opt is not key=value; expected "
+                                          r"KEY=VALUE, e\.g\. attn_size=128$"):
+        parse_options(["num_heads=2", "attn_size"], "--pooling-opt")
+    with pytest.raises(ConfigError, match="option '=3' of 'attention:=3' is not key=value"):
+        parse_options(["=3"], "'attention:=3'")
+
+
+def test_make_config_from_a_config_a_dict_or_a_file_with_overrides(tmp_path):
+    base = TrainConfig(train_file="a.csv", text_cols=["q"], lr=1e-4, pooling_options={"attn_size": 64})
+    cfg = make_config(base, lr=3e-4, folds=3)
+    assert (cfg.train_file, cfg.lr, cfg.folds, cfg.text_cols) == ("a.csv", 3e-4, 3, ["q"])
+    assert base.lr == 1e-4, "the given config is not changed"
+    assert make_config({"train_file": "b.csv", "epochs": 1}, epochs=2).to_dict() == {
+        **TrainConfig().to_dict(), "train_file": "b.csv", "epochs": 2}
+    assert make_config() == TrainConfig()
+    (tmp_path / "recipe.yaml").write_text("train_file: c.csv\nlr: 0.0005\nfolds: 4\npooling_options:\n"
+                                          "  attn_size: 32\n  num_heads: 2\n")
+    (tmp_path / "recipe.json").write_text(json.dumps({"train_file": "c.csv", "lr": 0.0005, "folds": 4}))
+    for path in (tmp_path / "recipe.yaml", str(tmp_path / "recipe.json")):
+        cfg = make_config(path, folds=2, seed=7)
+        assert (cfg.train_file, cfg.lr, cfg.folds, cfg.seed) == ("c.csv", 0.0005, 2, 7)
+    # a dict option is merged key by key, as --pooling-opt adds to the file's pooling_options
+    cfg = make_config(tmp_path / "recipe.yaml", pooling_options={"num_heads": 4, "gated": True})
+    assert cfg.pooling_options == {"attn_size": 32, "num_heads": 4, "gated": True}
+    assert make_config(base, pooling_options={"dropout": 0.1}).pooling_options == {"attn_size": 64, "dropout": 0.1}
+    with pytest.raises(ConfigError, match=r"recipe.yaml: unknown option\(s\) learning_rate"):
+        make_config(tmp_path / "recipe.yaml", learning_rate=1.0)
+    with pytest.raises(FileNotFoundError):
+        make_config(tmp_path / "nope.yaml")
