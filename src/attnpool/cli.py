@@ -128,7 +128,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     summary = api.predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
                           device=args.device, chunk_rows=args.chunk_rows, resume=args.resume,
-                          precision=args.precision)
+                          precision=args.precision, folds=args.folds)
     print(f"wrote {summary.rows} predictions to {args.output}")
     return 0
 
@@ -202,6 +202,8 @@ def _add_predict(commands: Any) -> None:
     _arg(predict, "--run", "the --output-dir of attnpool train", required=True)
     _arg(predict, "--input", "CSV, TSV, JSONL or Parquet to predict", required=True)
     _arg(predict, "--output", "where to write the predictions (format by extension)", required=True)
+    _arg(predict, "--folds", "which trained folds to ensemble", shown="every trained fold", nargs="+", type=int,
+         metavar="K")
     _arg(predict, "--batch-size", "rows per forward pass", default=128, type=int)
     _arg(predict, "--ensemble", "mean of the folds, or weighted by each fold's validation score", default="mean",
          choices=["mean", "score"])
@@ -254,7 +256,7 @@ def _add_explain(commands: Any) -> None:
          shown="the run's", nargs="+")
     _arg(explain, "--label", "label column", shown="the run's, else 'label' if present")
     _arg(explain, "--max-length", "truncation", shown="the run's, else 128", type=int)
-    _arg(explain, "--fold", "which fold's model of a run", shown="the first", type=int)
+    _arg(explain, "--fold", "which fold's model of a run", shown="its first trained fold", type=int)
     _arg(explain, "--seed", "seed of the random erasure", default=0, type=int)
     _arg(explain, "--batch-size", "rows per forward pass", default=32, type=int)
     _arg(explain, "--device", "cpu, cuda...", shown="cuda when available")
@@ -268,7 +270,8 @@ def _add_export(commands: Any) -> None:
         "against PyTorch in onnxruntime, and save the tokenizer beside it (see docs/serving.md).")
     _arg(export, "--model", "a model folder saved with save_pretrained, or the --output-dir of attnpool train",
          required=True, metavar="MODEL_OR_RUN_DIR")
-    _arg(export, "--fold", "which fold's model of a run (needed if it has several)", shown="its only one", type=int)
+    _arg(export, "--fold", "which fold's model of a run (one graph holds one model)", shown="its first trained fold",
+         type=int)
     _arg(export, "--format", "the serving format", default=_API_DEFAULTS["export"]["format"], choices=["onnx"])
     _arg(export, "--output", "the .onnx file; the tokenizer files go into its folder", required=True)
     _arg(export, "--with-weights", "also output the pooler's token weights (pooling_weights)", default=False,

@@ -11,59 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from lock_helpers import wait_for
 
 from attnpool.runs import lock as lock_mod
 from attnpool.runs.lock import LOCK_NAME, LockedError, RunLock
 
 posix_only = pytest.mark.skipif(lock_mod.fcntl is None, reason="needs fcntl.flock")
-
-# The holder loads lock.py by its path: importing the attnpool package (torch, transformers) takes seconds.
-HOLDER = r"""
-import importlib.util, os, sys, time
-spec = importlib.util.spec_from_file_location("attnpool_lock", sys.argv[1])
-lock = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lock)
-lock.RunLock(sys.argv[2], purpose="train").acquire()
-if sys.argv[4] == "fork" and os.fork() == 0:  # a child that outlives its parent, like a DataLoader worker
-    with open(sys.argv[3] + ".tmp", "w") as f:
-        f.write(str(os.getpid()))
-    os.replace(sys.argv[3] + ".tmp", sys.argv[3] + ".child")
-    time.sleep(30)
-    os._exit(0)
-open(sys.argv[3], "w").close()
-time.sleep(30)
-"""
-
-
-def _wait_for(path: Path, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 10
-    while not path.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"holder exited early: {proc.stderr.read()}")
-        if time.monotonic() > deadline:
-            pytest.fail("holder never got ready")
-        time.sleep(0.01)
-
-
-@pytest.fixture
-def holder(tmp_path):
-    """Start a process that takes the lock of a folder and keeps it; returns its Popen once it holds it."""
-    procs = []
-
-    def start(folder: Path, fork: bool = False) -> subprocess.Popen:
-        ready = tmp_path / f"ready{len(procs)}"
-        proc = subprocess.Popen([sys.executable, "-c", HOLDER, lock_mod.__file__, str(folder), str(ready),
-                                 "fork" if fork else "-"], stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        _wait_for(ready, proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-        proc.stderr.close()
-
 
 def _flocked(lock_file: Path) -> bool:
     """Whether some open file description holds the flock (a new descriptor conflicts even in this process)."""
@@ -83,7 +36,7 @@ def test_a_second_process_is_refused_at_once_with_the_holder(holder, tmp_path):
     proc = holder(run)
     info = json.loads((run / LOCK_NAME).read_text())
     assert (info["pid"], info["host"], info["purpose"]) == (proc.pid, socket.gethostname(), "train")
-    assert info["argv"][-3:] == [str(run), str(tmp_path / "ready0"), "-"]
+    assert info["argv"][-4:] == [str(run), str(tmp_path / "ready0"), "-", "dir"]
     started = time.monotonic()
     with pytest.raises(LockedError) as err:
         RunLock(run, purpose="train").acquire()
@@ -120,7 +73,7 @@ def test_a_forked_child_does_not_keep_its_dead_parents_lock(holder, tmp_path):
     run = tmp_path / "run"
     proc = holder(run, fork=True)
     child_file = tmp_path / "ready0.child"
-    _wait_for(child_file, proc)
+    wait_for(child_file, proc)
     child = int(child_file.read_text())
     try:
         os.kill(proc.pid, signal.SIGKILL)

@@ -53,7 +53,7 @@ def _shared_recipe(cfg: TrainConfig) -> dict[str, Any]:
 
 def _refuse_foreign(out: Path) -> None:
     """Refuse a folder that holds files but no comparison (before anything, the lock included, is written there)."""
-    if out.is_dir() and any(out.iterdir()) and not (out / CONFIG_FILE).is_file():
+    if out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()) and not (out / CONFIG_FILE).is_file():
         raise RunError(f"{out} exists and is not an attnpool comparison (no {CONFIG_FILE}); choose another "
                        "--output-dir")
 

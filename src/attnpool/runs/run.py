@@ -32,7 +32,7 @@ import yaml
 from attnpool._version import __version__
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.files import atomic_save_dir, atomic_write, atomic_write_json, atomic_write_text
-from attnpool.runs.lock import RunLock
+from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.tables import read_oof
 
 RUN_FORMAT = 1  # bumped when the layout of a run directory changes incompatibly
@@ -86,7 +86,7 @@ class Run:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise RunError(f"output path {path} exists and is a file; choose a folder for the run")
-        if path.exists() and any(path.iterdir()):
+        if path.exists() and any(p.name != LOCK_NAME for p in path.iterdir()):  # a lock alone: not a run yet
             if resume:
                 return cls.open(path)
             if not overwrite:

@@ -1,0 +1,115 @@
+"""Run: the run directory's layout, its version check, the one fold rule, and the lock that train, predict and
+compare take before they write."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import attnpool
+from attnpool.runs import LockedError, Run, RunError
+from attnpool.runs.run import RUN_FORMAT
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+
+def test_create_refuses_an_existing_run_unless_resumed_or_overwritten(tmp_path):
+    run = Run.create(tmp_path / "r")
+    run.write_info({"task": "regression"})
+    with pytest.raises(RunError, match="already exists; pass --resume to continue it, --overwrite to replace it"):
+        Run.create(tmp_path / "r")
+    assert Run.create(tmp_path / "r", resume=True).info()["task"] == "regression"
+    assert not Run.create(tmp_path / "r", overwrite=True).has_info()  # replaced by an empty run
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(RunError, match="--overwrite refuses to delete .*mine: it is not an attnpool run"):
+        Run.create(tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    with pytest.raises(RunError, match="--resume: run directory .*new does not exist or is empty"):
+        Run.create(tmp_path / "new", resume=True)
+
+
+def test_info_is_version_checked(tmp_path):
+    with pytest.raises(RunError, match="is not an attnpool run directory"):
+        Run.open(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"format": RUN_FORMAT + 1, "attnpool_version": "9.9"}))
+    with pytest.raises(RunError, match=f"written by attnpool 9.9 in run format {RUN_FORMAT + 1}"):
+        Run.open(tmp_path)
+    (tmp_path / "run.json").write_text("{not json")
+    with pytest.raises(RunError, match="is corrupt"):
+        Run.open(tmp_path)
+
+
+def _fold(run: Run, fold: int) -> None:
+    run.model_dir(fold).mkdir(parents=True)
+    (run.model_dir(fold) / "config.json").write_text("{}")
+
+
+def test_one_fold_rule(tmp_path):
+    run = Run(tmp_path)
+    with pytest.raises(RunError, match="has no trained fold"):
+        run.select_folds()
+    for fold in (10, 2, 0):
+        _fold(run, fold)
+    (tmp_path / "fold_x" / "model").mkdir(parents=True)  # not a fold
+    assert run.trained_folds() == [0, 2, 10]  # numeric order
+    assert run.select_folds() == [0, 2, 10] and run.select_folds([10, 2]) == [10, 2] and run.select_folds(2) == [2]
+    assert run.select_fold() == 0 and run.select_fold(10) == 10
+    with pytest.raises(RunError, match="has no trained fold 1; trained folds: 0, 2, 10"):
+        run.select_folds([0, 1])
+
+
+def test_fold_results_mark_the_fold_done_last(tmp_path):
+    run = Run(tmp_path)
+    _fold(run, 0)
+    run.checkpoints_dir(0).mkdir()
+    assert not run.fold_done(0)
+    oof = pd.DataFrame({"row": [1, 0], "id": ["007", "001"], "target": [0.5, 0.1], "prediction": [0.4, 0.2],
+                        "fold": 0})
+    run.write_fold_results(0, {"pearson": 1.0}, [{"step": 1, "loss": 0.3}], oof)
+    assert run.fold_done(0) and not run.checkpoints_dir(0).exists()
+    assert run.fold_metrics(0) == {"pearson": 1.0} and run.fold_history(0) == [{"step": 1, "loss": 0.3}]
+    back = run.fold_oof(0)
+    assert list(back["row"]) == [0, 1] and list(back["id"]) == ["001", "007"]  # sorted; ids stay strings
+    assert run.fold_metrics(1) == {} and run.fold_history(1) is None
+    run.write_fold_assignment(np.array([0, 1, 0]))
+    assert list(run.read_fold_assignment()) == [0, 1, 0]
+
+
+@pytest.fixture
+def recipe(tmp_path):
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    write_toy_csv(tmp_path / "train.csv", n=24)
+    return {"train_file": str(tmp_path / "train.csv"), "text_cols": ["first", "second"], "model": str(encoder),
+            "folds": 2, "epochs": 1, "max_length": 16, "pooling_options": {"attn_size": 8}}
+
+
+def test_train_is_refused_while_another_process_writes_the_run(holder, recipe, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = holder(run_dir)
+    with pytest.raises(LockedError) as caught:
+        attnpool.train(recipe, output_dir=str(run_dir))
+    message = str(caught.value)
+    assert f"PID {proc.pid} on host {socket.gethostname()}" in message and "in use by another attnpool process" in message
+    assert sorted(os.listdir(run_dir)) == [".attnpool.lock"]  # nothing was written
+
+
+def test_compare_is_refused_while_another_process_writes_it(holder, recipe, tmp_path):
+    out = tmp_path / "cmp"
+    proc = holder(out)
+    with pytest.raises(LockedError, match=f"PID {proc.pid}"):
+        attnpool.compare(recipe, poolings=["mean", "max"], seeds=1, output_dir=out)
+
+
+def test_predict_is_refused_while_another_process_writes_the_output(holder, tmp_path):
+    run = Run.create(tmp_path / "run")
+    run.write_info({"task": "regression", "classes": None, "label": "label", "id_col": "id", "num_folds": 1})
+    output = tmp_path / "out" / "predictions.csv"
+    proc = holder(output, file=True)
+    with pytest.raises(LockedError, match=f"predictions.csv is in use by another attnpool process \\(predict, PID "
+                                          f"{proc.pid}"):
+        attnpool.predict(run.path, tmp_path / "test.csv", output)

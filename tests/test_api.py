@@ -1,0 +1,75 @@
+"""The Python API under the CLI: the same jobs from a TrainConfig, a dict or a YAML file, with overrides."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+import attnpool
+from attnpool.runs import Run, RunError
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("api")
+    encoder = save_tiny_encoder(folder / "encoder")
+    write_toy_csv(folder / "train.csv", n=24, seed=0)
+    write_toy_csv(folder / "test.csv", n=9, seed=1)
+    values = {"train_file": str(folder / "train.csv"), "text_cols": ["first", "second"], "model": encoder,
+              "folds": 2, "epochs": 1, "max_length": 16, "batch_size": 8, "pooling_options": {"attn_size": 8},
+              "precision": "fp32"}
+    return folder, values
+
+
+@pytest.fixture(scope="module")
+def trained(recipe):
+    """A run trained in two calls: fold 0 from a YAML file with overrides, then the rest with resume."""
+    folder, values = recipe
+    (folder / "recipe.yaml").write_text(yaml.safe_dump(values))
+    first = attnpool.train(folder / "recipe.yaml", output_dir=str(folder / "run"), only_folds=[0])
+    rest = attnpool.train(folder / "recipe.yaml", output_dir=str(folder / "run"), resume=True)
+    return folder, first, rest
+
+
+def test_train_from_a_yaml_file_with_overrides_then_resumed(trained):
+    folder, first, rest = trained
+    assert not first.complete and [f["fold"] for f in first.metrics["folds"]] == [0]
+    assert rest.complete and [f["fold"] for f in rest.metrics["folds"]] == [0, 1]
+    run = Run.open(folder / "run")
+    assert run.config().epochs == 1 and run.config().pooling_options == {"attn_size": 8}
+    assert len(rest.oof) == 24 and run.trained_folds() == [0, 1]
+
+
+def test_train_takes_a_dict_and_a_config_alike(recipe, tmp_path):
+    _, values = recipe
+    with pytest.raises(ValueError, match="unknown option\\(s\\) epoch; valid options:"):
+        attnpool.train(values, epoch=2)
+    cfg = attnpool.TrainConfig(**{**values, "output_dir": str(tmp_path / "r"), "only_folds": [1]})
+    result = attnpool.train(cfg, head_lr=5e-3)
+    assert Run.open(result.run_dir).config().head_lr == 5e-3 and [f["fold"] for f in result.metrics["folds"]] == [1]
+
+
+def test_predict_ensembles_the_chosen_folds(trained, tmp_path):
+    folder, _, _ = trained
+    both = attnpool.predict(folder / "run", folder / "test.csv", tmp_path / "both.csv", progress=False)
+    one = attnpool.predict(folder / "run", folder / "test.csv", tmp_path / "one.csv", folds=[1], progress=False)
+    assert both.rows == one.rows == 9
+    a, b = pd.read_csv(tmp_path / "both.csv"), pd.read_csv(tmp_path / "one.csv")
+    assert list(a["id"]) == list(b["id"]) and not a["prediction"].equals(b["prediction"])
+    with pytest.raises(RunError, match="has no trained fold 5; trained folds: 0, 1"):
+        attnpool.predict(folder / "run", folder / "test.csv", tmp_path / "x.csv", folds=[5])
+
+
+def test_compare_counts_seeds_from_the_config_seed(recipe, tmp_path):
+    _, values = recipe
+    with pytest.raises(ValueError, match="a single value is a number of seeds and must be >= 1, got 0"):
+        attnpool.compare(values, poolings=["max"], seeds=0, output_dir=tmp_path / "c")
+
+
+def test_poolers_lists_every_registered_pooler():
+    rows = {r["pooler"]: r for r in attnpool.poolers(hidden_size=64)}
+    assert set(rows) == set(attnpool.available_poolers())
+    assert rows["attention"]["token_weights"] and rows["attention"]["parameters"] > 0
+    assert rows["max"]["parameters"] == 0 and not rows["max"]["token_weights"]
