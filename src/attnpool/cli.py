@@ -21,8 +21,8 @@ from typing import Any
 from attnpool import api
 from attnpool._version import __version__
 from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
-from attnpool.training.distributed import shutdown
 from attnpool.precision import PRECISIONS
+from attnpool.training.distributed import shutdown
 
 _TYPES = typing.get_type_hints(TrainConfig)
 # compare's own --output-dir and --overwrite (the comparison folder), in place of the train run's.
