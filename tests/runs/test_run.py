@@ -94,7 +94,8 @@ def test_train_is_refused_while_another_process_writes_the_run(holder, recipe, t
     with pytest.raises(LockedError) as caught:
         attnpool.train(recipe, output_dir=str(run_dir))
     message = str(caught.value)
-    assert f"PID {proc.pid} on host {socket.gethostname()}" in message and "in use by another attnpool process" in message
+    assert f"PID {proc.pid} on host {socket.gethostname()}" in message
+    assert "in use by another attnpool process" in message
     assert sorted(os.listdir(run_dir)) == [".attnpool.lock"]  # nothing was written
 
 
