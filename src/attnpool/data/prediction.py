@@ -49,10 +49,6 @@ class PredictionInputs:
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
                  log: logging.Logger) -> None:
         self.cfg = apply_preset(cfg)
-        if self.cfg.preset == "pppm" and not self.cfg.data_dir:
-            raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
-        if self.cfg.preset not in (None, "pppm"):
-            raise DataError(f"unknown preset {self.cfg.preset!r}; available presets: pppm")
         self.info, self.path, self.tokenizer, self.log = info, Path(path), tokenizer, log
         self.counts = {"texts": 0, "empty": 0, "truncated": 0, "tokens": 0, "max_tokens": 0}
 

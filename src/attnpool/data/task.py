@@ -83,15 +83,12 @@ class TaskData:
 
 def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train"):
     """Read the rows (preset or file) and return ``(frame, template)``: the text columns read as strings."""
+    apply_preset(cfg)
     if cfg.preset == "pppm":
-        if not cfg.data_dir:
-            raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
         if path is None:
             return load_pppm(cfg.data_dir, split=split)
         frame, template = load_pppm(cfg.data_dir, split=split, frame=read_table(path))
         return frame, template
-    if cfg.preset is not None:
-        raise DataError(f"unknown preset {cfg.preset!r}; available presets: pppm")
     if path is None:
         raise DataError("no training file: give --train-file FILE")
     keep_text = [c for c in (cfg.id_col, *(cfg.text_cols or []), cfg.group_col) if c]
@@ -99,10 +96,14 @@ def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train")
 
 
 def apply_preset(cfg: TrainConfig) -> TrainConfig:
-    """Fill in what a preset implies, unless set explicitly.
+    """Fill in what a preset implies, unless set explicitly; refuse an unknown preset or one without its data.
 
     PPPM: regression on [0, 1] with a sigmoid output and BCE, folds grouped by anchor, ``score`` as the label.
     """
+    if cfg.preset not in (None, "pppm"):
+        raise DataError(f"unknown preset {cfg.preset!r}; available presets: pppm")
+    if cfg.preset == "pppm" and not cfg.data_dir:
+        raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
     if cfg.preset == "pppm":
         cfg.task = "regression"
         cfg.label = "score" if cfg.label == "label" else cfg.label
