@@ -31,7 +31,7 @@ import yaml
 
 from attnpool._version import __version__
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.runs.files import atomic_save_dir, atomic_write, atomic_write_json, atomic_write_text
+from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.tables import read_oof
 
@@ -208,10 +208,6 @@ class Run:
     def select_fold(self, fold: int | None = None) -> int:
         """The one fold a single-model command uses: ``fold``, by default the first trained fold."""
         return self.select_folds(fold)[0]
-
-    def save_fold_model(self, fold: int, save: Any) -> Path:
-        """Write fold ``fold``'s model folder atomically through ``save(tmp_dir)``."""
-        return atomic_save_dir(self.model_dir(fold), save)
 
     # --- per-fold results
     def fold_metrics(self, fold: int) -> dict[str, Any]:
