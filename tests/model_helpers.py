@@ -103,3 +103,36 @@ def write_toy_csv(path, n=48, seed=0, task="regression"):
     frame = pd.DataFrame(rows)
     frame.to_csv(path, index=False)
     return frame
+
+
+def make_run(path, encoder, task="regression", classes=None, folds=2, **options):
+    """A run directory as `attnpool train` leaves it, with random fold models (different seeds, so they differ)."""
+    import json
+
+    import torch
+    import yaml
+    from transformers import AutoTokenizer
+
+    from attnpool.config import TrainConfig
+    from attnpool.model import AttnPoolForSequenceClassification
+    from attnpool.runs import Run
+
+    options = {"train_file": "train.csv", "text_cols": ["first", "second"], **options}
+    cfg = TrainConfig(label="label", task=task, model=encoder, folds=folds, max_length=16,
+                      pooling_options={"attn_size": 8}, **options)
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    Run(path).write_info({"task": task, "classes": classes, "label": "label", "id_col": "id", "num_folds": folds})
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    extra = {}
+    if classes:
+        extra = {"num_labels": len(classes), "problem_type": "single_label_classification",
+                 "id2label": dict(enumerate(map(str, classes))), "label2id": {str(c): i for i, c in enumerate(classes)}}
+    for fold in range(folds):
+        torch.manual_seed(fold)
+        model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
+                                                               pooling_options={"attn_size": 8}, **extra)
+        model.save_pretrained(path / f"fold_{fold}" / "model", tokenizer=tokenizer)
+        (path / f"fold_{fold}" / "metrics.json").write_text(json.dumps({"pearson": 0.3 + 0.4 * fold,
+                                                                         "accuracy": 0.3 + 0.4 * fold}))
+    return path

@@ -5,54 +5,24 @@ and `iter_table`, the chunked reader under it. Runs are built in code from a tin
 from __future__ import annotations
 
 import importlib
-import json
 import re
 import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-import yaml
 
 from attnpool.cli import main
-from attnpool.config import TrainConfig
 from attnpool.data import DataError, read_table
 from attnpool.data.prediction import PredictionInputs
 from attnpool.data.readers import iter_table
-from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import resolve_precision
 from attnpool.prediction import PredictionSummary, predict, predict_encoded
-from attnpool.runs import Run, RunError
-from model_helpers import save_tiny_encoder, write_toy_csv
+from attnpool.runs import RunError
+from model_helpers import make_run, save_tiny_encoder, write_toy_csv
 
 predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
 ROWS, CHUNK = 23, 5  # 5 chunks, the last one short
-
-
-def make_run(path, encoder, task="regression", classes=None, folds=2, **options):
-    """A run directory as `attnpool train` leaves it, with random fold models (different seeds, so they differ)."""
-    from transformers import AutoTokenizer
-
-    options = {"train_file": "train.csv", "text_cols": ["first", "second"], **options}
-    cfg = TrainConfig(label="label", task=task, model=encoder, folds=folds, max_length=16,
-                      pooling_options={"attn_size": 8}, **options)
-    path.mkdir(parents=True)
-    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    Run(path).write_info({"task": task, "classes": classes, "label": "label", "id_col": "id", "num_folds": folds})
-    tokenizer = AutoTokenizer.from_pretrained(encoder)
-    extra = {}
-    if classes:
-        extra = {"num_labels": len(classes), "problem_type": "single_label_classification",
-                 "id2label": dict(enumerate(map(str, classes))), "label2id": {str(c): i for i, c in enumerate(classes)}}
-    for fold in range(folds):
-        torch.manual_seed(fold)
-        model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
-                                                               pooling_options={"attn_size": 8}, **extra)
-        model.save_pretrained(path / f"fold_{fold}" / "model", tokenizer=tokenizer)
-        (path / f"fold_{fold}" / "metrics.json").write_text(json.dumps({"pearson": 0.3 + 0.4 * fold,
-                                                                         "accuracy": 0.3 + 0.4 * fold}))
-    return path
 
 
 @pytest.fixture(scope="module")

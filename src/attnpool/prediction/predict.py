@@ -23,6 +23,7 @@ from attnpool.data import DataError
 from attnpool.data.prediction import PredictionInputs
 from attnpool.precision import resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
+from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.parts import Parts, manifest
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run
@@ -43,7 +44,8 @@ class PredictionSummary:
 
 def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path, *, batch_size: int = 128,
             ensemble: str = "mean", device: str | None = None, progress: bool = True, chunk_rows: int = 100_000,
-            resume: bool = False, precision: str = "auto", folds: int | Sequence[int] | None = None
+            resume: bool = False, precision: str = "auto", folds: int | Sequence[int] | None = None,
+            backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE
             ) -> PredictionSummary:
     """Predict a file with every fold model of a run, ensemble, and write the output atomically, chunk by chunk.
 
@@ -78,6 +80,11 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
         precision: ``auto`` (bf16 on a CUDA device that supports it, else fp32), ``fp32``, ``bf16`` or ``fp16``:
             the forward pass runs under ``torch.autocast`` with that dtype.
         folds: Which trained folds to ensemble (one or several fold ids); default: all of them.
+        backend: ``torch`` (default), or ``onnx``: ONNX Runtime on each fold's graph, exported once into the run
+            (``fold_K/onnx/``) and reused (``precision`` does not apply: the graphs are float32 or int8).
+        quantize: With ``backend="onnx"``: ``none`` or ``int8`` (dynamic quantization; refused, with the figure,
+            when it departs from the float32 models by more than ``int8_tolerance`` on the first rows).
+        int8_tolerance: The largest |int8 - float32| difference of a score accepted on the calibration rows.
 
     Returns:
         A :class:`PredictionSummary` (output path, rows, chunks), not the predictions: they may not fit in memory.
@@ -96,13 +103,15 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
         info, task = run.info(), run.config().task
-        folds_ensemble = FoldEnsemble.load(run, folds, ensemble)
+        folds_ensemble = _load_ensemble(run, folds, ensemble, backend, quantize)
         inputs = PredictionInputs(run.config(), info, input_file, folds_ensemble.tokenizer, log=logger)
         chunks = inputs.chunks(chunk_rows)  # checks the path now; reads lazily
-        parts = Parts(output_file, manifest(input_file, run, folds_ensemble.folds, chunk_rows, ensemble, precision))
+        parts = Parts(output_file, manifest(input_file, run, folds_ensemble.folds, chunk_rows, ensemble,
+                                            precision if backend == "torch" else f"{backend}-{quantize}"))
         finished = parts.open(resume)
         bar = _progress_bar(input_file, progress)
         rows = count = 0
+        checked = False
         try:
             with bar, _redirect_logging(progress):
                 for index, chunk in enumerate(chunks):
@@ -111,6 +120,9 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
                         bar.update(len(chunk))
                         continue
                     frame, encodings = inputs.encode(chunk)
+                    if quantize != "none" and not checked:
+                        folds_ensemble.check(encodings, tolerance=int8_tolerance)
+                        checked = True
                     scores = folds_ensemble.scores(encodings, batch_size=batch_size, device=device,
                                                    precision=precision, on_batch=bar.update)
                     parts.write(index, _output_frame(task, info, frame, scores))
@@ -123,10 +135,22 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
         parts.finish(count)
     inputs.log_summary()
     resumed = len([i for i in finished if i < count])
+    how = precision if backend == "torch" else f"onnxruntime, {'float32' if quantize == 'none' else quantize}"
     logger.info("wrote %d predictions of %d fold models (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
-                len(folds_ensemble.models), ensemble, precision, output_file, count,
+                len(folds_ensemble.folds), ensemble, how, output_file, count,
                 f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
+
+
+def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backend: str,
+                   quantize: str) -> FoldEnsemble | OnnxFoldEnsemble:
+    if backend == "torch":
+        if quantize != "none":
+            raise ValueError(f"--quantize {quantize} needs --backend onnx (the torch backend runs the saved weights)")
+        return FoldEnsemble.load(run, folds, how)
+    if backend == "onnx":
+        return OnnxFoldEnsemble.load(run, folds, how, quantize)
+    raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
 
 
 def _output_frame(task: str, info: dict, frame, scores):

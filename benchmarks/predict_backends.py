@@ -1,0 +1,104 @@
+"""Prediction rows/s of every backend and precision of ``attnpool predict``, side by side on the same rows.
+
+One trained run (``--run``: the ``--output-dir`` of ``attnpool train``; by default a one-epoch MiniLM run on PPPM
+rows is trained first into ``--work-dir``) predicts the same held-out PPPM rows with:
+
+* ``torch fp32`` (the reference), ``torch bf16`` (``torch.autocast``; on CPUs with native bf16 it is faster),
+* ``onnx fp32`` (ONNX Runtime on the graph ``predict --backend onnx`` exports into the run),
+* ``onnx int8`` (dynamic quantization of that graph, ``--quantize int8``).
+
+Each is timed on the whole call of its ensemble's ``scores`` over the rows (tokenisation excluded: it is the same for
+all), after an untimed warm-up, ``--repeats`` times alternating between the paths; the median is reported. Printed
+per path: rows/s, the ratio to torch fp32, the Pearson correlation of its predictions with the labels, and the
+largest |difference| and the Pearson correlation with the torch fp32 predictions. Threads: torch and ONNX
+Runtime use their defaults (one per physical core); run it on a quiet machine.
+
+Usage::
+
+    python benchmarks/predict_backends.py                       # trains a small MiniLM run on PPPM first
+    python benchmarks/predict_backends.py --run runs/pppm --rows 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import attnpool
+from attnpool.config import default_model
+from attnpool.data.prediction import PredictionInputs
+from attnpool.prediction.engine import FoldEnsemble
+from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+from attnpool.runs import Run
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm"
+
+
+def _train(work: Path, data_dir: Path, rows: int) -> Path:
+    run = work / "run"
+    if not (run / "run.json").is_file() or not Run(run).trained_folds():
+        attnpool.train(preset="pppm", data_dir=str(data_dir), model=default_model(), folds=4, only_folds=[0],
+                       limit=rows, epochs=1, output_dir=str(run), overwrite=True)
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", type=Path, default=None, help="a trained run (default: train one into --work-dir)")
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/attnpool_predict_backends"))
+    parser.add_argument("--data-dir", type=Path, default=DATA, help="the PPPM folder (train.csv, cpc_texts.csv)")
+    parser.add_argument("--train-rows", type=int, default=4000, help="rows of the run trained when --run is not given")
+    parser.add_argument("--rows", type=int, default=2048, help="held-out rows predicted")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if not (args.data_dir / "train.csv").is_file():
+        raise SystemExit(f"no PPPM data in {args.data_dir}: give --data-dir (the benchmark needs real rows)")
+    run = Run.open(args.run or _train(args.work_dir, args.data_dir, args.train_rows))
+    cfg = run.config()
+    frame = pd.read_csv(args.data_dir / "train.csv", dtype=str)
+    frame = frame.sample(n=min(args.rows, len(frame)), random_state=123).reset_index(drop=True)
+    sample = args.work_dir / "heldout.csv"
+    sample.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(sample, index=False)
+    labels = frame["score"].astype(float).to_numpy()
+
+    torch_models = FoldEnsemble.load(run)
+    inputs = PredictionInputs(cfg, run.info(), sample, torch_models.tokenizer, log=logging.getLogger("attnpool"))
+    _, encodings = inputs.encode(next(iter(inputs.chunks(len(frame)))))
+    paths = {
+        "torch fp32": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="fp32"),
+        "torch bf16": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="bf16"),
+    }
+    onnx_fp32 = OnnxFoldEnsemble.load(run)
+    onnx_int8 = OnnxFoldEnsemble.load(run, quantize="int8")
+    paths["onnx fp32"] = lambda: onnx_fp32.scores(encodings, batch_size=args.batch_size)
+    paths["onnx int8"] = lambda: onnx_int8.scores(encodings, batch_size=args.batch_size)
+
+    outputs = {name: fn() for name, fn in paths.items()}  # warm-up, and the predictions compared
+    seconds: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(args.repeats):
+        for name, fn in paths.items():
+            started = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - started)
+    reference = outputs["torch fp32"]
+    base = len(frame) / statistics.median(seconds["torch fp32"])
+    print(f"{len(frame)} held-out PPPM rows, batch {args.batch_size}, run {run.path} (folds {run.trained_folds()}), "
+          f"median of {args.repeats}")
+    print("| path | rows/s | vs torch fp32 | Pearson (labels) | Pearson vs fp32 | max abs diff vs fp32 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, out in outputs.items():
+        rate = len(frame) / statistics.median(seconds[name])
+        print(f"| {name} | {rate:.0f} | {rate / base:.2f}x | {np.corrcoef(out, labels)[0, 1]:.4f} | "
+              f"{np.corrcoef(out, reference)[0, 1]:.5f} | {np.max(np.abs(out - reference)):.2e} |")
+
+
+if __name__ == "__main__":
+    main()

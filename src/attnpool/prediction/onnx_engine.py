@@ -1,0 +1,159 @@
+"""Prediction through ONNX Runtime: each fold's graph exported once into the run, optionally int8-quantized.
+
+``predict --backend onnx`` runs the same length-sorted, dynamically padded batches as the PyTorch engine
+(:mod:`attnpool.prediction.engine`) through ``onnxruntime.InferenceSession``. Each fold's graph is exported by
+:func:`attnpool.exporters.export_onnx` (which checks it against PyTorch and writes it atomically) into
+``fold_K/onnx/`` the first time, and reused after that, until the fold's model changes.
+
+``quantize="int8"`` adds ONNX Runtime's dynamic quantization: the graph is pre-processed
+(``quant_pre_process``: shape inference and graph optimisation), then its ``MatMul`` weights are stored as int8
+per output channel (``quantize_dynamic(per_channel=True, op_types_to_quantize=["MatMul"])``; the embeddings'
+``Gather`` and the pooler's softmax stay float). Int8 is not assumed to be accurate: :meth:`OnnxFoldEnsemble.check`
+compares it with the float32 PyTorch models on a calibration slice and refuses it, with the figure, when the
+largest difference exceeds a stated tolerance.
+
+ONNX Runtime uses one intra-op thread per physical core by default, which is what a prediction process wants;
+``threads`` overrides it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnpool.data.batching import length_sorted_batches
+from attnpool.exporters import export_onnx
+from attnpool.prediction.engine import FoldEnsemble
+from attnpool.runs.run import Run, RunError
+from attnpool.tasks import scores_from_logits
+
+try:
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+except ImportError:  # the onnx extra is optional; load() says how to install it
+    ort = None
+
+logger = logging.getLogger("attnpool.predict")
+
+QUANTIZE = ("none", "int8")
+INT8_TOLERANCE = 0.02  # largest |int8 - fp32| of a score (a probability, or a regression value) on the slice
+CALIBRATION_ROWS = 128
+
+
+def _stale(target: Path, model_dir: Path) -> bool:
+    """Whether ``target`` is missing or older than any file of the fold's model."""
+    if not target.is_file():
+        return True
+    newest = max(f.stat().st_mtime_ns for f in model_dir.iterdir() if f.is_file())
+    return target.stat().st_mtime_ns < newest
+
+
+def _quantize(source: Path, target: Path) -> None:
+    """Pre-process and dynamically quantize ``source`` into ``target`` (atomically, through a temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix=".int8.", dir=target.parent) as tmp:
+        prepared, quantized = Path(tmp) / "prepared.onnx", Path(tmp) / target.name
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        quantize_dynamic(str(prepared), str(quantized), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"])
+        os.replace(quantized, target)
+
+
+def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
+    """The fold's graph for ``quantize``, exported (and quantized) now if missing or older than the model."""
+    fp32 = run.onnx_file(fold)
+    if _stale(fp32, run.model_dir(fold)):
+        logger.info("fold %d: exporting the ONNX graph to %s (once; reused by later predictions)", fold, fp32)
+        export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
+    if quantize == "none":
+        return fp32
+    target = run.onnx_file(fold, quantize)
+    if _stale(target, run.model_dir(fold)) or target.stat().st_mtime_ns < fp32.stat().st_mtime_ns:
+        logger.info("fold %d: quantizing the ONNX graph to %s into %s", fold, quantize, target)
+        _quantize(fp32, target)
+    return target
+
+
+@dataclass
+class OnnxFoldEnsemble:
+    """The ONNX Runtime sessions of a run's chosen folds and their ensemble weights (as :class:`FoldEnsemble`)."""
+
+    task: str
+    folds: list[int]
+    sessions: list[Any]
+    weights: np.ndarray
+    tokenizer: Any
+    quantize: str
+    reference: FoldEnsemble | None = None  # the float32 PyTorch models, kept to check a quantized graph
+
+    @classmethod
+    def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean", quantize: str = "none",
+             *, threads: int | None = None) -> OnnxFoldEnsemble:
+        """Sessions for the chosen folds (default: every trained fold), exporting or quantizing graphs as needed.
+
+        Raises:
+            ImportError: onnxruntime is not installed (``pip install 'attnpool[onnx]'``).
+            ValueError: ``quantize`` is not ``none`` or ``int8``.
+        """
+        if ort is None:
+            raise ImportError("predict --backend onnx needs onnxruntime: pip install 'attnpool[onnx]'")
+        if quantize not in QUANTIZE:
+            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
+        torch_ensemble = FoldEnsemble.load(run, folds, how)  # the weights and tokenizer, one rule for both engines
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        sessions = [ort.InferenceSession(str(graph_file(run, fold, quantize)), options,
+                                         providers=["CPUExecutionProvider"]) for fold in torch_ensemble.folds]
+        return cls(torch_ensemble.task, torch_ensemble.folds, sessions, torch_ensemble.weights,
+                   torch_ensemble.tokenizer, quantize, torch_ensemble if quantize != "none" else None)
+
+    def scores(self, encodings: dict[str, list], *, batch_size: int,
+               on_batch: Callable[[int], object] | None = None, **_: Any) -> np.ndarray:
+        """The weighted mean over the folds of each row's outputs, as :meth:`FoldEnsemble.scores` returns them."""
+        rows = len(encodings["input_ids"])
+        names = [[i.name for i in s.get_inputs()] for s in self.sessions]
+        total: np.ndarray | None = None
+        for batch in length_sorted_batches([len(ids) for ids in encodings["input_ids"]], batch_size):
+            keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encodings]
+            padded = self.tokenizer.pad([{k: encodings[k][i] for k in keys} for i in batch], return_tensors="np")
+            ids = np.asarray(padded["input_ids"], dtype=np.int64)
+            part = 0.0
+            for weight, session, inputs in zip(self.weights, self.sessions, names, strict=True):
+                # A tokenizer without token types: zeros, as the PyTorch model assumes when they are not given.
+                feed = {name: np.asarray(padded[name], dtype=np.int64) if name in padded else np.zeros_like(ids)
+                        for name in inputs}
+                part = part + weight * scores_from_logits(self.task, session.run(["logits"], feed)[0])
+            if total is None:
+                total = np.zeros((rows, *np.shape(part)[1:]), dtype=np.float64)
+            total[batch] = part
+            if on_batch is not None:
+                on_batch(len(batch))
+        return total if total is not None else np.zeros((0,))
+
+    def check(self, encodings: dict[str, list], *, tolerance: float = INT8_TOLERANCE,
+              rows: int = CALIBRATION_ROWS) -> float:
+        """The largest |this - float32 PyTorch| score on the first ``rows`` rows; ``RunError`` above ``tolerance``.
+
+        Only for a quantized ensemble (the float32 graphs are checked against PyTorch when they are exported).
+        """
+        if self.reference is None:
+            raise ValueError("check() compares a quantized ensemble with its float32 models; this one is float32")
+        head = {k: v[:rows] for k, v in encodings.items()}
+        ours = self.scores(head, batch_size=64)
+        theirs = self.reference.scores(head, batch_size=64, precision="fp32")
+        diff = float(np.max(np.abs(ours - theirs))) if len(ours) else 0.0
+        if diff > tolerance:
+            raise RunError(f"the {self.quantize} ONNX models depart from the float32 models by up to {diff:.4g} "
+                           f"(largest |difference| of a score over the first {len(ours)} rows), above the tolerance "
+                           f"of {tolerance:g}; predict with --quantize none, or raise the tolerance if that is "
+                           "acceptable for your use")
+        logger.info("%s ONNX models agree with float32 to %.3g (largest |difference| of a score, %d rows; "
+                    "tolerance %g)", self.quantize, diff, len(ours), tolerance)
+        return diff

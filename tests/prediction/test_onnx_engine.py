@@ -1,0 +1,58 @@
+"""predict --backend onnx [--quantize int8]: the same predictions through ONNX Runtime, graphs exported once, int8
+checked against float32 and refused with the figure when it departs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from attnpool.prediction import predict  # noqa: E402
+from attnpool.runs import Run, RunError  # noqa: E402
+from model_helpers import make_run, save_tiny_encoder, write_toy_csv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("onnx")
+    encoder = save_tiny_encoder(folder / "encoder")
+    run = make_run(folder / "run", encoder)
+    write_toy_csv(folder / "test.csv", n=21, seed=3)
+    return folder, run
+
+
+def test_onnx_backend_matches_torch_and_exports_once(setup, tmp_path):
+    folder, run = setup
+    predict(run, folder / "test.csv", tmp_path / "torch.csv", progress=False, precision="fp32")
+    predict(run, folder / "test.csv", tmp_path / "onnx.csv", progress=False, backend="onnx", batch_size=4)
+    graph = Run(run).onnx_file(0)
+    assert graph.is_file() and Run(run).onnx_file(1).is_file()
+    stamp = graph.stat().st_mtime_ns
+    torch_out, onnx_out = pd.read_csv(tmp_path / "torch.csv"), pd.read_csv(tmp_path / "onnx.csv")
+    assert list(torch_out["id"]) == list(onnx_out["id"])
+    assert (torch_out["prediction"] - onnx_out["prediction"]).abs().max() < 1e-5
+    predict(run, folder / "test.csv", tmp_path / "again.csv", progress=False, backend="onnx")
+    assert graph.stat().st_mtime_ns == stamp  # reused, not exported again
+
+
+def test_int8_is_checked_against_float32(setup, tmp_path, caplog):
+    folder, run = setup
+    with caplog.at_level("INFO", logger="attnpool"):
+        predict(run, folder / "test.csv", tmp_path / "int8.csv", progress=False, backend="onnx", quantize="int8",
+                int8_tolerance=1.0)
+    assert Run(run).onnx_file(0, "int8").is_file()
+    assert "int8 ONNX models agree with float32 to" in caplog.text
+    with pytest.raises(RunError, match=r"int8 ONNX models depart from the float32 models by up to [0-9.e-]+ .*above "
+                                       r"the tolerance of 1e-09; predict with --quantize none"):
+        predict(run, folder / "test.csv", tmp_path / "refused.csv", progress=False, backend="onnx", quantize="int8",
+                int8_tolerance=1e-9)
+    assert not (tmp_path / "refused.csv").exists()
+
+
+def test_bad_backend_options(setup, tmp_path):
+    folder, run = setup
+    with pytest.raises(ValueError, match="--quantize int8 needs --backend onnx"):
+        predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, quantize="int8")
+    with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx', got 'tf'"):
+        predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, backend="tf")
