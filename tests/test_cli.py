@@ -79,7 +79,7 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
                   "--gradient-checkpointing, --no-gradient-checkpointing", "(default: 42)", "(default: 3.0)",
                   "--config FILE a YAML"):
         assert shown in text, shown
-    assert text.count("(default: ") == len(dataclasses.fields(TrainConfig)) + 1  # and --config
+    assert text.count("(default: ") == len(dataclasses.fields(TrainConfig)) + 3  # and --config, --quiet, --verbose
 
 
 def test_compare_help_shows_the_api_defaults_of_its_own_options(capsys):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import logging
 import sys
 import types
 import typing
@@ -23,6 +22,7 @@ from attnpool._version import __version__
 from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
 from attnpool.precision import PRECISIONS
 from attnpool.training.distributed import shutdown
+from attnpool.training.progress import console
 
 _TYPES = typing.get_type_hints(TrainConfig)
 # compare's own --output-dir and --overwrite (the comparison folder), in place of the train run's.
@@ -128,7 +128,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     summary = api.predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
                           device=args.device, chunk_rows=args.chunk_rows, resume=args.resume,
-                          precision=args.precision, folds=args.folds)
+                          precision=args.precision, folds=args.folds, progress=args.verbosity != "quiet")
     print(f"wrote {summary.rows} predictions to {args.output}")
     return 0
 
@@ -291,6 +291,16 @@ def _add_demo(commands: Any) -> None:
     demo.set_defaults(func=_cmd_demo)
 
 
+def _add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--quiet`` / ``--verbose``, before the command or after it (there ``default`` is SUPPRESS: not given)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", default=default,
+                       help=_help("print only the summary and errors (train.log keeps everything)", "off"))
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const="verbose", default=default,
+                       help=_help("also print the Trainer's own progress bars and log dicts and the libraries' "
+                                  "messages", "off"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnpool`` command."""
     parser = argparse.ArgumentParser(prog="attnpool", description=__doc__.split("\n", 1)[0])
@@ -313,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_explain(commands)
     _add_export(commands)
     _add_demo(commands)
+    _add_verbosity(parser, "normal")
+    for command in commands.choices.values():  # every command, after its name too: attnpool train ... --quiet
+        _add_verbosity(command, argparse.SUPPRESS)
     return parser
 
 
@@ -320,9 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return args.func(args)
+        with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
+            return args.func(args)
     except (ValueError, FileNotFoundError, OSError) as err:
         print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
         return 2

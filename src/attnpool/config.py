@@ -26,13 +26,15 @@ from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
 
 SCHEDULERS = ("cosine", "linear", "constant")
+# --report-to: the Trainer integrations attnpool groups per run (all: every one of them that is installed).
+REPORT_TO = ("none", "tensorboard", "mlflow", "wandb", "all")
 # The option groups, in the order of the config, with what each holds (the headings of ``attnpool train --help``).
 GROUPS = {
     "data": "what to train on",
     "validation": "how the rows are split into folds",
     "model": "the encoder, the pooler and the head",
     "recipe": "optimisation, precision and evaluation",
-    "output": "where the run is written",
+    "output": "where the run is written and tracked",
 }
 
 
@@ -139,6 +141,9 @@ class TrainConfig:
                               negatable=False)
     resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)",
                            negatable=False)
+    report_to: str = _output("none", "experiment tracking: log each fold's curves, the config and the CV scores "
+                             "to TensorBoard (output_dir/tensorboard), MLflow or W&B, one experiment per run; "
+                             "all: every one installed", choices=REPORT_TO)
 
     def __post_init__(self) -> None:
         self.pooling_layers = parse_pooling_layers(self.pooling_layers)
@@ -252,5 +257,5 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in values.items()}
 
 
-__all__ = ["GROUPS", "PRECISIONS", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig", "default_model", "load_yaml",
-           "make_config", "parse_options", "parse_value"]
+__all__ = ["GROUPS", "PRECISIONS", "REPORT_TO", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig", "default_model",
+           "load_yaml", "make_config", "parse_options", "parse_value"]

@@ -41,7 +41,7 @@ logger = logging.getLogger("attnpool.comparison")
 
 CONFIG_FILE = "compare_config.yaml"
 # Options that differ between the runs of a comparison, or that say where and how to run rather than what.
-PER_RUN_KEYS = ("pooling", "pooling_options", "seed", "output_dir", "overwrite", "resume", "only_folds")
+PER_RUN_KEYS = ("pooling", "pooling_options", "seed", "output_dir", "overwrite", "resume", "only_folds", "report_to")
 
 
 def _shared_recipe(cfg: TrainConfig) -> dict[str, Any]:

@@ -8,6 +8,7 @@ A run directory, written by ``attnpool train``::
       fold_K/oof.csv        out-of-fold predictions of fold K (written last: its presence marks the fold done)
       fold_K/metrics.json   fold_K/log_history.json   fold_K/checkpoints/ (while training)
       oof.csv  metrics.json  learning_curve.png
+      tensorboard/fold_K/  tensorboard/cv/   with --report-to tensorboard: each fold's curves, the CV scores
 
 ``run.json`` records the attnpool version, the layout format and the task facts that prediction needs (task,
 classes, label and id columns, number of folds). Every other module reaches these files through :class:`Run`.
@@ -44,6 +45,9 @@ METRICS_FILE = "metrics.json"
 LOG_FILE = "train.log"
 CURVES_FILE = "learning_curve.png"
 HISTORY_FILE = "log_history.json"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+SUMMARY_RUN = "cv"  # the name of the run-level (cross-validation) entry of a tracker
 
 
 class RunError(ValueError):
@@ -180,7 +184,23 @@ class Run:
 
     def checkpoints_dir(self, fold: int) -> Path:
         """``fold_K/checkpoints/``, the Trainer's checkpoints while the fold trains."""
-        return self.fold_dir(fold) / "checkpoints"
+        return self.fold_dir(fold) / CHECKPOINTS_DIR
+
+    @classmethod
+    def of_checkpoints(cls, folder: str | Path) -> tuple[Run, int] | None:
+        """The run and fold whose :meth:`checkpoints_dir` is ``folder``, or ``None`` for any other folder."""
+        folder = Path(folder)
+        match = re.fullmatch(r"fold_(\d+)", folder.parent.name)
+        if folder.name != CHECKPOINTS_DIR or match is None:
+            return None
+        return cls(folder.parent.parent), int(match.group(1))
+
+    def tensorboard_dir(self, fold: int | None = None) -> Path:
+        """``tensorboard/fold_K/`` (a fold's curves) or, for ``None``, ``tensorboard/cv/`` (the run's scores).
+
+        One folder per TensorBoard run under one log directory: ``tensorboard --logdir RUN_DIR/tensorboard``.
+        """
+        return self.path / TENSORBOARD_DIR / (SUMMARY_RUN if fold is None else f"fold_{fold}")
 
     def fold_done(self, fold: int) -> bool:
         """Whether fold ``fold`` finished: its model and its out-of-fold file (written last) are there."""

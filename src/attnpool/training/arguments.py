@@ -11,12 +11,16 @@ from attnpool.config import TrainConfig
 from attnpool.precision import trainer_flags
 from attnpool.tasks import primary_metric
 from attnpool.training.distributed import ddp_backend, use_cpu
+from attnpool.training.progress import get_verbosity
+from attnpool.training.tracking import integrations, run_name
 
 
 def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
 
-    Option names differ across transformers 5.x releases; both spellings are handled here.
+    Option names differ across transformers 5.x releases; both spellings are handled here. The ``Trainer`` draws no
+    bars of its own (:class:`~attnpool.training.progress.FoldProgress` does), except at ``verbose``; it reports to
+    ``cfg.report_to``'s trackers under the fold's name, ``RUN_DIR/fold_K``.
     """
     metric, greater = primary_metric(cfg.task)
     strategy = "steps" if cfg.eval_steps else "epoch"
@@ -42,7 +46,9 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
         "save_total_limit": 1,  # the best checkpoint is kept in addition
         "seed": cfg.seed,
         "data_seed": cfg.seed,
-        "report_to": [],
+        "report_to": integrations(cfg.report_to),
+        "run_name": run_name(out_dir),  # DIR/fold_K in MLflow, W&B...
+        "disable_tqdm": get_verbosity() != "verbose",
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": not cpu,
         "use_cpu": cpu,  # else bf16 on a CPU-only machine is refused

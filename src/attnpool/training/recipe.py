@@ -30,6 +30,8 @@ from attnpool.tasks import primary_metric
 from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state
 from attnpool.training.fold import train_fold
+from attnpool.training.progress import SUMMARY, quiet_third_party
+from attnpool.training.tracking import integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
 
@@ -70,6 +72,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
             writing it.
     """
     started = time.perf_counter()
+    integrations(cfg.report_to)  # a tracker that is not installed: refused before anything is written
     main = process_state().is_main_process  # joins the launcher's process group, as the Trainer will
     lock = None
 
@@ -90,20 +93,24 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     if not main:
         package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
     try:
-        data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
-        folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
-        fold_ids = sorted(set(int(f) for f in folds[folds >= 0]))
-        for fold in fold_ids:
-            if fold in done:
-                logger.info("fold %d: already done, kept (%s)", fold, run.fold_dir(fold))
-                continue
-            if cfg.only_folds is not None and fold not in cfg.only_folds:
-                continue
-            train_idx, valid_idx = data.split(folds, fold)
-            logger.info("fold %d (%d of %d): %d train / %d valid rows", fold, fold + 1, len(fold_ids), len(train_idx),
-                        len(valid_idx))
-            train_fold(cfg, data, fold, train_idx, valid_idx, run, callbacks)
-        result = on_main(lambda: _summarise(cfg, data, run, fold_ids, time.perf_counter() - started))
+        # third-party bars and messages to train.log, not the console; the trackers' experiment (restored after)
+        with quiet_third_party(handler), run_environment(cfg, run):
+            data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
+            folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
+            fold_ids = sorted(set(int(f) for f in folds[folds >= 0]))
+            for fold in fold_ids:
+                if fold in done:
+                    logger.info("fold %d: already done, kept (%s)", fold, run.fold_dir(fold))
+                    continue
+                if cfg.only_folds is not None and fold not in cfg.only_folds:
+                    continue
+                train_idx, valid_idx = data.split(folds, fold)
+                logger.info("fold %d (%d of %d): %d train / %d valid rows", fold, fold + 1, len(fold_ids),
+                            len(train_idx), len(valid_idx))
+                train_fold(cfg, data, fold, train_idx, valid_idx, run, callbacks)
+            result = on_main(lambda: _summarise(cfg, data, run, fold_ids, time.perf_counter() - started))
+            for line in on_main(lambda: log_summary(cfg, run, result.metrics)):
+                logger.info("tracking: %s", line)
     finally:
         if handler is not None:
             package_logger.removeHandler(handler)
@@ -166,7 +173,7 @@ def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], 
                "seconds": round(seconds, 1)}
     run.write_metrics(metrics)
     plot_learning_curves(run, fold_ids, primary_metric(cfg.task)[0])
-    logger.info("\n%s", summary_table(cfg, run, metrics, seconds))
+    logger.log(SUMMARY, "\n%s", summary_table(cfg, run, metrics, seconds))  # what --quiet keeps
     return TrainResult(run_dir=run.path, metrics=metrics, oof=oof, seconds=seconds)
 
 

@@ -1,4 +1,4 @@
-"""The recipe's ``Trainer``: its optimiser, length-grouped sampler, metrics and pooling statistics in the logs."""
+"""The recipe's ``Trainer``: its optimiser, length-grouped sampler, metrics, pooling statistics, progress line."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import transformers
 from attnpool.config import TrainConfig
 from attnpool.data.batching import LengthGroupedSampler
 from attnpool.metrics import task_metrics
+from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.optim import build_optimizer, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
+from attnpool.training.progress import FoldProgress, get_verbosity
+from attnpool.training.tracking import FoldTracking, fold_environment, integrations
 
 
 class RecipeTrainer(transformers.Trainer):
@@ -63,15 +66,26 @@ class RecipeTrainer(transformers.Trainer):
 
 def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArguments, train_ds: Any, eval_ds: Any,
                  tokenizer: Any, monitor: PoolingMonitor | None = None) -> RecipeTrainer:
-    """The recipe's :class:`RecipeTrainer` for one fold: dynamic padding, the task's metrics, early stopping."""
+    """The recipe's :class:`RecipeTrainer` for one fold: dynamic padding, the task's metrics, early stopping.
+
+    The fold's progress is :class:`~attnpool.training.progress.FoldProgress`'s one line: the ``Trainer``'s own
+    printer of log dicts is removed (at ``verbose`` its bars and dicts stay). Its trackers (``cfg.report_to``) write
+    under the run directory (TensorBoard: ``RUN_DIR/tensorboard/fold_K``), one tracker run per fold.
+    """
 
     def compute_metrics(eval_pred) -> dict[str, float]:
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
         return task_metrics(cfg.task, eval_pred.label_ids, scores_from_logits(cfg.task, logits))
 
-    callbacks = []
+    located = Run.of_checkpoints(args.output_dir)
+    callbacks: list[transformers.TrainerCallback] = [FoldProgress(f"fold {located[1]}" if located else "training"),
+                                                     FoldTracking(integrations(cfg.report_to))]
     if cfg.early_stopping_patience:
         callbacks.append(transformers.EarlyStoppingCallback(early_stopping_patience=cfg.early_stopping_patience))
-    return RecipeTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                         data_collator=transformers.DataCollatorWithPadding(tokenizer),
-                         compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor)
+    with fold_environment(args.output_dir):  # the integrations' callbacks read it when the Trainer makes them
+        trainer = RecipeTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                                data_collator=transformers.DataCollatorWithPadding(tokenizer),
+                                compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor)
+    if get_verbosity() != "verbose":
+        trainer.remove_callback(transformers.PrinterCallback)  # print(logs): the dicts go to train.log instead
+    return trainer

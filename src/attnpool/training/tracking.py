@@ -1,0 +1,214 @@
+"""Experiment tracking (``--report-to``): every fold a run of the ``Trainer``'s integration, grouped per run directory.
+
+Each fold's ``Trainer`` reports its logs (training loss, learning rate, every evaluation) through transformers'
+own integration callbacks; attnpool names and groups them, and at the end of :func:`attnpool.train` logs one more
+entry per run, ``DIR/cv``, with the resolved config, every fold's final validation metrics (step = fold) and the
+cross-validation scores of the out-of-fold predictions (``cv/<metric>``):
+
+- TensorBoard: ``RUN_DIR/tensorboard/fold_K/`` and ``RUN_DIR/tensorboard/cv/``; ``tensorboard --logdir
+  RUN_DIR/tensorboard`` shows the folds side by side.
+- MLflow: one experiment per run directory (named as given, e.g. ``runs/attnpool``, unless
+  ``MLFLOW_EXPERIMENT_NAME`` is set), runs ``runs/attnpool/fold_K`` and ``runs/attnpool/cv``; ``MLFLOW_TRACKING_URI``
+  says where (MLflow's default otherwise).
+- Weights & Biases: project ``WANDB_PROJECT`` (default ``attnpool``), one group per run directory
+  (``WANDB_RUN_GROUP``), one run per fold plus the ``cv`` run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import transformers
+import yaml
+from transformers import integrations as hf_integrations
+
+from attnpool.config import TrainConfig
+from attnpool.runs.run import SUMMARY_RUN, Run
+from attnpool.training.progress import get_verbosity
+
+TRACKERS = ("tensorboard", "mlflow", "wandb")
+_INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
+              "mlflow": hf_integrations.is_mlflow_available,
+              "wandb": hf_integrations.is_wandb_available}
+_EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
+# Environment variables a run sets for the integrations, restored afterwards (MLflow sets MLFLOW_EXPERIMENT_ID).
+_SCOPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "WANDB_PROJECT", "WANDB_RUN_GROUP", "WANDB_SILENT",
+               "TENSORBOARD_LOGGING_DIR")
+
+
+def integrations(report_to: str) -> list[str]:
+    """The ``Trainer`` integrations of ``--report-to``: ``[]`` for none, every installed tracker for ``all``.
+
+    Raises:
+        ValueError: An unknown tracker, or one that is not installed (with the command that installs it).
+    """
+    if report_to in (None, "none"):
+        return []
+    if report_to == "all":
+        return [name for name in TRACKERS if _INSTALLED[name]()]
+    if report_to not in TRACKERS:
+        raise ValueError(f"report_to must be one of none, {', '.join(TRACKERS)}, all; got {report_to!r}")
+    if not _INSTALLED[report_to]():
+        raise ValueError(f"--report-to {report_to}: {report_to} is not installed; pip install "
+                         f"'attnpool[{_EXTRA[report_to]}]'")
+    return [report_to]
+
+
+def experiment_name(run: Run) -> str:
+    """The name that groups a run's folds in a tracker: the run directory as given (``runs/attnpool``)."""
+    return run.path.as_posix()
+
+
+def run_name(checkpoints_dir: str | Path) -> str | None:
+    """A fold's name in a tracker, ``DIR/fold_K``, from its checkpoints folder (``None`` outside a run directory)."""
+    located = Run.of_checkpoints(checkpoints_dir)
+    return None if located is None else f"{experiment_name(located[0])}/fold_{located[1]}"
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str], keep: tuple[str, ...] = _SCOPED_ENV) -> Iterator[None]:
+    """Set ``values`` in ``os.environ``; on exit put back every variable of ``keep`` (and ``values``) as it was."""
+    saved = {name: os.environ.get(name) for name in {*keep, *values}}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
+    """For one run: the trackers' experiment (MLflow) or project and group (W&B), unless already set; yields them.
+
+    W&B's own console output is silenced (``WANDB_SILENT``) except at ``verbose``.
+
+    Raises:
+        ValueError: ``cfg.report_to`` names a tracker that is not installed.
+    """
+    used = integrations(cfg.report_to)
+    name = experiment_name(run)
+    values: dict[str, str] = {}
+    if "mlflow" in used:
+        import mlflow  # noqa: F401  (imported now: its loggers exist before the run quiets them)
+
+        values["MLFLOW_EXPERIMENT_NAME"] = os.environ.get("MLFLOW_EXPERIMENT_NAME") or name
+    if "wandb" in used:
+        values["WANDB_PROJECT"] = os.environ.get("WANDB_PROJECT") or "attnpool"
+        values["WANDB_RUN_GROUP"] = os.environ.get("WANDB_RUN_GROUP") or name
+        if get_verbosity() != "verbose":  # its banners and run summaries, on every fold
+            values["WANDB_SILENT"] = os.environ.get("WANDB_SILENT") or "true"
+    with _environ(values):
+        yield used
+
+
+@contextlib.contextmanager
+def fold_environment(checkpoints_dir: str | Path) -> Iterator[None]:
+    """Around a fold's ``Trainer(...)``: its TensorBoard folder, ``RUN_DIR/tensorboard/fold_K`` (not checkpoints/)."""
+    located = Run.of_checkpoints(checkpoints_dir)
+    values = {} if located is None else {"TENSORBOARD_LOGGING_DIR": str(located[0].tensorboard_dir(located[1]))}
+    with _environ(values, keep=("TENSORBOARD_LOGGING_DIR",)):
+        yield
+
+
+class FoldTracking(transformers.TrainerCallback):
+    """Ends a fold's W&B run when the fold ends (the integration keeps it open), so that each fold is a run."""
+
+    def __init__(self, used: list[str]) -> None:
+        self._wandb = None
+        if "wandb" in used:
+            import wandb
+
+            self._wandb = wandb if wandb.run is None else None  # a run the caller opened is theirs to finish
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """Finish the fold's W&B run (main process)."""
+        if self._wandb is not None and state.is_world_process_zero and self._wandb.run is not None:
+            self._wandb.finish()
+
+
+def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k not in skip and math.isfinite(v)}
+
+
+def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[str]:
+    """Log the run's ``cv`` entry to each tracker of ``cfg.report_to``; returns one line per tracker, where it went.
+
+    The entry holds the resolved config, each finished fold's final validation metrics (``fold/<metric>`` at step
+    K) and the out-of-fold scores (``cv/<metric>``).
+    """
+    used = integrations(cfg.report_to)
+    folds = [(int(m["fold"]), _numbers(m, skip=("fold",))) for m in metrics.get("folds", [])]
+    overall = _numbers(metrics.get("overall", {}))
+    name = f"{experiment_name(run)}/{SUMMARY_RUN}"
+    where = []
+    if "tensorboard" in used:
+        where.append(_tensorboard(cfg, run, folds, overall))
+    if "mlflow" in used:
+        where.append(_mlflow(cfg, run, name, folds, overall))
+    if "wandb" in used:
+        where.append(_wandb(cfg, name, folds, overall))
+    return where
+
+
+def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, float]]],
+                 overall: dict[str, float]) -> str:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(run.tensorboard_dir()))
+    try:
+        text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+        writer.add_text("config", "".join(f"    {line}\n" for line in text.splitlines()), global_step=len(folds))
+        for fold, values in folds:
+            for key, value in values.items():
+                writer.add_scalar(f"fold/{key}", value, global_step=fold)
+        for key, value in overall.items():
+            writer.add_scalar(f"cv/{key}", value, global_step=len(folds))
+    finally:
+        writer.close()
+    return f"tensorboard --logdir {run.tensorboard_dir().parent}"
+
+
+def _mlflow(cfg: TrainConfig, run: Run, name: str, folds: list[tuple[int, dict[str, float]]],
+            overall: dict[str, float]) -> str:
+    import mlflow
+    from mlflow.entities import Metric, Param
+
+    client = mlflow.MlflowClient()
+    experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or experiment_name(run)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
+    entry = client.create_run(experiment_id, run_name=name, tags={"attnpool.run_dir": str(run.path)})
+    run_id, now = entry.info.run_id, int(time.time() * 1000)
+    limit = mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
+    params = [Param(f"attnpool.{k}", str(v)[:limit]) for k, v in cfg.to_dict().items()]
+    values = [Metric(f"fold/{k}", v, now, fold) for fold, row in folds for k, v in row.items()]
+    values += [Metric(f"cv/{k}", v, now, len(folds)) for k, v in overall.items()]
+    client.log_batch(run_id, metrics=values, params=params)
+    client.log_dict(run_id, cfg.to_dict(), "config.yaml")
+    client.set_terminated(run_id)
+    return f"mlflow: experiment {experiment!r} at {mlflow.get_tracking_uri()}"
+
+
+def _wandb(cfg: TrainConfig, name: str, folds: list[tuple[int, dict[str, float]]], overall: dict[str, float]) -> str:
+    import wandb
+
+    owned = wandb.run is None
+    entry = wandb.init(project=os.environ.get("WANDB_PROJECT"), group=os.environ.get("WANDB_RUN_GROUP"), name=name,
+                       job_type="cv", config=cfg.to_dict()) if owned else wandb.run
+    for fold, values in folds:
+        entry.log({f"fold/{k}": v for k, v in values.items()} | {"fold": fold})
+    entry.summary.update({f"cv/{k}": v for k, v in overall.items()})
+    if owned:
+        entry.finish()
+    return f"wandb: project {os.environ.get('WANDB_PROJECT')}, group {os.environ.get('WANDB_RUN_GROUP')}"

@@ -1,0 +1,185 @@
+"""What a run prints: attnpool's own lines only, one progress line per fold, --quiet and --verbose."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import transformers
+
+import attnpool
+from attnpool.cli import build_parser, main
+from attnpool.training import progress
+from attnpool.training.progress import FoldProgress, quiet_third_party
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+NOISE = ("{'loss'", "{'eval_loss'", "'train_runtime'", "Loading weights", "Writing model shards", "it/s]",
+         "Warning", "[transformers]")
+# Every line a run prints before its summary, off a terminal.
+OWN_LINES = [r"\S+\.csv: \d+ texts, tokens per text: .*",
+             r"fold \d \(\d of \d\): \d+ train / \d+ valid rows",
+             r"fold \d: step \d+/\d+, epoch [\d.]+/\d+, loss [\d.e-]+, val pearson -?[\d.]+ \(best -?[\d.]+\), "
+             r"\d\d:\d\d elapsed(, \d\d:\d\d left)?",
+             r"fold \d: pooling weights on validation: .*"]
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("progress")
+    encoder = save_tiny_encoder(folder / "encoder")
+    write_toy_csv(folder / "train.csv", n=24, seed=0)
+    args = ["--train-file", str(folder / "train.csv"), "--text-cols", "first", "second", "--model", encoder,
+            "--folds", "2", "--epochs", "2", "--max-length", "16", "--batch-size", "4", "--pooling-opt",
+            "attn_size=8", "--precision", "fp32"]
+    return folder, args
+
+
+def _train(recipe, capfd, *flags):
+    folder, args = recipe
+    out = folder / f"run{len(list(folder.glob('run*')))}"
+    assert main(["train", *args, "--output-dir", str(out), *flags]) == 0
+    captured = capfd.readouterr()
+    return out, captured.out + captured.err
+
+
+def test_a_train_off_a_terminal_prints_only_attnpool_lines_one_per_evaluation(recipe, capfd):
+    out, text = _train(recipe, capfd)
+    for noise in NOISE:
+        assert noise not in text, noise
+    assert "\r" not in text and "\x1b" not in text  # no redraws, no escape sequences in a file
+    lines = text.splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith("attnpool train: regression"))
+    before = [line for line in lines[:summary] if line.strip()]
+    strange = [line for line in before if not any(re.fullmatch(p, line) for p in OWN_LINES)]
+    assert not strange, "lines that are not attnpool's own:\n" + "\n".join(strange)
+    progress_lines = [line for line in before if re.match(r"fold \d: step ", line)]
+    assert [line.split(",")[0] for line in progress_lines] == ["fold 0: step 3/6", "fold 0: step 6/6",
+                                                                "fold 1: step 3/6", "fold 1: step 6/6"]
+    assert "complete;" in text[text.index("attnpool train: regression"):]
+    log = (out / "train.log").read_text()  # the full detail stays in the run's log
+    assert "attnpool.detail: fold 0: step 1: loss " in log and "eval_pearson" in log and "grad_norm" in log
+    assert "fold 1: step 6/6, epoch 2.00/2" in log
+
+
+def test_quiet_prints_only_the_summary(recipe, capfd):
+    out, text = _train(recipe, capfd, "--quiet")
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("attnpool train: regression") and lines[-1].strip().startswith("oof.csv")
+    assert not any(line.startswith("fold ") for line in lines), text
+    assert "fold 0: step 3/6" in (out / "train.log").read_text()
+
+
+def test_verbose_shows_the_trainers_own_logs(recipe, capfd):
+    _, text = _train(recipe, capfd, "-v")
+    assert "{'loss'" in text and "'eval_pearson'" in text and "attnpool train: regression" in text
+    assert "fold 0: step 3/6" not in text  # the Trainer draws its own bars instead
+
+
+def test_quiet_and_verbose_go_before_or_after_the_command():
+    parser = build_parser()
+    assert parser.parse_args(["poolers"]).verbosity == "normal"
+    assert parser.parse_args(["--quiet", "poolers"]).verbosity == "quiet"
+    assert parser.parse_args(["poolers", "--verbose"]).verbosity == "verbose"
+    assert parser.parse_args(["-q", "demo"]).verbosity == "quiet"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["poolers", "-q", "-v"])
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_one_live_line_per_fold_and_the_callers_settings_are_restored(recipe, monkeypatch):
+    folder, _ = recipe
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert transformers.utils.logging.is_progress_bar_enabled()
+    result = attnpool.train(train_file=str(folder / "train.csv"), text_cols=["first", "second"],
+                            model=str(folder / "encoder"), folds=2, epochs=2, max_length=16, batch_size=4,
+                            pooling_options={"attn_size": 8}, precision="fp32", output_dir=str(folder / "tty"))
+    assert result.complete
+    text = terminal.getvalue()
+    assert "Loading weights" not in text and "Writing model shards" not in text and "{'loss'" not in text
+    lines = text.split("\n")
+    bars = [line for line in lines if line.strip()]
+    assert len(bars) == 2, bars  # one line per fold, redrawn in place
+    for fold, line in enumerate(bars):
+        states = line.split("\r")
+        assert all(s.startswith(f"fold {fold}:") for s in states if s.strip())
+        assert any("evaluating 1/" in s for s in states), "evaluation is a status on the line, not a second bar"
+        assert "100%" in states[-1] and "6/6" in states[-1] and "val pearson" in states[-1]
+    assert transformers.utils.logging.is_progress_bar_enabled(), "the caller's transformers settings are restored"
+
+
+def _state(step, max_steps=10, epoch=0.0):
+    return SimpleNamespace(global_step=step, max_steps=max_steps, epoch=epoch, is_world_process_zero=True)
+
+
+def test_the_line_says_step_epoch_smoothed_loss_metric_elapsed_and_eta():
+    stream = io.StringIO()
+    bar = FoldProgress("fold 3", mode="lines", stream=stream, interval=1e9, smoothing=0.5)
+    args = SimpleNamespace(num_train_epochs=2, metric_for_best_model="rmse", greater_is_better=False)
+    bar.on_train_begin(args, _state(0), None)
+    bar.on_log(args, _state(2, epoch=0.4), None, logs={"loss": 1.0})
+    bar.on_log(args, _state(4, epoch=0.8), None, logs={"loss": 0.5})
+    bar.on_step_end(args, _state(5, epoch=1.0), None)
+    assert stream.getvalue() == ""  # no line between evaluations before the interval
+    bar.on_evaluate(args, _state(5, epoch=1.0), None, metrics={"eval_rmse": 0.25})
+    bar.on_evaluate(args, _state(10, epoch=2.0), None, metrics={"eval_rmse": 0.5})
+    first, second = stream.getvalue().splitlines()
+    assert re.fullmatch(r"fold 3: step 5/10, epoch 1\.00/2, loss 0\.75, val rmse 0\.2500 \(best 0\.2500\), "
+                        r"\d\d:\d\d elapsed, \d\d:\d\d left", first), first
+    assert second.startswith("fold 3: step 10/10, epoch 2.00/2, loss 0.75, val rmse 0.5000 (best 0.2500)")
+    assert not second.endswith("left")
+    bar = FoldProgress("fold 0", mode="lines", stream=stream, interval=0)
+    bar.on_train_begin(args, _state(0), None)
+    bar.on_step_end(args, _state(1), None)
+    assert stream.getvalue().splitlines()[-1].startswith("fold 0: step 1/10, epoch 0.00/2, ")  # a heartbeat
+
+
+def test_quiet_and_verbose_draw_nothing_of_their_own():
+    args = SimpleNamespace(num_train_epochs=1, metric_for_best_model="pearson", greater_is_better=True)
+    for verbosity in ("quiet", "verbose"):
+        stream = Terminal()
+        previous = progress.set_verbosity(verbosity)
+        try:
+            bar = FoldProgress("fold 0", stream=stream)
+            bar.on_train_begin(args, _state(0), None)
+            bar.on_evaluate(args, _state(10), None, metrics={"eval_pearson": 0.5})
+            bar.on_train_end(args, _state(10), None)
+        finally:
+            progress.set_verbosity(previous)
+        assert stream.getvalue() == "", verbosity
+    stream = Terminal()
+    FoldProgress("fold 0", stream=stream).on_evaluate(args, _state(0), None, metrics={"eval_pearson": 0.5})
+    assert stream.getvalue() == ""  # an evaluate() outside training draws nothing (and does not fail)
+    with pytest.raises(ValueError, match="verbosity must be one of quiet, normal, verbose"):
+        progress.set_verbosity("loud")
+
+
+def test_library_warnings_and_log_lines_go_to_the_log_not_the_console(capfd):
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library = Path(transformers.__file__).parent / "trainer.py"
+    library_logger = logging.getLogger("transformers")
+    levels = [h.level for h in library_logger.handlers]
+    with quiet_third_party(handler):
+        warnings.warn_explicit("a deprecation inside transformers", FutureWarning, str(library), 1)
+        warnings.warn_explicit("a warning of the user's code", FutureWarning, "/home/user/script.py", 1)
+        transformers.utils.logging.get_logger("transformers.trainer").warning("a transformers warning")
+        logging.getLogger(progress.DETAIL_LOGGER).info("a raw trainer log")
+    err = capfd.readouterr().err
+    assert "a deprecation inside transformers" not in err and "a transformers warning" not in err
+    assert "a warning of the user's code" in err and "a raw trainer log" not in err
+    logged = [r.getMessage() for r in records]
+    assert any("a deprecation inside transformers" in m for m in logged)
+    assert "a transformers warning" in logged and "a raw trainer log" in logged
+    assert [h.level for h in library_logger.handlers] == levels  # the library's console handler is back

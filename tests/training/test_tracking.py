@@ -1,0 +1,132 @@
+"""--report-to: each fold a tracker run grouped per run directory, plus the config and the CV scores; offline."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import attnpool
+from attnpool.runs import Run
+from attnpool.training import tracking
+from model_helpers import save_tiny_encoder, write_toy_csv
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tracking")
+    encoder = save_tiny_encoder(folder / "encoder")
+    write_toy_csv(folder / "train.csv", n=24, seed=0)
+    values = {"train_file": str(folder / "train.csv"), "text_cols": ["first", "second"], "model": encoder,
+              "folds": 2, "epochs": 2, "max_length": 16, "batch_size": 4, "pooling_options": {"attn_size": 8},
+              "precision": "fp32"}
+    return folder, values
+
+
+def _eval_curve(run: Run, fold: int, metric: str) -> list[tuple[int, float]]:
+    return [(h["step"], h[f"eval_{metric}"]) for h in run.fold_history(fold) if f"eval_{metric}" in h]
+
+
+def test_tensorboard_gets_every_folds_curves_the_config_and_the_cv_scores(recipe):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder, values = recipe
+    result = attnpool.train(values, output_dir=str(folder / "tb"), report_to="tensorboard")
+    run = Run.open(result.run_dir)
+    assert sorted(p.name for p in (run.path / "tensorboard").iterdir()) == ["cv", "fold_0", "fold_1"]
+    for fold in (0, 1):
+        events = EventAccumulator(str(run.tensorboard_dir(fold))).Reload()
+        scalars = events.Tags()["scalars"]
+        assert "train/loss" in scalars and "eval/pearson" in scalars
+        curve = [(e.step, e.value) for e in events.Scalars("eval/pearson")]
+        assert curve == [(s, pytest.approx(v, abs=1e-6)) for s, v in _eval_curve(run, fold, "pearson")]
+    cv = EventAccumulator(str(run.tensorboard_dir())).Reload()
+    assert cv.Scalars("cv/pearson")[0].value == pytest.approx(result.metrics["overall"]["pearson"], abs=1e-6)
+    per_fold = {e.step: e.value for e in cv.Scalars("fold/pearson")}
+    assert per_fold == {f["fold"]: pytest.approx(f["pearson"], abs=1e-6) for f in result.metrics["folds"]}
+    config = cv.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()  # the resolved config
+    assert "    pooling: attention" in config and "    report_to: tensorboard" in config
+    assert "TENSORBOARD_LOGGING_DIR" not in os.environ
+
+
+def test_mlflow_gets_one_experiment_per_run_with_a_run_per_fold_and_the_cv_scores(recipe, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    folder, values = recipe
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 prefers a database; a folder is enough here
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    result = attnpool.train(values, output_dir=str(folder / "ml"), report_to="mlflow")
+    run = Run.open(result.run_dir)
+    name = run.path.as_posix()
+    assert "MLFLOW_EXPERIMENT_NAME" not in os.environ, "the experiment is set for the run only"
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {f"{name}/fold_0", f"{name}/fold_1", f"{name}/cv"}
+    for fold in (0, 1):
+        entry = runs[f"{name}/fold_{fold}"]
+        history = client.get_metric_history(entry.info.run_id, "eval_pearson")
+        curve = sorted((m.step, m.value) for m in history)
+        assert curve == [(s, pytest.approx(v, abs=1e-6)) for s, v in _eval_curve(run, fold, "pearson")]
+        assert entry.info.status == "FINISHED"
+    cv = runs[f"{name}/cv"]
+    assert cv.data.metrics["cv/pearson"] == pytest.approx(result.metrics["overall"]["pearson"])
+    history = client.get_metric_history(cv.info.run_id, "fold/pearson")
+    assert {m.step: m.value for m in history} == {f["fold"]: pytest.approx(f["pearson"])
+                                                   for f in result.metrics["folds"]}
+    assert cv.data.params["attnpool.pooling"] == "attention" and cv.data.params["attnpool.folds"] == "2"
+    assert cv.data.params["attnpool.report_to"] == "mlflow"
+
+
+def test_a_tracker_that_is_not_installed_is_refused_before_anything_is_written(recipe, monkeypatch):
+    folder, values = recipe
+    monkeypatch.setitem(tracking._INSTALLED, "wandb", lambda: False)
+    with pytest.raises(ValueError, match=r"--report-to wandb: wandb is not installed; pip install 'attnpool\[wandb\]'"):
+        attnpool.train(values, output_dir=str(folder / "none"), report_to="wandb")
+    assert not (folder / "none").exists()
+    with pytest.raises(ValueError, match="report_to must be one of none, tensorboard, mlflow, wandb, all"):
+        attnpool.train(values, output_dir=str(folder / "none"), report_to="comet")
+
+
+def test_the_integrations_of_each_choice(monkeypatch):
+    for name in tracking.TRACKERS:
+        monkeypatch.setitem(tracking._INSTALLED, name, lambda: True)
+    assert tracking.integrations("none") == []
+    assert tracking.integrations("mlflow") == ["mlflow"]
+    assert tracking.integrations("all") == ["tensorboard", "mlflow", "wandb"]
+    monkeypatch.setitem(tracking._INSTALLED, "wandb", lambda: False)
+    assert tracking.integrations("all") == ["tensorboard", "mlflow"]  # all: every one installed
+
+
+def test_fold_runs_are_named_after_the_run_directory(tmp_path):
+    run = Run(tmp_path / "runs" / "x")
+    assert tracking.run_name(run.checkpoints_dir(3)) == f"{run.path.as_posix()}/fold_3"
+    assert tracking.run_name(tmp_path / "elsewhere") is None
+    found, fold = Run.of_checkpoints(run.checkpoints_dir(12))
+    assert found.path == run.path and fold == 12
+    assert run.tensorboard_dir(2) == run.path / "tensorboard" / "fold_2"
+    assert run.tensorboard_dir() == run.path / "tensorboard" / "cv"
+
+
+def test_wandb_gets_a_run_per_fold_and_the_cv_run_in_one_group(recipe, tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")  # not in the test extra: skipped where W&B is not installed
+    folder, values = recipe
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    for name in ("WANDB_PROJECT", "WANDB_RUN_GROUP", "WANDB_SILENT"):
+        monkeypatch.delenv(name, raising=False)
+    calls, init = [], wandb.init
+
+    def recording_init(*args, **kwargs):
+        calls.append((kwargs.get("name"), os.environ.get("WANDB_PROJECT"), os.environ.get("WANDB_RUN_GROUP")))
+        return init(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", recording_init)
+    result = attnpool.train(values, output_dir=str(folder / "wb"), report_to="wandb")
+    name = Run(result.run_dir).path.as_posix()
+    assert calls == [(f"{name}/fold_0", "attnpool", name), (f"{name}/fold_1", "attnpool", name),
+                     (f"{name}/cv", "attnpool", name)]
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 3 and wandb.run is None
+    assert "WANDB_RUN_GROUP" not in os.environ
