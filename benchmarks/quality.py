@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from attnpool.comparison import PoolerSpec, compare, holm, paired_bootstrap, paired_t_test, run_predictions, t_interval
-from attnpool.comparison.stats import metric_function
+from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.config import TrainConfig
 from attnpool.tasks import primary_metric
 
@@ -165,13 +165,15 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
             per_seed[name].append(score_fn(target, scores))
 
     def paired(a: str, b: str) -> dict[str, float]:
-        t = paired_t_test(per_seed[a], per_seed[b])
+        t = paired_t_test(per_seed[a], per_seed[b])  # p NaN when the differences are equal over seeds
+        exact = sign_flip_test(per_seed[a], per_seed[b])  # never below 2 ** (1 - seeds)
         groups = [(predictions[a][s][1], predictions[a][s][2], predictions[b][s][2]) for s in seeds]
         boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
-        return {"diff": t.diff, "p_ttest": t.p, "boot_low": boot.low, "boot_high": boot.high, "p_bootstrap": boot.p}
+        return {"diff": t.diff, "p_ttest": t.p, "p_signflip": exact.p, "boot_low": boot.low, "boot_high": boot.high,
+                "p_bootstrap": boot.p}
 
     versus = {b: paired("attention", b) for b in [*BASELINES, *[r for r in per_seed if r not in POOLERS]]}
-    for key in ("p_ttest", "p_bootstrap"):  # Holm over the two baselines the target names
+    for key in ("p_ttest", "p_signflip", "p_bootstrap"):  # Holm over the two baselines the target names
         for b, adjusted in zip(BASELINES, holm([versus[b][key] for b in BASELINES]), strict=True):
             versus[b][f"{key}_holm"] = adjusted
     stats = {name: t_interval(values) for name, values in per_seed.items()}

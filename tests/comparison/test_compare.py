@@ -132,7 +132,11 @@ def test_compare_writes_its_table_and_files(compared):
         assert attention["per_seed"][seed] == pytest.approx(json.loads((run / "metrics.json").read_text())[
             "overall"]["pearson"])
     assert attention["diff"] == pytest.approx(attention["mean"] - rows["mean"]["mean"])
-    assert 0 <= attention["p_ttest_holm"] <= 1 and 0 <= attention["p_bootstrap_holm"] <= 1
+    assert 0 <= attention["p_bootstrap_holm"] <= 1
+    # two seeds: the exact test over seeds cannot go below 2^(1-2), and the intervals stay inside [-1, 1]
+    assert attention["p_signflip_min"] == 0.5 and 0.5 <= attention["p_signflip"] <= attention["p_signflip_holm"] <= 1
+    for r in rows.values():
+        assert r["ci_method"] == "fisher_z" and -1 <= r["ci_low"] <= r["ci_high"] <= 1
     # read from the safetensors header: exactly the pooler's own parameters on top of mean pooling
     assert attention["parameters_added"] == sum(p.numel() for p in build_pooler("attention", 32, attn_size=8)
                                                 .parameters())
@@ -144,6 +148,7 @@ def test_compare_writes_its_table_and_files(compared):
     assert attention["time_ratio"] > 0 and attention["memory_ratio"] > 0
     table = (out / "compare.md").read_text()
     assert "| `mean` |" in table and "(baseline)" in table and "p (bootstrap, Holm)" in table
+    assert "p over seeds (exact, Holm)" in table and "Fisher's z" in table and "too few to test" in table
     assert "| weight entropy | on special tokens |" in table
     assert f"| {attention['pooling_entropy']:.3f} | {100 * attention['pooling_special_share']:.1f}% |" in table
     frame = pd.read_csv(out / "compare.csv")

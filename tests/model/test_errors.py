@@ -43,7 +43,7 @@ def test_checkpoint_folder_without_weights(tmp_path):
     model.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match=r"holds no model weights \(\*\.safetensors\); it contains: "
-                       r"config\.json"):
+                       r"README\.md, config\.json"):
         AttnPoolForSequenceClassification.from_pretrained(tmp_path)
 
 

@@ -68,7 +68,7 @@ def test_save_load_gives_identical_logits_and_weights(tmp_path):
     ids, mask = batch([6, 2, 4])
     before = model(ids, mask, return_pooling_weights=True)
     model.save_pretrained(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
     assert not loaded.training
     after = loaded(ids, mask, return_pooling_weights=True)

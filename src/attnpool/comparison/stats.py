@@ -2,10 +2,15 @@
 
 All comparisons are *paired*: for a given seed, two poolers saw the same folds, data order and recipe, so the
 per-seed differences (and the per-example differences within a seed) are what the tests look at.
+
+Intervals respect the metric's range (:func:`score_interval`: Fisher's z for a correlation, the logit for a
+share), and the test over seeds is exact (:func:`sign_flip_test`): with ``n`` seeds no p-value goes below
+``2 ** (1 - n)``, so two or three seeds can never be "significant", whatever a t-test on them says.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,16 +20,31 @@ from attnpool.metrics import task_metrics
 
 ScoreFn = Callable[[np.ndarray, np.ndarray], float]
 
+# The values each metric of :func:`attnpool.metrics.task_metrics` can take; intervals stay inside them.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "pearson": (-1.0, 1.0), "spearman": (-1.0, 1.0),
+    "accuracy": (0.0, 1.0), "macro_f1": (0.0, 1.0), "auc": (0.0, 1.0),
+    "rmse": (0.0, math.inf),
+}
+# The fewest seeds with which the exact sign-flip test can reach p < 0.05 (2 ** (1 - 6) = 0.031).
+MIN_SEEDS_FOR_5_PERCENT = 6
+
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean with its standard deviation and a two-sided confidence interval."""
+    """A mean with its standard deviation and a two-sided confidence interval (NaN where none can be given).
+
+    ``method`` says how the interval was made: ``"t"`` (Student t), ``"fisher_z"`` (t on ``atanh`` of the values,
+    mapped back), ``"logit"`` (t on the logit), ``"log"`` (t on the log), ``"t_clipped"`` (t cut to the metric's
+    range, when a value lies on its bound) or ``"none"`` (one value, or no spread).
+    """
 
     mean: float
     std: float
     low: float
     high: float
     n: int
+    method: str = "t"
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,25 @@ class PairedTest:
     low: float
     high: float
     p: float
+
+
+@dataclass(frozen=True)
+class ExactTest:
+    """The exact sign-flip test of paired differences over seeds.
+
+    Attributes:
+        diff: The mean difference ``a - b``.
+        p: Two-sided p-value over all ``2 ** n`` sign patterns (NaN for fewer than two pairs).
+        min_p: The smallest p-value ``n`` seeds allow, ``2 ** (1 - n)``.
+        n: Pairs (seeds).
+        equal: Whether every pair differs by the same amount (no spread: a t-test would divide by zero).
+    """
+
+    diff: float
+    p: float
+    min_p: float
+    n: int
+    equal: bool
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
@@ -55,25 +94,126 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     return Interval(mean, std, mean - half, mean + half, int(x.size))
 
 
-def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> PairedTest:
+def _no_spread(x: np.ndarray) -> bool:
+    """All values equal, up to the rounding of scores that are equal in exact arithmetic (4/1000 - 0/1000...)."""
+    return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.abs(x).max())))
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values ``metric`` can take (``(-inf, inf)`` for one not in :data:`METRIC_RANGES`)."""
+    return METRIC_RANGES.get(metric, (-math.inf, math.inf))
+
+
+def _unbounded_scale(low: float, high: float) -> tuple[Callable, Callable, str]:
+    """Maps from a range (one bound at least finite) onto the whole line and back, and the name of the scale."""
+    if math.isfinite(low) and math.isfinite(high):
+        # atanh of the value rescaled to (-1, 1): Fisher's z on (-1, 1), half the logit on (0, 1)
+        def forward(v: np.ndarray) -> np.ndarray:
+            return np.arctanh((2 * v - low - high) / (high - low))
+
+        def back(z: np.ndarray) -> np.ndarray:
+            return (np.tanh(z) * (high - low) + low + high) / 2
+
+        return forward, back, "fisher_z" if (low, high) == (-1.0, 1.0) else "logit"
+    sign, bound = (1.0, low) if math.isfinite(low) else (-1.0, high)
+    return (lambda v: np.log(sign * (v - bound))), (lambda z: bound + sign * np.exp(z)), "log"
+
+
+def score_interval(values: Sequence[float], bounds: tuple[float, float] = (-math.inf, math.inf),
+                   confidence: float = 0.95) -> Interval:
+    """Mean and standard deviation of ``values`` (one score per seed) with a confidence interval inside ``bounds``.
+
+    The Student t interval is taken on a scale where the bounds are at infinity and mapped back, so it can never
+    leave the metric's range: for ``(-1, 1)`` (a correlation) Fisher's z, ``atanh(x)``; for ``(0, 1)`` (accuracy,
+    F1, AUC) the logit, ``log(x / (1 - x))``; for ``(0, inf)`` the log. Without bounds it is the plain t interval.
+    A value on a bound (an accuracy of 1.0) has no image on that scale: the t interval cut to the range is given.
+    ``mean`` and ``std`` are those of the values themselves.
+
+    With one value, or when all values are equal, the interval is NaN: one seed, or seeds that agree to the last
+    digit, say nothing about the seed-to-seed spread (a zero-width interval would claim there is none).
+    """
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("score_interval needs at least one value")
+    mean = float(x.mean())
+    if x.size < 2 or _no_spread(x):
+        std = float(x.std(ddof=1)) if x.size > 1 else float("nan")
+        return Interval(mean, std, float("nan"), float("nan"), int(x.size), "none")
+    std = float(x.std(ddof=1))
+    low, high = bounds
+    t = float(stats.t.ppf(0.5 + confidence / 2, df=x.size - 1))
+    finite_low, finite_high = math.isfinite(low), math.isfinite(high)
+    inside = bool(np.all(x > low) and np.all(x < high))
+    if not inside or not (finite_low or finite_high):
+        half = t * std / np.sqrt(x.size)
+        method = "t" if inside else "t_clipped"
+        return Interval(mean, std, float(max(low, mean - half)), float(min(high, mean + half)), int(x.size), method)
+    forward, back, method = _unbounded_scale(low, high)
+    z = forward(x)
+    half = t * float(z.std(ddof=1)) / np.sqrt(x.size)
+    ends = sorted((float(back(z.mean() - half)), float(back(z.mean() + half))))
+    return Interval(mean, std, ends[0], ends[1], int(x.size), method)
+
+
+def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, *,
+                  bounds: tuple[float, float] = (-math.inf, math.inf)) -> PairedTest:
     """Paired Student t-test of ``a - b`` over seeds (``scipy.stats.ttest_rel``), with the interval of the mean.
 
-    Identical pairs give ``p = 1``; a constant non-zero difference gives ``p = 0``; fewer than two pairs give NaN.
+    ``bounds`` is the range of the scores: the interval of the difference is kept inside the range a difference can
+    take, ``[low - high, high - low]``. When the differences have no spread the t statistic is ``0/0`` or ``x/0``:
+    identical pairs give ``p = 1``, a constant non-zero difference gives ``p = NaN`` (not 0: equal differences on
+    a few seeds are no evidence; see :func:`sign_flip_test`), and the interval is NaN either way (never one of zero
+    width). Fewer than two pairs give NaN.
     """
     from scipy import stats
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired_t_test needs one value per seed on both sides, got {a.size} and {b.size}")
+    if a.size == 0:
+        raise ValueError("paired_t_test needs at least one pair")
     d = a - b
-    interval = t_interval(d, confidence)
+    diff = float(d.mean())
     if d.size < 2:
-        p = float("nan")
-    elif np.ptp(d) == 0:  # no spread: the t statistic is 0/0 or x/0
-        p = 1.0 if d[0] == 0 else 0.0
-    else:
-        p = float(stats.ttest_rel(a, b).pvalue)
-    return PairedTest(interval.mean, interval.low, interval.high, p)
+        return PairedTest(diff, float("nan"), float("nan"), float("nan"))
+    if _no_spread(d):
+        return PairedTest(diff, float("nan"), float("nan"), 1.0 if not np.any(d) else float("nan"))
+    width = bounds[1] - bounds[0]
+    half = float(stats.t.ppf(0.5 + confidence / 2, df=d.size - 1)) * float(d.std(ddof=1)) / np.sqrt(d.size)
+    p = float(stats.ttest_rel(a, b).pvalue)
+    return PairedTest(diff, float(max(-width, diff - half)), float(min(width, diff + half)), p)
+
+
+def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int = 100_000,
+                   seed: int = 0) -> ExactTest:
+    """Exact paired test over seeds: the sign-flip permutation test of the mean of ``a - b``.
+
+    Under the null hypothesis (no difference between the two poolers) each seed's difference is as likely positive
+    as negative. The p-value is the share of the ``2 ** n`` sign patterns whose mean difference is at least as far
+    from 0 as the observed one (``scipy.stats.permutation_test``, two-sided); it makes no assumption of normality
+    and can never go below ``2 ** (1 - n)``: 0.5 for two seeds, 0.25 for three, below 0.05 from six on. With more
+    than ``log2(num_samples)`` seeds the patterns are sampled (``seed``) rather than enumerated.
+    """
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"sign_flip_test needs one value per seed on both sides, got {a.size} and {b.size}")
+    d = a - b
+    n = int(d.size)
+    if n == 0:
+        raise ValueError("sign_flip_test needs at least one pair")
+    min_p = float(2.0 ** (1 - n))
+    equal = _no_spread(d)
+    if n < 2:
+        return ExactTest(float(d.mean()), float("nan"), min_p, n, equal)
+    if not np.any(d):
+        return ExactTest(0.0, 1.0, min_p, n, equal)
+    result = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
+                                    n_resamples=num_samples, vectorized=True, rng=np.random.default_rng(seed))
+    return ExactTest(float(d.mean()), float(min(1.0, result.pvalue)), min_p, n, equal)
 
 
 def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], score: ScoreFn, *,

@@ -13,7 +13,16 @@ import pandas as pd
 from safetensors import safe_open
 
 from attnpool.comparison.specs import PoolerSpec
-from attnpool.comparison.stats import holm, metric_function, paired_bootstrap, paired_t_test, t_interval
+from attnpool.comparison.stats import (
+    MIN_SEEDS_FOR_5_PERCENT,
+    holm,
+    metric_function,
+    metric_range,
+    paired_bootstrap,
+    paired_t_test,
+    score_interval,
+    sign_flip_test,
+)
 from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores, oof_targets
@@ -87,6 +96,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     """Compute the comparison table from the finished runs in ``out`` and write its four files."""
     metric, _ = primary_metric(task)
     score_fn = metric_function(task, metric)
+    bounds = metric_range(metric)
     runs = {(s.label, seed): out / "runs" / s.slug / f"seed_{seed}" for s in specs for seed in seeds}
     scores = {key: run_score(path, task) for key, path in runs.items()}
     predictions = {key: run_predictions(path, task) for key, path in runs.items()}
@@ -100,10 +110,11 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     rows: list[dict[str, Any]] = []
     for spec in specs:
         values = [scores[(spec.label, seed)] for seed in seeds]
-        interval = t_interval(values)
+        interval = score_interval(values, bounds)
         row: dict[str, Any] = {
             "pooler": spec.label, "baseline": spec.label == base.label, "metric": metric,
             "mean": interval.mean, "std": interval.std, "ci_low": interval.low, "ci_high": interval.high,
+            "ci_method": interval.method,
             "seeds": len(seeds), "per_seed": dict(zip(map(str, seeds), values, strict=True)),
             "parameters": params[spec.label],
             "parameters_added": (None if params[spec.label] is None or params[base.label] is None
@@ -117,7 +128,8 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
         row["time_ratio"] = row["train_seconds"] / base_seconds if base_seconds else float("nan")
         row["memory_ratio"] = row["peak_memory_bytes"] / base_memory if base_memory else float("nan")
         if spec.label != base.label:
-            test = paired_t_test(values, base_scores)
+            test = paired_t_test(values, base_scores, bounds=bounds)
+            exact = sign_flip_test(values, base_scores)
             groups = []
             for seed in seeds:
                 rows_a, target, a = predictions[(spec.label, seed)]
@@ -128,14 +140,17 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
                 groups.append((target, a, b))
             boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
             row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
+                        "p_signflip": exact.p, "p_signflip_min": exact.min_p, "diff_equal_over_seeds": exact.equal,
+                        "diff_per_seed": dict(zip(map(str, seeds), np.subtract(values, base_scores).tolist(),
+                                                  strict=True)),
                         "boot_diff": boot.diff, "boot_low": boot.low, "boot_high": boot.high, "p_bootstrap": boot.p})
         rows.append(row)
     others = [r for r in rows if not r["baseline"]]
-    for key in ("p_ttest", "p_bootstrap"):
+    for key in ("p_ttest", "p_signflip", "p_bootstrap"):
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
     markdown = _markdown(rows, metric, base.label, seeds, bootstrap)
-    _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap)
+    _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds)
     return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
 
 
@@ -151,51 +166,122 @@ def _p(value: Any) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
+_SCALES = {
+    "fisher_z": "Student t over seeds on Fisher's z (atanh) of the per-seed scores, mapped back with tanh: it stays "
+                "inside [-1, 1]",
+    "logit": "Student t over seeds on the logit of the per-seed scores, mapped back: it stays inside [0, 1]",
+    "log": "Student t over seeds on the log of the per-seed scores, mapped back: it stays above 0",
+    "t": "Student t over seeds",
+    "t_clipped": "Student t over seeds cut to the metric's range (a seed scored on its bound, where Fisher's z or "
+                 "the logit is infinite)",
+}
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _ci(r: dict[str, Any]) -> str:
+    if not _is_missing(r["ci_low"]):
+        return f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+    return "n/a (1 seed)" if r["seeds"] < 2 else "n/a (no spread over seeds)"
+
+
+def _delta(r: dict[str, Any]) -> str:
+    """The difference over seeds: its t interval from MIN_SEEDS_FOR_5_PERCENT seeds on, else the seeds' own."""
+    if r["seeds"] >= MIN_SEEDS_FOR_5_PERCENT and not _is_missing(r["diff_low"]):
+        return f"{r['diff']:+.4f} [{_num(r['diff_low'])}, {_num(r['diff_high'])}]"
+    if r["diff_equal_over_seeds"] and r["seeds"] > 1:
+        return f"{r['diff']:+.4f} (the same on all {r['seeds']} seeds)"
+    return f"{r['diff']:+.4f} (per seed: {', '.join(f'{d:+.4f}' for d in r['diff_per_seed'].values())})"
+
+
+def _bootstrap(r: dict[str, Any]) -> str:
+    if _is_missing(r["boot_low"]):
+        return f"{r['boot_diff']:+.4f} (n/a)"
+    if r["boot_low"] == r["boot_high"]:  # e.g. identical predictions: a zero-width interval says nothing
+        return f"{r['boot_diff']:+.4f} (no spread over the resamples)"
+    return f"{r['boot_diff']:+.4f} [{_num(r['boot_low'])}, {_num(r['boot_high'])}]"
+
+
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int) -> str:
+    n = len(seeds)
     lines = [
-        f"# Pooler comparison: {metric}, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
+        f"# Pooler comparison: {metric}, {n} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
         "",
-        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline [95% CI] | p (t, Holm) | Δ bootstrap [95% CI] "
-        "| p (bootstrap, Holm) | weight entropy | on special tokens | params added | time | memory |",
+        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline over seeds | p over seeds (exact, Holm) "
+        "| Δ bootstrap [95% CI] | p (bootstrap, Holm) | weight entropy | on special tokens | params added | time "
+        "| memory |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (not r["baseline"], -(r["mean"] if np.isfinite(r["mean"]) else -np.inf))):
         if r["baseline"]:
-            delta = boot = p_t = p_b = "(baseline)"
+            delta = boot = p_seeds = p_b = "(baseline)"
         else:
-            delta = f"{r['diff']:+.4f} [{_num(r['diff_low'])}, {_num(r['diff_high'])}]"
-            boot = f"{r['boot_diff']:+.4f} [{_num(r['boot_low'])}, {_num(r['boot_high'])}]"
-            p_t, p_b = _p(r["p_ttest_holm"]), _p(r["p_bootstrap_holm"])
+            delta, boot = _delta(r), _bootstrap(r)
+            p_seeds, p_b = _p(r["p_signflip_holm"]), _p(r["p_bootstrap_holm"])
         added = "n/a" if r["parameters_added"] is None else f"{r['parameters_added']:+,}"
         entropy = "-" if r.get("pooling_entropy") is None else _num(r["pooling_entropy"], 3)
         special = "-" if r.get("pooling_special_share") is None else f"{100 * r['pooling_special_share']:.1f}%"
-        lines.append(f"| `{r['pooler']}` | {_num(r['mean'])} ± {_num(r['std'])} | [{_num(r['ci_low'])}, "
-                     f"{_num(r['ci_high'])}] | {delta} | {p_t} | {boot} | {p_b} | {entropy} | {special} | {added} | "
-                     f"{_num(r['time_ratio'], 2)}x | {_num(r['memory_ratio'], 2)}x |")
+        lines.append(f"| `{r['pooler']}` | {_num(r['mean'])} ± {_num(r['std'])} | {_ci(r)} | {delta} | {p_seeds} | "
+                     f"{boot} | {p_b} | {entropy} | {special} | {added} | {_num(r['time_ratio'], 2)}x | "
+                     f"{_num(r['memory_ratio'], 2)}x |")
+    methods = sorted({r["ci_method"] for r in rows if r["ci_method"] in _SCALES})
+    min_p = 2.0 ** (1 - n)
     lines += [
         "",
-        f"Each pooler was trained once per seed with the same folds, data order and recipe (paired). CI: Student t "
-        f"over seeds. p (t): paired t-test over seeds. Bootstrap: {bootstrap} paired resamples of the out-of-fold "
-        "examples, per seed, averaged over seeds. p-values are Holm-corrected over the poolers compared to the "
-        "baseline. Weight entropy: the normalised entropy of the pooling weights on the validation rows (1: mean "
-        "pooling, 0: all weight on one token; '-': the pooler has no token weights), and the share of the weight on "
-        "special tokens, averaged over folds and seeds. Time and memory: training time and peak memory relative to "
-        "the baseline.",
+        "Each pooler was trained once per seed with the same folds, data order and recipe (paired). 95% CI of the "
+        f"score: {'; '.join(_SCALES[m] for m in methods) or 'none (one seed, or no spread over seeds)'}. Δ over "
+        "seeds: the mean of the per-seed paired differences to the baseline, with its Student t 95% interval from "
+        f"{MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over seeds can exclude 0 at 95% by the exact "
+        "test, so the per-seed differences are listed instead). p over seeds: the exact sign-flip permutation test "
+        "of the paired differences (all 2^n sign patterns, no normality assumed); with n seeds it cannot go below "
+        f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of the out-of-fold examples, per seed, "
+        "averaged over seeds; it asks whether these trained runs differ on these examples, not whether a new seed "
+        "would. p-values are Holm-corrected over the poolers compared to the baseline. The paired t-test over seeds "
+        "is in compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go "
+        "far below what the seeds allow. Weight entropy: the normalised entropy of the pooling weights on the "
+        "validation rows (1: mean pooling, 0: all weight on one token; '-': the pooler has no token weights), and "
+        "the share of the weight on special tokens, averaged over folds and seeds. Time and memory: training time "
+        "and peak memory relative to the baseline.",
     ]
+    if n < MIN_SEEDS_FOR_5_PERCENT:
+        lines += ["", f"**{n} seed(s) are too few to test a difference over seeds**: the smallest p-value they allow "
+                  f"is {min_p:.3g}; {MIN_SEEDS_FOR_5_PERCENT} seeds are needed for p < 0.05 (more after Holm's "
+                  "correction). Until then only the bootstrap speaks, and only for these runs: add seeds "
+                  "(`--seeds`) to learn whether a new seed can expect the gain."]
+    for r in rows:
+        if not r["baseline"] and r["diff_equal_over_seeds"] and n > 1 and r["diff"] != 0:
+            lines += ["", f"`{r['pooler']}` differs from the baseline by the same {r['diff']:+.4f} on all {n} seeds. "
+                      "That is no evidence of a gain free of seed noise: a t-test would divide by their zero spread "
+                      "(a p-value of 0 and an interval of zero width); the exact test gives p = "
+                      f"{_p(r['p_signflip'])} before Holm."]
     return "\n".join(lines) + "\n"
 
 
 def _write_outputs(out: Path, rows: list[dict[str, Any]], markdown: str, metric: str, baseline: str,
-                   seeds: list[int], bootstrap: int) -> None:
+                   seeds: list[int], bootstrap: int, bounds: tuple[float, float]) -> None:
     atomic_write_text(out / "compare.md", markdown)
-    flat = pd.DataFrame([{k: v for k, v in r.items() if k != "per_seed"} for r in rows])
+    flat = pd.DataFrame([{k: v for k, v in r.items() if k not in ("per_seed", "diff_per_seed")} for r in rows])
     atomic_write(out / "compare.csv", lambda tmp: flat.to_csv(tmp, index=False))
     atomic_write_json(out / "compare.json", {"metric": metric, "baseline": baseline, "seeds": seeds,
-                                             "bootstrap": bootstrap, "poolers": rows})
-    _plot(out / "compare.png", rows, metric)
+                                             "bootstrap": bootstrap, "metric_range": list(bounds),
+                                             "poolers": rows})
+    _plot(out / "compare.png", rows, metric, bounds)
 
 
-def _plot(path: Path, rows: list[dict[str, Any]], metric: str) -> None:
+def plot_limits(rows: list[dict[str, Any]], bounds: tuple[float, float]) -> tuple[float, float]:
+    """The x-axis of the plot: every mean, interval and seed with a margin, never past the metric's range."""
+    values = [v for r in rows for v in (r["mean"], r["ci_low"], r["ci_high"], *r["per_seed"].values())
+              if not _is_missing(v) and math.isfinite(v)]
+    if not values:
+        return (bounds[0], bounds[1]) if all(map(math.isfinite, bounds)) else (0.0, 1.0)
+    low, high = min(values), max(values)
+    margin = 0.05 * (high - low) or 0.01 * max(1.0, abs(high))
+    return max(bounds[0], low - margin), min(bounds[1], high + margin)
+
+
+def _plot(path: Path, rows: list[dict[str, Any]], metric: str, bounds: tuple[float, float]) -> None:
     from matplotlib.figure import Figure  # no pyplot: a file, never a window, whatever the user's backend
 
     fig = Figure(figsize=(7, 0.5 * len(rows) + 1.5), layout="constrained")
@@ -203,11 +289,12 @@ def _plot(path: Path, rows: list[dict[str, Any]], metric: str) -> None:
     ordered = sorted(rows, key=lambda r: r["mean"] if np.isfinite(r["mean"]) else -np.inf)
     for y, r in enumerate(ordered):
         color = "tab:gray" if r["baseline"] else "tab:blue"
-        if np.isfinite(r["ci_low"]):
+        if not _is_missing(r["ci_low"]):
             ax.plot([r["ci_low"], r["ci_high"]], [y, y], color=color, lw=2)
         ax.plot(r["mean"], y, "o", color=color)
         ax.plot(list(r["per_seed"].values()), [y] * len(r["per_seed"]), "x", color=color, alpha=0.5, ms=5)
     ax.set_yticks(range(len(ordered)), [r["pooler"] for r in ordered])
+    ax.set_xlim(*plot_limits(rows, bounds))
     ax.set_xlabel(f"{metric} (mean over seeds, 95% CI; x: single seeds)")
     ax.grid(axis="x", alpha=0.3)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))

@@ -36,6 +36,7 @@ from attnpool.exporters.models import (
     resolve_model_dir,
 )
 from attnpool.exporters.verify import ATOL, _example_batch, _pad_id, verify_onnx
+from attnpool.model.card import CARD_FILE, ExportFacts, is_attnpool_card, model_card, read_card, training_facts
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ def export_onnx(
     output = Path(os.fspath(output)).expanduser()
     if output.suffix != ".onnx":
         raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
+    model_dir = None
     if isinstance(model_or_path, nn.Module):
         model = model_or_path
     else:
@@ -218,12 +220,29 @@ def export_onnx(
             if tokenizer is not None and save_tokenizer:
                 tokenizer.save_pretrained(staging / "tokenizer")
                 tokenizer_saved = True
+            facts = ExportFacts(output.name, wrapper.input_names, wrapper.output_names,
+                                program.model.opset_imports.get(""), diff, tokenizer_saved)
+            _stage_card(staging, output, model, model_dir, facts)
             _move_into_place(staging, output)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:
         model.train(was_training)
     return OnnxExport(output, wrapper.input_names, wrapper.output_names, diff, tokenizer_saved)
+
+
+def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path | None, facts: ExportFacts) -> None:
+    """A model card for the export folder: the model's, its training (from the source folder's card), the graph.
+
+    A ``README.md`` beside ``output`` that attnpool did not write is the user's: it is kept, and no card written.
+    """
+    if (output.parent / CARD_FILE).exists() and not is_attnpool_card(read_card(output.parent)):
+        logging.getLogger("attnpool.export").warning("%s has a README.md of its own: no model card written",
+                                                     output.parent)
+        return
+    card = model_card(model.config, architecture=type(model).__name__, num_parameters=sum(p.numel() for p in
+                      model.parameters()), training=training_facts(model_dir) if model_dir else None, export=facts)
+    (staging / CARD_FILE).write_text(card, encoding="utf-8")
 
 
 def _move_into_place(staging: Path, output: Path) -> None:

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 
+from attnpool.model.card import CARD_FILE, write_model_card
+from attnpool.model.card import model_card as config_card
 from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
 from attnpool.model.encoders import check_encoder_source, encoder_layers, looks_like_local_path
 from attnpool.model.heads import PredictionHead
@@ -63,11 +65,29 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         kwargs["use_safetensors"] = True
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, tokenizer: Any = None, **kwargs: Any):
-        """Save config, weights (``model.safetensors``) and, when given, the tokenizer into one folder."""
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, tokenizer: Any = None,
+                        model_card: str | None = None, **kwargs: Any):
+        """Save config, weights (``model.safetensors``), a model card and, when given, the tokenizer into one folder.
+
+        Args:
+            save_directory: The folder (created when missing).
+            tokenizer: Saved beside the model, so that the folder alone loads with the Auto classes and pipelines.
+            model_card: The ``README.md`` to write. By default a card built from the config (encoder, pooler,
+                head, task, how to load it; see :mod:`attnpool.model.card`) is written, unless the folder already
+                has a ``README.md``, which is kept.
+            *args: Of ``PreTrainedModel.save_pretrained``.
+            **kwargs: Of ``PreTrainedModel.save_pretrained`` (``is_main_process=False``: no card either).
+        """
         super().save_pretrained(save_directory, *args, **kwargs)
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
+        if not kwargs.get("is_main_process", True):
+            return
+        if model_card is None and not (Path(os.fspath(save_directory)) / CARD_FILE).exists():
+            model_card = config_card(self.config, architecture=type(self).__name__,
+                                     num_parameters=self.num_parameters())
+        if model_card is not None:
+            write_model_card(save_directory, model_card)
 
     def _base(self) -> AttnPoolPreTrainedModel:
         """The :class:`~attnpool.AttnPoolModel` inside (``self`` for the bare model)."""

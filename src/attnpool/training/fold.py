@@ -7,6 +7,7 @@ shard of the validation rows per process and gathered in row order (see :mod:`at
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -25,8 +26,9 @@ from attnpool.config import TrainConfig
 from attnpool.data.task import EncodedDataset, TaskData
 from attnpool.metrics import task_metrics
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.model.card import CARD_FILE, TrainingFacts, model_card
 from attnpool.prediction.engine import predict_encoded
-from attnpool.runs.files import atomic_save_dir
+from attnpool.runs.files import atomic_save_dir, atomic_write_text
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_frame
 from attnpool.tasks import num_labels, problem_type, scores_from_logits
@@ -92,10 +94,38 @@ def _check_engine(trainer) -> None:
                              "folder, which needs zero_optimization.stage3_gather_16bit_weights_on_model_save: true")
 
 
-def _save_fold_model(trainer, tokenizer, folder: Path) -> None:
-    """Save the best weights as one ``from_pretrained()`` folder with the tokenizer, written by the main process."""
+# Recipe options a fold model's card lists (the model's own options are in its config, and so in the card already).
+CARD_OPTIONS = ("limit", "label_bins", "group_col", "reinit_layers", "freeze_layers")
+
+
+def training_facts(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarray, valid_idx: np.ndarray,
+                   run: Run, scores: dict[str, float] | None = None, **more: Any) -> TrainingFacts:
+    """What a fold model's card says about its training: data, split, recipe options and validation ``scores``.
+
+    ``more``: other :class:`~attnpool.model.card.TrainingFacts` (``train_seconds``, ``device``).
+    """
+    recipe = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+              if f.metadata.get("group") == "recipe" or f.name in CARD_OPTIONS}
+    recipe = {k: v for k, v in recipe.items() if v is not None}
+    recipe["seed"] = cfg.seed + fold  # what build_model seeds this fold with
+    text = f"template `{cfg.template}`" if cfg.template else ", ".join(f"`{c}`" for c in cfg.text_cols) or None
+    scores = {k: float(v) for k, v in (scores or {}).items() if math.isfinite(v)}
+    return TrainingFacts(
+        data_file=cfg.train_file or cfg.data_dir, rows=data.num_rows, train_rows=len(train_idx),
+        valid_rows=len(valid_idx), fold=None if cfg.valid_file else fold, folds=None if cfg.valid_file else cfg.folds,
+        valid_file=cfg.valid_file, text=text, label=data.label_name, validation=scores, recipe=recipe,
+        run_dir=str(run.path), **more)
+
+
+def _save_fold_model(trainer, tokenizer, folder: Path, card: str | None = None) -> None:
+    """Save the best weights as one ``from_pretrained()`` folder with the tokenizer and its model card.
+
+    Written by the main process, atomically (a staged folder swapped in); ``card`` is the card so far (the fold's
+    data and recipe), completed with the validation scores once they are known (``None``: the config's card).
+    """
     if not _weights_sharded(trainer):
-        on_main(lambda: atomic_save_dir(folder, lambda tmp: trainer.model.save_pretrained(tmp, tokenizer=tokenizer)))
+        on_main(lambda: atomic_save_dir(folder, lambda tmp: trainer.model.save_pretrained(
+            tmp, tokenizer=tokenizer, model_card=card)))
         return
     # FSDP / DeepSpeed: every process takes part in gathering the weights; the Trainer writes from the main one.
     staging = folder.parent / f".{folder.name}.gathered"
@@ -107,6 +137,8 @@ def _save_fold_model(trainer, tokenizer, folder: Path) -> None:
             raise RunError(f"the Trainer saved no model weights in {staging}; check the FSDP / DeepSpeed config")
         (staging / "training_args.bin").unlink(missing_ok=True)  # a pickle; the model folder holds none
         tokenizer.save_pretrained(staging)
+        if card is not None:
+            atomic_write_text(staging / CARD_FILE, card)
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(staging, folder)
@@ -158,7 +190,10 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     trainer.train(resume_from_checkpoint=resume_from)
     train_seconds = time.perf_counter() - started
     peak_memory = _peak_memory_bytes(args.device)
-    _save_fold_model(trainer, data.tokenizer, run.model_dir(fold))
+    # the card so far (data, split, recipe); the validation scores are added below, once measured
+    draft = model_card(trainer.model.config, architecture=type(trainer.model).__name__,
+                       training=training_facts(cfg, data, fold, train_idx, valid_idx, run))
+    _save_fold_model(trainer, data.tokenizer, run.model_dir(fold), draft)
     # load_best_model_at_end restored the best checkpoint's weights; sharded ones are read back whole from the folder.
     best = trainer.model
     if _weights_sharded(trainer):
@@ -174,6 +209,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     parts, peaks = gather_shards(local, peak_memory)
     scores = scores_from_logits(cfg.task, unshard(parts))
     metrics = task_metrics(cfg.task, data.labels[valid_idx], scores)
+    validation = dict(metrics)
     known_peaks = [p for p in peaks if p is not None]
     metrics.update({"fold": fold, "n_train": len(train_idx), "n_valid": len(valid_idx),
                     "best_checkpoint": Path(trainer.state.best_model_checkpoint or "").name,
@@ -186,6 +222,10 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
         logger.info("fold %d: pooling weights on validation: normalised entropy %.3f (1 = mean pooling, 0 = one "
                     "token), %.1f%% on special tokens", fold, pooling.get("pooling_entropy", float("nan")),
                     100 * pooling.get("pooling_special_share", float("nan")))
+    card = model_card(best.config, architecture=type(best).__name__, num_parameters=best.num_parameters(),
+                      training=training_facts(cfg, data, fold, train_idx, valid_idx, run, validation,
+                                              train_seconds=round(train_seconds, 2), device=args.device.type))
+    on_main(lambda: atomic_write_text(run.model_dir(fold) / CARD_FILE, card))
     ids = data.frame[data.id_col].to_numpy()[valid_idx] if data.id_col else None
     oof = oof_frame(cfg.task, data.classes, valid_idx, ids, data.labels[valid_idx], scores, fold)
 

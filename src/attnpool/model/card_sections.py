@@ -1,0 +1,205 @@
+"""The Markdown sections of a model card (:mod:`attnpool.model.card` assembles them with the YAML header).
+
+Model details (encoder, pooler and its options, head, task and labels), usage (Auto classes, ``pipeline``, the
+``attnpool`` commands, ONNX Runtime for an export), evaluation, training details and the ONNX export, each a list of
+lines; nothing here reads or writes files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnpool._version import __version__
+from attnpool.model.card_facts import (
+    HUB_METRICS,
+    ExportFacts,
+    TrainingFacts,
+    display_name,
+    encoder_source,
+    hub_name,
+    metric_values,
+)
+from attnpool.model.configuration import AttnPoolConfig
+from attnpool.tasks import default_loss, problem_type, task_of
+
+PLACEHOLDER = "path/to/this/folder"
+def _options(spec: dict[str, Any], skip: tuple[str, ...] = ("type", "hidden_size")) -> str:
+    items = [f"`{k}={v}`" for k, v in sorted(spec.items()) if k not in skip]
+    return ", ".join(items) or "its defaults"
+
+
+def _labels(config: AttnPoolConfig, task: str) -> str:
+    if task == "regression":
+        return f"{config.num_labels} regression target{'s' if config.num_labels > 1 else ''}"
+    labels = ", ".join(f"{i}: `{config.id2label[i]}`" for i in sorted(config.id2label))
+    return f"{config.num_labels} classes ({labels})"
+
+
+def _head(config: AttnPoolConfig) -> str:
+    shape = f"Linear -> GELU ({config.head_hidden_size}) -> Linear" if config.head_hidden_size else "Linear"
+    parts = [shape, f"dropout {config.head_dropout:g}"]
+    if config.multi_sample_dropout > 1:
+        parts.append(f"{config.multi_sample_dropout} dropout samples")
+    if config.output_activation:
+        parts.append(f"output activation `{config.output_activation}`")
+    return ", ".join(parts)
+
+
+def description_section(config: AttnPoolConfig, architecture: str, num_parameters: int | None, with_head: bool,
+                 training: TrainingFacts | None) -> list[str]:
+    """The "Model Description" bullets: model type, encoder, pooler, head, task and labels, size."""
+    task = task_of(config.problem_type, config.num_labels)
+    source = encoder_source(config)
+    base = hub_name(source)
+    encoder = f"[{base}](https://huggingface.co/{base})" if base else f"`{display_name(source)}` (a local folder)"
+    if not source:
+        encoder = "randomly initialised (no pre-trained weights)"
+    enc = config.encoder
+    layers = getattr(enc, "num_hidden_layers", None)
+    lines = [
+        f"- **Model type:** `{architecture}` (encoder + pooler{' + head' if with_head else ''}, a transformers "
+        "`PreTrainedModel`)",
+        f"- **Encoder (base model):** {encoder}: `{enc.model_type}`, hidden size {config.hidden_size}"
+        + (f", {layers} layers" if layers else ""),
+        f"- **Pooler:** `{config.pooling.get('type')}` with {_options(config.pooling)}",
+        f"- **Pooling layers:** `{config.pooling_layers}`",
+    ]
+    if with_head:
+        default = default_loss(config.problem_type or problem_type(task), config.output_activation)
+        loss = config.loss or f"{default} (the task's default)"
+        lines += [f"- **Head:** {_head(config)}",
+                  f"- **Task:** {task}{f' (`problem_type: {config.problem_type}`)' if config.problem_type else ''}, "
+                  f"{_labels(config, task)}",
+                  f"- **Loss:** {loss}"]
+    if training is not None and training.recipe.get("max_length"):
+        lines.append(f"- **Maximum sequence length:** {training.recipe['max_length']} tokens (as trained)")
+    if num_parameters:
+        lines.append(f"- **Parameters:** {num_parameters:,}")
+    lines.append(f"- **Library:** attnpool {__version__}")
+    return lines
+
+
+_ONNX_USAGE = """### ONNX Runtime (this folder)
+
+The folder holds the graph and its tokenizer: onnxruntime and a tokenizer serve it, without PyTorch or attnpool.
+
+```python
+import numpy as np
+import onnxruntime as ort
+from transformers import AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{folder}")
+session = ort.InferenceSession("{folder}/{file}", providers=["CPUExecutionProvider"])
+names = [i.name for i in session.get_inputs()]
+batch = tokenizer(["a text"], padding=True, truncation=True, max_length={max_length}, return_tensors="np")
+[{outputs}] = session.run(None, {{n: batch[n].astype(np.int64) for n in names}})
+```
+"""
+_AUTO_USAGE = """### Transformers (Auto classes)
+
+```python
+import attnpool  # registers the attnpool classes with transformers' Auto classes
+from transformers import {auto}, AutoTokenizer
+
+model = {auto}.from_pretrained("{folder}")
+tokenizer = AutoTokenizer.from_pretrained("{folder}")
+batch = tokenizer(["a text"], padding=True, truncation=True, max_length={max_length}, return_tensors="pt")
+out = model(**batch, return_pooling_weights=True)
+{result}
+```
+"""
+_PIPELINE_USAGE = """### Pipeline
+
+```python
+import attnpool
+from transformers import pipeline
+
+classifier = pipeline("text-classification", model="{folder}")
+classifier("a text")  # a text pair: classifier({{"text": "first", "text_pair": "second"}})
+```
+"""
+_CLI_USAGE = """### attnpool
+
+```bash
+{commands}
+attnpool export --model {folder} --output serve/model.onnx  # ONNX, verified against PyTorch
+```
+"""
+
+
+def usage_section(with_head: bool, training: TrainingFacts | None, export: ExportFacts | None) -> list[str]:
+    """How to load and run the model: Auto classes, pipeline, the attnpool commands; ONNX Runtime for an export."""
+    max_length = (training.recipe.get("max_length") if training is not None else None) or 128
+    if export is not None:
+        return ["## Usage", "", _ONNX_USAGE.format(folder=PLACEHOLDER, file=export.file, max_length=max_length,
+                                                   outputs=", ".join(export.outputs))]
+    result = ("out.logits, out.pooling_weights  # pooling weights (B, T): 0 on padding, summing to 1" if with_head
+              else "out.pooler_output, out.pooling_weights  # the text embedding (B, output_dim), token weights")
+    auto = "AutoModelForSequenceClassification" if with_head else "AutoModel"
+    parts = [_AUTO_USAGE.format(auto=auto, folder=PLACEHOLDER, max_length=max_length, result=result)]
+    if with_head:
+        parts.append(_PIPELINE_USAGE.format(folder=PLACEHOLDER))
+    if training is not None and training.run_dir:
+        fold = f" --folds {training.fold}" if training.fold is not None else ""
+        commands = ("# this model alone; leave out --folds to ensemble every fold of the run\n"
+                    f"attnpool predict --run {training.run_dir}{fold} --input new.csv --output predictions.csv\n"
+                    f"attnpool explain --run {training.run_dir}{fold.replace('folds', 'fold')} --input texts.csv "
+                    "--output report.html  # which tokens the pooler weighs")
+    else:
+        commands = ("# attnpool predict ensembles the fold models of an `attnpool train` run (--run RUN_DIR)\n"
+                    f"attnpool explain --run {PLACEHOLDER} --text-cols text --input texts.csv --output report.html")
+    parts.append(_CLI_USAGE.format(commands=commands, folder=PLACEHOLDER))
+    return ["## Usage", "", *"\n".join(parts).splitlines(), ""]
+
+
+def evaluation_section(training: TrainingFacts | None) -> list[str]:
+    """The validation scores as a table (nothing without them)."""
+    scores = metric_values(training)
+    if not scores:
+        return []
+    where = (f"fold {training.fold} of {training.folds}" if training.fold is not None and training.folds
+             else f"`{Path(training.valid_file).name}`" if training.valid_file else "the validation rows")
+    rows = f", {training.valid_rows:,} rows" if training.valid_rows else ""
+    lines = ["## Evaluation", "", "### Metrics", "", f"On the rows held out for validation ({where}{rows}), which "
+             "also chose the best checkpoint:", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {HUB_METRICS[k][1]} | {v:.4f} |" for k, v in scores.items()]
+    return [*lines, ""]
+
+
+def training_section(training: TrainingFacts | None) -> list[str]:
+    """The training data, its split and the recipe options (nothing for an untrained card)."""
+    if training is None:
+        return []
+    lines = ["## Training Details", "", "### Training Dataset", ""]
+    if training.data_file:
+        lines.append(f"- **File:** `{Path(training.data_file).name}` (`{training.data_file}`)")
+    if training.rows is not None:
+        split = (f" ({training.train_rows:,} for training, {training.valid_rows:,} for validation)"
+                 if training.train_rows is not None and training.valid_rows is not None else "")
+        lines.append(f"- **Size:** {training.rows:,} rows{split}")
+    if training.valid_file:
+        lines.append(f"- **Validation file:** `{training.valid_file}`")
+    elif training.folds:
+        lines.append(f"- **Split:** {training.folds}-fold cross-validation; this model is fold {training.fold}")
+    if training.text:
+        lines.append(f"- **Text:** {training.text}")
+    if training.label:
+        lines.append(f"- **Label column:** `{training.label}`")
+    if training.recipe:
+        lines += ["", "### Training Hyperparameters", "", "| option | value |", "|---|---|"]
+        lines += [f"| `{k}` | `{v}` |" for k, v in training.recipe.items()]
+    if training.train_seconds is not None:
+        lines += ["", f"Trained in {training.train_seconds:,.0f} s on {training.device or 'an unrecorded device'}."]
+    return [*lines, ""]
+
+
+def export_section(export: ExportFacts | None) -> list[str]:
+    """The ONNX graph: file, inputs, outputs, opset, verification."""
+    if export is None:
+        return []
+    diff = "not verified" if export.max_abs_diff is None else f"max |onnxruntime - PyTorch| = {export.max_abs_diff:.2e}"
+    return ["## ONNX Export", "", f"- **Graph:** `{export.file}` (opset {export.opset or 'the exporter default'})",
+            f"- **Inputs:** {', '.join(f'`{n}`' for n in export.inputs)} (int64, batch and sequence axes dynamic)",
+            f"- **Outputs:** {', '.join(f'`{n}`' for n in export.outputs)}", f"- **Verification:** {diff}",
+            f"- **Tokenizer:** {'saved in this folder' if export.tokenizer_saved else 'not saved'}", ""]

