@@ -1,8 +1,8 @@
 """attnpool: learned attention pooling for fine-tuning transformer encoders.
 
 The Python API is one function per command (:mod:`attnpool.api`): :func:`train`, :func:`predict`,
-:func:`compare`, :func:`explain_file`, :func:`export`, :func:`demo`, :func:`poolers`; plus :func:`explain` for a
-model and texts in memory, the models and the poolers.
+:func:`compare`, :func:`explain_file`, :func:`export`, :func:`serve`, :func:`demo`, :func:`poolers`; plus
+:func:`explain` for a model and texts in memory, the models and the poolers.
 
 Importing the package registers its models with transformers' ``AutoConfig``, ``AutoModel`` and
 ``AutoModelForSequenceClassification``, so that folders saved by attnpool load through them and through
@@ -19,6 +19,7 @@ from attnpool.api import (
     export,
     poolers,
     predict,
+    serve,
     train,
 )
 from attnpool.model import (
@@ -59,5 +60,6 @@ __all__ = [
     "poolers",
     "predict",
     "register_pooler",
+    "serve",
     "train",
 ]

@@ -11,7 +11,8 @@ are ``attnpool train --config recipe.yaml --epochs 1 --output-dir runs/x`` and
 ``attnpool predict --run runs/x --input test.csv --output predictions.csv``.
 
 ``explain_file`` is ``attnpool explain`` (a run or model folder and a data file -> an HTML report); ``explain`` is
-the same analysis on a model and texts in memory.
+the same analysis on a model and texts in memory. ``serve`` is ``attnpool serve``: a run or a model folder over
+HTTP until SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from attnpool.exporters import OnnxExport, export_onnx
 from attnpool.pooling import available_poolers, build_pooler
 from attnpool.prediction.predict import PredictionSummary
 from attnpool.prediction.predict import predict as _predict
+from attnpool.serving import ServeSummary
+from attnpool.serving import serve as _serve
 from attnpool.training.demo import run_demo
 from attnpool.training.recipe import TrainResult
 from attnpool.training.recipe import train as _train
@@ -86,6 +89,48 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
     return export_onnx(model, output, **options)
 
 
+def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: int | Sequence[int] | None = None,
+          ensemble: str = "mean", max_batch: int = 64, max_wait_ms: float = 5.0, max_rows: int = 256,
+          max_body_bytes: int = 1 << 20, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
+          max_length: int | None = None, device: str | None = None, precision: str = "auto") -> ServeSummary:
+    """Serve a train run's fold ensemble (or one saved model) over HTTP until SIGTERM or Ctrl+C (``attnpool serve``).
+
+    ``POST /predict`` answers rows with the numbers ``predict`` writes for them (every fold, ensembled alike),
+    batching concurrent requests; ``GET /`` is a page that shades the words by their pooling weight; ``/health``,
+    ``/info``, ``/metrics`` (Prometheus) and ``/openapi.json`` describe the server. Needs ``attnpool[serve]``.
+
+    Args:
+        run: The ``--output-dir`` of ``attnpool train``, or a folder saved with ``save_pretrained`` (model and
+            tokenizer; its rows are ``text`` and an optional ``text_pair``).
+        host: The address to listen on; the default answers this machine only.
+        port: The port; 0 for any free one (the log says which).
+        folds: Which trained folds to ensemble; default: all of them.
+        ensemble: ``mean``, or ``score`` (weights proportional to each fold's validation metric), as ``predict``.
+        max_batch: Rows per forward pass at most: concurrent requests are run together up to this many rows.
+        max_wait_ms: How long a request may wait for others to join its batch.
+        max_rows: Rows per request at most (more: 422).
+        max_body_bytes: Request bodies over this size are refused (413).
+        api_key_env: The name of an environment variable holding an API key that every request but ``/health``
+            must send (``Authorization: Bearer KEY``); 401 otherwise.
+        cors_origins: Web origins allowed to call the API from a browser (CORS is off by default).
+        max_length: Truncation for a saved model folder (default 128); a run uses its own.
+        device: ``cpu``, ``cuda``...; default: CUDA when available.
+        precision: ``auto`` (bf16 on a GPU that supports it, else fp32), ``fp32``, ``bf16`` or ``fp16``.
+
+    Returns:
+        A :class:`~attnpool.serving.ServeSummary` of what was served, once the server has stopped.
+
+    Raises:
+        ImportError: FastAPI or uvicorn is missing (``pip install 'attnpool[serve]'``).
+        RunError: Not a run or model folder, no such fold, a model that cannot be loaded (nothing is served).
+        OSError: The address cannot be listened on.
+        ValueError: A bad option, or ``api_key_env`` naming an unset variable.
+    """
+    return _serve(run, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
+                  max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
+                  cors_origins=cors_origins, max_length=max_length, device=device, precision=precision)
+
+
 def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:
     """Mean vs attention pooling on a generated key-word task (``attnpool demo``); returns their Pearson scores."""
     return run_demo(output_dir=output_dir, seconds=seconds, model=model)
@@ -102,5 +147,6 @@ def poolers(hidden_size: int = 1024) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["CompareResult", "Explanation", "OnnxExport", "PredictionSummary", "TrainConfig", "TrainResult", "compare",
-           "demo", "explain", "explain_file", "export", "poolers", "predict", "train"]
+__all__ = ["CompareResult", "Explanation", "OnnxExport", "PredictionSummary", "ServeSummary", "TrainConfig",
+           "TrainResult", "compare", "demo", "explain", "explain_file", "export", "poolers", "predict", "serve",
+           "train"]

@@ -49,7 +49,7 @@ def _defaults(func: Callable) -> dict[str, Any]:
 
 
 # The API's defaults are the commands' defaults (read once: the functions may be wrapped or patched later).
-_API_DEFAULTS = {name: _defaults(getattr(api, name)) for name in ("compare", "demo", "export", "poolers")}
+_API_DEFAULTS = {name: _defaults(getattr(api, name)) for name in ("compare", "demo", "export", "poolers", "serve")}
 
 
 def _default_text(f: dataclasses.Field) -> str:
@@ -171,6 +171,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    options = {k: getattr(args, k) for k in _API_DEFAULTS["serve"] if k != "cors_origins"}
+    try:
+        summary = api.serve(args.run, **options, cors_origins=args.cors_origins or ())
+    except ImportError as err:  # the optional extra is missing: one line, like the other errors
+        print(f"attnpool serve: error: {err}", file=sys.stderr)
+        return 2
+    print(f"served {summary.requests} requests ({summary.rows} rows in {summary.batches} batches) on {summary.url}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     api.demo(output_dir=args.output_dir, seconds=args.seconds, model=args.model)
     return 0
@@ -282,6 +293,37 @@ def _add_export(commands: Any) -> None:
     export.set_defaults(func=_cmd_export)
 
 
+def _add_serve(commands: Any) -> None:
+    api_default = _API_DEFAULTS["serve"]
+    serve = commands.add_parser("serve", help="serve a run (every fold, ensembled as predict does) or a model over "
+                                "HTTP, with a web page", description="POST /predict answers rows as attnpool predict "
+                                "does, batching concurrent requests; GET / is a page shading the words by their "
+                                "pooling weight; /health, /info, /metrics, /openapi.json. Stops on SIGTERM or "
+                                "Ctrl+C. Needs pip install 'attnpool[serve]'.")
+    _arg(serve, "--run", "the --output-dir of attnpool train, or a model folder saved with save_pretrained",
+         required=True, metavar="RUN_DIR_OR_MODEL")
+    _arg(serve, "--host", "the address to listen on (127.0.0.1: this machine only)", default=api_default["host"])
+    _arg(serve, "--folds", "which trained folds to ensemble", shown="every trained fold", nargs="+", type=int,
+         metavar="K")
+    _arg(serve, "--ensemble", "mean of the folds, or weighted by each fold's validation score",
+         default=api_default["ensemble"], choices=["mean", "score"])
+    for flag, text, kind in (("--port", "the port (0: any free port, logged)", int),
+                             ("--max-batch", "rows per forward pass at most: concurrent requests are batched", int),
+                             ("--max-wait-ms", "how long a request waits for others to join its batch", float),
+                             ("--max-rows", "rows per request at most", int),
+                             ("--max-body-bytes", "request bodies over this size are refused (413)", int)):
+        _arg(serve, flag, text, default=api_default[flag[2:].replace("-", "_")], type=kind)
+    _arg(serve, "--api-key-env", "name of an environment variable holding the API key every request but /health "
+         "must send (Authorization: Bearer KEY)", shown="no key", metavar="VAR")
+    _arg(serve, "--cors-origin", "web origins allowed to call the API from a browser", shown="none: CORS off",
+         nargs="+", dest="cors_origins", metavar="ORIGIN")
+    _arg(serve, "--max-length", "truncation, for a model folder (a run uses its own)", shown="128", type=int)
+    _arg(serve, "--device", "cpu, cuda...", shown="cuda when available")
+    _arg(serve, "--precision", "autocast dtype: auto = bf16 on a GPU that has it, else fp32",
+         default=api_default["precision"], choices=PRECISIONS)
+    serve.set_defaults(func=_cmd_serve)
+
+
 def _add_demo(commands: Any) -> None:
     api_default = _API_DEFAULTS["demo"]
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
@@ -322,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(commands)
     _add_explain(commands)
     _add_export(commands)
+    _add_serve(commands)
     _add_demo(commands)
     _add_verbosity(parser, "normal")
     for command in commands.choices.values():  # every command, after its name too: attnpool train ... --quiet

@@ -1,0 +1,184 @@
+"""The HTTP layer of ``attnpool serve``: a FastAPI application around a :class:`~attnpool.serving.service.Service`.
+
+Endpoints: ``GET /`` (the page), ``POST /predict``, ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus
+text) and ``GET /openapi.json`` (the schema of every field; the interactive ``/docs`` pages are off, as they load
+scripts from a CDN). Every error is JSON, ``{"error": "...", "details": [...]}``: 400 malformed JSON or a refused
+Host, 401 a missing or wrong API key, 404/405 no such endpoint or method, 413 a body over the limit, 415 a body
+that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full queue; an error inside the
+model is a 500 that names it, and the server goes on serving.
+
+FastAPI and Starlette come from :mod:`attnpool.serving.web`, at call time. This module does not use ``from
+__future__ import annotations``: FastAPI reads the type of ``/predict``'s body from the handler's annotation, and
+that type is built at run time for the served model's fields.
+"""
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnpool._version import __version__
+from attnpool.data.errors import DataError
+from attnpool.serving import web
+from attnpool.serving.batcher import Batcher, Busy
+from attnpool.serving.guard import Guard, is_loopback
+from attnpool.serving.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
+from attnpool.serving.page import render_page
+from attnpool.serving.schemas import build_models, describe, row_values
+from attnpool.serving.service import Service
+
+logger = logging.getLogger("attnpool.serve")
+
+ENDPOINTS = ("GET /", "POST /predict", "GET /health", "GET /info", "GET /metrics", "GET /openapi.json")
+_ERRORS = {400: "malformed JSON, or a Host refused on a loopback server", 401: "missing or wrong API key",
+           413: "body over --max-body-bytes", 415: "body not application/json",
+           422: "invalid request: what and where, e.g. rows[3].target: missing", 503: "queue full: retry later"}
+
+
+@dataclass
+class Settings:
+    """How the server serves (the options of ``attnpool serve`` other than the model's)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 64
+    max_wait_ms: float = 5.0
+    max_rows: int = 256
+    max_body_bytes: int = 1 << 20
+    api_key: str | None = field(default=None, repr=False)
+    cors_origins: Sequence[str] = ()
+    stopping: Callable[[], bool] = field(default=lambda: False, repr=False)  # the server began to shut down
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
+
+    @property
+    def max_queue_rows(self) -> int:
+        """Rows that may wait for the model at once; more get 503."""
+        return max(16 * self.max_batch, 4 * self.max_rows)
+
+
+def create_app(service: Service, settings: Settings) -> Any:
+    """The application serving ``service``; its batcher starts and stops with the app's lifespan."""
+    metrics = Metrics(settings.max_batch)
+    batcher = Batcher(functools.partial(service.run, batch_size=settings.max_batch), max_batch=settings.max_batch,
+                      max_wait_ms=settings.max_wait_ms, max_queue_rows=settings.max_queue_rows,
+                      on_batch=metrics.observe_batch)
+    metrics.queue = lambda: (batcher.queued_rows, batcher.queued_requests)
+    info = {**service.info(), "max_rows": settings.max_rows, "max_batch": settings.max_batch,
+            "max_wait_ms": settings.max_wait_ms, "max_body_bytes": settings.max_body_bytes,
+            "api_key": settings.api_key is not None}
+    page, csp = render_page(info)
+    models = build_models(service, settings.max_rows)
+    body_model = models.request
+
+    async def watch() -> None:  # a signal began uvicorn's shutdown: drain (see begin_drain)
+        while not settings.stopping():
+            await asyncio.sleep(0.05)
+        begin_drain(app)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        await batcher.start()
+        watcher = asyncio.get_running_loop().create_task(watch())
+        metrics.started = time.monotonic()
+        folds = f"{len(service.ensemble.folds)} fold(s)" if service.ensemble.folds else "one model"
+        logger.info("attnpool serve: ready on %s (%s of %s, %s, max batch %d, max wait %g ms%s)", settings.url, folds,
+                    service.source, service.device, settings.max_batch, settings.max_wait_ms,
+                    ", API key required" if settings.api_key else "")
+        yield
+        watcher.cancel()
+        await batcher.stop()
+
+    app = web.FastAPI(title="attnpool serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description=f"Predictions of {service.source.name} ({service.task}): rows of "
+                  f"{', '.join(service.fields)}, as attnpool predict computes them.")
+    app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
+    app.state.settings, app.state.draining = settings, False
+
+    async def predict(body: body_model) -> Any:  # type: ignore[valid-type]
+        """Predict rows (up to --max-rows), batched with concurrent requests; ``"weights": true`` adds the words."""
+        if body.weights and not service.token_weights:
+            return _error(422, f"weights: the model's pooler {service.pooler.get('type')!r} gives no token weights; "
+                          'leave "weights" out')
+        values = [row_values(row, service) for row in body.rows]
+        try:
+            job = await web.run_in_threadpool(service.encode, [texts for texts, _ in values], texts=body.weights)
+        except DataError as err:
+            return _error(422, f"rows: {err}")
+        try:
+            answer = await batcher.submit(job, job.rows)
+        except Busy as err:
+            return _error(503, f"busy: {err}; retry later", {"Retry-After": "1"})
+        return web.JSONResponse(service.respond(answer, [row_id for _, row_id in values]))
+
+    app.add_api_route("/predict", predict, methods=["POST"], response_model=models.response,
+                      responses={k: {"model": models.error, "description": v} for k, v in _ERRORS.items()})
+
+    @app.get("/health", response_model=models.health, responses={503: {"model": models.health,
+                                                                       "description": "draining"}})
+    async def health() -> Any:
+        """Ready once the models are loaded (the server answers nothing before); 503 while shutting down."""
+        if app.state.draining:
+            return web.JSONResponse({"status": "draining"}, status_code=503)
+        return web.JSONResponse({"status": "ready"})
+
+    @app.get("/info")
+    async def get_info() -> dict[str, Any]:
+        """The attnpool version, encoder, pooler, task, labels, folds, max_length, the row fields and the limits."""
+        return info
+
+    @app.get("/metrics", response_class=web.PlainTextResponse)
+    async def get_metrics() -> Any:
+        """Requests, errors by status, latency, batch sizes and queue depth, in the Prometheus text format."""
+        return web.PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/", response_class=web.HTMLResponse, include_in_schema=False)
+    async def get_page() -> Any:
+        return web.HTMLResponse(page, headers={"Content-Security-Policy": csp})
+
+    @app.exception_handler(web.RequestValidationError)
+    async def invalid(request: Any, exc: Any) -> Any:
+        status, details = describe(exc.errors(), service)
+        message = "; ".join(f"{d['where']}: {d['what']}" for d in details[:5])
+        more = f"; and {len(details) - 5} more" if len(details) > 5 else ""
+        return web.JSONResponse({"error": message + more, "details": details}, status_code=status)
+
+    @app.exception_handler(web.HTTPException)
+    async def http_error(request: Any, exc: Any) -> Any:
+        if exc.status_code == 404:
+            message = f"no such endpoint: {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
+        else:
+            message = str(exc.detail)
+        return _error(exc.status_code, message, dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Any, exc: Exception) -> Any:
+        logger.exception("attnpool serve: %s %s failed", request.method, request.url.path)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes,
+                       loopback_only=is_loopback(settings.host))
+    if settings.cors_origins:  # off unless asked: other web sites' pages cannot read the answers
+        app.add_middleware(web.CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", "X-API-Key"])
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts refused requests too
+    return app
+
+
+def begin_drain(app: Any) -> None:
+    """Mark the server as shutting down (``/health`` answers 503) and run queued requests without waiting."""
+    app.state.draining = True
+    app.state.batcher.flush()
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Any:
+    return web.JSONResponse({"error": message}, status_code=status, headers=headers)

@@ -1,0 +1,157 @@
+"""Dynamic batching: concurrent requests queue up and run together, so throughput grows with concurrency.
+
+One worker task takes the queued requests in arrival order, up to ``max_batch`` rows (a request with more rows
+runs alone), waiting at most ``max_wait_ms`` after the oldest of them arrived for more to join, and runs them in
+one call of ``run`` in a worker thread (the event loop keeps accepting requests meanwhile). ``run`` sorts the rows
+by length and cuts them into batches of ``max_batch`` (:meth:`attnpool.serving.service.Service.run`), so one call
+is one forward pass per model when the rows fit in one batch.
+
+The queue is bounded (``max_queue_rows``): past it :meth:`Batcher.submit` raises :class:`Busy`, which the server
+answers with 503 instead of letting latency grow without bound. ``max_batch=1, max_wait_ms=0`` turns batching
+off: one request (of one row) per forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class Busy(RuntimeError):
+    """The queue is full: the request was not queued (answer 503, retry later)."""
+
+
+@dataclass
+class _Pending:
+    payload: Any
+    rows: int
+    future: asyncio.Future
+    arrived: float  # loop time
+
+
+class Batcher:
+    """The queue and its one worker; :meth:`start` and :meth:`stop` from the event loop that serves.
+
+    Args:
+        run: ``run(payloads) -> results``, one result per payload, called in a worker thread.
+        max_batch: Rows per call, at most (a single larger request runs alone).
+        max_wait_ms: How long the oldest queued request waits for others to join it.
+        max_queue_rows: Rows that may wait at once; more raise :class:`Busy`.
+        on_batch: Called with ``(rows, requests)`` of every call, from the event loop.
+    """
+
+    def __init__(self, run: Callable[[Sequence[Any]], Sequence[Any]], *, max_batch: int, max_wait_ms: float,
+                 max_queue_rows: int, on_batch: Callable[[int, int], object] | None = None) -> None:
+        if max_batch < 1 or max_wait_ms < 0 or max_queue_rows < 1:
+            raise ValueError(f"need max_batch >= 1, max_wait_ms >= 0 and max_queue_rows >= 1, got {max_batch}, "
+                             f"{max_wait_ms} and {max_queue_rows}")
+        self.run, self.max_batch, self.max_wait = run, max_batch, max_wait_ms / 1000
+        self.max_queue_rows, self.on_batch = max_queue_rows, on_batch
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._rows = 0  # rows queued
+        self._arrived: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._flushing = self._stopping = False
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting (not yet running)."""
+        return self._rows
+
+    @property
+    def queued_requests(self) -> int:
+        """Requests waiting (not yet running)."""
+        return len(self._queue)
+
+    async def start(self) -> None:
+        """Start the worker on the running loop."""
+        self._arrived = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnpool-batch")
+        self._worker = asyncio.get_running_loop().create_task(self._work(), name="attnpool-batcher")
+
+    async def submit(self, payload: Any, rows: int) -> Any:
+        """Queue a request of ``rows`` rows and wait for its result.
+
+        Raises:
+            Busy: The queue is full, or the batcher is stopping.
+            Exception: Whatever ``run`` raised for the batch this request was in.
+        """
+        if self._arrived is None or self._stopping:
+            raise Busy("the server is shutting down")
+        if self._rows and self._rows + rows > self.max_queue_rows:
+            raise Busy(f"{self._rows} rows are waiting already (at most {self.max_queue_rows})")
+        loop = asyncio.get_running_loop()
+        pending = _Pending(payload, rows, loop.create_future(), loop.time())
+        self._queue.append(pending)
+        self._rows += rows
+        self._arrived.set()
+        return await pending.future
+
+    def flush(self) -> None:
+        """Stop waiting for requests to join: run what is queued at once (when draining)."""
+        self._flushing = True
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def stop(self) -> None:
+        """Run what is queued, then stop the worker and its thread."""
+        self._stopping = True
+        self.flush()
+        if self._worker is not None:
+            await self._worker
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._arrived is not None
+        while True:
+            while not self._queue:
+                if self._stopping:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+            deadline = self._queue[0].arrived + self.max_wait
+            while self._rows < self.max_batch and not self._flushing:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            batch = self._take()
+            if not batch:
+                continue
+            rows = sum(p.rows for p in batch)
+            if self.on_batch is not None:
+                self.on_batch(rows, len(batch))
+            try:
+                results = await loop.run_in_executor(self._executor, self.run, [p.payload for p in batch])
+            except Exception as err:  # noqa: BLE001 - the batch's requests get the error; the worker goes on
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(err)
+                continue
+            for p, result in zip(batch, results, strict=True):
+                if not p.future.done():  # a request cancelled meanwhile (its client left) takes no result
+                    p.future.set_result(result)
+
+    def _take(self) -> list[_Pending]:
+        """The oldest requests that fit in ``max_batch`` rows (at least one), skipping cancelled ones."""
+        batch: list[_Pending] = []
+        rows = 0
+        while self._queue and (not batch or rows + self._queue[0].rows <= self.max_batch):
+            pending = self._queue.popleft()
+            self._rows -= pending.rows
+            if pending.future.cancelled():
+                continue
+            batch.append(pending)
+            rows += pending.rows
+        return batch

@@ -1,0 +1,175 @@
+"""The JSON of ``attnpool serve``: pydantic models of the requests and answers, and errors that say what and where.
+
+The models are built for the model being served (:func:`build_models`): a row's fields are exactly the run's text
+fields (strings; unknown fields are refused) and a prediction has the type of its task, so the OpenAPI schema
+(``GET /openapi.json``) documents them by name (pydantic comes from :mod:`attnpool.serving.web`, at call time).
+Validation errors become one line per problem, ``rows[3].target: missing``, under ``{"error": ..., "details":
+[...]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attnpool.serving import web
+from attnpool.serving.service import Service
+
+_JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
+               dict: "an object", type(None): "null"}
+_UNION_TAGS = ("str", "int")  # pydantic names the member of a union that failed: rows[0].id.str
+
+
+@dataclass(frozen=True)
+class Models:
+    """The pydantic models of one server: its request body, its answer and its errors (for the OpenAPI schema)."""
+
+    request: Any  # the body of POST /predict
+    response: Any  # its answer
+    error: Any  # every 4xx and 5xx answer
+    health: Any  # GET /health
+
+
+def build_models(service: Service, max_rows: int) -> Models:
+    """The models for ``service``: a row's fields are its text fields, a prediction has its task's type."""
+    f, strict_str, strict_int = web.Field, web.StrictStr, web.StrictInt
+    chars = service.max_text_chars
+    fields: dict[str, Any] = {}
+    for i, name in enumerate(service.fields):
+        fields[f"field_{i}"] = (strict_str, f(alias=name, max_length=chars, description=(
+            f"text field {name!r}, as in the run's training data (at most {chars} characters; longer than "
+            f"{service.max_length} tokens is truncated, as predict does)")))
+    for i, name in enumerate(service.optional_fields):
+        fields[f"optional_{i}"] = (strict_str | None, f(None, alias=name, max_length=chars, description=(
+            f"optional text field {name!r}: with it the row is a text pair")))
+    if service.id_field:
+        fields["row_id"] = (strict_str | strict_int | None, f(None, alias=service.id_field, description=(
+            "an id for the row, returned with its prediction")))
+    optional = f" (optional: {', '.join(service.optional_fields)})" if service.optional_fields else ""
+    row = web.create_model("Row", __config__=web.ConfigDict(extra="forbid"), **fields,
+                           __doc__=f"One row: the fields {', '.join(service.fields)}{optional}.")
+    request = web.create_model(
+        "PredictRequest", __config__=web.ConfigDict(extra="forbid"), __doc__="The body of POST /predict.",
+        rows=(list[row], f(min_length=1, max_length=max_rows, description=f"1 to {max_rows} rows")),
+        weights=(web.StrictBool, f(False, description="also return each row's words with their pooling weights, "
+                                                      "merged from sub-word pieces as attnpool explain does")))
+    word = web.create_model(
+        "WordWeight", __doc__="A word of the input (its sub-word pieces merged) or a special token, with its weight.",
+        text=(str, f(description="the word as written in the input, or the special token")),
+        kind=(str, f(description="'word' or 'special' ([CLS], [SEP], <s>...: never merged into a word)")),
+        segment=(int | None, f(description="0: the text, 1: the second text of a pair; null: added tokens")),
+        start=(int | None, f(description="character offset of the word in its segment's text")),
+        end=(int | None, f(description="character offset where the word ends")),
+        pieces=(list[str], f(description="the tokens the word is made of")),
+        weight=(float, f(description="its pooling weight, summed over its pieces, mean over heads; the words of a "
+                                     "row (special tokens included) sum to 1")),
+        weights=(list[float], f(description="the weight per pooler head")))
+    prediction = web.create_model(
+        "RowPrediction", __doc__="One row's answer: what attnpool predict writes for it.",
+        id=(strict_str | strict_int | None, f(None, description="the row's id, when the request gave one")),
+        prediction=_prediction_field(service),
+        probabilities=(dict[str, float] | None, f(None, description=(
+            "classification: the probability of each class" + _classes(service)))),
+        words=(list[word] | None, f(None, description='with "weights": true, the words and their weights')))
+    response = web.create_model(
+        "PredictResponse", __doc__="The answer of POST /predict: one prediction per row, in request order.",
+        task=(str, f(description="regression, binary, multiclass or multilabel")),
+        folds=(list[int], f(description="the fold models ensembled (empty for a single saved model)")),
+        id2label=(dict[str, str] | None, f(None, description="classification: the class of each output index")),
+        predictions=(list[prediction], f(description="one per row, in request order")))
+    detail = web.create_model("ErrorDetail", __doc__="One problem of a request.",
+                              where=(str, f(description="the place in the request, e.g. rows[3].target")),
+                              what=(str, f(description="what is wrong there")))
+    error = web.create_model("ErrorResponse", __doc__="Every 4xx and 5xx answer.",
+                             error=(str, f(description="what went wrong, in one line")),
+                             details=(list[detail] | None, f(None, description="one per problem of an invalid "
+                                                                                "request")))
+    health = web.create_model("Health", __doc__="GET /health.", status=(str, f(description=(
+        "'ready' (200), or 'draining' (503) once the server is shutting down"))))
+    return Models(request, response, error, health)
+
+
+def _classes(service: Service) -> str:
+    return f" ({', '.join(map(str, service.classes))})" if service.classes else ""
+
+
+def _prediction_field(service: Service) -> tuple[Any, Any]:
+    if service.task == "regression":
+        several = service.ensemble.models[0].config.num_labels > 1
+        return (list[float] if several else float), web.Field(description=(
+            "the predicted value of each target" if several else "the predicted value"))
+    if service.task == "multilabel":
+        return str, web.Field(description="the labels at probability >= 0.5 joined by '|', as predict writes them"
+                              + _classes(service))
+    return str | int, web.Field(description="the predicted class" + _classes(service))
+
+
+def row_values(row: Any, service: Service) -> tuple[dict[str, str | None], Any]:
+    """A validated row's text fields (by their names) and its id."""
+    values = row.model_dump(by_alias=True)
+    texts = {name: values.get(name) for name in (*service.fields, *service.optional_fields)}
+    return texts, values.get(service.id_field) if service.id_field else None
+
+
+def where(loc: Sequence[Any]) -> str:
+    """``("body", "rows", 3, "target")`` -> ``rows[3].target``."""
+    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def describe(errors: Sequence[dict[str, Any]], service: Service) -> tuple[int, list[dict[str, str]]]:
+    """The status (400 for malformed JSON, else 422) and one ``{"where", "what"}`` per validation error."""
+    details, status, seen = [], 422, set()
+    for error in errors:
+        kind, ctx, value = error.get("type", ""), error.get("ctx") or {}, error.get("input")
+        loc = tuple(error.get("loc", ()))
+        if kind in ("string_type", "int_type") and loc and loc[-1] in _UNION_TAGS:  # the id: a string or a number
+            loc, kind = loc[:-1], "id_type"
+        place = where(loc)
+        if (place, kind) in seen:
+            continue
+        seen.add((place, kind))
+        if kind == "json_invalid":
+            status, place = 400, "body"
+            what = f"malformed JSON ({ctx.get('error', 'decode error')} at character {loc[-1]})"
+        elif kind == "id_type":
+            what = f"must be a string or a number, got {_JSON_TYPES.get(type(value), type(value).__name__)}"
+        elif kind == "extra_forbidden" and len(loc) <= 2:  # ("body", name): a field of the body, not of a row
+            what = "unknown field; a body takes rows and weights"
+        else:
+            what = _what(kind, ctx, value, error.get("msg", ""), service)
+        details.append({"where": place, "what": what})
+    return status, details
+
+
+def _what(kind: str, ctx: dict[str, Any], value: Any, message: str, service: Service) -> str:
+    got = _JSON_TYPES.get(type(value), type(value).__name__)
+    if kind == "missing":
+        return "missing"
+    if kind == "extra_forbidden":
+        optional = [*service.optional_fields, *([service.id_field] if service.id_field else [])]
+        return (f"unknown field; a row takes {', '.join(service.fields)}"
+                + (f" (optional: {', '.join(optional)})" if optional else ""))
+    if kind == "string_type":
+        return f"must be a string, got {got}"
+    if kind == "bool_type":
+        return f"must be true or false, got {got}"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"must be an object, got {got}"
+    if kind == "list_type":
+        return f"must be an array of rows, got {got}"
+    if kind == "too_short":
+        return "empty: give at least one row"
+    if kind == "too_long":
+        return f"{ctx.get('actual_length')} rows, at most {ctx.get('max_length')} per request (--max-rows)"
+    if kind == "string_too_long":
+        return (f"{len(value) if isinstance(value, str) else '?'} characters, at most {ctx.get('max_length')}: far "
+                f"over the {service.max_length} tokens the model reads (texts over {service.max_length} tokens are "
+                "truncated, as predict does; one this long is refused)")
+    if kind.endswith("_type"):
+        return f"wrong type: {message[:1].lower()}{message[1:]}, got {got}"
+    return message

@@ -1,0 +1,124 @@
+"""Start-up and shutdown of ``attnpool serve``: load, listen, serve with uvicorn, drain on SIGTERM.
+
+The order makes a half-ready server impossible: the models are loaded and run once *before* the port is opened,
+so a model that fails to load stops the start-up with its error (and the command exits 2) while nothing listens;
+``GET /health`` answers only once the server is ready. On SIGTERM (or Ctrl+C) uvicorn stops accepting
+connections and waits for the requests in flight (the batcher runs what is queued at once), then the batcher
+stops and :func:`run_server` returns; a second Ctrl+C forces the exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from attnpool.serving import web
+from attnpool.serving.app import Settings, create_app
+from attnpool.serving.guard import is_loopback
+from attnpool.serving.metrics import ServeSummary
+from attnpool.serving.service import Service
+
+logger = logging.getLogger("attnpool.serve")
+
+GRACEFUL_SECONDS = 30  # how long requests in flight may take to finish after SIGTERM
+
+
+def run_server(source: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
+               folds: int | Sequence[int] | None = None, ensemble: str = "mean", max_batch: int = 64,
+               max_wait_ms: float = 5.0, max_rows: int = 256, max_body_bytes: int = 1 << 20,
+               api_key_env: str | None = None, cors_origins: Sequence[str] = (), max_length: int | None = None,
+               device: str | None = None, precision: str = "auto") -> ServeSummary:
+    """Serve ``source`` until SIGTERM or Ctrl+C; see :func:`attnpool.serve` for the arguments."""
+    web.require()
+    _check_options(port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_rows=max_rows,
+                   max_body_bytes=max_body_bytes)
+    api_key = read_api_key(api_key_env)
+    service = Service.load(source, folds=folds, ensemble=ensemble, device=device, precision=precision,
+                           max_length=max_length)
+    service.warm_up()
+    if not is_loopback(host) and api_key is None:
+        logger.warning("attnpool serve: listening on %s without --api-key-env: anyone who can reach this address "
+                       "can use the model", host)
+    sock = listen(host, port)
+    settings = Settings(host=host, port=sock.getsockname()[1], max_batch=max_batch, max_wait_ms=max_wait_ms,
+                        max_rows=max_rows, max_body_bytes=max_body_bytes, api_key=api_key,
+                        cors_origins=tuple(cors_origins))
+    app = create_app(service, settings)
+    server = web.uvicorn.Server(web.uvicorn.Config(
+        app, lifespan="on", log_level="info", access_log=False, server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SECONDS, limit_concurrency=1000))
+    settings.stopping = lambda: server.should_exit  # uvicorn sets it on SIGTERM or Ctrl+C; the app then drains
+    try:
+        with _signals_kept():
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+    summary = app.state.metrics.summary(settings.url)
+    logger.info("attnpool serve: stopped after %d requests (%d rows in %d batches)", summary.requests, summary.rows,
+                summary.batches)
+    return summary
+
+
+def read_api_key(variable: str | None) -> str | None:
+    """The API key held by the environment variable ``variable`` (``None``: no key).
+
+    Raises:
+        ValueError: The variable is not set, or empty.
+    """
+    if variable is None:
+        return None
+    key = os.environ.get(variable, "")
+    if not key.strip():
+        raise ValueError(f"--api-key-env {variable}: the environment variable {variable} is not set or empty; set "
+                         f"it to the key clients must send (e.g. export {variable}=$(openssl rand -hex 24))")
+    return key.strip()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: a free port, the socket says which).
+
+    Raises:
+        OSError: The address is in use or cannot be bound, with the address in the message.
+    """
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    try:
+        return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
+    except OSError as err:
+        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+
+
+def _check_options(**values: float) -> None:
+    port = values.pop("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0 (any free port) to 65535, got {port!r}")
+    if values["max_wait_ms"] < 0:
+        raise ValueError(f"max_wait_ms must be >= 0, got {values['max_wait_ms']}")
+    for name in ("max_batch", "max_rows", "max_body_bytes"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """Keep SIGINT/SIGTERM from killing the process after uvicorn's graceful shutdown.
+
+    uvicorn re-raises the signal that stopped it once it has shut down, for the handler that was installed before
+    it; with Python's defaults that is a ``KeyboardInterrupt`` traceback or a death by SIGTERM. A drained server
+    has done what the signal asked, so here those handlers do nothing and :func:`run_server` returns normally.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

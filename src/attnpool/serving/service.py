@@ -1,0 +1,289 @@
+"""What ``attnpool serve`` serves: a run's fold ensemble, run exactly as ``attnpool predict`` runs it, or one model.
+
+A :class:`Service` knows the rows it takes (the fields), turns them into token lists the way ``predict`` does
+(:class:`~attnpool.data.prediction.PredictionInputs`, the run's text columns, template or preset), runs a batch of
+requests through :meth:`FoldEnsemble.scores <attnpool.prediction.engine.FoldEnsemble.scores>` and writes the
+answer with the columns of a prediction file (:func:`~attnpool.runs.tables.prediction_columns`), so that a
+response holds the numbers ``predict`` writes for the same rows. It needs no web framework: the HTTP layer
+(:mod:`attnpool.serving.app`) is a thin shell around it.
+
+Sources:
+
+* a train run directory: every trained fold (or ``folds``), ensembled ``mean`` or ``score`` as ``predict`` does;
+  the fields are the run's text columns (``--text-cols``), its template's placeholders, or for the PPPM preset
+  ``anchor``, ``target``, ``context`` (the context title is joined from the run's ``cpc_texts.csv``);
+* a folder saved with ``save_pretrained`` (model and tokenizer): fields ``text`` and, optionally, ``text_pair``.
+
+Nothing a request holds names a file or a model: what is loaded is decided once, at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoTokenizer
+
+from attnpool._version import __version__
+from attnpool.config import TrainConfig
+from attnpool.data.columns import build_texts
+from attnpool.data.prediction import PredictionInputs
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.precision import resolve_precision
+from attnpool.prediction.engine import FoldEnsemble
+from attnpool.runs.run import Run, RunError
+from attnpool.runs.tables import prediction_columns
+from attnpool.serving.weights import word_weights
+from attnpool.tasks import task_of
+
+logger = logging.getLogger("attnpool.serve")
+
+MODEL_FIELDS = ("text", "text_pair")  # the rows of a model folder: a text, or a text pair
+TEXT_CHARS_PER_TOKEN = 32  # a field longer than this many characters per max_length token is refused
+
+
+@dataclass
+class Job:
+    """One request's rows, tokenised, waiting for the batcher; ``texts`` only when its word weights are wanted."""
+
+    encodings: dict[str, list]
+    texts: list[tuple[str, str | None]] | None = None
+
+    @property
+    def rows(self) -> int:
+        """The number of rows."""
+        return len(self.encodings["input_ids"])
+
+
+@dataclass
+class Answer:
+    """A job's outputs: its rows' scores (values or probabilities) and, when asked, their words."""
+
+    scores: np.ndarray
+    words: list[list[dict[str, Any]]] | None = None
+
+
+@dataclass
+class Service:
+    """A loaded model or fold ensemble and the rules of its rows; see the module docstring."""
+
+    source: Path
+    kind: str  # "run" or "model"
+    ensemble: FoldEnsemble
+    classes: list[Any] | None
+    fields: list[str]  # required text fields of a row
+    optional_fields: list[str]  # text fields a row may leave out (a model folder's text_pair)
+    id_field: str | None  # an optional id per row, echoed in the answer
+    max_length: int
+    encoder: str
+    pooler: dict[str, Any]
+    device: torch.device
+    precision: str
+    ensemble_how: str = "mean"
+    _inputs: dict[bool, PredictionInputs] = field(default_factory=dict, repr=False)  # run: {False: ...}; model: both
+    _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # --- loading
+    @classmethod
+    def load(cls, source: str | Path, *, folds: int | Sequence[int] | None = None, ensemble: str = "mean",
+             device: str | None = None, precision: str = "auto", max_length: int | None = None) -> Service:
+        """Load a train run's folds (or a saved model folder) onto ``device``; nothing is served yet.
+
+        Raises:
+            RunError: Not a run nor a model folder, no such trained fold, a fold model or tokenizer that cannot be
+                loaded; ``max_length`` given for a run (it has its own).
+            ValueError: A bad ``ensemble`` or ``precision``.
+        """
+        source = Path(source)
+        device_ = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        precision = resolve_precision(precision, device_)
+        if Run.is_run(source):
+            if max_length is not None:
+                raise RunError("--max-length is for a model folder; a run truncates as it was trained (its "
+                               "config.yaml)")
+            service = cls._load_run(Run.open(source), folds, ensemble, device_, precision)
+        elif (source / "config.json").is_file():
+            if folds is not None:
+                raise RunError(f"{source} is one saved model: --folds is for a train run")
+            service = cls._load_model(source, max_length or 128, device_, precision)
+        else:
+            raise RunError(f"{source} is neither a train run directory nor a saved model folder (no config.json); "
+                           "give the --output-dir of attnpool train or a save_pretrained folder")
+        for model in service.ensemble.models:
+            model.eval().to(device_)
+        return service
+
+    @classmethod
+    def _load_run(cls, run: Run, folds: Any, how: str, device: torch.device, precision: str) -> Service:
+        info, cfg = run.info(), run.config()
+        ensemble = FoldEnsemble.load(run, folds, how)
+        inputs = PredictionInputs(cfg, info, "request", ensemble.tokenizer, log=logger)
+        fields = run_fields(inputs.cfg)
+        id_field = info.get("id_col") or cfg.id_col
+        model = ensemble.models[0]
+        return cls(run.path, "run", ensemble, info.get("classes"), fields, [],
+                   id_field if id_field and id_field not in fields else None, inputs.cfg.max_length, cfg.model,
+                   dict(model.config.pooling), device, precision, how, {False: inputs})
+
+    @classmethod
+    def _load_model(cls, folder: Path, max_length: int, device: torch.device, precision: str) -> Service:
+        try:
+            model = AttnPoolForSequenceClassification.from_pretrained(folder)
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        except Exception as err:  # noqa: BLE001 - any failure to load: say which folder and stop the start-up
+            raise RunError(f"cannot load the model in {folder}: {err}. Give a folder saved with "
+                           "model.save_pretrained(folder, tokenizer=tokenizer)") from err
+        config = model.config
+        task = task_of(getattr(config, "problem_type", None) or None, config.num_labels)
+        id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
+        classes = None if task == "regression" else [id2label.get(i, f"LABEL_{i}") for i in range(config.num_labels)]
+        ensemble = FoldEnsemble(task, [], [model], np.array([1.0]), tokenizer)
+        info = {"classes": classes}
+        inputs = {pair: PredictionInputs(TrainConfig(text_cols=list(MODEL_FIELDS[: 1 + pair]), max_length=max_length,
+                                                     task=task), info, "request", tokenizer, log=logger)
+                  for pair in (False, True)}
+        encoder = getattr(config.encoder, "_name_or_path", "") or config.encoder.model_type
+        return cls(folder, "model", ensemble, classes, [MODEL_FIELDS[0]], [MODEL_FIELDS[1]], "id", max_length,
+                   encoder, dict(config.pooling), device, precision, "mean", inputs)
+
+    # --- facts
+    @property
+    def task(self) -> str:
+        """``regression``, ``binary``, ``multiclass`` or ``multilabel``."""
+        return self.ensemble.task
+
+    @property
+    def max_text_chars(self) -> int:
+        """The longest text field accepted, in characters: far over what the model reads (``max_length`` tokens)."""
+        return TEXT_CHARS_PER_TOKEN * self.max_length
+
+    @property
+    def token_weights(self) -> bool:
+        """Whether the pooler weighs tokens (``"weights": true`` is possible)."""
+        model = self.ensemble.models[0]
+        pooler = getattr(getattr(model, "attnpool", model), "pooler", None)
+        return bool(getattr(pooler, "has_weights", False))
+
+    @property
+    def id2label(self) -> dict[str, str] | None:
+        """``{"0": class, ...}`` for classification, else ``None``."""
+        return None if self.classes is None else {str(i): str(c) for i, c in enumerate(self.classes)}
+
+    def info(self) -> dict[str, Any]:
+        """What ``GET /info`` says about the model."""
+        return {"attnpool_version": __version__, "source": self.kind, "encoder": self.encoder,
+                "pooler": self.pooler, "token_weights": self.token_weights, "task": self.task,
+                "labels": None if self.classes is None else [str(c) for c in self.classes],
+                "id2label": self.id2label, "folds": list(self.ensemble.folds), "ensemble": self.ensemble_how,
+                "max_length": self.max_length, "fields": list(self.fields),
+                "optional_fields": list(self.optional_fields),
+                "id_field": self.id_field, "max_text_chars": self.max_text_chars, "device": str(self.device),
+                "precision": self.precision}
+
+    # --- requests
+    def encode(self, rows: Sequence[dict[str, str | None]], *, texts: bool = False) -> Job:
+        """Tokenise a request's rows (field -> text) as ``predict`` tokenises a file's rows.
+
+        Raises:
+            attnpool.data.DataError: What the run's own checks refuse (e.g. a PPPM context code without a title).
+        """
+        groups: dict[bool, list[int]] = {}
+        for i, row in enumerate(rows):
+            groups.setdefault(any(row.get(f) is not None for f in self.optional_fields), []).append(i)
+        encodings: dict[str, list] = {}
+        pairs: list[tuple[str, str | None]] = [("", None)] * len(rows)
+        order: list[int] = []
+        for pair, members in groups.items():
+            inputs = self._inputs[pair]
+            columns = [*self.fields, *(self.optional_fields if pair else [])]
+            chunk = pd.DataFrame([[rows[i].get(c) or "" for c in columns] for i in members], columns=columns,
+                                 dtype=object)
+            with self._tokenizer_lock:  # a fast tokenizer is not safe for concurrent calls with settings
+                frame, part = inputs.encode(chunk)
+            for key, values in part.items():
+                encodings.setdefault(key, []).extend(values)
+            order.extend(members)
+            if texts:
+                first, second, _ = build_texts(frame, inputs.cfg.text_cols or None, inputs.cfg.template,
+                                               sep_token=self.ensemble.tokenizer.sep_token or "[SEP]")
+                for j, i in enumerate(members):
+                    pairs[i] = (first[j], None if second is None else second[j])
+        if order != sorted(order):  # rows of both kinds (a model folder's texts and pairs): back to request order
+            position = np.argsort(order, kind="stable")
+            encodings = {k: [v[p] for p in position] for k, v in encodings.items()}
+        return Job(encodings, pairs if texts else None)
+
+    def run(self, jobs: Sequence[Job], *, batch_size: int) -> list[Answer]:
+        """Predict the rows of several requests together (length-sorted batches of ``batch_size`` rows)."""
+        keys = list(jobs[0].encodings)
+        merged = {k: [v for job in jobs for v in job.encodings[k]] for k in keys}
+        scores = self.ensemble.scores(merged, batch_size=batch_size, device=self.device, precision=self.precision)
+        answers, start = [], 0
+        for job in jobs:
+            answers.append(Answer(scores[start : start + job.rows]))
+            start += job.rows
+        wanted = [(job, answer) for job, answer in zip(jobs, answers, strict=True) if job.texts is not None]
+        if wanted:
+            texts = [t for job, _ in wanted for t in job.texts or []]
+            ids = [ids for job, _ in wanted for ids in job.encodings["input_ids"]]
+            words = word_weights(self.ensemble, texts, ids, max_length=self.max_length, batch_size=batch_size,
+                                 device=self.device, precision=self.precision, lock=self._tokenizer_lock)
+            start = 0
+            for job, answer in wanted:
+                answer.words, start = words[start : start + job.rows], start + job.rows
+        return answers
+
+    def respond(self, answer: Answer, ids: Sequence[Any] | None) -> dict[str, Any]:
+        """The JSON answer: per row the columns ``predict`` writes for it, as values."""
+        columns = prediction_columns(self.task, self.classes, answer.scores, with_labels=True)
+        values = [prediction_values(self.task, columns, i) for i in range(len(answer.scores))]
+        for i, row in enumerate(values):
+            if ids is not None and ids[i] is not None:
+                row["id"] = ids[i]
+            if answer.words is not None:
+                row["words"] = answer.words[i]
+        body: dict[str, Any] = {"task": self.task, "folds": list(self.ensemble.folds), "predictions": values}
+        if self.classes is not None:
+            body["id2label"] = self.id2label
+        return body
+
+    def warm_up(self) -> None:
+        """One forward pass of every model, so that the first request does not pay for lazy initialisation."""
+        ids = self.ensemble.tokenizer("warm up", truncation=True, max_length=self.max_length)
+        encodings = {k: [list(v)] for k, v in ids.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        self.ensemble.scores(encodings, batch_size=1, device=self.device, precision=self.precision)
+
+
+def run_fields(cfg: TrainConfig) -> list[str]:
+    """The text fields of a run's rows: its preset's, its template's placeholders, or its text columns."""
+    if cfg.preset == "pppm":
+        return ["anchor", "target", "context"]
+    if cfg.template:
+        names = [name for _, name, _, _ in string.Formatter().parse(cfg.template) if name]
+        return list(dict.fromkeys(names))
+    return list(dict.fromkeys(cfg.text_cols or []))
+
+
+def prediction_values(task: str, columns: dict[str, Any], i: int) -> dict[str, Any]:
+    """Row ``i`` of a prediction file's columns as JSON values.
+
+    ``prediction``: the value (a list for several targets), the class, or for multi-label the ``|``-joined labels
+    as ``predict`` writes them; ``probabilities``: ``{class: p}`` for classification.
+    """
+    def plain(value: Any) -> Any:
+        return value.item() if isinstance(value, np.generic) else value
+
+    if task == "regression":
+        values = [float(column[i]) for column in columns.values()]
+        return {"prediction": values[0] if list(columns) == ["prediction"] else values}
+    probabilities = {name[len("prob_"):]: float(column[i]) for name, column in columns.items()
+                     if name.startswith("prob_")}
+    return {"prediction": plain(columns["prediction"][i]), "probabilities": probabilities}

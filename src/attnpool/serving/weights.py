@@ -1,0 +1,95 @@
+"""The word-level pooling weights of served rows, merged from sub-word pieces as ``attnpool explain`` merges them.
+
+Predictions always come from :meth:`FoldEnsemble.scores <attnpool.prediction.engine.FoldEnsemble.scores>` (so they
+are ``predict``'s numbers); the weights come from a second forward pass of the rows that ask for them, with
+``return_pooling_weights=True``, because the prediction engine returns logits only. Each row's token weights are
+the ensemble's weighted mean of the folds' weights (per head); every head's weights sum to 1 over the row's tokens,
+and so do the mean's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnpool.data.batching import length_sorted_batches
+from attnpool.explanations.words import merge_words, special_token_ids
+from attnpool.precision import autocast
+from attnpool.prediction.engine import FoldEnsemble
+
+_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]], input_ids: Sequence[list[int]],
+                 *, max_length: int, batch_size: int, device: torch.device, precision: str,
+                 lock: threading.Lock) -> list[list[dict[str, Any]]]:
+    """Each row's words (and special tokens) with their pooling weights.
+
+    Args:
+        ensemble: The served models and their weights.
+        texts: Each row's ``(text, pair or None)``, built as the prediction built them.
+        input_ids: Each row's token ids as predicted, to check the re-tokenised texts against.
+        max_length: Truncation.
+        batch_size: Rows per forward pass.
+        device: Where the models are.
+        precision: The autocast precision of the prediction.
+        lock: Held while the tokenizer runs (it is shared with the request handlers).
+
+    Returns:
+        Per row, the words in input order: ``text``, ``kind`` (``word`` or ``special``), ``segment`` (0: text,
+        1: pair), ``start``/``end`` (character offsets in their segment), ``pieces``, ``weight`` (mean over heads)
+        and ``weights`` (per head).
+    """
+    tokenizer = ensemble.tokenizer
+    fast = bool(getattr(tokenizer, "is_fast", False))
+    specials = special_token_ids(tokenizer)
+    with lock:
+        encoded = [tokenizer(first, second, truncation=True, max_length=max_length, return_offsets_mapping=fast)
+                   for first, second in texts]
+    for i, (enc, ids) in enumerate(zip(encoded, input_ids, strict=True)):
+        if list(enc["input_ids"]) != list(ids):
+            raise RuntimeError(f"row {i}: the texts re-tokenised for the word weights differ from the predicted "
+                               "tokens; this is a bug in attnpool, please report it")
+    weights = _token_weights(ensemble, encoded, batch_size, device, precision)
+    join = getattr(tokenizer, "convert_tokens_to_string", None)
+    out = []
+    for (first, second), enc, w in zip(texts, encoded, weights, strict=True):
+        ids = list(enc["input_ids"])
+        words = merge_words(enc.tokens() if fast else tokenizer.convert_ids_to_tokens(ids), w,
+                            special=[t in specials for t in ids], word_ids=enc.word_ids() if fast else None,
+                            sequence_ids=enc.sequence_ids() if fast else None,
+                            offsets=[tuple(o) for o in enc["offset_mapping"]] if fast else None,
+                            texts=(first, second), tokens_to_string=join)
+        out.append([{"text": word.text, "kind": word.kind, "segment": word.segment, "start": word.start,
+                     "end": word.end, "pieces": list(word.pieces), "weight": word.weight,
+                     "weights": [float(v) for v in word.weights]} for word in words])
+    return out
+
+
+@torch.inference_mode()
+def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: int, device: torch.device,
+                   precision: str) -> list[np.ndarray]:
+    """``(heads, tokens)`` weights per row: the folds' pooling weights, averaged with the ensemble's weights."""
+    keys = [k for k in _KEYS if k in encoded[0]]
+    out: list[np.ndarray] = [np.zeros(0)] * len(encoded)
+    context = autocast(precision, device)
+    for batch in length_sorted_batches([len(e["input_ids"]) for e in encoded], batch_size):
+        features = ensemble.tokenizer.pad([{k: list(encoded[i][k]) for k in keys} for i in batch],
+                                          return_tensors="pt")
+        features = {k: v.to(device) for k, v in features.items()}
+        total = None
+        for fold_weight, model in zip(ensemble.weights, ensemble.models, strict=True):
+            with context:
+                result = model(**features, return_pooling_weights=True).pooling_weights
+            if result is None:
+                raise ValueError("the model returned no pooling weights; its pooler does not weigh tokens")
+            result = result.float().cpu().numpy()
+            result = result[:, None, :] if result.ndim == 2 else result  # (B, heads, T)
+            total = fold_weight * result if total is None else total + fold_weight * result
+        for j, i in enumerate(batch):
+            out[i] = total[j, :, : len(encoded[i]["input_ids"])].astype(np.float64)
+    return out

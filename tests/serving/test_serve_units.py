@@ -1,0 +1,58 @@
+"""The small parts, without a server: Prometheus text, error locations, loopback names, the page's escaping."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnpool.serving.guard import _hostname, is_loopback
+from attnpool.serving.metrics import Metrics
+from attnpool.serving.page import render_page
+from attnpool.serving.schemas import where
+
+
+def test_histograms_are_cumulative_and_paths_are_a_closed_set():
+    metrics = Metrics(max_batch=8, queue=lambda: (3, 1))
+    for seconds in (0.002, 0.02, 3.0):
+        metrics.observe_request("/predict", 200, seconds)
+    metrics.observe_request("/../../etc/passwd", 404, 0.001)
+    metrics.observe_batch(5, 2)
+    metrics.observe_batch(8, 8)
+    text = metrics.render()
+    assert 'attnpool_request_duration_seconds_bucket{path="/predict",le="0.0025"} 1' in text
+    assert 'attnpool_request_duration_seconds_bucket{path="/predict",le="0.025"} 2' in text
+    assert 'attnpool_request_duration_seconds_bucket{path="/predict",le="+Inf"} 3' in text
+    assert 'attnpool_requests_total{path="other",status="404"} 1' in text and "passwd" not in text
+    assert 'attnpool_request_errors_total{status="404"} 1' in text
+    assert 'attnpool_batch_rows_bucket{le="4.0"} 0' in text and 'attnpool_batch_rows_bucket{le="8.0"} 2' in text
+    assert "attnpool_batch_rows_sum 13.0" in text and "attnpool_batch_rows_count 2" in text
+    assert "attnpool_queue_rows 3" in text and "attnpool_queue_requests 1" in text
+    summary = metrics.summary("http://x")
+    assert (summary.requests, summary.rows, summary.batches) == (4, 13, 2)
+
+
+def test_error_locations_read_like_the_request():
+    assert where(("body", "rows", 3, "target")) == "rows[3].target"
+    assert where(("body", "weights")) == "weights"
+    assert where(("body",)) == "body"
+
+
+@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.8.0.2", True), ("localhost", True),
+                                               ("::1", True), ("[::1]", True), ("0.0.0.0", False),
+                                               ("10.0.0.1", False), ("attacker.example", False), ("", False)])
+def test_loopback_names(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_host_headers_lose_their_port():
+    assert _hostname("localhost:8000") == "localhost" and _hostname("[::1]:80") == "::1"
+    assert _hostname("127.0.0.1") == "127.0.0.1" and _hostname("evil.example:80") == "evil.example"
+
+
+def test_the_page_escapes_what_it_shows():
+    info = {"fields": ['a"><script>x</script>'], "optional_fields": [], "token_weights": True, "task": "binary",
+            "folds": [0], "encoder": "<b>enc</b>", "pooler": {"type": "attention"}, "ensemble": "mean",
+            "max_length": 8, "attnpool_version": "0"}
+    html, csp = render_page(info)
+    assert "<script>x</script>" not in html and "<b>enc</b>" not in html
+    assert html.count("<script") == 2 and "\\u003cscript\\u003e" in html  # the config block cannot close early
+    assert "script-src 'sha256-" in csp
