@@ -6,6 +6,7 @@ import pytest
 import torch
 from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
 
+import attnpool.pooling.fused as fused_impl
 from attnpool.pooling import AttentionPooling
 
 
@@ -60,3 +61,67 @@ def test_fused_path_keeps_nan_and_inf_padding_out_of_every_gradient(poison):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
     assert (dirty[2][~mask.bool()] == 0).all()  # the input's gradient is exactly 0 on padding
+
+
+def _masks():
+    """Right, left and scattered padding, rows without any real token, and more sequences than one dot block."""
+    gen = torch.Generator().manual_seed(1)
+    right = torch.arange(9) < torch.tensor([5, 0, 9, 2, 7, 1]).unsqueeze(1)
+    many = torch.rand(fused_impl.DOT_BLOCK + 5, 6, generator=gen) < 0.6
+    many[3] = False
+    return {
+        "right": right,
+        "left": right.flip(1),
+        "scattered": torch.rand(6, 9, generator=gen) < 0.5,
+        "more_sequences_than_a_block": many,
+    }
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "dense"])
+@pytest.mark.parametrize("name", list(_masks()))
+def test_packed_and_dense_paths_give_autograd_gradients(name, packed, monkeypatch):
+    mask = _masks()[name]
+    if not packed:
+        monkeypatch.setattr(fused_impl, "MAX_UNPACK_MOVES", 0)  # every one of these masks needs a move: dense path
+    assert (fused_impl._plan_packing(mask) is not None) == packed
+    pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=12, temperature=0.7), scale=0.3)
+    hidden = torch.randn(*mask.shape, HIDDEN, generator=torch.Generator().manual_seed(2))
+    poisoned = hidden.masked_fill(~mask.unsqueeze(-1), float("nan"))
+    fast, plain = grads(pooler, poisoned, mask, True), grads(pooler, hidden, mask, False)
+    for a, b in zip(fast, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert (fast[2][~mask] == 0).all()
+
+
+@pytest.mark.parametrize("name", list(_masks()))
+def test_unpacking_moves_every_packed_row_to_its_position(name):
+    mask = _masks()[name]
+    packing = fused_impl._plan_packing(mask)
+    real = packing.real
+    buffer = torch.full((mask.numel(), 1), -1.0)
+    buffer[: real.numel(), 0] = torch.arange(real.numel(), dtype=torch.float32)  # packed row i holds i
+    for start, end in packing.moves:
+        assert real[start] >= end  # targets at or after the run: nothing still to move is overwritten
+        buffer[end:].index_copy_(0, real[start:end] - end, buffer[start:end])
+    assert torch.equal(buffer[real, 0], torch.arange(real.numel(), dtype=torch.float32))
+
+
+def test_layouts_that_take_many_moves_and_batches_without_padding_are_not_packed():
+    shifted = torch.ones(4, 16, dtype=torch.bool)
+    shifted[0, 0] = False  # every later row moves by one: one move per row
+    assert fused_impl._plan_packing(shifted) is None
+    assert fused_impl._plan_packing(torch.ones(4, 16, dtype=torch.bool)) is None
+    assert fused_impl._plan_packing(torch.zeros(4, 16, dtype=torch.bool)) is None
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_a_batch_without_padding_is_read_in_place_and_left_unchanged(contiguous):
+    pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=12), scale=0.3)
+    hidden = torch.randn(3, 7, HIDDEN) if contiguous else torch.randn(7, 3, HIDDEN).transpose(0, 1)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    before = hidden.clone()
+    pooler(hidden.requires_grad_(True), mask).pow(2).sum().backward()
+    assert torch.equal(hidden.detach(), before)  # the backward writes only into buffers of its own
+    fast, plain = grads(pooler, before, mask, True), grads(pooler, before, mask, False)
+    for a, b in zip(fast, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
