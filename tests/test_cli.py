@@ -94,7 +94,7 @@ def test_compare_help_shows_the_api_defaults_of_its_own_options(capsys):
 def test_every_option_of_every_command_says_its_default(capsys):
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(commands.choices) == {"poolers", "train", "predict", "compare", "explain", "export", "demo"}
+    assert set(commands.choices) == {"poolers", "train", "predict", "compare", "explain", "export", "demo", "serve"}
     for name, sub in commands.choices.items():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:

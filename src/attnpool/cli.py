@@ -21,6 +21,7 @@ from attnpool import api
 from attnpool._version import __version__
 from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
 from attnpool.precision import PRECISIONS
+from attnpool.prediction.onnx_engine import INT8_TOLERANCE
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
 
@@ -128,7 +129,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     summary = api.predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
                           device=args.device, chunk_rows=args.chunk_rows, resume=args.resume,
-                          precision=args.precision, folds=args.folds, progress=args.verbosity != "quiet")
+                          precision=args.precision, folds=args.folds, progress=args.verbosity != "quiet",
+                          backend=args.backend, quantize=args.quantize, int8_tolerance=args.int8_tolerance)
     print(f"wrote {summary.rows} predictions to {args.output}")
     return 0
 
@@ -224,6 +226,12 @@ def _add_predict(commands: Any) -> None:
          default=False, action="store_true")
     _arg(predict, "--precision", "autocast dtype: auto = bf16 on a GPU that has it, else fp32", default="auto",
          choices=PRECISIONS)
+    _arg(predict, "--backend", "torch, or onnx: ONNX Runtime on each fold's graph (exported once into the run)",
+         default="torch", choices=["torch", "onnx"])
+    _arg(predict, "--quantize", "with --backend onnx: int8 dynamic quantization, checked against float32 on the "
+         "first rows and refused with the figure beyond --int8-tolerance", default="none", choices=["none", "int8"])
+    _arg(predict, "--int8-tolerance", "largest |int8 - float32| difference of a score accepted",
+         default=INT8_TOLERANCE, type=float)
     predict.set_defaults(func=_cmd_predict)
 
 
@@ -233,8 +241,9 @@ def _add_compare(commands: Any) -> None:
         "compare", help="train several poolers over paired seeds and test which beats the baseline",
         description="Train every pooler of --poolings once per seed with the same data, folds, data order and "
         "recipe (attnpool train options), then report each pooler's score with a 95% CI, its difference to the "
-        "baseline with a paired t-test over seeds and a paired bootstrap over examples (Holm-corrected), and its "
-        "cost. Finished runs in --output-dir are kept: rerunning resumes, adding a pooler trains only that one.")
+        "baseline with an exact sign-flip test over seeds and a paired bootstrap over examples (Holm-corrected), "
+        "and its cost. Finished runs in --output-dir are kept: rerunning resumes, adding a pooler trains only "
+        "that one.")
     group = compare.add_argument_group("compare options", "the comparison (the recipe's options follow)")
     _arg(group, "--poolings", "the poolers to compare, e.g. attention:attn_size=128 gem max", required=True,
          nargs="+", metavar="NAME[:key=value,...]")

@@ -2,19 +2,34 @@
 
 from attnpool.comparison.runner import compare
 from attnpool.comparison.specs import PoolerSpec
-from attnpool.comparison.stats import Interval, PairedTest, holm, paired_bootstrap, paired_t_test, t_interval
+from attnpool.comparison.stats import (
+    ExactTest,
+    Interval,
+    PairedTest,
+    holm,
+    metric_range,
+    paired_bootstrap,
+    paired_t_test,
+    score_interval,
+    sign_flip_test,
+    t_interval,
+)
 from attnpool.comparison.summary import CompareResult, run_predictions, summarise
 
 __all__ = [
     "CompareResult",
+    "ExactTest",
     "Interval",
     "PairedTest",
     "PoolerSpec",
     "compare",
     "holm",
+    "metric_range",
     "paired_bootstrap",
     "paired_t_test",
     "run_predictions",
+    "score_interval",
+    "sign_flip_test",
     "summarise",
     "t_interval",
 ]

@@ -30,7 +30,6 @@ import yaml
 
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.summary import CompareResult, run_score, summarise
-from attnpool.comparison.worker import INCOMPLETE
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
@@ -40,6 +39,10 @@ from attnpool.tasks import primary_metric
 logger = logging.getLogger("attnpool.comparison")
 
 CONFIG_FILE = "compare_config.yaml"
+# Exit statuses of a worker (attnpool.comparison.worker, which imports them: the runner never imports the worker, so
+# that `python -m attnpool.comparison.worker` runs a module not yet imported by its package).
+INCOMPLETE = 3  # the run left folds untrained (only_folds)
+BAD_INPUT = 2  # bad data or options, said in one line, as the CLI does
 # Options that differ between the runs of a comparison, or that say where and how to run rather than what.
 PER_RUN_KEYS = ("pooling", "pooling_options", "seed", "output_dir", "overwrite", "resume", "only_folds", "report_to")
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 
+from attnpool.comparison.runner import BAD_INPUT, INCOMPLETE
 from attnpool.config import make_config
 from attnpool.training.recipe import train
-
-INCOMPLETE = 3  # exit status of a run that left folds untrained
-BAD_INPUT = 2  # exit status of bad data or options, as the CLI's
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -163,8 +163,9 @@ def _output_frame(task: str, info: dict, frame, scores):
 
 
 def _progress_bar(input_file: Path, progress: bool):
+    # disable=None: no bar when stderr is not a terminal (a log file or CI gets the summary line, not redraws).
     return tqdm(total=_count_rows(input_file) if progress else None, desc="predict", unit="rows",
-                disable=not progress, dynamic_ncols=True)
+                disable=None if progress else True, dynamic_ncols=True)
 
 
 def _redirect_logging(progress: bool):

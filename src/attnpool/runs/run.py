@@ -7,6 +7,7 @@ A run directory, written by ``attnpool train``::
       fold_K/model/         save_pretrained(): config.json, model.safetensors, tokenizer
       fold_K/oof.csv        out-of-fold predictions of fold K (written last: its presence marks the fold done)
       fold_K/metrics.json   fold_K/log_history.json   fold_K/checkpoints/ (while training)
+      fold_K/onnx/          the fold's ONNX graphs, once ``predict --backend onnx`` has exported them
       oof.csv  metrics.json  learning_curve.png
       tensorboard/fold_K/  tensorboard/cv/   with --report-to tensorboard: each fold's curves, the CV scores
 
@@ -45,6 +46,7 @@ METRICS_FILE = "metrics.json"
 LOG_FILE = "train.log"
 CURVES_FILE = "learning_curve.png"
 HISTORY_FILE = "log_history.json"
+ONNX_DIR = "onnx"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_RUN = "cv"  # the name of the run-level (cross-validation) entry of a tracker
@@ -185,6 +187,11 @@ class Run:
     def checkpoints_dir(self, fold: int) -> Path:
         """``fold_K/checkpoints/``, the Trainer's checkpoints while the fold trains."""
         return self.fold_dir(fold) / CHECKPOINTS_DIR
+
+    def onnx_file(self, fold: int, quantize: str = "none") -> Path:
+        """``fold_K/onnx/model.onnx`` (``model.int8.onnx`` quantized), exported once for the ONNX backend."""
+        name = "model.onnx" if quantize == "none" else f"model.{quantize}.onnx"
+        return self.fold_dir(fold) / ONNX_DIR / name
 
     @classmethod
     def of_checkpoints(cls, folder: str | Path) -> tuple[Run, int] | None:
