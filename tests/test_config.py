@@ -32,7 +32,7 @@ DEFAULTS = {
     "head_lr": 1e-3, "pooler_lr": None, "llrd": 1.0, "weight_decay": 0.01, "warmup_ratio": 0.1,
     "scheduler": "cosine", "precision": "auto", "gradient_checkpointing": False, "eval_steps": None,
     "early_stopping_patience": None, "seed": 42,
-    "output_dir": "runs/attnpool", "overwrite": False, "resume": False,
+    "output_dir": "runs/attnpool", "overwrite": False, "resume": False, "report_to": "none",
 }
 
 

@@ -22,6 +22,7 @@ from attnpool.runs import RunError
 from model_helpers import make_run, save_tiny_encoder, write_toy_csv
 
 predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
+predict_module_predict = importlib.import_module("attnpool.prediction.predict")
 ROWS, CHUNK = 23, 5  # 5 chunks, the last one short
 
 
@@ -127,7 +128,8 @@ def test_cli_flags_progress_and_tsv(run, frame, tmp_path, capsys):
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert f"wrote {ROWS} predictions to {out}" in captured.out
-    assert f"{ROWS}/{ROWS}" in captured.err  # the progress bar over rows, total from the counted lines
+    assert "\r" not in captured.err and f"wrote {ROWS} predictions of 2 fold models" in captured.err  # no bar off a TTY
+    assert predict_module_predict._count_rows(data) == ROWS  # the bar's total on a terminal: the counted lines
     pred = pd.read_csv(out, sep="\t", dtype={"id": str})
     assert list(pred["id"]) == list(frame["id"]) and out.read_text().count("id\t") == 1  # one header
 
