@@ -285,6 +285,14 @@ def _example_erasure(x: ExampleExplanation) -> str:
     return f'<div class="mini">{chart}<p class="help">AOPC {aopc}</p></div>'
 
 
+WORDS_CSS = """.line { display: flex; gap: 10px; align-items: baseline; }
+.hl { flex: 0 0 auto; font-size: 12px; color: var(--muted); width: 52px; }
+.text { margin: 2px 0 6px; line-height: 1.9; overflow-wrap: anywhere; }
+.w { border-radius: 3px; padding: 1px 2px; }
+.sp { font: 11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--muted);
+      border: 1px dashed #9ca3af; border-radius: 3px; padding: 0 3px; margin: 0 2px; }
+"""  # the shaded words: shared with the page of attnpool serve
+
 _CSS = """
 :root { --fg: #1f2937; --muted: #6b7280; --line: #e5e7eb; --card: #fff; --bg: #f6f7f9; }
 * { box-sizing: border-box; }
@@ -318,13 +326,7 @@ table.nums tfoot td { border-top: 2px solid var(--fg); border-bottom: 0; }
 .badge.bad { background: #fee2e2; color: #991b1b; } .badge.ok { background: #dcfce7; color: #166534; }
 .body { display: flex; gap: 18px; align-items: flex-start; }
 .lines { flex: 1 1 auto; min-width: 0; }
-.line { display: flex; gap: 10px; align-items: baseline; }
-.hl { flex: 0 0 auto; font-size: 12px; color: var(--muted); width: 52px; }
-.text { margin: 2px 0 6px; line-height: 1.9; overflow-wrap: anywhere; }
-.w { border-radius: 3px; padding: 1px 2px; }
-.sp { font: 11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--muted);
-      border: 1px dashed #9ca3af; border-radius: 3px; padding: 0 3px; margin: 0 2px; }
-.mini { flex: 0 0 240px; } .mini .help { margin: 0; font-size: 11px; }
+""" + WORDS_CSS + """.mini { flex: 0 0 240px; } .mini .help { margin: 0; font-size: 11px; }
 .lw { display: flex; gap: 8px; align-items: center; font-size: 12px; color: var(--muted); }
 .lw span:first-child { width: 64px; } .lw .bar { height: 9px; background: #6366f1; border-radius: 2px; }
 @media (max-width: 800px) { body { padding: 12px; } .body { flex-direction: column; } }

@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from attnpool.explanations.page import SPECIAL_RGB, WORD_RGB
+from attnpool.explanations.page import SPECIAL_RGB, WORD_RGB, WORDS_CSS
 from attnpool.explanations.svg import esc
 
 
@@ -92,13 +92,7 @@ button { font: inherit; font-weight: 600; padding: 6px 18px; border: 0; border-r
 .prob { display: flex; gap: 8px; align-items: center; font-size: 13px; font-variant-numeric: tabular-nums; }
 .prob span:first-child { width: 140px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .prob .bar { height: 9px; background: #6366f1; border-radius: 2px; }
-.line { display: flex; gap: 10px; align-items: baseline; }
-.hl { flex: 0 0 auto; font-size: 12px; color: var(--muted); width: 52px; }
-.text { margin: 2px 0 6px; line-height: 1.9; overflow-wrap: anywhere; }
-.w { border-radius: 3px; padding: 1px 2px; }
-.sp { font: 11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--muted);
-      border: 1px dashed #9ca3af; border-radius: 3px; padding: 0 3px; margin: 0 2px; }
-"""
+""" + WORDS_CSS
 
 _SCRIPT = """
 (function () {
