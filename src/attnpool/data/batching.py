@@ -11,11 +11,14 @@ lengths vary; grouping rows of similar length and padding per batch (``tokenizer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices
+
+ENCODING_KEYS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a tokenizer's output
 
 
 def length_sorted_batches(lengths: Sequence[int] | np.ndarray, batch_size: int) -> list[list[int]]:
@@ -41,6 +44,29 @@ def length_sorted_batches(lengths: Sequence[int] | np.ndarray, batch_size: int) 
         raise ValueError(f"lengths must be one length per row (1-D), got shape {lengths.shape}")
     order = np.argsort(-lengths, kind="stable")
     return [order[i : i + batch_size].tolist() for i in range(0, len(lengths), batch_size)]
+
+
+def padded_batches(encodings: dict[str, list], batch_size: int, tokenizer: Any, *,
+                   rows: Sequence[int] | np.ndarray | None = None,
+                   return_tensors: str = "pt") -> Iterator[tuple[list[int], Any]]:
+    """The rows of pre-tokenised inputs in :func:`length_sorted_batches`, each batch padded to its own longest row.
+
+    Args:
+        encodings: ``{"input_ids": [...], "attention_mask": [...], ...}``: one unpadded token list per row.
+        batch_size: Rows per batch.
+        tokenizer: Pads the batches (``tokenizer.pad``).
+        rows: Which rows (default: all).
+        return_tensors: ``pt`` or ``np``, as ``tokenizer.pad`` takes it.
+
+    Yields:
+        ``(positions, features)``: the batch's positions in ``rows`` (row indices when ``rows`` is ``None``) and
+        its padded ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the encodings have them).
+    """
+    rows = np.arange(len(encodings["input_ids"])) if rows is None else np.asarray(rows)
+    keys = [k for k in ENCODING_KEYS if k in encodings]
+    for batch in length_sorted_batches([len(encodings["input_ids"][i]) for i in rows], batch_size):
+        yield batch, tokenizer.pad([{k: encodings[k][rows[i]] for k in keys} for i in batch],
+                                   return_tensors=return_tensors)
 
 
 class LengthGroupedSampler(torch.utils.data.Sampler):

@@ -12,6 +12,7 @@ import torch
 from transformers import AutoTokenizer
 
 from attnpool.config import TrainConfig
+from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, check_columns, validate_labels
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
@@ -130,7 +131,7 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
     lengths = [len(ids) for ids in encodings["input_ids"]]
     counts = {"texts": len(first), "empty": empty, "truncated": truncated, "tokens": sum(lengths),
               "max_tokens": max(lengths, default=0)}
-    return {k: list(v) for k, v in encodings.items() if k in ("input_ids", "attention_mask", "token_type_ids")}, counts
+    return {k: list(v) for k, v in encodings.items() if k in ENCODING_KEYS}, counts
 
 
 def log_counts(log: logging.Logger, where: str, counts: dict[str, int], max_length: int) -> None:

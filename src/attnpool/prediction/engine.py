@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from attnpool.data.batching import length_sorted_batches
+from attnpool.data.batching import padded_batches
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import autocast
 from attnpool.runs.run import Run, RunError
@@ -45,26 +45,23 @@ def predict_encoded(models: Sequence[torch.nn.Module], encodings: dict[str, list
     Returns:
         One ``(len(rows), num_labels)`` float32 array per model.
     """
-    rows = np.arange(len(encodings["input_ids"])) if rows is None else np.asarray(rows)
+    count = len(encodings["input_ids"]) if rows is None else len(rows)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     context = autocast(precision, device)
-    lengths = [len(encodings["input_ids"][i]) for i in rows]
-    batches = length_sorted_batches(lengths, batch_size)
-    outputs = [np.zeros((len(rows), 0), dtype=np.float32) for _ in models]
-    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encodings]
+    outputs = [np.zeros((count, 0), dtype=np.float32) for _ in models]
     for m in models:
         m.eval().to(device)
+    batches = padded_batches(encodings, batch_size, tokenizer, rows=rows)
     if progress:
-        batches = tqdm(batches, desc="predict", unit="batch")
-    for batch in batches:
-        features = tokenizer.pad([{k: encodings[k][rows[i]] for k in keys} for i in batch], return_tensors="pt")
+        batches = tqdm(batches, desc="predict", unit="batch", total=-(-count // batch_size))
+    for batch, features in batches:
         features = {k: v.to(device) for k, v in features.items()}
         for j, m in enumerate(models):
             with context:
                 logits = m(**features).logits
             logits = logits.float().cpu().numpy()
             if outputs[j].shape[1] == 0:
-                outputs[j] = np.zeros((len(rows), logits.shape[1]), dtype=np.float32)
+                outputs[j] = np.zeros((count, logits.shape[1]), dtype=np.float32)
             outputs[j][batch] = logits
         if on_batch is not None:
             on_batch(len(batch))

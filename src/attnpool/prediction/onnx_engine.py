@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from attnpool.data.batching import length_sorted_batches
+from attnpool.data.batching import padded_batches
 from attnpool.exporters import export_onnx
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.runs.run import Run, RunError
@@ -120,9 +120,7 @@ class OnnxFoldEnsemble:
         rows = len(encodings["input_ids"])
         names = [[i.name for i in s.get_inputs()] for s in self.sessions]
         total: np.ndarray | None = None
-        for batch in length_sorted_batches([len(ids) for ids in encodings["input_ids"]], batch_size):
-            keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encodings]
-            padded = self.tokenizer.pad([{k: encodings[k][i] for k in keys} for i in batch], return_tensors="np")
+        for batch, padded in padded_batches(encodings, batch_size, self.tokenizer, return_tensors="np"):
             ids = np.asarray(padded["input_ids"], dtype=np.int64)
             part = 0.0
             for weight, session, inputs in zip(self.weights, self.sessions, names, strict=True):

@@ -34,6 +34,7 @@ from transformers import AutoTokenizer
 
 from attnpool._version import __version__
 from attnpool.config import TrainConfig
+from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts
 from attnpool.data.prediction import PredictionInputs
 from attnpool.model import AttnPoolForSequenceClassification
@@ -258,7 +259,7 @@ class Service:
     def warm_up(self) -> None:
         """One forward pass of every model, so that the first request does not pay for lazy initialisation."""
         ids = self.ensemble.tokenizer("warm up", truncation=True, max_length=self.max_length)
-        encodings = {k: [list(v)] for k, v in ids.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        encodings = {k: [list(v)] for k, v in ids.items() if k in ENCODING_KEYS}
         self.ensemble.scores(encodings, batch_size=1, device=self.device, precision=self.precision)
 
 

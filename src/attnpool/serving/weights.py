@@ -16,12 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnpool.data.batching import length_sorted_batches
+from attnpool.data.batching import ENCODING_KEYS, padded_batches
 from attnpool.explanations.words import merge_words, special_token_ids
 from attnpool.precision import autocast
 from attnpool.prediction.engine import FoldEnsemble
-
-_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]], input_ids: Sequence[list[int]],
@@ -74,12 +72,10 @@ def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]]
 def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: int, device: torch.device,
                    precision: str) -> list[np.ndarray]:
     """``(heads, tokens)`` weights per row: the folds' pooling weights, averaged with the ensemble's weights."""
-    keys = [k for k in _KEYS if k in encoded[0]]
+    encodings = {k: [list(e[k]) for e in encoded] for k in ENCODING_KEYS if k in encoded[0]}
     out: list[np.ndarray] = [np.zeros(0)] * len(encoded)
     context = autocast(precision, device)
-    for batch in length_sorted_batches([len(e["input_ids"]) for e in encoded], batch_size):
-        features = ensemble.tokenizer.pad([{k: list(encoded[i][k]) for k in keys} for i in batch],
-                                          return_tensors="pt")
+    for batch, features in padded_batches(encodings, batch_size, ensemble.tokenizer):
         features = {k: v.to(device) for k, v in features.items()}
         total = None
         for fold_weight, model in zip(ensemble.weights, ensemble.models, strict=True):
