@@ -101,6 +101,14 @@ def ensemble_weights(fold_metrics: list[dict], metric: str, how: str) -> np.ndar
     return scores / scores.sum()
 
 
+def fold_weights(run: Run, folds: int | Sequence[int] | None = None, how: str = "mean"
+                 ) -> tuple[str, list[int], np.ndarray]:
+    """The run's task, the chosen folds (default: every trained fold) and their ensemble weights, loading no model."""
+    task = run.config().task
+    fold_ids = run.select_folds(folds)
+    return task, fold_ids, ensemble_weights([run.fold_metrics(f) for f in fold_ids], primary_metric(task)[0], how)
+
+
 @dataclass
 class FoldEnsemble:
     """The models of a run's chosen folds and their ensemble weights: what ``predict`` (and a server) runs."""
@@ -114,9 +122,9 @@ class FoldEnsemble:
     @classmethod
     def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean") -> FoldEnsemble:
         """Load the chosen folds (default: every trained fold), weighted ``how`` (see :func:`ensemble_weights`)."""
-        task = run.config().task
-        fold_ids, models, tokenizer, fold_metrics = load_fold_models(run, folds)
-        return cls(task, fold_ids, models, ensemble_weights(fold_metrics, primary_metric(task)[0], how), tokenizer)
+        task, fold_ids, weights = fold_weights(run, folds, how)
+        _, models, tokenizer, _ = load_fold_models(run, fold_ids)
+        return cls(task, fold_ids, models, weights, tokenizer)
 
     def scores(self, encodings: dict[str, list], *, batch_size: int, device: str | torch.device | None = None,
                precision: str = "fp32", on_batch: Callable[[int], object] | None = None) -> np.ndarray:

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from transformers import AutoTokenizer
 
 from attnpool.data.batching import padded_batches
 from attnpool.exporters import export_onnx
-from attnpool.prediction.engine import FoldEnsemble
+from attnpool.prediction.engine import FoldEnsemble, fold_weights
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import scores_from_logits
 
@@ -105,14 +106,17 @@ class OnnxFoldEnsemble:
             raise ImportError("predict --backend onnx needs onnxruntime: pip install 'attnpool[onnx]'")
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
-        torch_ensemble = FoldEnsemble.load(run, folds, how)  # the weights and tokenizer, one rule for both engines
+        # A quantized graph is checked against the float32 PyTorch models, so they are loaded; a float32 graph needs
+        # only the folds' weights and the tokenizer (the same rule as the PyTorch engine's).
+        reference = FoldEnsemble.load(run, folds, how) if quantize != "none" else None
+        task, fold_ids, weights = fold_weights(run, folds, how)
+        tokenizer = reference.tokenizer if reference else AutoTokenizer.from_pretrained(run.model_dir(fold_ids[0]))
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         sessions = [ort.InferenceSession(str(graph_file(run, fold, quantize)), options,
-                                         providers=["CPUExecutionProvider"]) for fold in torch_ensemble.folds]
-        return cls(torch_ensemble.task, torch_ensemble.folds, sessions, torch_ensemble.weights,
-                   torch_ensemble.tokenizer, quantize, torch_ensemble if quantize != "none" else None)
+                                         providers=["CPUExecutionProvider"]) for fold in fold_ids]
+        return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference)
 
     def scores(self, encodings: dict[str, list], *, batch_size: int,
                on_batch: Callable[[int], object] | None = None, **_: Any) -> np.ndarray:

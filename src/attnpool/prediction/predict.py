@@ -102,8 +102,9 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
-        info, task = run.info(), run.config().task
+        info = run.info()
         folds_ensemble = _load_ensemble(run, folds, ensemble, backend, quantize)
+        task = folds_ensemble.task
         inputs = PredictionInputs(run.config(), info, input_file, folds_ensemble.tokenizer, log=logger)
         chunks = inputs.chunks(chunk_rows)  # checks the path now; reads lazily
         parts = Parts(output_file, manifest(input_file, run, folds_ensemble.folds, chunk_rows, ensemble,
