@@ -102,10 +102,7 @@ def test_the_integrations_of_each_choice(monkeypatch):
 
 def test_fold_runs_are_named_after_the_run_directory(tmp_path):
     run = Run(tmp_path / "runs" / "x")
-    assert tracking.run_name(run.checkpoints_dir(3)) == f"{run.path.as_posix()}/fold_3"
-    assert tracking.run_name(tmp_path / "elsewhere") is None
-    found, fold = Run.of_checkpoints(run.checkpoints_dir(12))
-    assert found.path == run.path and fold == 12
+    assert tracking.run_name(run, 3) == f"{run.path.as_posix()}/fold_3"
     assert run.tensorboard_dir(2) == run.path / "tensorboard" / "fold_2"
     assert run.tensorboard_dir() == run.path / "tensorboard" / "cv"
 

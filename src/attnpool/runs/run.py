@@ -193,15 +193,6 @@ class Run:
         name = "model.onnx" if quantize == "none" else f"model.{quantize}.onnx"
         return self.fold_dir(fold) / ONNX_DIR / name
 
-    @classmethod
-    def of_checkpoints(cls, folder: str | Path) -> tuple[Run, int] | None:
-        """The run and fold whose :meth:`checkpoints_dir` is ``folder``, or ``None`` for any other folder."""
-        folder = Path(folder)
-        match = re.fullmatch(r"fold_(\d+)", folder.parent.name)
-        if folder.name != CHECKPOINTS_DIR or match is None:
-            return None
-        return cls(folder.parent.parent), int(match.group(1))
-
     def tensorboard_dir(self, fold: int | None = None) -> Path:
         """``tensorboard/fold_K/`` (a fold's curves) or, for ``None``, ``tensorboard/cv/`` (the run's scores).
 

@@ -12,10 +12,10 @@ from attnpool.precision import trainer_flags
 from attnpool.tasks import primary_metric
 from attnpool.training.distributed import ddp_backend, use_cpu
 from attnpool.training.progress import get_verbosity
-from attnpool.training.tracking import integrations, run_name
+from attnpool.training.tracking import integrations
 
 
-def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
+def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *, run_name: str | None = None):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
 
     Option names differ across transformers 5.x releases; both spellings are handled here. The ``Trainer`` draws no
@@ -47,7 +47,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int):
         "seed": cfg.seed,
         "data_seed": cfg.seed,
         "report_to": integrations(cfg.report_to),
-        "run_name": run_name(out_dir),  # DIR/fold_K in MLflow, W&B...
+        "run_name": run_name,  # DIR/fold_K in MLflow, W&B...
         "disable_tqdm": get_verbosity() != "verbose",
         "dataloader_num_workers": 0,
         "dataloader_pin_memory": not cpu,

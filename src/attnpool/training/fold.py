@@ -35,6 +35,7 @@ from attnpool.tasks import num_labels, problem_type, scores_from_logits
 from attnpool.training.arguments import training_arguments
 from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard
 from attnpool.training.pooling_stats import PoolingMonitor
+from attnpool.training.tracking import run_name
 from attnpool.training.trainer import make_trainer
 
 try:
@@ -176,9 +177,9 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     eval_ds = EncodedDataset(data.encodings, data.labels, valid_idx)
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
-    args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch)
+    args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch, run_name=run_name(run, fold))
     monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
-    trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor)
+    trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor, run=run, fold=fold)
     _check_engine(trainer)
     for callback in callbacks or []:
         trainer.add_callback(callback)

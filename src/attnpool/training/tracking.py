@@ -21,7 +21,6 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import transformers
@@ -36,7 +35,6 @@ TRACKERS = ("tensorboard", "mlflow", "wandb")
 _INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
               "mlflow": hf_integrations.is_mlflow_available,
               "wandb": hf_integrations.is_wandb_available}
-_EXTRA = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 # Environment variables a run sets for the integrations, restored afterwards (MLflow sets MLFLOW_EXPERIMENT_ID).
 _SCOPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "WANDB_PROJECT", "WANDB_RUN_GROUP", "WANDB_SILENT",
                "TENSORBOARD_LOGGING_DIR")
@@ -56,7 +54,7 @@ def integrations(report_to: str) -> list[str]:
         raise ValueError(f"report_to must be one of none, {', '.join(TRACKERS)}, all; got {report_to!r}")
     if not _INSTALLED[report_to]():
         raise ValueError(f"--report-to {report_to}: {report_to} is not installed; pip install "
-                         f"'attnpool[{_EXTRA[report_to]}]'")
+                         f"'attnpool[{report_to}]'")  # each tracker's extra is named after it
     return [report_to]
 
 
@@ -65,10 +63,9 @@ def experiment_name(run: Run) -> str:
     return run.path.as_posix()
 
 
-def run_name(checkpoints_dir: str | Path) -> str | None:
-    """A fold's name in a tracker, ``DIR/fold_K``, from its checkpoints folder (``None`` outside a run directory)."""
-    located = Run.of_checkpoints(checkpoints_dir)
-    return None if located is None else f"{experiment_name(located[0])}/fold_{located[1]}"
+def run_name(run: Run, fold: int) -> str:
+    """A fold's name in a tracker: ``DIR/fold_K``."""
+    return f"{experiment_name(run)}/fold_{fold}"
 
 
 @contextlib.contextmanager
@@ -112,10 +109,12 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
 
 
 @contextlib.contextmanager
-def fold_environment(checkpoints_dir: str | Path) -> Iterator[None]:
-    """Around a fold's ``Trainer(...)``: its TensorBoard folder, ``RUN_DIR/tensorboard/fold_K`` (not checkpoints/)."""
-    located = Run.of_checkpoints(checkpoints_dir)
-    values = {} if located is None else {"TENSORBOARD_LOGGING_DIR": str(located[0].tensorboard_dir(located[1]))}
+def fold_environment(run: Run | None, fold: int | None) -> Iterator[None]:
+    """Around a fold's ``Trainer(...)``: its TensorBoard folder, ``RUN_DIR/tensorboard/fold_K`` (not checkpoints/).
+
+    Outside a run (``run`` or ``fold`` ``None``) the Trainer's own default stands.
+    """
+    values = {} if run is None or fold is None else {"TENSORBOARD_LOGGING_DIR": str(run.tensorboard_dir(fold))}
     with _environ(values, keep=("TENSORBOARD_LOGGING_DIR",)):
         yield
 

@@ -65,7 +65,8 @@ class RecipeTrainer(transformers.Trainer):
 
 
 def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArguments, train_ds: Any, eval_ds: Any,
-                 tokenizer: Any, monitor: PoolingMonitor | None = None) -> RecipeTrainer:
+                 tokenizer: Any, monitor: PoolingMonitor | None = None, *, run: Run | None = None,
+                 fold: int | None = None) -> RecipeTrainer:
     """The recipe's :class:`RecipeTrainer` for one fold: dynamic padding, the task's metrics, early stopping.
 
     The fold's progress is :class:`~attnpool.training.progress.FoldProgress`'s one line: the ``Trainer``'s own
@@ -77,12 +78,11 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
         return task_metrics(cfg.task, eval_pred.label_ids, scores_from_logits(cfg.task, logits))
 
-    located = Run.of_checkpoints(args.output_dir)
-    callbacks: list[transformers.TrainerCallback] = [FoldProgress(f"fold {located[1]}" if located else "training"),
+    callbacks: list[transformers.TrainerCallback] = [FoldProgress("training" if fold is None else f"fold {fold}"),
                                                      FoldTracking(integrations(cfg.report_to))]
     if cfg.early_stopping_patience:
         callbacks.append(transformers.EarlyStoppingCallback(early_stopping_patience=cfg.early_stopping_patience))
-    with fold_environment(args.output_dir):  # the integrations' callbacks read it when the Trainer makes them
+    with fold_environment(run, fold):  # the integrations' callbacks read it when the Trainer makes them
         trainer = RecipeTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                                 data_collator=transformers.DataCollatorWithPadding(tokenizer),
                                 compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor)
