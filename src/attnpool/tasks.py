@@ -7,6 +7,7 @@ into what is reported (values for regression, probabilities for classification).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,12 @@ def scores_from_logits(task: str, logits: Any, output_activation: str | None = N
         return logits if output_activation == "sigmoid" else 1.0 / (1.0 + np.exp(-logits))
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def class_names(id2label: Mapping[Any, Any] | None, num_labels: int) -> list[str]:
+    """A model config's class names in output order (``id2label``, keys as ints or strings), ``LABEL_i`` where unset."""
+    names = {int(k): str(v) for k, v in (id2label or {}).items()}
+    return [names.get(i, f"LABEL_{i}") for i in range(num_labels)]
 
 
 def primary_metric(task: str) -> tuple[str, bool]:

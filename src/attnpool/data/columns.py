@@ -107,13 +107,22 @@ def build_texts(
     return Texts(first, None, int(empty.sum()))
 
 
-def _template_fields(template: str, df: pd.DataFrame) -> list[str]:
-    """The distinct column names a template uses, checked against ``df``."""
+def template_fields(template: str) -> list[str]:
+    """Every placeholder of ``template`` in order (``{a} [SEP] {b}`` -> ``["a", "b"]``), repeats included.
+
+    Raises:
+        DataError: Unbalanced braces, saying how to write a literal one.
+    """
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:  # e.g. a single "{" or "}"
         raise DataError(f"bad template {template!r}: {e}; write a literal brace as {{{{ or }}}}") from None
-    fields = [name for _, name, _, _ in parsed if name is not None]
+    return [name for _, name, _, _ in parsed if name is not None]
+
+
+def _template_fields(template: str, df: pd.DataFrame) -> list[str]:
+    """The distinct column names a template uses, checked against ``df``."""
+    fields = template_fields(template)
     columns = ", ".join(map(str, df.columns))
     if any(name == "" or name.isdigit() for name in fields):
         raise DataError(

@@ -19,8 +19,9 @@ from attnpool.data.errors import DataError
 from attnpool.data.readers import read_table
 
 PPPM_TEMPLATE = "{anchor} [SEP] {target} [SEP] {context_text}"
+PPPM_FIELDS = ("anchor", "target", "context")  # what a PPPM row gives; context_text is looked up from context
 SPLITS = ("train", "test")
-_TEXT_COLUMNS = ("id", "anchor", "target", "context", "text")  # read as strings even when they look like numbers
+_TEXT_COLUMNS = ("id", *PPPM_FIELDS, "text")  # read as strings even when they look like numbers
 
 _LAYOUT = (
     "expected a folder holding train.csv (id,anchor,target,context,score), test.csv (id,anchor,target,context) "
@@ -56,9 +57,9 @@ def load_pppm(
     if frame is None:
         frame = read_table(_file(root, f"{split}.csv"), text_columns=_TEXT_COLUMNS)
         where = str(root / f"{split}.csv")
-        check_columns(frame, ["anchor", "target", "context", *(["score"] if split == "train" else [])], where)
+        check_columns(frame, [*PPPM_FIELDS, *(["score"] if split == "train" else [])], where)
     else:
-        check_columns(frame, ["anchor", "target", "context"], f"PPPM {split} rows")
+        check_columns(frame, list(PPPM_FIELDS), f"PPPM {split} rows")
     cpc_path = _file(root, "cpc_texts.csv")
     cpc = read_table(cpc_path, text_columns=_TEXT_COLUMNS)
     check_columns(cpc, ["context", "text"], str(cpc_path))

@@ -9,7 +9,7 @@ from typing import Any
 from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns
 from attnpool.data.errors import DataError
-from attnpool.data.pppm import load_pppm
+from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import iter_table
 from attnpool.data.task import apply_preset, encode_texts, frame_and_template, log_counts, tokenize
 
@@ -56,7 +56,7 @@ class PredictionInputs:
     def text_columns(self) -> list[str]:
         """Columns read as strings: as training read them (PPPM: as ``load_pppm`` reads its files), plus the id."""
         if self.cfg.preset == "pppm":
-            keep = ["id", "anchor", "target", "context"]
+            keep = ["id", *PPPM_FIELDS]
         else:
             keep = [*(self.cfg.text_cols or []), *([self.cfg.group_col] if self.cfg.group_col else [])]
         return [c for c in dict.fromkeys([self.cfg.id_col, self.info.get("id_col"), *keep]) if c]

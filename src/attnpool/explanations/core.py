@@ -20,8 +20,8 @@ from attnpool.explanations.faithfulness import (
 )
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation, jsonable
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
+from attnpool.tasks import class_names, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
-from attnpool.tasks import scores_from_logits, task_of
 
 
 def _problem_type(config: Any) -> str:
@@ -34,11 +34,6 @@ def _outputs(problem: str, logits: np.ndarray, config: Any) -> np.ndarray:
     logits = np.asarray(logits, dtype=np.float64)
     task = task_of(problem, logits.shape[-1])
     return scores_from_logits(task, logits, getattr(config, "output_activation", None)).reshape(logits.shape)
-
-
-def _class_names(config: Any, num_outputs: int) -> list[str]:
-    id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
-    return [id2label.get(i, f"LABEL_{i}") for i in range(num_outputs)]
 
 
 def _find_pooler(model: torch.nn.Module) -> Any:
@@ -236,7 +231,7 @@ def explain(
                            batch_size)
     finally:
         model.train(was_training)
-    names = _class_names(config, outputs.shape[1]) if problem_type != "regression" else None
+    names = class_names(getattr(config, "id2label", None), outputs.shape[1]) if problem_type != "regression" else None
     tokens_to_string = getattr(tokenizer, "convert_tokens_to_string", None)
     examples = []
     for i, enc in enumerate(encoded):

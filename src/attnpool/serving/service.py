@@ -20,7 +20,6 @@ Nothing a request holds names a file or a model: what is loaded is decided once,
 from __future__ import annotations
 
 import logging
-import string
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,8 @@ from transformers import AutoTokenizer
 from attnpool._version import __version__
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.columns import build_texts
+from attnpool.data.columns import build_texts, template_fields
+from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import resolve_precision
@@ -43,7 +43,7 @@ from attnpool.prediction.engine import FoldEnsemble
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.serving.weights import word_weights
-from attnpool.tasks import task_of
+from attnpool.tasks import class_names, task_of
 
 logger = logging.getLogger("attnpool.serve")
 
@@ -144,8 +144,7 @@ class Service:
                            "model.save_pretrained(folder, tokenizer=tokenizer)") from err
         config = model.config
         task = task_of(getattr(config, "problem_type", None) or None, config.num_labels)
-        id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
-        classes = None if task == "regression" else [id2label.get(i, f"LABEL_{i}") for i in range(config.num_labels)]
+        classes = None if task == "regression" else class_names(getattr(config, "id2label", None), config.num_labels)
         ensemble = FoldEnsemble(task, [], [model], np.array([1.0]), tokenizer)
         info = {"classes": classes}
         inputs = {pair: PredictionInputs(TrainConfig(text_cols=list(MODEL_FIELDS[: 1 + pair]), max_length=max_length,
@@ -266,10 +265,9 @@ class Service:
 def run_fields(cfg: TrainConfig) -> list[str]:
     """The text fields of a run's rows: its preset's, its template's placeholders, or its text columns."""
     if cfg.preset == "pppm":
-        return ["anchor", "target", "context"]
+        return list(PPPM_FIELDS)
     if cfg.template:
-        names = [name for _, name, _, _ in string.Formatter().parse(cfg.template) if name]
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys(name for name in template_fields(cfg.template) if name))
     return list(dict.fromkeys(cfg.text_cols or []))
 
 
