@@ -14,7 +14,8 @@ import numpy as np
 
 TASKS = ("regression", "binary", "multiclass", "multilabel")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
-LOSSES = ("mse", "bce", "cross_entropy")
+# pearson: 1 - the batch's correlation of predictions and targets (regression only; model/losses.py)
+LOSSES = ("mse", "bce", "cross_entropy", "pearson")
 
 
 def check_task(task: str) -> str:

@@ -34,7 +34,8 @@ def test_every_loss_of_the_tasks_module_is_accepted(loss):
 
 
 def test_unknown_loss():
-    with pytest.raises(ValueError, match=r"loss must be one of \('mse', 'bce', 'cross_entropy'\) or None, got 'hinge'"):
+    with pytest.raises(ValueError, match=r"loss must be one of \('mse', 'bce', 'cross_entropy', 'pearson'\) or None, "
+                                         "got 'hinge'"):
         AttnPoolConfig(encoder=tiny_config("bert"), loss="hinge")
 
 

@@ -99,3 +99,73 @@ def test_labels_that_do_not_fit_the_problem_type(kwargs, labels, message):
     raw = torch.zeros(3, kwargs.get("num_labels", 1))
     with pytest.raises(ValueError, match=message):
         loss_of(raw, labels, **kwargs)
+
+
+# --- pearson: 1 - the batch's correlation ---------------------------------------------------------------------------
+
+
+def test_pearson_loss_is_one_minus_the_correlation_per_column_averaged():
+    gen = torch.Generator().manual_seed(2)
+    raw, target = torch.randn(16, 2, generator=gen), torch.rand(16, 2, generator=gen)
+    r = [torch.corrcoef(torch.stack([raw[:, k], target[:, k]]))[0, 1] for k in range(2)]
+    expected = 1 - (r[0] + r[1]) / 2
+    torch.testing.assert_close(loss_of(raw, target, num_labels=2, problem_type="regression", loss="pearson"), expected)
+    # with a sigmoid output it is the correlation of what the model outputs, the sigmoid
+    r_sigmoid = torch.corrcoef(torch.stack([torch.sigmoid(raw[:, 0]), target[:, 0]]))[0, 1]
+    torch.testing.assert_close(loss_of(raw[:, :1], target[:, 0], loss="pearson", output_activation="sigmoid"),
+                               1 - r_sigmoid)
+
+
+def test_pearson_loss_ignores_scale_and_offset_and_reaches_zero_on_a_perfect_fit():
+    target = torch.rand(8, generator=torch.Generator().manual_seed(3))
+    assert loss_of((3 * target - 1).view(8, 1), target, loss="pearson").item() == pytest.approx(0, abs=1e-6)
+    assert loss_of((1 - target).view(8, 1), target, loss="pearson").item() == pytest.approx(2, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("raw", "target"),
+    [
+        (torch.tensor([[0.3]]), torch.tensor([0.7])),  # a batch of one row
+        (torch.tensor([[0.1], [0.5], [0.9]]), torch.full((3,), 0.25)),  # constant targets
+        (torch.full((3, 1), 0.4), torch.tensor([0.0, 0.5, 1.0])),  # constant predictions
+    ],
+)
+def test_pearson_loss_of_a_constant_column_is_one_with_a_finite_gradient(raw, target):
+    raw = raw.clone().requires_grad_(True)
+    loss = loss_of(raw, target, loss="pearson")
+    loss.backward()
+    assert loss.item() == pytest.approx(1.0)
+    assert torch.isfinite(raw.grad).all()
+
+
+def test_pearson_loss_in_bf16_is_computed_in_float32():
+    gen = torch.Generator().manual_seed(4)
+    raw, target = torch.randn(32, 1, generator=gen), torch.rand(32, generator=gen)
+    loss = loss_of(raw.bfloat16(), target, loss="pearson")
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, loss_of(raw.bfloat16().float(), target, loss="pearson"))
+
+
+def test_pearson_loss_needs_regression():
+    with pytest.raises(ValueError, match="loss='pearson' needs problem_type='regression'.*, not "
+                                         "'single_label_classification'"):
+        loss_of(torch.randn(2, 3), torch.tensor([0, 2]), num_labels=3, loss="pearson")
+    with pytest.raises(ValueError, match="not 'multi_label_classification'"):
+        loss_of(torch.randn(2, 3), torch.ones(2, 3), num_labels=3, loss="pearson")
+
+
+def test_pearson_loss_trains_a_model_and_is_saved_in_its_config(tmp_path):
+    from attnpool.model import AttnPoolForSequenceClassification
+    from model_helpers import batch
+
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification(config(loss="pearson", output_activation="sigmoid"))
+    ids, mask = batch([5, 3, 7, 4])
+    labels = torch.tensor([0.0, 0.25, 0.75, 1.0])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    r = torch.corrcoef(torch.stack([out.logits[:, 0], labels]))[0, 1]  # logits: the sigmoid already
+    torch.testing.assert_close(out.loss, 1 - r, rtol=1e-4, atol=1e-5)
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.head.parameters())
+    model.save_pretrained(tmp_path)
+    assert AttnPoolForSequenceClassification.from_pretrained(tmp_path).config.loss == "pearson"

@@ -38,7 +38,8 @@ def resolve_problem_type(config: AttnPoolConfig, labels: Tensor) -> str:
 def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_type: str) -> Tensor:
     """The loss of the head's raw output ``(B, num_labels)`` (before any sigmoid) against ``labels``.
 
-    The loss is ``config.loss``, or :func:`attnpool.tasks.default_loss` of ``problem_type`` when it is unset.
+    The loss is ``config.loss``, or :func:`attnpool.tasks.default_loss` of ``problem_type`` when it is unset;
+    ``pearson`` (:func:`pearson_loss`) compares the predictions after the sigmoid of ``output_activation``, as MSE.
 
     Raises:
         ValueError: Labels whose shape, dtype or values do not fit ``problem_type``, saying what was expected.
@@ -47,6 +48,9 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     shape = tuple(labels.shape)
     where = f"labels of shape {shape} ({labels.dtype}) for problem_type={problem_type!r}, num_labels={num_labels}"
     loss_name = config.loss if config.loss is not None else default_loss(problem_type, config.output_activation)
+    if loss_name == "pearson" and problem_type != "regression":
+        raise ValueError(f"loss='pearson' needs problem_type='regression' (task regression), not {problem_type!r}: "
+                         "use cross_entropy or bce for classification")
     if problem_type == "single_label_classification":
         if shape not in ((batch,), (batch, 1)) or labels.is_floating_point():
             raise ValueError(
@@ -75,4 +79,36 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
             raise ValueError(f"{where}: BCE needs targets in [0, 1], got values in [{target.min()}, {target.max()}]")
         return F.binary_cross_entropy_with_logits(raw, target)
     prediction = torch.sigmoid(raw) if config.output_activation == "sigmoid" else raw
+    if loss_name == "pearson":
+        return pearson_loss(prediction, labels.view(batch, num_labels))  # the labels as given, not cast to bf16
     return F.mse_loss(prediction, target)
+
+
+# Added to the variances in pearson_loss: a constant column (one row, or equal values) gives r = 0, not 0 / 0.
+PEARSON_EPS = 1e-8
+
+
+def pearson_loss(prediction: Tensor, target: Tensor, eps: float = PEARSON_EPS) -> Tensor:
+    r"""``1 - r``: one minus the Pearson correlation of a batch's predictions with its targets, averaged over columns.
+
+    The PPPM 1st-place solution (Kaggle 2022) trained on the competition's metric directly:
+
+    .. math:: r_k = \frac{\operatorname{cov}(p_k, y_k)}{\sqrt{(\operatorname{var} p_k + \epsilon)
+              (\operatorname{var} y_k + \epsilon)}}, \qquad \mathcal{L} = 1 - \frac{1}{K} \sum_k r_k
+
+    with population (co)variances over the batch, in float32 (also under autocast). The loss only sees the batch,
+    so it depends on the batch size (per process, per gradient-accumulation step) and ignores the predictions'
+    scale and offset (the Pearson metric does too). A column that is constant in the batch (a batch of one row,
+    equal targets or equal predictions) has ``cov = 0``, so ``r = 0`` and the loss is 1 with a finite gradient
+    (zero for a one-row batch), never NaN: ``eps`` keeps the denominator above 0.
+
+    Shapes:
+        prediction, target: ``(B, K)``. Output: a scalar.
+    """
+    p = prediction.float()
+    y = target.float()
+    p = p - p.mean(dim=0, keepdim=True)  # (B, K)
+    y = y - y.mean(dim=0, keepdim=True)
+    cov = (p * y).mean(dim=0)  # (K,)
+    r = cov / torch.sqrt((p.square().mean(dim=0) + eps) * (y.square().mean(dim=0) + eps))
+    return 1.0 - r.mean()
