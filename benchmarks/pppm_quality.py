@@ -1,0 +1,517 @@
+"""Which PPPM recipe techniques pay on real data: a fold-0 ablation of attnpool's options against the notebook recipe.
+
+Issue #18. On fold 0 of 4 (grouped by anchor) of the real PPPM ``train.csv`` (``--data-dir``, by default
+``../shared/data/pppm``), with the offline all-MiniLM-L6-v2 on the CPU, it trains one run per (row, seed) through
+the public API (``attnpool.train``) and prints an ablation table: technique, fold-0 Pearson (mean over seeds and
+per seed), the difference to the baseline (paired per seed, then averaged) and the training time. It writes the
+table as markdown to ``docs/pppm_quality.md`` (``--docs``) and the raw results as JSON next to the runs.
+
+Rows (each a dict of :class:`~attnpool.config.TrainConfig` overrides on top of the baseline; ``--list`` prints them):
+
+* ``baseline``: the PPPM preset with the README's CPU recipe, the one that reached Pearson 0.687 after one epoch
+  (batch 32, ``max_length`` 96, encoder lr 5e-5, head lr 1e-3, attention pooling with ``attn_size=128``), here for
+  ``--epochs`` (default 3) epochs;
+* one row per technique alone (:data:`TECHNIQUES`: grouped-target context, Pearson loss, EMA, FGM, AWP, a BiLSTM
+  before the pooler, frozen embeddings, re-initialised top layer, layer-wise lr decay, multi-sample dropout);
+* ``combo``: several techniques together, ``--combo NAME+NAME+...`` (default :data:`DEFAULT_COMBO`); two that set
+  the same option differently (``fgm+awp``) are refused;
+* ``notebook``: the public PPPM notebook's recipe at equal epochs, ``references.notebook_scores`` (its model, loop,
+  optimiser and schedule transcribed; the head of ``notebook_recipe.py``; its own batch of 16), trained on exactly
+  the rows of the same seed's fold 0 (the baseline run's ``folds.csv`` when it exists, else the same
+  ``make_folds`` call that ``train`` makes), so that it pairs row by row with every attnpool row.
+
+The folds, the initialisation and the data order all follow the seed (``TrainConfig.seed``): seed ``s`` gives every
+row the same fold 0, and rows are compared per seed. Runs go seed by seed (every row of the first seed, then of the
+next), so an interrupted benchmark already has a complete one-seed table; the table is rewritten after each seed.
+
+Training time: the fold's ``train_seconds`` recorded by the run (``Trainer.train``, so the per-epoch evaluations
+are in, the model loading and the final prediction are not); the notebook's is the wall time of its training
+function (its model loading and per-epoch evaluations included). A resumed run records only its resumed part; the
+table marks it.
+
+Significance (2 seeds or more): a paired bootstrap over the validation rows (``attnpool.comparison.
+paired_bootstrap``, rows resampled within each seed, the difference averaged over seeds) of the best row against
+the baseline and against the notebook: the difference in Pearson, its 95% percentile interval and p-value.
+
+Resumable: runs live in ``--work-dir`` (default ``runs/pppm_quality``) under a folder named after the model, epochs
+and rows; a (row, seed) whose fold 0 is done is read back, not retrained; an interrupted one continues from its
+last checkpoint (``resume=True``); the notebook's predictions are kept as ``.npz``. A run whose saved options differ
+from the row's (the row was redefined) is refused with its path.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/pppm_quality.py                        # every row, 2 seeds, 3 epochs (many hours)
+    .venv/bin/python benchmarks/pppm_quality.py --quick                # smoke run: 300 rows, 1 epoch, 1 seed
+    .venv/bin/python benchmarks/pppm_quality.py --only baseline context notebook --seeds 1
+    .venv/bin/python benchmarks/pppm_quality.py --combo context+pearson+ema+llrd+msd --only combo
+    .venv/bin/python benchmarks/pppm_quality.py --list                 # the rows and their options
+
+Targets (issue #18): the best row reaches Pearson >= 0.78 within 3 epochs (the baseline recipe reached 0.687 after
+one), and beats the notebook recipe by >= +0.03 at equal epochs. ``benchmarks/pppm_deberta.py`` trains the best
+combination on DeBERTa-v3-large on a GPU (4 folds, CV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gc
+import json
+import logging
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import attnpool
+from attnpool.comparison import paired_bootstrap, run_predictions
+from attnpool.comparison.stats import metric_function
+from attnpool.config import ConfigError, TrainConfig, default_model, make_config
+from attnpool.data.task import load_task
+from attnpool.runs.files import atomic_write_json, atomic_write_text
+from attnpool.runs.run import Run
+
+logger = logging.getLogger("attnpool.pppm_quality")
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data" / "pppm"
+DEFAULT_DOCS = ROOT / "docs" / "pppm_quality.md"
+TARGET_PEARSON = 0.78  # MiniLM fold 0 within TARGET_EPOCHS epochs
+TARGET_EPOCHS = 3
+TARGET_OVER_NOTEBOOK = 0.03
+NOTEBOOK_BATCH_SIZE = 16  # the notebook's CFG.batch_size
+CONTEXT_MAX_LENGTH = 256  # grouped-target texts: median ~85 words, 99th percentile ~280 (the baseline's longest: 84)
+QUICK_ROWS = 300
+QUICK_ONLY = ("baseline", "llrd", "notebook")
+BASELINE = "baseline"
+COMBO = "combo"
+NOTEBOOK = "notebook"
+
+# The README's CPU recipe (it reached Pearson 0.687 on fold 0 after one epoch): the ablation's baseline.
+CPU_RECIPE: dict[str, Any] = {"batch_size": 32, "max_length": 96, "lr": 5e-5, "head_lr": 1e-3, "pooling": "attention",
+                              "pooling_options": {"attn_size": 128}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Technique:
+    """One ablation row: the options it sets over the baseline, and where the technique comes from."""
+
+    name: str
+    options: Mapping[str, Any]
+    source: str
+
+
+TECHNIQUES: dict[str, Technique] = {t.name: t for t in (
+    Technique("context", {"group_context": "target", "max_length": CONTEXT_MAX_LENGTH},
+              "the other targets of the same anchor and context appended to the text (PPPM top solutions)"),
+    Technique("pearson", {"loss": "pearson"}, "1 - Pearson correlation of the batch as the loss (PPPM solutions)"),
+    Technique("ema", {"ema_decay": 0.999}, "evaluate and save an exponential moving average of the weights"),
+    Technique("fgm", {"adversarial": "fgm", "adversarial_start": 1.0},
+              "fast gradient method on the embeddings from epoch 1 (Miyato et al. 2017, arXiv:1605.07725)"),
+    Technique("awp", {"adversarial": "awp", "adversarial_start": 1.0},
+              "adversarial weight perturbation from epoch 1 (Wu et al. 2020, arXiv:2004.05884)"),
+    Technique("lstm", {"recurrent": "lstm"}, "a BiLSTM between the encoder and the pooler"),
+    Technique("freeze", {"freeze_layers": 0}, "frozen embeddings"),
+    Technique("reinit", {"reinit_layers": 1}, "the top encoder layer re-initialised (Zhang et al. 2021, "
+              "arXiv:2006.05987)"),
+    Technique("llrd", {"llrd": 0.8}, "layer-wise learning-rate decay 0.8 (Howard & Ruder 2018, arXiv:1801.06146)"),
+    Technique("msd", {"multi_sample_dropout": 5}, "multi-sample dropout, 5 masks (Inoue 2019, arXiv:1905.09788)"),
+)}
+# A sensible first guess; re-run with --combo once the single rows have shown what helps.
+DEFAULT_COMBO = "context+pearson+ema+llrd"
+
+
+# --------------------------------------------------------------------------------------------------- rows
+
+
+def parse_combo(text: str) -> list[str]:
+    """``"a+b"`` -> ``["a", "b"]``, each a name of :data:`TECHNIQUES`; a clear error otherwise."""
+    names = [n.strip() for n in text.split("+") if n.strip()]
+    unknown = [n for n in names if n not in TECHNIQUES]
+    if unknown or not names:
+        raise ValueError(f"--combo {text!r}: unknown technique(s) {', '.join(unknown) or '(none given)'}; "
+                         f"join names of {', '.join(TECHNIQUES)} with +")
+    return list(dict.fromkeys(names))
+
+
+def combine(names: Sequence[str]) -> dict[str, Any]:
+    """The options of several techniques together; two that set one option to different values are refused."""
+    merged: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for name in names:
+        for key, value in TECHNIQUES[name].options.items():
+            if key in merged and merged[key] != value:
+                raise ValueError(f"--combo: {owner[key]} and {name} both set {key} ({merged[key]!r} vs {value!r}); "
+                                 "keep one of them")
+            merged[key], owner[key] = value, name
+    return merged
+
+
+def row_options(combo: str = DEFAULT_COMBO) -> dict[str, dict[str, Any]]:
+    """Every attnpool row of the ablation: its name and its options over the baseline, in table order."""
+    singles = {name: dict(t.options) for name, t in TECHNIQUES.items()}
+    return {BASELINE: {}, **singles, COMBO: combine(parse_combo(combo))}
+
+
+def pppm_options(data_dir: str | Path, model: str, epochs: float, limit: int | None) -> dict[str, Any]:
+    """What every row shares: the PPPM preset, fold 0 of 4 grouped by anchor, the model, the budget."""
+    return {"preset": "pppm", "data_dir": str(data_dir), "model": model, "folds": 4, "only_folds": [0],
+            "epochs": epochs, "limit": limit}
+
+
+def baseline_options(data_dir: str | Path, model: str, epochs: float, limit: int | None = None) -> dict[str, Any]:
+    """The baseline row's options: :func:`pppm_options` and the CPU recipe."""
+    return {**pppm_options(data_dir, model, epochs, limit), **CPU_RECIPE}
+
+
+def row_config(base: Mapping[str, Any], options: Mapping[str, Any], seed: int, output_dir: str | Path) -> TrainConfig:
+    """One (row, seed)'s validated config (``make_config``: ``pooling_options`` merged key by key)."""
+    return make_config(dict(base), **options, seed=seed, output_dir=str(output_dir)).validate()
+
+
+def check_rows(base: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> None:
+    """Build every row's config before training anything: an option this attnpool lacks is named with its rows."""
+    problems = []
+    for name, options in rows.items():
+        try:
+            row_config(base, options, seed=0, output_dir="unused")
+        except (ConfigError, ValueError, TypeError) as err:
+            problems.append(f"{name}: {err}")
+    if problems:
+        raise SystemExit("rows that do not build a valid TrainConfig (leave them out with --only):\n  "
+                         + "\n  ".join(problems))
+
+
+def describe(options: Mapping[str, Any]) -> str:
+    """``key=value, ...`` for the table (the baseline: ``-``)."""
+    return ", ".join(f"{k}={_value(v)}" for k, v in options.items()) or "-"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# --------------------------------------------------------------------------------------------------- training
+
+
+def run_row(name: str, cfg: TrainConfig, checked: Mapping[str, Any]) -> dict[str, Any]:
+    """Train one (row, seed) unless its fold 0 is done; its result from the run (``Run``), never from raw files.
+
+    Args:
+        name: The row's name.
+        cfg: Its config; ``cfg.output_dir`` is the run.
+        checked: The options a finished or interrupted run must have been started with (else it is refused).
+    """
+    run = Run(cfg.output_dir)
+    status = "trained"
+    if Run.is_run(run.path):
+        _check_saved_options(run, checked)
+        status = "reused" if run.fold_done(0) else "resumed"
+    record_file = run.path.with_suffix(".json")
+    wall = None
+    if status != "reused":
+        logger.info("%s, seed %d: %s %s", name, cfg.seed, "resuming" if status == "resumed" else "training", run.path)
+        started = time.perf_counter()
+        attnpool.train(cfg, resume=status == "resumed")
+        wall = time.perf_counter() - started
+        gc.collect()
+    elif record_file.is_file():
+        wall = json.loads(record_file.read_text(encoding="utf-8")).get("wall_seconds")
+    metrics = run.fold_metrics(0)
+    record = {"row": name, "seed": cfg.seed, "pearson": float(metrics["pearson"]),
+              "train_seconds": metrics.get("train_seconds"), "wall_seconds": wall, "run_dir": str(run.path),
+              "status": status, "n_train": metrics.get("n_train"), "n_valid": metrics.get("n_valid")}
+    if status != "reused":
+        atomic_write_json(record_file, record)
+    return record
+
+
+def _check_saved_options(run: Run, checked: Mapping[str, Any]) -> None:
+    saved = run.config().to_dict()
+    wanted = TrainConfig(**{**TrainConfig().to_dict(), **checked}).to_dict()  # normalised as the run saved them
+    differ = [k for k in checked if saved.get(k) != wanted[k]]
+    if differ:
+        changes = "; ".join(f"{k}: run {saved.get(k)!r}, row {wanted[k]!r}" for k in differ)
+        raise SystemExit(f"{run.path} was trained with other options than its row now has ({changes}); delete it or "
+                         "choose another --work-dir")
+
+
+def run_notebook(base: Mapping[str, Any], seed: int, folder: Path, baseline_run: Path) -> dict[str, Any]:
+    """The notebook recipe on the seed's fold 0 (the rows the attnpool rows validate on), cached as ``.npz``."""
+    from references import notebook_scores  # the benchmarks folder: on sys.path when run as a script
+
+    cache = folder / f"seed_{seed}.npz"
+    record_file = cache.with_suffix(".json")
+    if cache.is_file() and record_file.is_file():
+        return {**json.loads(record_file.read_text(encoding="utf-8")), "status": "reused"}
+    cfg = row_config(base, {"batch_size": NOTEBOOK_BATCH_SIZE}, seed, folder / "unused")
+    data = load_task(cfg, log=logger)  # resolves the preset into cfg; the same seeded rows as the runs
+    folds = Run(baseline_run).read_fold_assignment() if Run.is_run(baseline_run) else None
+    if folds is None or len(folds) != data.num_rows:
+        folds = data.make_folds(cfg)  # what train() saves as folds.csv
+    train_idx, valid_idx = data.split(folds, 0)
+    logger.info("notebook, seed %d: %d train / %d valid rows", seed, len(train_idx), len(valid_idx))
+    started = time.perf_counter()
+    scores = np.asarray(notebook_scores(cfg, data, train_idx, valid_idx, seed), dtype=np.float64)
+    seconds = time.perf_counter() - started
+    target = np.asarray(data.labels[valid_idx], dtype=np.float64)
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".tmp.npz")
+    np.savez(partial, rows=valid_idx, target=target, scores=scores)
+    partial.replace(cache)
+    record = {"row": NOTEBOOK, "seed": seed, "pearson": metric_function("regression", "pearson")(target, scores),
+              "train_seconds": seconds, "wall_seconds": seconds, "run_dir": str(cache), "status": "trained",
+              "n_train": len(train_idx), "n_valid": len(valid_idx)}
+    atomic_write_json(record_file, record)
+    del data
+    gc.collect()
+    return record
+
+
+def predictions(record: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, target, scores)`` of a result, sorted by row: the run's out-of-fold file, or the notebook's cache."""
+    path = Path(record["run_dir"])
+    if path.suffix == ".npz":
+        with np.load(path) as f:
+            order = np.argsort(f["rows"], kind="stable")
+            return f["rows"][order], f["target"][order], f["scores"][order]
+    return run_predictions(path, "regression")
+
+
+# --------------------------------------------------------------------------------------------------- summary
+
+
+def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dict[str, Any]:
+    """The table's numbers from result records (``row``, ``seed``, ``pearson``, ``train_seconds``, ``status``).
+
+    Pearson is averaged over a row's seeds; the difference to the baseline is taken per seed (the seeds both have)
+    and averaged; the best row is the attnpool row (not the notebook) with the highest mean Pearson.
+    """
+    by_row: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for r in results:
+        by_row.setdefault(r["row"], {})[int(r["seed"])] = r
+    base = by_row.get(BASELINE, {})
+    rows = []
+    for name in [n for n in order if n in by_row] + sorted(set(by_row) - set(order)):
+        seeds = by_row[name]
+        per_seed = {s: float(seeds[s]["pearson"]) for s in sorted(seeds)}
+        paired = {s: per_seed[s] - float(base[s]["pearson"]) for s in per_seed if s in base and name != BASELINE}
+        times = [seeds[s]["train_seconds"] for s in seeds if seeds[s].get("train_seconds") is not None]
+        rows.append({"name": name, "pearson": float(np.mean(list(per_seed.values()))), "per_seed": per_seed,
+                     "delta": float(np.mean(list(paired.values()))) if paired else None, "delta_per_seed": paired,
+                     "seconds": float(np.mean(times)) if times else None,
+                     "resumed": any(seeds[s].get("status") == "resumed" for s in seeds)})
+    ours = [r for r in rows if r["name"] != NOTEBOOK and not math.isnan(r["pearson"])]
+    best = max(ours, key=lambda r: r["pearson"])["name"] if ours else None
+    return {"rows": rows, "best": best, "seeds": sorted({int(r["seed"]) for r in results})}
+
+
+def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequence[str], bootstrap: int,
+                 seed: int = 0) -> dict[str, dict[str, float]]:
+    """Paired bootstrap over validation rows of ``best`` against each of ``versus``, over the seeds both have."""
+    score = metric_function("regression", "pearson")
+    by_key = {(r["row"], int(r["seed"])): r for r in results}
+    out = {}
+    for other in versus:
+        if other == best:
+            continue
+        groups = []
+        for s in sorted({s for row, s in by_key if row == best}):
+            if (other, s) not in by_key:
+                continue
+            rows_a, target, a = predictions(by_key[best, s])
+            rows_b, _, b = predictions(by_key[other, s])
+            common = np.intersect1d(rows_a, rows_b)
+            if len(common) != len(rows_a) or len(common) != len(rows_b):
+                logger.warning("%s and %s validate on different rows for seed %d; paired on the %d they share",
+                               best, other, s, len(common))
+            ia, ib = np.searchsorted(rows_a, common), np.searchsorted(rows_b, common)
+            groups.append((target[ia], a[ia], b[ib]))
+        if groups:
+            test = paired_bootstrap(groups, score, num_samples=bootstrap, seed=seed)
+            out[other] = {"diff": test.diff, "low": test.low, "high": test.high, "p": test.p, "seeds": len(groups)}
+    return out
+
+
+def check_targets(summary: Mapping[str, Any], epochs: float, full_data: bool) -> dict[str, bool | None]:
+    """Issue #18's targets; ``None`` where they do not apply (a row subset, more epochs, no notebook row)."""
+    rows = {r["name"]: r for r in summary["rows"]}
+    best = rows.get(summary["best"])
+    if best is None:
+        return {}
+    reach = best["pearson"] >= TARGET_PEARSON if full_data and epochs <= TARGET_EPOCHS else None
+    ahead = None
+    if NOTEBOOK in rows:
+        notebook = rows[NOTEBOOK]["per_seed"]
+        paired = [best["per_seed"][s] - notebook[s] for s in best["per_seed"] if s in notebook]
+        ahead = bool(np.mean(paired) >= TARGET_OVER_NOTEBOOK) if paired else None
+    return {f"best Pearson >= {TARGET_PEARSON} within {TARGET_EPOCHS} epochs": reach,
+            f"best - notebook >= +{TARGET_OVER_NOTEBOOK} at equal epochs": ahead}
+
+
+def _f(value: float | None, digits: int = 4, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _p(value: float) -> str:
+    return "n/a" if math.isnan(value) else ("<0.001" if value < 0.001 else f"{value:.3f}")
+
+
+def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]],
+             tests: Mapping[str, Mapping[str, float]] | None = None,
+             targets: Mapping[str, bool | None] | None = None) -> str:
+    """The ablation table, its setting, the significance tests and the targets, as markdown."""
+    seeds = summary["seeds"]
+    note = "" if len(seeds) >= 2 else " (1 seed only: no seed-to-seed spread, no significance test)"
+    lines = [f"## PPPM fold 0 of 4 (grouped by anchor), {meta['model']}, {meta['epochs']:g} epochs, "
+             f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}{note}", "",
+             f"- command: `{meta['command']}`",
+             f"- date: {meta['date']}; machine: {meta['machine']}",
+             f"- data: {meta['rows']}; seeds {', '.join(map(str, seeds))}; combo = {meta['combo']}",
+             "- Pearson of fold 0's validation rows at the run's best evaluation; Δ: paired per seed, then averaged; "
+             "time: the fold's training seconds (the notebook: its training call)", "",
+             "| technique | options | Pearson (mean) | per seed | Δ vs baseline | training time (s) |",
+             "|---|---|---:|---|---:|---:|"]
+    for row in summary["rows"]:
+        name, best = row["name"], row["name"] == summary["best"]
+        label = f"{name} ({meta['combo']})" if name == COMBO else name
+        per_seed = " / ".join(_f(v) for v in row["per_seed"].values())
+        delta = _f(row["delta"], sign=True)
+        if len(row["delta_per_seed"]) >= 2:
+            delta += " (" + " / ".join(_f(v, sign=True) for v in row["delta_per_seed"].values()) + ")"
+        opts = "notebook recipe (references.notebook_scores)" if name == NOTEBOOK else describe(options.get(name, {}))
+        seconds = _f(row["seconds"], 0) + (" (resumed)" if row["resumed"] else "")
+        pearson = f"**{_f(row['pearson'])}** (best)" if best else _f(row["pearson"])
+        lines.append(f"| {'**' + label + '**' if best else label} | {opts} | {pearson} | {per_seed} | {delta} | "
+                     f"{seconds} |")
+    if tests:
+        lines += ["", f"Paired bootstrap over the validation rows ({meta.get('bootstrap', '?')} replicates), "
+                  f"{summary['best']} minus:", "", "| versus | Δ Pearson | 95% interval | p | seeds |",
+                  "|---|---:|---|---:|---:|"]
+        for other, t in tests.items():
+            lines.append(f"| {other} | {_f(t['diff'], sign=True)} | [{_f(t['low'], sign=True)}, "
+                         f"{_f(t['high'], sign=True)}] | {_p(t['p'])} | {t['seeds']} |")
+    if targets:
+        verdict = {True: "PASS", False: "FAIL", None: "n/a"}
+        lines += ["", "Targets: " + "; ".join(f"{k}: {verdict[v]}" for k, v in targets.items())]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="PPPM folder (train.csv, cpc_texts.csv)")
+    p.add_argument("--model", default=None, help="encoder (default: the offline all-MiniLM-L6-v2)")
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--seeds", type=int, default=2, help="number of seeds (default: 2)")
+    p.add_argument("--first-seed", type=int, default=42)
+    p.add_argument("--rows", type=int, default=None, help="a seeded random subset of this many rows (limit)")
+    p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these rows (see --list)")
+    p.add_argument("--combo", default=DEFAULT_COMBO, help=f"the combo row: techniques joined by + (default "
+                   f"{DEFAULT_COMBO})")
+    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
+                   f"{' '.join(QUICK_ONLY)} (unless given)")
+    p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
+    p.add_argument("--docs", default=None, help="the markdown file (default: docs/pppm_quality.md; none with "
+                   "--quick); '-' for none")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (2 seeds or more)")
+    p.add_argument("--list", action="store_true", help="print the rows and their options, then exit")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.seeds = 1.0, 1
+        args.rows = args.rows or QUICK_ROWS
+        args.only = args.only or list(QUICK_ONLY)
+    args.model = args.model or default_model()
+    if args.docs is None:
+        args.docs = "-" if args.quick else str(DEFAULT_DOCS)
+    try:
+        args.options = row_options(args.combo)
+    except ValueError as err:
+        p.error(str(err))
+    known = [*args.options, NOTEBOOK]
+    unknown = [n for n in args.only or [] if n not in known]
+    if unknown:
+        p.error(f"--only: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
+    args.wanted = [n for n in known if args.only is None or n in args.only]
+    return args
+
+
+def model_tag(model: str) -> str:
+    """A short name of the model for folder names and the table (the package's for ``.../package/model``)."""
+    path = Path(model)
+    return path.parent.name if path.name == "model" and path.parent.name else path.name
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    base = baseline_options(args.data_dir, args.model, args.epochs, args.rows)
+    if args.list:
+        for name, options in args.options.items():
+            print(f"{name:<9} {describe(options)}")
+        print(f"{NOTEBOOK:<9} the notebook recipe, batch {NOTEBOOK_BATCH_SIZE}\nbaseline  {describe(base)}")
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if not (args.data_dir / "train.csv").is_file():
+        raise SystemExit(f"no PPPM train.csv in {args.data_dir}; give --data-dir (see ../shared/data/pppm/README.md)")
+    rows = {n: o for n, o in args.options.items() if n in args.wanted}
+    check_rows(base, rows)
+    tag = f"{model_tag(args.model)}_{args.epochs:g}ep_{args.rows or 'all'}rows"
+    work = args.work_dir / tag
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    command = " ".join(["python benchmarks/pppm_quality.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    meta = {"command": command, "model": model_tag(args.model), "epochs": args.epochs, "combo": args.combo,
+            "rows": f"{args.rows:,} random rows of train.csv" if args.rows else "every row of train.csv",
+            "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})",
+            "bootstrap": args.bootstrap, "work_dir": str(work)}
+    started = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    order = [*args.options, NOTEBOOK]
+    for seed in seeds:
+        for name, options in rows.items():
+            cfg = row_config(base, options, seed, work / name / f"seed_{seed}")
+            checked = {**base, **options, "seed": seed}
+            results.append(run_row(name, cfg, checked))
+        if NOTEBOOK in args.wanted:
+            results.append(run_notebook(base, seed, work / NOTEBOOK, work / BASELINE / f"seed_{seed}"))
+        report(results, order, args, meta, work, final=seed == seeds[-1])
+    print(f"wall time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.Namespace, meta: dict[str, Any],
+           work: Path, final: bool) -> None:
+    """Print the table and write the JSON (and the markdown, when asked) of what is done so far."""
+    meta = {**meta, "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
+    summary = summarise(results, order)
+    tests = None
+    if len(summary["seeds"]) >= 2 and summary["best"]:
+        tests = significance(results, summary["best"], [BASELINE, NOTEBOOK], args.bootstrap)
+    targets = check_targets(summary, args.epochs, full_data=args.rows is None)
+    text = markdown(summary, meta, args.options, tests, targets)
+    print("\n" + text, flush=True)
+    atomic_write_json(work / "results.json", {"meta": meta, "results": results, "summary": summary,
+                                              "significance": tests, "targets": targets, "final": final})
+    if args.docs != "-":
+        header = ("# PPPM recipe techniques: fold-0 ablation\n\nWritten by `benchmarks/pppm_quality.py` (see its "
+                  "docstring for the rows, the notebook reference and the tests).\n\n")
+        atomic_write_text(Path(args.docs), header + text)  # a temporary file, then renamed
+        print(f"written: {args.docs}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""benchmarks/pppm_quality.py and pppm_deberta.py without training: the rows' configs, the table, the dry run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import pppm_deberta  # noqa: E402
+import pppm_quality as pq  # noqa: E402
+from attnpool.config import TrainConfig  # noqa: E402
+
+
+def test_every_row_builds_a_valid_config(tmp_path):
+    base = pq.baseline_options(tmp_path, "some/model", epochs=3)
+    rows = pq.row_options()
+    assert list(rows)[0] == pq.BASELINE and list(rows)[-1] == pq.COMBO
+    assert set(rows) == {pq.BASELINE, pq.COMBO, *pq.TECHNIQUES}
+    for name, options in rows.items():
+        cfg = pq.row_config(base, options, seed=7, output_dir=tmp_path / name)
+        assert isinstance(cfg, TrainConfig)
+        assert (cfg.preset, cfg.folds, cfg.only_folds, cfg.epochs, cfg.seed) == ("pppm", 4, [0], 3, 7)
+        assert cfg.pooling_options == {"attn_size": 128}  # merged, not replaced, by a row's options
+        for key, value in options.items():  # each row sets what it says, over the baseline
+            assert getattr(cfg, key) == value, (name, key)
+    assert pq.row_config(base, rows[pq.COMBO], 1, tmp_path).loss == "pearson"
+
+
+def test_combinations_are_checked():
+    assert pq.parse_combo("context+pearson+context") == ["context", "pearson"]
+    assert pq.combine(["pearson", "ema"]) == {"loss": "pearson", "ema_decay": 0.999}
+    with pytest.raises(ValueError, match="fgm and awp both set adversarial"):
+        pq.combine(["fgm", "awp"])
+    with pytest.raises(ValueError, match="unknown technique.*nope"):
+        pq.parse_combo("pearson+nope")
+
+
+def test_check_rows_names_the_broken_row(tmp_path):
+    base = pq.baseline_options(tmp_path, "m", epochs=1)
+    with pytest.raises(SystemExit, match="bad: .*no_such_option"):
+        pq.check_rows(base, {"fine": {}, "bad": {"no_such_option": 1}})
+
+
+def _records():
+    # baseline, two techniques (one only on the first seed) and the notebook, 2 seeds
+    values = {"baseline": [0.70, 0.72], "pearson": [0.74, 0.73], "ema": [0.71], "notebook": [0.69, 0.68]}
+    return [{"row": row, "seed": 42 + i, "pearson": v, "train_seconds": 100.0 + 10 * i, "status": "trained"}
+            for row, vs in values.items() for i, v in enumerate(vs)]
+
+
+def test_the_summary_pairs_each_row_with_the_baseline_per_seed():
+    summary = pq.summarise(_records(), [*pq.row_options(), pq.NOTEBOOK])
+    rows = {r["name"]: r for r in summary["rows"]}
+    assert [r["name"] for r in summary["rows"]] == ["baseline", "pearson", "ema", "notebook"]
+    assert rows["pearson"]["pearson"] == pytest.approx(0.735)
+    assert rows["pearson"]["delta_per_seed"] == pytest.approx({42: 0.04, 43: 0.01})
+    assert rows["pearson"]["delta"] == pytest.approx(0.025)
+    assert rows["ema"]["delta"] == pytest.approx(0.01)  # paired on the one seed it has
+    assert rows["baseline"]["delta"] is None and rows["baseline"]["seconds"] == pytest.approx(105.0)
+    assert summary["best"] == "pearson" and summary["seeds"] == [42, 43]  # the notebook is never "best"
+    targets = pq.check_targets(summary, epochs=3, full_data=True)
+    assert list(targets.values()) == [False, True]  # 0.735 < 0.78; pearson - notebook = +0.05 >= 0.03
+    assert list(pq.check_targets(summary, epochs=3, full_data=False).values())[0] is None
+
+
+def test_the_table_marks_the_best_row_and_says_when_one_seed(tmp_path):
+    meta = {"command": "python benchmarks/pppm_quality.py", "model": "m", "epochs": 3, "combo": pq.DEFAULT_COMBO,
+            "rows": "every row", "machine": "2 CPUs", "date": "today", "bootstrap": 10}
+    summary = pq.summarise(_records(), [*pq.row_options(), pq.NOTEBOOK])
+    tests = {"baseline": {"diff": 0.025, "low": 0.001, "high": 0.05, "p": 0.04, "seeds": 2}}
+    text = pq.markdown(summary, meta, pq.row_options(), tests, pq.check_targets(summary, 3, True))
+    lines = text.splitlines()
+    assert "2 seeds" in lines[0] and "1 seed only" not in text
+    best = next(line for line in lines if line.startswith("| **pearson**"))
+    assert "**0.7350** (best)" in best and "+0.0250 (+0.0400 / +0.0100)" in best and "loss=pearson" in best
+    assert sum("(best)" in line for line in lines) == 1
+    assert any(line.startswith("| baseline | - | 0.7100 | 0.7000 / 0.7200 | - | 105 |") for line in lines)
+    assert "| baseline | +0.0250 | [+0.0010, +0.0500] | 0.040 | 2 |" in text
+    assert "FAIL" in text and "PASS" in text
+    one = pq.summarise([r for r in _records() if r["seed"] == 42], [*pq.row_options(), pq.NOTEBOOK])
+    assert "1 seed only" in pq.markdown(one, meta, pq.row_options()).splitlines()[0]
+
+
+def test_significance_pairs_the_validation_rows(tmp_path):
+    rng = np.random.default_rng(0)
+    rows, target = np.arange(60), rng.random(60)
+    records = []
+    for name, noise in (("baseline", 1.0), ("pearson", 0.05)):
+        for seed in (1, 2):
+            path = tmp_path / f"{name}_{seed}.npz"
+            order = rng.permutation(60)  # the cache holds rows in any order; they are sorted on reading
+            np.savez(path, rows=rows[order], target=target[order], scores=(target + noise * rng.random(60))[order])
+            records.append({"row": name, "seed": seed, "run_dir": str(path)})
+    out = pq.significance(records, "pearson", ["baseline", "pearson", "absent"], bootstrap=200)
+    assert set(out) == {"baseline"}  # not against itself, nor a row without results
+    test = out["baseline"]
+    assert test["seeds"] == 2 and test["low"] <= test["diff"] <= test["high"]
+    pearson = pq.metric_function("regression", "pearson")
+    expected = np.mean([pearson(*pq.predictions(records[i + 2])[1:]) - pearson(*pq.predictions(records[i])[1:])
+                        for i in (0, 1)])
+    assert test["diff"] == pytest.approx(expected) and test["diff"] > 0 and test["p"] < 0.05
+
+
+def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
+    assert pppm_deberta.main(["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "dry run: the config is valid" in out and "microsoft/deberta-v3-large" in out and "bf16" in out
+    args = pppm_deberta.parse_args(["--data-dir", str(tmp_path)])
+    cfg = pppm_deberta.deberta_config(args)
+    combo = pq.combine(pq.parse_combo(pq.DEFAULT_COMBO))
+    for key, value in combo.items():
+        if key not in ("llrd", "max_length"):  # rescaled to 24 layers / the GPU's longer inputs
+            assert getattr(cfg, key) == value
+    assert (cfg.folds, cfg.only_folds, cfg.precision, cfg.max_length) == (4, None, "bf16", 512)
+    if "llrd" in combo:
+        assert cfg.llrd == pytest.approx(combo["llrd"] ** (5 / 23))
+        assert cfg.llrd ** 23 == pytest.approx(combo["llrd"] ** 5)  # the same bottom-to-top ratio as on MiniLM
+    assert not (tmp_path / "run").exists()  # nothing written
+    json.dumps(cfg.to_dict())  # a plain config
