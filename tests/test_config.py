@@ -24,8 +24,10 @@ from attnpool.tasks import LOSSES, TASKS
 DEFAULTS = {
     "train_file": None, "valid_file": None, "text_cols": [], "template": None, "label": "label", "id_col": "id",
     "task": "regression", "preset": None, "data_dir": None, "limit": None,
+    "group_context": None, "group_context_by": [],
     "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10,
-    "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "head_dropout": 0.1,
+    "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "recurrent": None,
+    "recurrent_layers": 1, "head_dropout": 0.1,
     "multi_sample_dropout": 1, "head_hidden_size": None, "output_activation": None, "loss": None,
     "reinit_layers": 0, "freeze_layers": None,
     "epochs": 3.0, "batch_size": 16, "eval_batch_size": 64, "grad_accum": 1, "max_length": 128, "lr": 2e-5,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
+from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.options import ConfigError, parse_options, parse_pooling_layers, parse_value
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
@@ -83,6 +84,12 @@ class TrainConfig:
     data_dir: str | None = _data(None, "the preset's data folder")
     limit: int | None = _data(None, "use a seeded random subset of this many rows (quick runs)",
                               default_text="every row")
+    group_context: str | None = _data(None, "join the other values of this column among rows sharing "
+                                      "group_context_by into the text, e.g. target (PPPM's 'magic', 1st/2nd place "
+                                      "write-ups); from the same fold side in training, the predicted file's rows",
+                                      default_text="off", metavar="COL")
+    group_context_by: list[str] = _data(list, "the key columns of group_context's groups",
+                                        default_text="none; PPPM: anchor context", metavar="COL")
 
     # --- validation
     folds: int = _validation(5, "k of k-fold cross-validation (ignored with valid_file)")
@@ -103,6 +110,11 @@ class TrainConfig:
     head_dropout: float = _model(0.1, "dropout on the pooled vector before the head")
     multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
     head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
+    recurrent: str | None = _model(None, "a bidirectional LSTM or GRU over the tokens before the pooler (PPPM 1st "
+                                   "place, Kaggle 2022: a BiLSTM before the attention pooler); not with a "
+                                   "multi-layer pooler, no ONNX export", choices=RECURRENT_CELLS,
+                                   default_text="none")
+    recurrent_layers: int = _model(1, "stacked layers of the recurrent layer (with recurrent)")
                                           default_text="none, a linear head")
     output_activation: str | None = _model(None, "sigmoid: for targets in [0, 1] (PPPM)",
                                            choices=tuple(a for a in OUTPUT_ACTIVATIONS if a))
@@ -201,6 +213,9 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     """
     if isinstance(config, TrainConfig):
         values, where = config.to_dict(), "config"
+        if self.recurrent_layers < 1 or (self.recurrent is None and self.recurrent_layers != 1):
+            raise ValueError(f"recurrent_layers must be >= 1 and needs recurrent (lstm or gru), got "
+                             f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
     elif isinstance(config, str | Path):
         values, where = load_yaml(config), str(config)
     else:

@@ -1,4 +1,8 @@
-"""A file to predict, read and tokenised as the run's training data was (the same text construction and checks)."""
+"""A file to predict, read and tokenised as the run's training data was (the same text construction and checks).
+
+With ``group_context`` (:mod:`attnpool.data.context`) a row's context comes from the rows of the file predicted, all
+of them, whatever the chunk the row is read in (or from the rows of one served request: ``context_from="chunk"``).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns
+from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import iter_table
-from attnpool.data.task import apply_preset, encode_texts, frame_and_template, log_counts, tokenize
+from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
+
+POOL_CHUNK_ROWS = 100_000  # rows read at a time for the group context's values of a whole file
 
 
 def load_prediction_inputs(cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
@@ -20,8 +29,23 @@ def load_prediction_inputs(cfg: TrainConfig, info: dict[str, Any], path: str | P
     cfg = apply_preset(cfg)
     frame, template = frame_and_template(cfg, str(path), split="test")
     cfg.template = cfg.template or template
+    frame = _with_context(cfg, frame, frame, path)
     _check_prediction_rows(cfg, info, frame, path)
     return frame, tokenize(tokenizer, frame, cfg, log, str(path))
+
+
+def _with_context(cfg: TrainConfig, frame, pool, path: str | Path):
+    """With ``group_context``, ``frame`` with each row's context from the ``pool`` rows; else ``frame``.
+
+    ``cfg``'s text fields are made to name the context too, so that whoever rebuilds the texts from ``cfg`` and the
+    rows (explain, the served word weights) gets the texts that were tokenised.
+    """
+    if not cfg.group_context:
+        return frame
+    check_columns(frame, context_columns(cfg), str(path))
+    text_cols, cfg.template = context_text_spec(cfg.text_cols, cfg.template)
+    cfg.text_cols = text_cols or []
+    return add_group_context(frame, cfg.group_context, cfg.group_context_by, pool=pool)
 
 
 def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: str | Path) -> None:
@@ -47,10 +71,19 @@ class PredictionInputs:
     encode_rows = 10_000  # rows tokenised at a time within a chunk
 
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
-                 log: logging.Logger) -> None:
+                 log: logging.Logger, context_from: str = "file") -> None:
+        """Inputs of ``path`` with the run's ``cfg`` and ``info``.
+
+        ``context_from``: with ``group_context``, the rows a context comes from: ``file``, every row of ``path``
+        (read once, its context columns only); ``chunk``, the rows given to :meth:`encode` (a served request).
+        """
+        if context_from not in ("file", "chunk"):
+            raise ValueError(f"context_from must be 'file' or 'chunk', got {context_from!r}")
         self.cfg = apply_preset(cfg)
         self.info, self.path, self.tokenizer, self.log = info, Path(path), tokenizer, log
         self.counts = {"texts": 0, "empty": 0, "truncated": 0, "tokens": 0, "max_tokens": 0}
+        self.context_from = context_from
+        self._pool = None  # the whole file's context columns, read on first use
 
     @property
     def text_columns(self) -> list[str]:
@@ -59,6 +92,7 @@ class PredictionInputs:
             keep = ["id", *PPPM_FIELDS]
         else:
             keep = [*(self.cfg.text_cols or []), *([self.cfg.group_col] if self.cfg.group_col else [])]
+        keep = [*keep, *context_columns(self.cfg)]
         return [c for c in dict.fromkeys([self.cfg.id_col, self.info.get("id_col"), *keep]) if c]
 
     def chunks(self, chunk_rows: int):
@@ -71,6 +105,9 @@ class PredictionInputs:
         if self.cfg.preset == "pppm":
             frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk)
             self.cfg.template = self.cfg.template or template
+        if self.cfg.group_context:
+            pool = frame if self.context_from == "chunk" else self.context_pool()
+            frame = _with_context(self.cfg, frame, pool, self.path)
         _check_prediction_rows(self.cfg, self.info, frame, self.path)
         encodings: dict[str, list] = {}
         for start in range(0, len(frame), self.encode_rows):
@@ -82,6 +119,17 @@ class PredictionInputs:
             for key, value in counts.items():
                 self.counts[key] = max(self.counts[key], value) if key == "max_tokens" else self.counts[key] + value
         return frame, encodings
+
+    def context_pool(self):
+        """The context columns (``group_context`` and its keys) of every row of the file, read once."""
+        if self._pool is None:
+            columns = context_columns(self.cfg)
+            parts = []
+            for chunk in iter_table(self.path, POOL_CHUNK_ROWS, text_columns=self.text_columns):
+                check_columns(chunk, columns, str(self.path))
+                parts.append(chunk[columns])
+            self._pool = pd.concat(parts, ignore_index=True)
+        return self._pool
 
     def log_summary(self) -> None:
         """Log the empty and truncated texts and the token counts of every chunk encoded so far."""

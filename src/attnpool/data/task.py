@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, check_columns, validate_labels
+from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
 from attnpool.data.pppm import load_pppm
@@ -81,6 +82,26 @@ class TaskData:
         train = np.flatnonzero(folds == -1) if self.valid_rows is not None else np.flatnonzero(folds != fold)
         return train, valid
 
+    def fold_encodings(self, cfg: TrainConfig, train_idx: np.ndarray, valid_idx: np.ndarray,
+                       log: logging.Logger) -> dict[str, list]:
+        """The token lists of one fold, indexed by row: ``encodings``, or with ``group_context`` fold-specific ones.
+
+        With ``group_context`` a row's text depends on the fold (:mod:`attnpool.data.context`): the training rows
+        are tokenised with the context of the training rows only and the validation rows with that of the validation
+        rows only, so no validation value reaches a training text and validation sees what prediction will.
+        Rows in neither split are ``None``.
+        """
+        if not cfg.group_context:
+            return self.encodings
+        encodings: dict[str, list] = {}
+        for rows, side in ((train_idx, "training"), (valid_idx, "validation")):
+            part = add_group_context(self.frame.iloc[rows], cfg.group_context, cfg.group_context_by)
+            for key, values in tokenize(self.tokenizer, part, cfg, log, f"{side} rows with group context").items():
+                column = encodings.setdefault(key, [None] * self.num_rows)
+                for row, value in zip(rows, values, strict=True):
+                    column[row] = value
+        return encodings
+
 
 def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train"):
     """Read the rows (preset or file) and return ``(frame, template)``: the text columns read as strings."""
@@ -92,7 +113,7 @@ def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train")
         return frame, template
     if path is None:
         raise DataError("no training file: give --train-file FILE")
-    keep_text = [c for c in (cfg.id_col, *(cfg.text_cols or []), cfg.group_col) if c]
+    keep_text = [c for c in (cfg.id_col, *(cfg.text_cols or []), cfg.group_col, *context_columns(cfg)) if c]
     return read_table(path, text_columns=keep_text), cfg.template
 
 
@@ -110,7 +131,20 @@ def apply_preset(cfg: TrainConfig) -> TrainConfig:
         cfg.label = "score" if cfg.label == "label" else cfg.label
         cfg.group_col = cfg.group_col or "anchor"
         cfg.output_activation = cfg.output_activation or "sigmoid"
+        if cfg.group_context and not cfg.group_context_by:
+            cfg.group_context_by = ["anchor", "context"]
+    if cfg.group_context and not cfg.group_context_by:
+        raise DataError(f"--group-context {cfg.group_context} needs --group-context-by COL [COL ...]: the columns "
+                        "whose shared values make a group (PPPM: anchor context)")
+    if cfg.group_context and cfg.group_context == cfg.label:
+        raise DataError(f"--group-context {cfg.group_context}: that is the label column; the labels of the other "
+                        "rows are not there at prediction time. Give a text column, e.g. target")
     return cfg
+
+
+def context_columns(cfg: TrainConfig) -> list[str]:
+    """The columns ``group_context`` reads (its column and its keys), none without it."""
+    return [cfg.group_context, *cfg.group_context_by] if cfg.group_context else []
 
 
 def tokenize(tokenizer, texts, cfg: TrainConfig, log: logging.Logger, where: str) -> dict[str, list]:
@@ -121,9 +155,18 @@ def tokenize(tokenizer, texts, cfg: TrainConfig, log: logging.Logger, where: str
 
 
 def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], dict[str, int]]:
-    """The rows' token lists (truncated to ``max_length``) and counts: texts, empty, truncated, tokens, max_tokens."""
-    first, second, empty = build_texts(texts, cfg.text_cols or None, cfg.template, sep_token=tokenizer.sep_token
-                                       or "[SEP]")
+    """The rows' token lists (truncated to ``max_length``) and counts: texts, empty, truncated, tokens, max_tokens.
+
+    With ``group_context`` the rows must hold the context column (:func:`attnpool.data.context.add_group_context`);
+    an empty context does not count as an empty text.
+    """
+    sep = tokenizer.sep_token or "[SEP]"
+    text_cols, template = cfg.text_cols or None, cfg.template
+    if cfg.group_context:
+        empty = build_texts(texts, text_cols, template, sep_token=sep).num_empty  # the rows' own text fields
+        text_cols, template = context_text_spec(text_cols, template)
+    first, second, num_empty = build_texts(texts, text_cols, template, sep_token=sep)
+    empty = empty if cfg.group_context else num_empty
     kwargs: dict[str, Any] = {"truncation": True, "max_length": cfg.max_length}
     encodings = tokenizer(first, second, **kwargs) if second is not None else tokenizer(first, **kwargs)
     full = tokenizer(first, second, verbose=False) if second is not None else tokenizer(first, verbose=False)
@@ -160,11 +203,13 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     elif cfg.limit and cfg.limit < len(frame):
         frame = frame.sample(n=cfg.limit, random_state=cfg.seed).reset_index(drop=True)
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
-    check_columns(frame, [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else [])], where)
+    check_columns(frame, [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []),
+                          *context_columns(cfg)], where)
     labels = validate_labels(frame, cfg.label, cfg.task)
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-    encodings = tokenize(tokenizer, frame, cfg, log, str(where))
+    # with group_context the texts depend on the fold: each fold tokenises its rows (TaskData.fold_encodings)
+    encodings = {} if cfg.group_context else tokenize(tokenizer, frame, cfg, log, str(where))
     groups = frame[cfg.group_col].astype(str).to_numpy() if cfg.group_col else None
     values = np.asarray(labels.values)
     values = values.astype(np.float32) if cfg.task in ("regression", "multilabel") else values.astype(np.int64)

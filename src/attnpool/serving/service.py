@@ -35,8 +35,10 @@ from attnpool._version import __version__
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, template_fields
+from attnpool.data.context import CONTEXT_FIELD
 from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs
+from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
@@ -126,7 +128,8 @@ class Service:
     def _load_run(cls, run: Run, folds: Any, how: str, device: torch.device, precision: str) -> Service:
         info, cfg = run.info(), run.config()
         ensemble = FoldEnsemble.load(run, folds, how)
-        inputs = PredictionInputs(cfg, info, "request", ensemble.tokenizer, log=logger)
+        # group_context: a row's context comes from the other rows of its request, as predict takes it from the file
+        inputs = PredictionInputs(cfg, info, "request", ensemble.tokenizer, log=logger, context_from="chunk")
         fields = run_fields(inputs.cfg)
         id_field = info.get("id_col") or cfg.id_col
         model = ensemble.models[0]
@@ -263,12 +266,18 @@ class Service:
 
 
 def run_fields(cfg: TrainConfig) -> list[str]:
-    """The text fields of a run's rows: its preset's, its template's placeholders, or its text columns."""
+    """The text fields of a run's rows: its preset's, its template's placeholders, or its text columns.
+
+    With ``group_context``, also its column and key columns; the context itself is computed, never sent.
+    """
     if cfg.preset == "pppm":
-        return list(PPPM_FIELDS)
-    if cfg.template:
-        return list(dict.fromkeys(name for name in template_fields(cfg.template) if name))
-    return list(dict.fromkeys(cfg.text_cols or []))
+        names = list(PPPM_FIELDS)
+    elif cfg.template:
+        names = [name for name in template_fields(cfg.template) if name]
+    else:
+        names = list(cfg.text_cols or [])
+    names = [*names, *context_columns(cfg)]
+    return [name for name in dict.fromkeys(names) if name != CONTEXT_FIELD]
 
 
 def prediction_values(task: str, columns: dict[str, Any], i: int) -> dict[str, Any]:

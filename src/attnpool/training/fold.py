@@ -173,8 +173,9 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     whole, gathered frame, while only the main process writes files.
     """
     model = build_model(cfg, data, fold)
-    train_ds = EncodedDataset(data.encodings, data.labels, train_idx)
-    eval_ds = EncodedDataset(data.encodings, data.labels, valid_idx)
+    encodings = data.fold_encodings(cfg, train_idx, valid_idx, logger)  # per fold with group_context
+    train_ds = EncodedDataset(encodings, data.labels, train_idx)
+    eval_ds = EncodedDataset(encodings, data.labels, valid_idx)
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch, run_name=run_name(run, fold))
@@ -204,7 +205,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     state = process_state()
     mine = shard(valid_idx, state.process_index, state.num_processes)
     monitor.summary(training=False)  # reset: what follows is the best model on this process's validation rows
-    local = predict_encoded([best], data.encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device)[0]
+    local = predict_encoded([best], encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device)[0]
     pooling = {f"pooling_{k.removeprefix('pool_')}": v for k, v in monitor.summary(training=False).items()}
     monitor.remove()
     parts, peaks = gather_shards(local, peak_memory)

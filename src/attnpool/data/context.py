@@ -1,0 +1,115 @@
+"""Grouped-target context: the other values of a column among the rows of a group, joined into each row's text.
+
+The "magic" of the U.S. Patent Phrase to Phrase Matching gold solutions (Kaggle, 2022; 1st and 2nd place
+write-ups): joining all the targets that share a row's anchor and context into its input, so that the model
+scores one target while seeing the others it is ranked against. Here it is general: ``column`` is any column (PPPM:
+``target``) and ``by`` any key columns (PPPM: ``anchor``, ``context``).
+
+For each row, the context is the distinct values of ``column`` among the rows of a *pool* that share the row's
+``by`` values, less the row's own value, sorted (so the text does not depend on the order of the rows), joined by
+:data:`CONTEXT_SEP`. The pool is what may be seen: in training the rows of the same side of the fold split (a
+training row's context from training rows, a validation row's from validation rows), in prediction the rows of the
+file predicted (or of one served request). A row with a missing key value, or no other value in its group, gets an
+empty context.
+
+Where it goes in the text (:func:`context_text_spec`): a template gets `` [SEP] {group_context}`` appended unless
+it already names ``{group_context}`` (then the user chose the place); text columns get ``group_context`` as one
+more column (one column becomes a text pair; two become three joined by the separator).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from attnpool.data.columns import check_columns, template_fields
+from attnpool.data.errors import DataError
+
+CONTEXT_FIELD = "group_context"  # the column added to the rows and the template placeholder
+CONTEXT_SEP = "; "  # between the values of one row's context
+
+
+def group_context(rows: pd.DataFrame, column: str, by: Sequence[str], *, pool: pd.DataFrame | None = None,
+                  sep: str = CONTEXT_SEP) -> pd.Series:
+    """The context of each row: the other values of ``column`` in the ``pool`` rows sharing the row's ``by`` values.
+
+    Args:
+        rows: The rows to give a context to.
+        column: The column whose values are joined (PPPM: ``target``).
+        by: The key columns of a group (PPPM: ``anchor``, ``context``).
+        pool: The rows the values are taken from; default ``rows`` itself.
+        sep: The separator between the values.
+
+    Returns:
+        A string per row (index of ``rows``): the distinct values of ``column`` among the ``pool`` rows of the same
+        group, the row's own value excluded, sorted, joined by ``sep``; ``""`` when there are none or a key is
+        missing. Values and keys are compared as stripped text, so ``1`` and ``"1"`` are one value.
+
+    Raises:
+        DataError: ``by`` empty or naming ``column``; a column missing from ``rows`` or ``pool``.
+    """
+    by = list(by)
+    if not by:
+        raise DataError(f"group context of {column!r}: no key columns; give the columns whose shared values make a "
+                        "group, e.g. --group-context-by anchor context")
+    if column in by:
+        raise DataError(f"group context of {column!r}: it is also a key column ({', '.join(by)}); every row of a "
+                        "group would share its value, leaving no context: drop it from --group-context-by")
+    pool = rows if pool is None else pool
+    check_columns(rows, [column, *by], "rows given a group context")
+    check_columns(pool, [column, *by], "rows the group context is taken from")
+    values: dict[tuple[str, ...], set[str]] = {}
+    for key, value in zip(_keys(pool, by), _texts(pool[column]), strict=True):
+        if key is not None and value:
+            values.setdefault(key, set()).add(value)
+    groups = {key: sorted(members) for key, members in values.items()}
+    context = [sep.join(v for v in groups.get(key, ()) if v != own) if key is not None else ""
+               for key, own in zip(_keys(rows, by), _texts(rows[column]), strict=True)]
+    return pd.Series(context, index=rows.index, dtype=object, name=CONTEXT_FIELD)
+
+
+def add_group_context(rows: pd.DataFrame, column: str, by: Sequence[str], *,
+                      pool: pd.DataFrame | None = None) -> pd.DataFrame:
+    """A copy of ``rows`` with the :data:`CONTEXT_FIELD` column from :func:`group_context`.
+
+    Raises:
+        DataError: ``rows`` already has a column of that name; see :func:`group_context`.
+    """
+    if CONTEXT_FIELD in rows.columns:
+        raise DataError(f"the rows already have a column {CONTEXT_FIELD!r}, the name of the group context that "
+                        "--group-context adds: rename that column")
+    out = rows.copy()
+    out[CONTEXT_FIELD] = group_context(rows, column, by, pool=pool)
+    return out
+
+
+def context_text_spec(text_cols: Sequence[str] | None, template: str | None) -> tuple[list[str] | None, str | None]:
+    """``(text_cols, template)`` with the group context in the text; idempotent.
+
+    A template gets ``" [SEP] {group_context}"`` appended (``[SEP]`` becomes the tokenizer's separator) unless it
+    names ``{group_context}`` already; text columns get ``group_context`` as their last column unless they have it.
+    """
+    if template:
+        named = CONTEXT_FIELD in template_fields(template)
+        return None, template if named else f"{template} [SEP] {{{CONTEXT_FIELD}}}"
+    cols = list(text_cols or [])
+    return (cols if CONTEXT_FIELD in cols else [*cols, CONTEXT_FIELD]), None
+
+
+def _keys(frame: pd.DataFrame, by: list[str]):
+    """Each row's key as a tuple of stripped texts, or ``None`` when one of its values is missing or blank."""
+    for key in zip(*(_texts(frame[c]) for c in by), strict=True):
+        yield key if all(key) else None
+
+
+def _texts(column: pd.Series) -> list[str]:
+    return [_text(v) for v in column.tolist()]
+
+
+def _text(value: Any) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value).strip()

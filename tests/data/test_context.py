@@ -1,0 +1,245 @@
+"""Grouped-target context: the values joined per row, the pool they come from, the text they go into, the leakage
+rule of the training folds, and the same context at prediction time whatever the chunk a row is read in."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnpool.config import TrainConfig
+from attnpool.data import DataError
+from attnpool.data.context import (
+    CONTEXT_FIELD,
+    CONTEXT_SEP,
+    add_group_context,
+    context_text_spec,
+    group_context,
+)
+from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
+from attnpool.data.task import apply_preset, encode_texts, load_task
+from attnpool.serving.service import run_fields
+
+LOG = logging.getLogger("test_context")
+
+
+@pytest.fixture
+def rows():
+    return pd.DataFrame({
+        "anchor": ["wood", "wood", "wood", "wood", "drum", "drum", "wood"],
+        "context": ["B27", "B27", "B27", "B27", "G02", "G02", "A47"],
+        "target": ["timber", "log", "board", "log", "opc drum", "barrel", "chair"],
+    })
+
+
+# --- the values
+
+
+def test_each_row_gets_the_other_values_of_its_group_sorted_deduplicated_own_value_excluded(rows):
+    context = group_context(rows, "target", ["anchor", "context"])
+    assert context.tolist() == [
+        "board; log",  # timber: log appears twice in the group, once here
+        "board; timber",  # log: its own value excluded, also the other row's "log"
+        "log; timber",
+        "board; timber",
+        "barrel",
+        "opc drum",
+        "",  # wood in A47: alone in its group (the key is both columns)
+    ]
+    assert context.index.equals(rows.index) and CONTEXT_SEP == "; "
+
+
+def test_the_context_does_not_depend_on_the_order_of_the_rows(rows):
+    shuffled = rows.sample(frac=1.0, random_state=3)
+    assert group_context(shuffled, "target", ["anchor", "context"]).sort_index().equals(
+        group_context(rows, "target", ["anchor", "context"]))
+
+
+def test_values_come_from_the_pool_only(rows):
+    pool = pd.DataFrame({"anchor": ["wood", "wood", "drum"], "context": ["B27", "B27", "X99"],
+                         "target": ["plank", "timber", "barrel"]})
+    context = group_context(rows, "target", ["anchor", "context"], pool=pool)
+    assert context.tolist() == ["plank", "plank; timber", "plank; timber", "plank; timber", "", "", ""]
+
+
+def test_missing_keys_get_no_context_and_missing_values_are_skipped():
+    rows = pd.DataFrame({"q": ["a", "a", "a", None, None, "b", "b"],
+                         "value": ["x", np.nan, " y ", "z", "w", 1, "1"]})
+    assert group_context(rows, "value", ["q"]).tolist() == ["y", "x; y", "x", "", "", "", ""]
+
+
+def test_add_group_context_returns_a_copy_with_the_context_column(rows):
+    out = add_group_context(rows, "target", ["anchor"])
+    assert CONTEXT_FIELD not in rows.columns and list(out.columns) == [*rows.columns, CONTEXT_FIELD]
+    assert out.loc[6, CONTEXT_FIELD] == "board; log; timber"  # by anchor alone: wood in A47 joins wood in B27
+
+
+@pytest.mark.parametrize(("by", "message"), [
+    ([], "no key columns; give the columns whose shared values make a group, e.g. --group-context-by anchor"),
+    (["anchor", "target"], "it is also a key column (anchor, target)"),
+    (["anchor", "cpc"], "missing column(s) 'cpc'"),
+])
+def test_bad_keys_are_refused_saying_how_to_fix_them(rows, by, message):
+    with pytest.raises(DataError, match=re.escape(message)):
+        group_context(rows, "target", by)
+
+
+def test_a_column_named_like_the_context_is_refused(rows):
+    with pytest.raises(DataError, match="already have a column 'group_context'.*rename that column"):
+        add_group_context(rows.assign(group_context="x"), "target", ["anchor"])
+
+
+# --- the text
+
+
+def test_a_template_gets_the_context_after_a_separator_unless_it_places_it_itself():
+    assert context_text_spec([], "{anchor} [SEP] {target}") == (None, "{anchor} [SEP] {target} [SEP] {group_context}")
+    placed = "{anchor} [SEP] {group_context} [SEP] {target}"
+    assert context_text_spec(None, placed) == (None, placed)
+    twice = context_text_spec(*context_text_spec(None, "{a}"))
+    assert twice == (None, "{a} [SEP] {group_context}")
+
+
+def test_text_columns_get_the_context_as_one_more_column():
+    assert context_text_spec(["first"], None) == (["first", CONTEXT_FIELD], None)
+    assert context_text_spec(["a", "b", CONTEXT_FIELD], None) == (["a", "b", CONTEXT_FIELD], None)
+
+
+def test_an_empty_context_is_not_counted_as_an_empty_text(rows):
+    tokenizer = _tokenizer(rows)
+    cfg = TrainConfig(template="{anchor} [SEP] {target}", group_context="target", group_context_by=["anchor"],
+                      max_length=64)
+    lonely = add_group_context(rows.iloc[[0, 4]], "target", ["anchor"])  # one row per anchor: both contexts empty
+    encodings, counts = encode_texts(tokenizer, lonely, cfg)
+    assert counts["empty"] == 0
+    blank = add_group_context(rows.iloc[[0, 1]].assign(target=["", "log"]), "target", ["anchor"])
+    assert encode_texts(tokenizer, blank, cfg)[1]["empty"] == 1  # a blank text field still counts
+    # the template's separator stays, before an empty context (and the tokenizer's closing [SEP])
+    assert _words(tokenizer, encodings["input_ids"][0]) == ["wood", "[SEP]", "timber", "[SEP]", "[SEP]"]
+
+
+# --- presets and options
+
+
+def test_the_pppm_preset_groups_by_anchor_and_context(tmp_path):
+    cfg = apply_preset(TrainConfig(preset="pppm", data_dir=str(tmp_path), group_context="target"))
+    assert cfg.group_context_by == ["anchor", "context"]
+    assert apply_preset(TrainConfig(preset="pppm", data_dir=str(tmp_path))).group_context_by == []
+    kept = apply_preset(TrainConfig(preset="pppm", data_dir=str(tmp_path), group_context="target",
+                                    group_context_by=["anchor"]))
+    assert kept.group_context_by == ["anchor"]
+
+
+def test_group_context_without_keys_or_on_the_label_is_refused():
+    with pytest.raises(DataError, match=re.escape("--group-context target needs --group-context-by COL")):
+        apply_preset(TrainConfig(train_file="t.csv", text_cols=["a"], group_context="target"))
+    with pytest.raises(DataError, match="that is the label column"):
+        apply_preset(TrainConfig(train_file="t.csv", text_cols=["a"], group_context="label", group_context_by=["a"]))
+
+
+def test_served_fields_are_the_keys_and_column_never_the_context():
+    cfg = TrainConfig(template="{target} [SEP] {group_context}", group_context="target", group_context_by=["q"])
+    assert run_fields(cfg) == ["target", "q"]
+    assert run_fields(TrainConfig(text_cols=["first"])) == ["first"]
+
+
+# --- training folds: the leakage rule
+
+
+def _tokenizer(frame: pd.DataFrame):
+    """A word-level tokenizer over every word of ``frame`` (and ';'), built in code."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for column in frame.columns for v in frame[column].astype(str) for w in v.split()} | {";"})
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate(words)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]")
+
+
+def _words(tokenizer, ids) -> list[str]:
+    return [w for w in tokenizer.convert_ids_to_tokens(list(ids)) if w != "[CLS]"]
+
+
+def _context_words(tokenizer, ids) -> set[str]:
+    """The words after the template's second separator: the context, ``{anchor} [SEP] {target} [SEP] ...``."""
+    words = _words(tokenizer, ids)
+    second = [i for i, w in enumerate(words) if w == "[SEP]"][1]
+    return {w for w in words[second + 1:] if w not in ("[SEP]", ";")}
+
+
+@pytest.fixture
+def straddling(tmp_path):
+    """Two groups of six distinct targets; the folds split each group across train and valid."""
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(12)], "anchor": ["ga"] * 6 + ["gb"] * 6,
+                          "target": [f"t{i}" for i in range(12)], "label": np.linspace(0, 1, 12)})
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    _tokenizer(frame).save_pretrained(tmp_path / "tok")
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), template="{anchor} [SEP] {target}", model=str(
+        tmp_path / "tok"), group_context="target", group_context_by=["anchor"], max_length=64)
+    return cfg, load_task(cfg, LOG), np.array([0, 0, 1, 1, 0, 1, 0, 1, 1, 0, 0, 1])
+
+
+def test_folds_tokenise_each_side_with_its_own_rows_context(straddling):
+    cfg, data, folds = straddling
+    assert data.encodings == {}, "with group_context nothing is tokenised before the folds"
+    targets = data.frame["target"].to_numpy()
+    for fold in (0, 1):
+        train, valid = data.split(folds, fold)
+        encodings = data.fold_encodings(cfg, train, valid, LOG)
+        tokenizer = data.tokenizer
+        for side, others in ((train, valid), (valid, train)):
+            for row in side:
+                ids = encodings["input_ids"][row]
+                words = set(_words(tokenizer, ids))
+                context = _context_words(tokenizer, ids)
+                group = [r for r in side if data.frame.anchor[r] == data.frame.anchor[row] and r != row]
+                assert context == set(targets[group]), (fold, row)  # the group's other rows on its side, all
+                assert targets[row] not in context
+                if side is train:
+                    assert not words & set(targets[others]), f"fold {fold}: a validation target in training row {row}"
+        assert all(ids is not None for ids in encodings["input_ids"])
+
+
+def test_without_group_context_the_folds_share_the_one_tokenisation(straddling, tmp_path):
+    cfg, _, folds = straddling
+    cfg.group_context, cfg.group_context_by = None, []
+    data = load_task(cfg, LOG)
+    train, valid = data.split(folds, 0)
+    assert data.fold_encodings(cfg, train, valid, LOG) is data.encodings and len(data.encodings["input_ids"]) == 12
+
+
+# --- prediction: the file's rows, whatever the chunk
+
+
+def test_prediction_takes_the_context_from_the_whole_file_not_the_chunk(straddling, tmp_path):
+    cfg, data, _ = straddling
+    path = tmp_path / "test.csv"
+    data.frame.drop(columns=["label"]).to_csv(path, index=False)
+    whole_cfg = TrainConfig(**{**cfg.to_dict(), "train_file": None})
+    frame, whole = load_prediction_inputs(whole_cfg, {}, path, data.tokenizer, LOG)
+    assert whole_cfg.template == "{anchor} [SEP] {target} [SEP] {group_context}"  # what explain rebuilds from
+    assert frame[CONTEXT_FIELD].tolist()[0] == "t1; t2; t3; t4; t5"
+    inputs = PredictionInputs(TrainConfig(**{**cfg.to_dict(), "train_file": None}), {}, path, data.tokenizer, LOG)
+    chunked = [ids for chunk in inputs.chunks(5) for ids in inputs.encode(chunk)[1]["input_ids"]]
+    assert chunked == whole["input_ids"]
+    request = PredictionInputs(TrainConfig(**{**cfg.to_dict(), "train_file": None}), {}, "request", data.tokenizer,
+                               LOG, context_from="chunk")
+    first = request.encode(data.frame.iloc[:2].drop(columns=["label"]))[1]["input_ids"]
+    assert _context_words(data.tokenizer, first[0]) == {"t1"}  # a request's rows only
+
+
+def test_prediction_refuses_a_file_without_the_context_columns(straddling, tmp_path):
+    cfg, data, _ = straddling
+    path = tmp_path / "test.csv"
+    data.frame[["id", "target"]].to_csv(path, index=False)
+    inputs = PredictionInputs(TrainConfig(**{**cfg.to_dict(), "train_file": None}), {}, path, data.tokenizer, LOG)
+    with pytest.raises(DataError, match=re.escape(f"{path}: missing column(s) 'anchor'")):
+        inputs.encode(next(iter(inputs.chunks(5))))

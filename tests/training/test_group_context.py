@@ -1,0 +1,114 @@
+"""`--group-context` end to end on a tiny random encoder: train (out-of-fold rows see only validation rows' targets),
+the option saved in the run's config, predict and serve building the context from the rows they are given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from attnpool.cli import main
+from attnpool.config import TrainConfig, load_yaml
+from attnpool.explanations import explain_file
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.prediction import predict
+from attnpool.serving.service import Service
+from model_helpers import WORDS, save_tiny_encoder
+
+FAST = ["--epochs", "1", "--batch-size", "8", "--eval-batch-size", "16", "--max-length", "32", "--pooling-opt",
+        "attn_size=8", "--precision", "fp32"]
+
+
+def phrases(n: int, seed: int) -> pd.DataFrame:
+    """PPPM-like rows: 4 anchors x 2 contexts, several short targets each."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"id": [f"{seed}-{i:03d}" for i in range(n)],
+                         "anchor": rng.choice(WORDS[:4], size=n), "context": rng.choice(["c1", "c2"], size=n),
+                         "target": [" ".join(rng.choice(WORDS[4:], size=rng.integers(1, 3))) for _ in range(n)],
+                         "label": rng.random(n).round(2)})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("group_context")
+    encoder = save_tiny_encoder(folder / "encoder")
+    phrases(40, seed=0).to_csv(folder / "train.csv", index=False)
+    phrases(17, seed=1).drop(columns=["label"]).to_csv(folder / "test.csv", index=False)
+    run = folder / "run"
+    code = main(["train", "--train-file", str(folder / "train.csv"), "--template", "{anchor} [SEP] {target}",
+                 "--group-context", "target", "--group-context-by", "anchor", "context", "--folds", "2",
+                 "--model", encoder, "--output-dir", str(run), *FAST])
+    assert code == 0
+    return folder, run
+
+
+def contexts(frame: pd.DataFrame) -> list[str]:
+    """What each row's context must be, written out: its group's other targets in ``frame``, sorted, ``; ``."""
+    return ["; ".join(sorted({t for t in frame.target[(frame.anchor == a) & (frame.context == c)] if t != own}))
+            for a, c, own in zip(frame.anchor, frame.context, frame.target, strict=True)]
+
+
+def scores(model_dir, frame: pd.DataFrame) -> np.ndarray:
+    model = AttnPoolForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    texts = [f"{a} [SEP] {t} [SEP] {c}" for a, t, c in zip(frame.anchor, frame.target, contexts(frame), strict=True)]
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits[:, 0].numpy()
+
+
+def test_the_option_round_trips_in_the_saved_config(trained):
+    _, run = trained
+    cfg = TrainConfig.from_dict(load_yaml(run / "config.yaml"))
+    assert cfg.group_context == "target" and cfg.group_context_by == ["anchor", "context"]
+    assert cfg.template == "{anchor} [SEP] {target}", "the saved template is the user's; the context is added"
+    assert "validation rows with group context" in (run / "train.log").read_text()
+
+
+def test_out_of_fold_rows_were_scored_with_the_context_of_the_validation_rows_only(trained):
+    folder, run = trained
+    train = pd.read_csv(folder / "train.csv", dtype={"id": str})
+    oof = pd.read_csv(run / "oof.csv")
+    for fold in (0, 1):
+        valid = train.iloc[oof.loc[oof.fold == fold, "row"].to_numpy()].reset_index(drop=True)
+        everyone = dict(zip(train.id, contexts(train), strict=True))
+        assert contexts(valid) != [everyone[i] for i in valid.id], "no group straddles the folds: nothing tested"
+        np.testing.assert_allclose(oof.loc[oof.fold == fold, "prediction"], scores(run / f"fold_{fold}" / "model",
+                                                                                    valid), atol=1e-5)
+
+
+def test_predict_builds_the_context_from_the_file_and_serve_from_the_request(trained, tmp_path):
+    folder, run = trained
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
+    out = predict(run, folder / "test.csv", tmp_path / "pred.csv", progress=False, device="cpu", precision="fp32",
+                  chunk_rows=4)  # groups straddle the chunks: the context is the file's all the same
+    pred = pd.read_csv(out.output, dtype={"id": str})
+    expected = np.mean([scores(run / f"fold_{k}" / "model", test) for k in (0, 1)], axis=0)
+    np.testing.assert_allclose(pred["prediction"], expected, atol=1e-5)
+    # one row fewer in a group changes the predictions of the group's other rows, and only theirs
+    dropped = test.drop(index=0)
+    dropped.to_csv(tmp_path / "fewer.csv", index=False)
+    fewer = pd.read_csv(predict(run, tmp_path / "fewer.csv", tmp_path / "fewer_pred.csv", progress=False,
+                                device="cpu", precision="fp32").output, dtype={"id": str})
+    group = ((dropped.anchor == test.anchor[0]) & (dropped.context == test.context[0])).to_numpy()
+    before = pred["prediction"].to_numpy()[1:]
+    assert group.any() and not np.allclose(fewer["prediction"].to_numpy()[group], before[group], atol=1e-6)
+    np.testing.assert_allclose(fewer["prediction"].to_numpy()[~group], before[~group], atol=1e-5)
+    # serve: a request holding the file's rows answers what predict wrote
+    service = Service.load(run, device="cpu", precision="fp32")
+    assert service.fields == ["anchor", "target", "context"]
+    job = service.encode(test[service.fields].to_dict("records"))
+    served = service.run([job], batch_size=8)[0].scores
+    np.testing.assert_allclose(np.asarray(served).reshape(-1), pred["prediction"], atol=1e-5)
+
+
+@pytest.mark.parametrize("limit", [None, 5])
+def test_explain_rebuilds_the_texts_with_the_files_context(trained, tmp_path, limit):
+    folder, run = trained
+    explanation = explain_file(run, folder / "test.csv", tmp_path / "report.html", limit=limit, device="cpu")
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
+    first = explanation.examples[0]
+    assert first.id == test.id[0] and len(explanation.examples) == (limit or len(test))
+    assert contexts(test)[0] and first.text == f"{test.anchor[0]} [SEP] {test.target[0]} [SEP] {contexts(test)[0]}"
