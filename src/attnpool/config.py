@@ -107,14 +107,14 @@ class TrainConfig:
                                              flag="--pooling-opt", metavar="KEY=VALUE")
     pooling_layers: str | list[int] = _model("last", "the layers the pooler reads: last, all, or indices into the "
                                              "hidden states (0: embeddings, -1: the last layer)", metavar="LAYER")
-    head_dropout: float = _model(0.1, "dropout on the pooled vector before the head")
-    multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
-    head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
     recurrent: str | None = _model(None, "a bidirectional LSTM or GRU over the tokens before the pooler (PPPM 1st "
                                    "place, Kaggle 2022: a BiLSTM before the attention pooler); not with a "
                                    "multi-layer pooler, no ONNX export", choices=RECURRENT_CELLS,
                                    default_text="none")
     recurrent_layers: int = _model(1, "stacked layers of the recurrent layer (with recurrent)")
+    head_dropout: float = _model(0.1, "dropout on the pooled vector before the head")
+    multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
+    head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
                                           default_text="none, a linear head")
     output_activation: str | None = _model(None, "sigmoid: for targets in [0, 1] (PPPM)",
                                            choices=tuple(a for a in OUTPUT_ACTIVATIONS if a))
@@ -191,6 +191,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.epochs <= 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
+        if self.recurrent_layers < 1 or (self.recurrent is None and self.recurrent_layers != 1):
+            raise ValueError(f"recurrent_layers must be >= 1 and needs recurrent (lstm or gru), got "
+                             f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
         if not 0 < self.llrd <= 1:
             raise ValueError(f"llrd must be in (0, 1], got {self.llrd}")
         if self.preset is None and self.train_file is None:
@@ -213,9 +216,6 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     """
     if isinstance(config, TrainConfig):
         values, where = config.to_dict(), "config"
-        if self.recurrent_layers < 1 or (self.recurrent is None and self.recurrent_layers != 1):
-            raise ValueError(f"recurrent_layers must be >= 1 and needs recurrent (lstm or gru), got "
-                             f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
     elif isinstance(config, str | Path):
         values, where = load_yaml(config), str(config)
     else:

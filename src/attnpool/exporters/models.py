@@ -155,6 +155,19 @@ def _check_weights(model: nn.Module) -> None:
     )
 
 
+def _check_recurrent(model: nn.Module) -> None:
+    """Refuse a model with ``recurrent``: its packed LSTM/GRU (lengths from the mask) does not trace to ONNX."""
+    cell = getattr(_base_model(model).config, "recurrent", None)
+    if cell is None:
+        return
+    raise ExportError(
+        f"this model has recurrent={cell!r} (a bidirectional {cell.upper()} between encoder and pooler), which runs "
+        "as a packed sequence whose lengths come from the attention mask; torch.onnx.export cannot trace that into "
+        "a graph, so there is no ONNX export (or --backend onnx) for it. Serve it with the PyTorch backend "
+        "(--backend torch), or train without recurrent"
+    )
+
+
 def _max_tokens(model: nn.Module) -> int | None:
     """Longest sequence the encoder's position embeddings allow (RoBERTa-style offsets take two)."""
     positions = getattr(_base_model(model).config.encoder, "max_position_embeddings", None)

@@ -28,6 +28,7 @@ from attnpool.exporters.models import (
     ExportError,
     OnnxWrapper,
     _base_model,
+    _check_recurrent,
     _check_weights,
     _load_tokenizer,
     _max_tokens,
@@ -172,7 +173,8 @@ def export_onnx(
     Raises:
         FileNotFoundError: A path that is not a model folder or run (see :func:`resolve_model_dir`).
         ValueError: A bad ``fold``; :class:`ExportError` (a ``ValueError``): ``with_weights`` for a pooler without
-            token weights, a model the exporter cannot trace, or a verification above ``atol``.
+            token weights, a model the exporter cannot trace (one with ``recurrent``), or a verification above
+            ``atol``.
     """
     output = Path(os.fspath(output)).expanduser()
     if output.suffix != ".onnx":
@@ -187,6 +189,7 @@ def export_onnx(
             tokenizer = _load_tokenizer(model_dir)
     if not hasattr(model, "config") or not hasattr(_base_model(model), "pooler"):
         raise ExportError(f"export_onnx takes an attnpool model, got {type(model).__name__}")
+    _check_recurrent(model)
     if with_weights:
         _check_weights(model)
     wrapper = OnnxWrapper(model, with_weights=with_weights, use_token_types=_uses_token_types(model))

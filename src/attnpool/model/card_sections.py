@@ -65,6 +65,9 @@ def description_section(config: AttnPoolConfig, architecture: str, num_parameter
         f"- **Pooler:** `{config.pooling.get('type')}` with {_options(config.pooling)}",
         f"- **Pooling layers:** `{config.pooling_layers}`",
     ]
+    if config.recurrent:
+        lines.append(f"- **Recurrent layer:** bidirectional `{config.recurrent}`, {config.recurrent_layers} "
+                     "layer(s), between the encoder and the pooler")
     if with_head:
         default = default_loss(config.problem_type or problem_type(task), config.output_activation)
         loss = config.loss or f"{default} (the task's default)"

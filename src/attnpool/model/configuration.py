@@ -6,6 +6,7 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
+from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.tasks import LOSSES
 
 OUTPUT_ACTIVATIONS = (None, "sigmoid")
@@ -44,6 +45,11 @@ class AttnPoolConfig(PretrainedConfig):
         position_ids_from_mask: Give the encoder ``position_ids = cumsum(attention_mask) - 1``, which makes
             decoder-only encoders correct under left padding. ``None`` (default) turns it on exactly for
             decoder-only architectures.
+        recurrent: ``"lstm"`` or ``"gru"``: a bidirectional recurrent layer between the encoder and the pooler,
+            ``ceil(H / 2)`` units per direction (:class:`~attnpool.model.recurrent.RecurrentLayer`; the PPPM
+            1st-place solution's "BiLSTM before an attention pooler"). It reads what a token pooler would
+            (``pooling_layers`` averaged); a multi-layer pooler is refused. ``None`` (default): none.
+        recurrent_layers: Stacked layers of ``recurrent`` (only with ``recurrent``).
         **kwargs: ``num_labels``, ``problem_type``, ``id2label``, ``label2id`` and the other
             ``PretrainedConfig`` options, in Hugging Face's own terms.
     """
@@ -62,6 +68,8 @@ class AttnPoolConfig(PretrainedConfig):
         output_activation: str | None = None,
         loss: str | None = None,
         position_ids_from_mask: bool | None = None,
+        recurrent: str | None = None,
+        recurrent_layers: int = 1,
         **kwargs: Any,
     ) -> None:
         if isinstance(encoder, dict):
@@ -92,6 +100,15 @@ class AttnPoolConfig(PretrainedConfig):
             raise ValueError(f"loss must be one of {LOSSES} or None, got {loss!r}")
         self.loss = loss
         self.position_ids_from_mask = position_ids_from_mask
+        if recurrent is not None and recurrent not in RECURRENT_CELLS:
+            raise ValueError(f"recurrent must be one of {', '.join(RECURRENT_CELLS)} or None, got {recurrent!r}")
+        if isinstance(recurrent_layers, bool) or not isinstance(recurrent_layers, int) or recurrent_layers < 1:
+            raise ValueError(f"recurrent_layers must be an integer >= 1, got {recurrent_layers!r}")
+        if recurrent is None and recurrent_layers != 1:
+            raise ValueError(f"recurrent_layers={recurrent_layers} needs a recurrent layer: set recurrent to "
+                             f"{' or '.join(map(repr, RECURRENT_CELLS))}, or leave recurrent_layers at 1")
+        self.recurrent = recurrent
+        self.recurrent_layers = recurrent_layers
         # transformers sets the attention implementation recursively on sub-configs: keep the encoder's own
         # (the config object may be shared with a live encoder) unless one is asked for.
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:

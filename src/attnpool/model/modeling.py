@@ -21,6 +21,7 @@ from attnpool.model.heads import PredictionHead
 from attnpool.model.losses import compute_loss, resolve_problem_type
 from attnpool.model.outputs import AttnPoolModelOutput, AttnPoolSequenceClassifierOutput
 from attnpool.model.pretrained import AttnPoolPreTrainedModel
+from attnpool.model.recurrent import RecurrentLayer
 from attnpool.pooling import Pooler, build_pooler
 
 
@@ -30,7 +31,8 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
     What the pooler declares decides what the encoder is asked for: ``needs_all_layers`` -> the hidden states of
     every layer (the top ``pooler.num_layers`` are stacked as ``(B, L, T, H)``), ``needs_attentions`` -> the
     attention maps, with the encoder switched to ``attn_implementation="eager"`` (the only implementation for
-    which transformers returns them).
+    which transformers returns them). With ``config.recurrent`` a bidirectional LSTM/GRU
+    (:class:`~attnpool.model.recurrent.RecurrentLayer`) runs over the pooler's input first.
 
     Args:
         config: The :class:`AttnPoolConfig`.
@@ -44,6 +46,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
         self.pooler = self._build_pooler(config)
         config.pooling = self.pooler.get_config()  # the complete spec, defaults filled in, is what gets saved
+        self.recurrent = self._build_recurrent(config, self.pooler)
         if self.pooler.needs_attentions:
             self._use_eager_attention()
         accepted = inspect.signature(self.encoder.forward).parameters
@@ -86,6 +89,20 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
                 f"selects {wanted} of the encoder's {depth}; drop num_layers from the pooling spec or make them agree"
             )
         return build_pooler(config.pooling, config.hidden_size, num_layers=wanted)
+
+    @staticmethod
+    def _build_recurrent(config: AttnPoolConfig, pooler: Pooler) -> RecurrentLayer | None:
+        """The recurrent layer of ``config.recurrent``; refused before a pooler that reads several layers."""
+        cell = config.recurrent
+        if cell is None:
+            return None
+        if pooler.needs_all_layers:
+            raise ValueError(
+                f"recurrent={cell!r} runs over one (B, T, H) sequence, but pooler {pooler.name!r} reads several "
+                "encoder layers stacked (needs_all_layers); use a token pooler (e.g. attention; pooling_layers then "
+                "picks the layers averaged into the recurrent layer's input), or drop recurrent"
+            )
+        return RecurrentLayer(cell, config.hidden_size, num_layers=config.recurrent_layers)
 
     def _use_eager_attention(self) -> None:
         """Switch the encoder to eager attention: transformers returns attention maps for no other implementation."""
@@ -167,6 +184,8 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             **encoder_kwargs,
         )
         hidden = self._selected_hidden_states(outputs)
+        if self.recurrent is not None:
+            hidden = self.recurrent(hidden, attention_mask)  # (B, T, H), zeros on padding
         pooler_kwargs: dict[str, Any] = {"attentions": outputs.attentions} if need_attentions else {}
         pooled, weights = self.pooler(hidden, attention_mask, return_weights=True, **pooler_kwargs)
         return AttnPoolModelOutput(

@@ -17,8 +17,9 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
                      pooler_lr: float | None = None) -> list[dict]:
     """AdamW parameter groups with layer-wise learning-rate decay and separate pooler and head rates.
 
-    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer, embeddings the deepest), the pooler gets
-    ``pooler_lr`` (``head_lr`` when ``None``), the head ``head_lr``; biases and norm weights get no weight decay.
+    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer, embeddings the deepest), the pooler and the
+    recurrent layer before it (``recurrent``; both start from scratch) get ``pooler_lr`` (``head_lr`` when ``None``),
+    the head ``head_lr``; biases and norm weights get no weight decay.
 
     Args:
         model: An :class:`~attnpool.AttnPoolForSequenceClassification`.
@@ -26,7 +27,7 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
         head_lr: Learning rate of the head (trained from scratch, so usually higher).
         weight_decay: Decoupled weight decay for weight matrices.
         llrd: Layer-wise decay factor in (0, 1]; 1 gives every encoder parameter ``lr``.
-        pooler_lr: Learning rate of the pooler's parameters; ``None``: ``head_lr``.
+        pooler_lr: Learning rate of the pooler's (and the recurrent layer's) parameters; ``None``: ``head_lr``.
 
     Returns:
         Parameter groups for ``torch.optim.AdamW``; frozen parameters are left out.
@@ -49,7 +50,7 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
         in_encoder = name.startswith("attnpool.encoder.")
         if in_encoder:
             rate = lr * (llrd ** depth_of.get(id(p), 0))
-        elif name.startswith("attnpool.pooler.") and pooler_lr is not None:
+        elif name.startswith(("attnpool.pooler.", "attnpool.recurrent.")) and pooler_lr is not None:
             rate = pooler_lr
         else:
             rate = head_lr
