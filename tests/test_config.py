@@ -33,7 +33,8 @@ DEFAULTS = {
     "epochs": 3.0, "batch_size": 16, "eval_batch_size": 64, "grad_accum": 1, "max_length": 128, "lr": 2e-5,
     "head_lr": 1e-3, "pooler_lr": None, "llrd": 1.0, "weight_decay": 0.01, "warmup_ratio": 0.1,
     "scheduler": "cosine", "precision": "auto", "gradient_checkpointing": False, "eval_steps": None,
-    "early_stopping_patience": None, "seed": 42,
+    "early_stopping_patience": None, "ema_decay": None, "adversarial": None, "adversarial_start": 1.0,
+    "adversarial_eps": None, "adversarial_lr": 1.0, "seed": 42,
     "output_dir": "runs/attnpool", "overwrite": False, "resume": False, "report_to": "none",
 }
 

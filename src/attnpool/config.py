@@ -27,6 +27,9 @@ from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
 
 SCHEDULERS = ("cosine", "linear", "constant")
+# --adversarial: the perturbations of adversarial training (training/adversarial.py), and their default sizes.
+ADVERSARIAL = ("fgm", "awp")
+ADVERSARIAL_EPS = {"fgm": 1.0, "awp": 1e-3}
 # --report-to: the Trainer integrations attnpool groups per run (all: every one of them that is installed).
 REPORT_TO = ("none", "tensorboard", "mlflow", "wandb", "all")
 # The option groups, in the order of the config, with what each holds (the headings of ``attnpool train --help``).
@@ -145,6 +148,19 @@ class TrainConfig:
                                      default_text="once per epoch")
     early_stopping_patience: int | None = _recipe(None, "stop a fold after this many evaluations without "
                                                   "improvement", default_text="never")
+    ema_decay: float | None = _recipe(None, "evaluate, keep and predict with an exponential moving average of the "
+                                      "weights, updated every optimizer step with this decay, e.g. 0.999 (PPPM 2nd "
+                                      "place, Kaggle 2022)", default_text="off")
+    adversarial: str | None = _recipe(None, "adversarial training, each step also on a perturbed model: fgm the "
+                                      "word embeddings (Miyato et al. 2017; PPPM 2nd place), awp the encoder's "
+                                      "weights (Wu et al. 2020; PPPM 1st place)", choices=ADVERSARIAL,
+                                      default_text="off")
+    adversarial_start: float = _recipe(1.0, "the epoch from which adversarial training runs (fractions allowed)")
+    adversarial_eps: float | None = _recipe(None, "the perturbation's size: fgm its L2 norm on the embedding "
+                                            "matrix, awp the largest change relative to each weight",
+                                            default_text="fgm 1.0, awp 0.001")
+    adversarial_lr: float = _recipe(1.0, "awp only: the step along the gradient relative to each weight matrix's "
+                                    "norm, before the clamp to adversarial_eps")
     seed: int = _recipe(42, "seed of the folds, the initialisation and the data order")
 
     # --- output
@@ -159,6 +175,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.pooling_layers = parse_pooling_layers(self.pooling_layers)
+
+    def resolved_adversarial_eps(self) -> float | None:
+        """The perturbation's size: ``adversarial_eps``, or the default of ``adversarial`` (``None`` without it)."""
+        if self.adversarial_eps is not None or self.adversarial is None:
+            return self.adversarial_eps
+        return ADVERSARIAL_EPS[self.adversarial]
 
     def resolved_pooler_lr(self) -> float:
         """The pooler's learning rate: ``pooler_lr``, or ``head_lr`` when unset."""
@@ -196,11 +218,32 @@ class TrainConfig:
                              f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
         if not 0 < self.llrd <= 1:
             raise ValueError(f"llrd must be in (0, 1], got {self.llrd}")
+        self._check_recipe_techniques()
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
         if self.preset is None and not self.text_cols and not self.template:
             raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'")
         return self
+
+
+    def _check_recipe_techniques(self) -> None:
+        """The Pearson loss, the weight average and adversarial training: values that fit."""
+        if self.loss == "pearson" and self.task != "regression":
+            raise ValueError(f"loss pearson needs task regression, got task {self.task}; use cross_entropy or bce")
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be in (0, 1), e.g. 0.999, got {self.ema_decay}")
+        if self.adversarial is None:
+            if self.adversarial_eps is not None or self.adversarial_lr != 1.0:
+                raise ValueError("adversarial_eps and adversarial_lr need adversarial (fgm or awp)")
+            return
+        if not 0 <= self.adversarial_start < self.epochs:
+            raise ValueError(f"adversarial_start must be in [0, epochs={self.epochs}) so that adversarial training "
+                             f"runs, got {self.adversarial_start}")
+        if self.resolved_adversarial_eps() <= 0 or self.adversarial_lr <= 0:
+            raise ValueError(f"adversarial_eps and adversarial_lr must be positive, got {self.adversarial_eps} and "
+                             f"{self.adversarial_lr}")
+        if self.adversarial == "fgm" and self.adversarial_lr != 1.0:
+            raise ValueError("adversarial_lr applies to adversarial awp only (fgm steps by adversarial_eps)")
 
 
 def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = None, /,
@@ -272,5 +315,5 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in values.items()}
 
 
-__all__ = ["GROUPS", "PRECISIONS", "REPORT_TO", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig", "default_model",
-           "load_yaml", "make_config", "parse_options", "parse_value"]
+__all__ = ["ADVERSARIAL", "GROUPS", "PRECISIONS", "REPORT_TO", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig",
+           "default_model", "load_yaml", "make_config", "parse_options", "parse_value"]

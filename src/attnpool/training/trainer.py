@@ -1,16 +1,21 @@
-"""The recipe's ``Trainer``: its optimiser, length-grouped sampler, metrics, pooling statistics, progress line."""
+"""The recipe's ``Trainer``: optimiser, sampler, metrics, pooling statistics, progress, EMA, adversarial training."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import torch
 import transformers
+from transformers.trainer_utils import get_last_checkpoint
 
 from attnpool.config import TrainConfig
 from attnpool.data.batching import LengthGroupedSampler
 from attnpool.metrics import task_metrics
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
+from attnpool.training.adversarial import Adversary, make_adversary, perturbed
+from attnpool.training.ema import WeightEMA
 from attnpool.training.optim import build_optimizer, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
@@ -23,19 +28,64 @@ class RecipeTrainer(transformers.Trainer):
     The optimiser has layer-wise decayed encoder rates and rates of their own for the pooler and the head
     (:func:`~attnpool.training.optim.parameter_groups`); the training order is
     :class:`~attnpool.data.batching.LengthGroupedSampler`'s; with a ``monitor``, every log line carries the
-    normalised entropy of the pooling weights and their share on special tokens.
+    normalised entropy of the pooling weights and their share on special tokens. With an ``ema``, evaluations see
+    the averaged weights (:mod:`attnpool.training.ema`); with an ``adversary``, each training step from
+    ``recipe.adversarial_start`` on adds the gradient of the perturbed model (:mod:`attnpool.training.adversarial`).
 
     Args:
-        recipe: The run's options (learning rates, weight decay, LLRD).
+        recipe: The run's options (learning rates, weight decay, LLRD, ``adversarial_start``).
         monitor: Pooling-weight statistics to add to the logs, or ``None``.
+        ema: The weight average, also one of the ``callbacks``, or ``None``.
+        adversary: The perturbation of adversarial training, or ``None``.
         **kwargs: ``transformers.Trainer`` arguments.
+
+    Raises:
+        ValueError: ``ema`` or ``adversary`` under FSDP or DeepSpeed, where no process holds the whole weights.
     """
 
     def __init__(self, *args: Any, recipe: TrainConfig, monitor: PoolingMonitor | None = None,
-                 **kwargs: Any) -> None:
+                 ema: WeightEMA | None = None, adversary: Adversary | None = None, **kwargs: Any) -> None:
         self.recipe = recipe
         self.monitor = monitor
+        self.ema = ema
+        self.adversary = adversary
         super().__init__(*args, **kwargs)
+        sharded = getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False)
+        if sharded and (ema is not None or adversary is not None):
+            raise ValueError("ema_decay and adversarial need every process to hold the whole weights: they do not "
+                             "work with FSDP or DeepSpeed; train with DDP (torchrun) or leave them off")
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        """The Trainer's ``train``; the weight average is read back from the checkpoint it resumes from."""
+        if self.ema is not None:
+            folder = resume_from_checkpoint
+            if folder is True:
+                folder = get_last_checkpoint(self.args.output_dir)
+            self.ema.resume_from = str(folder) if folder else None
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+        """The Trainer's step, then, from ``adversarial_start`` on, the same step on the perturbed model.
+
+        The second step is the Trainer's own (autocast, loss scaling, division by the gradient-accumulation steps),
+        so its gradient adds to the plain one; the weights are restored after it. Returns the plain step's loss
+        (what is logged).
+        """
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.adversarial_now():
+            with perturbed(self.adversary):
+                super().training_step(model, inputs, num_items_in_batch)
+        return loss
+
+    def adversarial_now(self) -> bool:
+        """Whether this training step has an adversarial pass: an adversary, and the epoch at adversarial_start."""
+        return self.adversary is not None and (self.state.epoch or 0.0) >= self.recipe.adversarial_start
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """The Trainer's evaluation, of the weight average while training with one."""
+        with self.ema.applied(self.model) if self.ema is not None else contextlib.nullcontext():
+            return super().evaluate(*args, **kwargs)
 
     def create_optimizer(self, *args: Any, **kwargs: Any):
         """AdamW over the recipe's parameter groups."""
@@ -71,7 +121,9 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
 
     The fold's progress is :class:`~attnpool.training.progress.FoldProgress`'s one line: the ``Trainer``'s own
     printer of log dicts is removed (at ``verbose`` its bars and dicts stay). Its trackers (``cfg.report_to``) write
-    under the run directory (TensorBoard: ``RUN_DIR/tensorboard/fold_K``), one tracker run per fold.
+    under the run directory (TensorBoard: ``RUN_DIR/tensorboard/fold_K``), one tracker run per fold. With
+    ``cfg.ema_decay`` it keeps a :class:`~attnpool.training.ema.WeightEMA`, with ``cfg.adversarial`` it trains
+    adversarially (:mod:`attnpool.training.adversarial`).
     """
 
     def compute_metrics(eval_pred) -> dict[str, float]:
@@ -80,12 +132,19 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
 
     callbacks: list[transformers.TrainerCallback] = [FoldProgress("training" if fold is None else f"fold {fold}"),
                                                      FoldTracking(integrations(cfg.report_to))]
+    ema = WeightEMA(cfg.ema_decay) if cfg.ema_decay is not None else None
+    if ema is not None:
+        callbacks.append(ema)
+    adversary = None
+    if cfg.adversarial is not None:
+        adversary = make_adversary(cfg.adversarial, model, cfg.resolved_adversarial_eps(), cfg.adversarial_lr)
     if cfg.early_stopping_patience:
         callbacks.append(transformers.EarlyStoppingCallback(early_stopping_patience=cfg.early_stopping_patience))
     with fold_environment(run, fold):  # the integrations' callbacks read it when the Trainer makes them
         trainer = RecipeTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                                 data_collator=transformers.DataCollatorWithPadding(tokenizer),
-                                compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor)
+                                compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor,
+                                ema=ema, adversary=adversary)
     if get_verbosity() != "verbose":
         trainer.remove_callback(transformers.PrinterCallback)  # print(logs): the dicts go to train.log instead
     return trainer

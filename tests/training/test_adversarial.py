@@ -1,0 +1,159 @@
+"""adversarial: FGM and AWP perturb along the gradient and restore bit for bit; the trainer adds their gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from trainer_helpers import tiny_model, tiny_trainer, weights
+
+from attnpool.config import TrainConfig
+from attnpool.training.adversarial import AWP, FGM, awp_parameters, make_adversary, perturbed
+from model_helpers import batch
+
+
+def backward(model, seed=0):
+    ids, mask = batch([6, 4, 5, 3], seed=seed)
+    labels = torch.tensor([0.1, 0.5, 0.9, 0.3])
+    model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+
+
+def test_fgm_moves_the_embeddings_by_eps_along_the_gradient_and_restores_them():
+    model = tiny_model(dropout=0.0)
+    backward(model)
+    fgm = FGM(model, eps=0.5)
+    before = weights(model)
+    grad = fgm.weight.grad.clone()
+    with perturbed(fgm):
+        delta = fgm.weight.detach() - before["attnpool.encoder.embeddings.word_embeddings.weight"]
+        torch.testing.assert_close(delta, 0.5 * grad / grad.norm())
+        assert torch.linalg.vector_norm(delta).item() == pytest.approx(0.5, rel=1e-5)
+        others = [n for n in before if "word_embeddings" not in n]
+        assert all(torch.equal(dict(model.named_parameters())[n], before[n]) for n in others)
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters()), "restored bit for bit"
+
+
+def test_awp_perturbs_encoder_matrices_within_the_relative_box_and_restores_them():
+    model = tiny_model(dropout=0.0)
+    backward(model)
+    params = awp_parameters(model)
+    assert params and all(p.dim() == 2 for p in params.values())
+    assert not any("embeddings" in n or "LayerNorm" in n or n.endswith("bias") for n in params)
+    encoder = {id(p) for p in model.attnpool.encoder.parameters()}
+    assert all(id(p) in encoder for p in params.values()), "the encoder's weights only (not the pooler, the head)"
+    before = weights(model)
+    awp = AWP(model, eps=1e-2, lr=1.0)
+    with perturbed(awp):
+        moved = 0
+        for name, p in model.named_parameters():
+            w = before[name]
+            if name.removeprefix("attnpool.encoder.") in params and p.grad is not None:
+                assert ((p - w).abs() <= (1e-2 + 1e-6) * w.abs()).all(), name  # (1e-6: rounding)
+                moved += int(not torch.equal(p, w))
+            else:
+                assert torch.equal(p, w), name
+        assert moved > 0
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters()), "restored bit for bit"
+
+
+def test_no_gradient_or_a_non_finite_one_leaves_the_weights_alone():
+    model = tiny_model(dropout=0.0)
+    before = weights(model)
+    with perturbed(FGM(model, eps=1.0)), perturbed(AWP(model)):  # no backward yet: no gradient
+        assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    backward(model)
+    embedding = model.get_input_embeddings().weight
+    embedding.grad[0, 0] = float("inf")  # an fp16 overflow
+    with perturbed(FGM(model, eps=1.0)):
+        assert torch.equal(embedding, before["attnpool.encoder.embeddings.word_embeddings.weight"])
+
+
+def test_fgm_refuses_frozen_embeddings():
+    model = tiny_model()
+    model.freeze_embeddings()
+    with pytest.raises(ValueError, match="adversarial=fgm perturbs the word embeddings, which are frozen"):
+        make_adversary("fgm", model, 1.0)
+    model.attnpool.encoder.requires_grad_(False)
+    with pytest.raises(ValueError, match="adversarial=awp: no encoder weight matrix is trained"):
+        make_adversary("awp", model, 1e-3)
+
+
+@pytest.mark.parametrize("kind", ["fgm", "awp"])
+def test_the_trainer_step_adds_the_gradient_of_the_perturbed_model(tmp_path, kind):
+    """With no dropout the adversarial step's gradient is the plain one plus that of the perturbed model."""
+    eps = 1.0 if kind == "fgm" else 1e-2
+    plain = tiny_trainer(tmp_path / "plain", model=tiny_model(dropout=0.0))
+    trainer = tiny_trainer(tmp_path / "adv", model=tiny_model(dropout=0.0), adversarial=kind, adversarial_start=0.0,
+                           adversarial_eps=eps)
+    inputs = next(iter(trainer.get_train_dataloader()))
+    grads = {}
+    for name, t in (("plain", plain), ("adversarial", trainer)):
+        t.current_gradient_accumulation_steps = 1  # what the training loop sets
+        loss = t.training_step(t.model, inputs)
+        grads[name] = {n: p.grad.clone() for n, p in t.model.named_parameters() if p.grad is not None}
+        grads[name + " loss"] = loss
+    assert torch.equal(grads["plain loss"], grads["adversarial loss"]), "the logged loss is the plain step's"
+    # the gradient of the perturbed model alone, by hand
+    model = tiny_model(dropout=0.0)
+    model(**inputs).loss.backward()
+    adversary = make_adversary(kind, model, eps)
+    adversary.perturb()
+    model.zero_grad()
+    model(**inputs).loss.backward()
+    adversary.restore()
+    by_hand = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    for n, g in grads["plain"].items():
+        torch.testing.assert_close(grads["adversarial"][n], g + by_hand[n], rtol=1e-4, atol=1e-6)
+    assert any(not torch.allclose(grads["adversarial"][n], g) for n, g in grads["plain"].items())
+
+
+class Recorder(transformers.TrainerCallback):
+    """Whether each optimizer step has an adversarial pass, and whether the weights after it are ``start``."""
+
+    def __init__(self, trainer, start):
+        self.trainer = trainer
+        self.start = start
+        self.adversarial: list[tuple[float, bool]] = []
+        self.unchanged: list[bool] = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.adversarial.append((state.epoch or 0.0, self.trainer.adversarial_now()))
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.unchanged.append(all(torch.equal(p, self.start[n]) for n, p in model.named_parameters()))
+
+
+@pytest.mark.parametrize("kind", ["fgm", "awp"])
+def test_with_a_zero_learning_rate_the_weights_end_unchanged_and_the_pass_starts_on_time(tmp_path, kind):
+    model = tiny_model()
+    start = weights(model)
+    trainer = tiny_trainer(tmp_path / "checkpoints", model=model, lr=0.0, head_lr=0.0, adversarial=kind,
+                           adversarial_start=1.0, grad_accum=2, monitor=True)
+    calls = []
+    perturb = trainer.adversary.perturb
+    trainer.adversary.perturb = lambda: (calls.append(trainer.state.epoch), perturb())
+    recorder = Recorder(trainer, start)
+    trainer.add_callback(recorder)
+    trainer.train()
+    assert recorder.unchanged == [True] * 4, "every step's perturbation was restored"
+    assert [on for _, on in recorder.adversarial] == [epoch >= 1.0 for epoch, _ in recorder.adversarial]
+    assert calls and all(epoch >= 1.0 for epoch in calls)
+    assert len(calls) == 2 * sum(on for _, on in recorder.adversarial)  # every micro-batch of those steps
+    assert any("pool_entropy" in logs for logs in trainer.state.log_history), "the pooling statistics still log"
+
+
+def test_config_checks():
+    base = {"train_file": "x.csv", "text_cols": ["a"]}
+    assert TrainConfig(**base, adversarial="fgm").resolved_adversarial_eps() == 1.0
+    assert TrainConfig(**base, adversarial="awp").resolved_adversarial_eps() == 1e-3
+    assert TrainConfig(**base, adversarial="awp", adversarial_eps=0.01).resolved_adversarial_eps() == 0.01
+    for options, message in (
+        ({"adversarial": "pgd"}, "adversarial must be one of fgm, awp"),
+        ({"adversarial": "fgm", "epochs": 1.0}, r"adversarial_start must be in \[0, epochs=1.0\)"),
+        ({"adversarial": "awp", "adversarial_eps": 0.0}, "adversarial_eps and adversarial_lr must be positive"),
+        ({"adversarial": "fgm", "adversarial_lr": 0.5}, "adversarial_lr applies to adversarial awp only"),
+        ({"adversarial_eps": 0.1}, "adversarial_eps and adversarial_lr need adversarial"),
+        ({"loss": "pearson", "task": "binary"}, "loss pearson needs task regression"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            TrainConfig(**base, **options).validate()
