@@ -70,12 +70,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 import attnpool
 from attnpool.comparison import paired_bootstrap, run_predictions
 from attnpool.comparison.stats import metric_function
 from attnpool.config import ConfigError, TrainConfig, default_model, make_config
 from attnpool.data.task import load_task
+from attnpool.precision import resolve_precision
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.run import Run
 
@@ -89,7 +91,7 @@ TARGET_EPOCHS = 3
 TARGET_OVER_NOTEBOOK = 0.03
 NOTEBOOK_BATCH_SIZE = 16  # the notebook's CFG.batch_size
 CONTEXT_MAX_LENGTH = 256  # grouped-target texts: median ~85 words, 99th percentile ~280 (the baseline's longest: 84)
-QUICK_ROWS = 300
+QUICK_ROWS = 200
 QUICK_ONLY = ("baseline", "llrd", "notebook")
 BASELINE = "baseline"
 COMBO = "combo"
@@ -351,7 +353,7 @@ def check_targets(summary: Mapping[str, Any], epochs: float, full_data: bool) ->
         return {}
     reach = best["pearson"] >= TARGET_PEARSON if full_data and epochs <= TARGET_EPOCHS else None
     ahead = None
-    if NOTEBOOK in rows:
+    if NOTEBOOK in rows and full_data:
         notebook = rows[NOTEBOOK]["per_seed"]
         paired = [best["per_seed"][s] - notebook[s] for s in best["per_seed"] if s in notebook]
         ahead = bool(np.mean(paired) >= TARGET_OVER_NOTEBOOK) if paired else None
@@ -375,11 +377,13 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
     """The ablation table, its setting, the significance tests and the targets, as markdown."""
     seeds = summary["seeds"]
     note = "" if len(seeds) >= 2 else " (1 seed only: no seed-to-seed spread, no significance test)"
-    lines = [f"## PPPM fold 0 of 4 (grouped by anchor), {meta['model']}, {meta['epochs']:g} epochs, "
+    epochs = f"{meta['epochs']:g} epoch{'s' if meta['epochs'] != 1 else ''}"
+    lines = [f"## PPPM fold 0 of 4 (grouped by anchor), {meta['model']}, {epochs}, "
              f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}{note}", "",
              f"- command: `{meta['command']}`",
              f"- date: {meta['date']}; machine: {meta['machine']}",
-             f"- data: {meta['rows']}; seeds {', '.join(map(str, seeds))}; combo = {meta['combo']}",
+             f"- data: {meta['rows']}; seeds {', '.join(map(str, seeds))}; combo = {meta['combo']}; attnpool rows: "
+             f"precision {meta.get('precision', 'auto')}; the notebook: fp32",
              "- Pearson of fold 0's validation rows at the run's best evaluation; Δ: paired per seed, then averaged; "
              "time: the fold's training seconds (the notebook: its training call)", "",
              "| technique | options | Pearson (mean) | per seed | Δ vs baseline | training time (s) |",
@@ -417,15 +421,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="PPPM folder (train.csv, cpc_texts.csv)")
     p.add_argument("--model", default=None, help="encoder (default: the offline all-MiniLM-L6-v2)")
-    p.add_argument("--epochs", type=float, default=3.0)
-    p.add_argument("--seeds", type=int, default=2, help="number of seeds (default: 2)")
+    p.add_argument("--epochs", type=float, default=None, help="training epochs (default: 3; --quick: 1)")
+    p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: 2; --quick: 1)")
     p.add_argument("--first-seed", type=int, default=42)
     p.add_argument("--rows", type=int, default=None, help="a seeded random subset of this many rows (limit)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these rows (see --list)")
     p.add_argument("--combo", default=DEFAULT_COMBO, help=f"the combo row: techniques joined by + (default "
                    f"{DEFAULT_COMBO})")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
-                   f"{' '.join(QUICK_ONLY)} (unless given)")
+                   f"{' '.join(QUICK_ONLY)} (each unless given)")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
     p.add_argument("--docs", default=None, help="the markdown file (default: docs/pppm_quality.md; none with "
                    "--quick); '-' for none")
@@ -433,9 +437,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the rows and their options, then exit")
     args = p.parse_args(argv)
     if args.quick:
-        args.epochs, args.seeds = 1.0, 1
+        args.epochs, args.seeds = args.epochs or 1.0, args.seeds or 1
         args.rows = args.rows or QUICK_ROWS
         args.only = args.only or list(QUICK_ONLY)
+    args.epochs, args.seeds = args.epochs or 3.0, args.seeds or 2
     args.model = args.model or default_model()
     if args.docs is None:
         args.docs = "-" if args.quick else str(DEFAULT_DOCS)
@@ -449,6 +454,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--only: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
     args.wanted = [n for n in known if args.only is None or n in args.only]
     return args
+
+
+def _precision(base: Mapping[str, Any]) -> str:
+    """What the rows' precision means here, e.g. ``bf16 (auto)``: auto is bf16 on a CPU with native bf16."""
+    asked = base.get("precision", TrainConfig().precision)
+    resolved = resolve_precision(asked, "cuda" if torch.cuda.is_available() else "cpu")
+    return f"{resolved} ({asked})" if asked != resolved else resolved
 
 
 def model_tag(model: str) -> str:
@@ -477,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": command, "model": model_tag(args.model), "epochs": args.epochs, "combo": args.combo,
             "rows": f"{args.rows:,} random rows of train.csv" if args.rows else "every row of train.csv",
             "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})",
-            "bootstrap": args.bootstrap, "work_dir": str(work)}
+            "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base)}
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
     order = [*args.options, NOTEBOOK]

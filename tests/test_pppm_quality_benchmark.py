@@ -122,3 +122,15 @@ def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
         assert cfg.llrd ** 23 == pytest.approx(combo["llrd"] ** 5)  # the same bottom-to-top ratio as on MiniLM
     assert not (tmp_path / "run").exists()  # nothing written
     json.dumps(cfg.to_dict())  # a plain config
+
+
+def test_a_run_trained_with_other_options_is_refused(tmp_path):
+    base = pq.baseline_options(tmp_path, "m", epochs=1)
+    checked = {**base, "loss": "pearson", "seed": 3}
+    run = pq.Run(tmp_path / "run")
+    run.path.mkdir()
+    run.write_info({"task": "regression"})
+    run.write_config(TrainConfig(**checked).to_dict())
+    pq._check_saved_options(run, checked)  # the same options: accepted
+    with pytest.raises(SystemExit, match=r"other options.*loss: run 'pearson', row 'mse'.*--work-dir"):
+        pq._check_saved_options(run, {**checked, "loss": "mse"})
