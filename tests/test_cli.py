@@ -73,7 +73,8 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
                   "--pooling-layers LAYER [LAYER ...] the layers the pooler reads",
                   "--pooling-opt KEY=VALUE an option of the pooler, repeatable (e.g. attn_size=128) (default: none)",
                   "--task {regression,binary,multiclass,multilabel} what the label is (default: regression)",
-                  "--loss {mse,bce,cross_entropy} the training loss (default: from the task",
+                  "--loss {mse,bce,cross_entropy,pearson} the training loss (pearson: 1 - the batch's Pearson r, "
+                  "regression only; PPPM 1st place) (default: from the task",
                   "--head-dropout HEAD_DROPOUT dropout on the pooled vector before the head (default: 0.1)",
                   "--label-bins LABEL_BINS regression labels are binned", "(default: every fold)",
                   "--gradient-checkpointing, --no-gradient-checkpointing", "(default: 42)", "(default: 3.0)",

@@ -121,7 +121,8 @@ class TrainConfig:
                                           default_text="none, a linear head")
     output_activation: str | None = _model(None, "sigmoid: for targets in [0, 1] (PPPM)",
                                            choices=tuple(a for a in OUTPUT_ACTIVATIONS if a))
-    loss: str | None = _model(None, "the training loss", choices=LOSSES,
+    loss: str | None = _model(None, "the training loss (pearson: 1 - the batch's Pearson r, regression only; PPPM "
+                              "1st place)", choices=LOSSES,
                               default_text="from the task: mse, or bce with a sigmoid output; "
                               "cross_entropy for binary and multiclass; bce for multilabel")
     reinit_layers: int = _model(0, "re-initialise the top n encoder layers")

@@ -157,3 +157,51 @@ def test_config_checks():
     ):
         with pytest.raises(ValueError, match=message):
             TrainConfig(**base, **options).validate()
+
+
+@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                    reason="needs torch.distributed with the gloo backend")
+def test_under_torchrun_awp_and_the_weight_average_match_one_process(tmp_path):
+    """2 CPU processes (gloo) against 1 with the same global batch and no dropout (see test_distributed.py).
+
+    The perturbation follows the gradient after DDP's all-reduce, so both runs perturb the same weights the same
+    way, and every process's average follows the same synchronised weights; only the main process writes.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pandas as pd
+    from transformers import AutoModel
+
+    from attnpool.cli import main
+    from model_helpers import tiny_config, tiny_tokenizer, write_toy_csv
+
+    encoder = tmp_path / "encoder"
+    config = tiny_config("bert")
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(encoder)
+    tiny_tokenizer().save_pretrained(encoder)
+    write_toy_csv(tmp_path / "train.csv", n=24, seed=0)
+    common = ["train", "--train-file", str(tmp_path / "train.csv"), "--model", str(encoder), "--text-cols", "first",
+              "second", "--folds", "2", "--epochs", "2", "--eval-batch-size", "8", "--lr",
+              "1e-3", "--head-lr", "3e-3", "--max-length", "16", "--head-dropout", "0", "--pooling-opt",
+              "attn_size=8", "--precision", "fp32", "--ema-decay", "0.8", "--adversarial", "awp",
+              "--adversarial-start", "0.5", "--adversarial-eps", "0.01"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "attnpool.cli", *common, "--batch-size", "2", "--output-dir", str(tmp_path / "two")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, f"torchrun exited {proc.returncode}\n{proc.stderr[-4000:]}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACCELERATE_USE_CPU", "true")
+        assert main([*common, "--batch-size", "4", "--output-dir", str(tmp_path / "one")]) == 0
+    one, two = (pd.read_csv(tmp_path / run / "oof.csv") for run in ("one", "two"))
+    np.testing.assert_allclose(two["prediction"], one["prediction"], atol=1e-4)
+    for fold in (0, 1):
+        metrics = [json.loads((tmp_path / run / f"fold_{fold}" / "metrics.json").read_text()) for run in ("one", "two")]
+        assert metrics[0]["best_checkpoint"] == metrics[1]["best_checkpoint"] and metrics[1]["processes"] == 2
+    assert (tmp_path / "two" / "train.log").read_text().count("ema_decay=0.8 over") == 2, "one warning per fold"

@@ -149,7 +149,7 @@ def test_a_mismatched_file_is_refused_naming_the_parameters(tmp_path):
         WeightEMA(0.9).load(tmp_path, model)
 
 
-def test_the_saved_fold_model_is_the_averaged_weights(tmp_path):
+def test_the_saved_fold_model_is_the_averaged_weights_and_keeps_the_recipe_loss(tmp_path):
     class Capture(transformers.TrainerCallback):
         def on_train_end(self, args, state, control, model=None, **kwargs):
             self.ema = weights(model)  # after the recipe's WeightEMA.on_train_end
@@ -160,8 +160,10 @@ def test_the_saved_fold_model_is_the_averaged_weights(tmp_path):
     capture = Capture()
     cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), text_cols=["first", "second"], folds=2,
                       only_folds=[0], model=encoder, output_dir=str(tmp_path / "run"), epochs=1, batch_size=4,
-                      max_length=16, lr=1e-3, pooling_options={"attn_size": 8}, ema_decay=0.8)
+                      max_length=16, lr=1e-3, pooling_options={"attn_size": 8}, ema_decay=0.8, loss="pearson")
     train(cfg, callbacks=[capture])
-    saved = weights(AttnPoolForSequenceClassification.from_pretrained(tmp_path / "run" / "fold_0" / "model"))
+    model = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "run" / "fold_0" / "model")
+    assert model.config.loss == "pearson"  # the recipe's loss reaches the model (and its saved config)
+    saved = weights(model)
     assert all(torch.equal(saved[n], capture.ema[n].cpu()) for n in saved)
     assert any(not torch.equal(saved[n], capture.raw[n]) for n in saved)

@@ -41,7 +41,8 @@ class AttnPoolConfig(PretrainedConfig):
         head_hidden_size: Width of an optional hidden layer (Linear -> GELU) in the head; ``None`` for a linear head.
         output_activation: ``"sigmoid"`` for a regression target known to lie in [0, 1] (logits are then the
             sigmoid of the head's output, and the loss defaults to BCE as in the public PPPM recipe); ``None``.
-        loss: ``"mse"``, ``"bce"`` or ``"cross_entropy"``; ``None`` picks it from ``problem_type``.
+        loss: ``"mse"``, ``"bce"``, ``"cross_entropy"`` or ``"pearson"`` (``1 - r`` of the batch, regression only:
+            :func:`~attnpool.model.losses.pearson_loss`); ``None`` picks it from ``problem_type``.
         position_ids_from_mask: Give the encoder ``position_ids = cumsum(attention_mask) - 1``, which makes
             decoder-only encoders correct under left padding. ``None`` (default) turns it on exactly for
             decoder-only architectures.

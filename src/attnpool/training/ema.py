@@ -146,7 +146,7 @@ class WeightEMA(transformers.TrainerCallback):
             self.start(model)
         self.training = True
         stale = self.decay ** max(state.max_steps, 1)
-        if stale > STALE_SHARE:
+        if stale > STALE_SHARE and state.is_world_process_zero:
             suggestion = 0.01 ** (1 / max(state.max_steps, 1))
             logger.warning("ema_decay=%s over %d optimizer steps: the final average still holds %.0f%% of the "
                            "starting weights; a decay near %.4f would leave 1%%", self.decay, state.max_steps,
