@@ -27,6 +27,7 @@ from attnpool.config import TrainConfig, make_config
 from attnpool.explanations import Explanation, explain, explain_file
 from attnpool.exporters import OnnxExport, export_onnx
 from attnpool.pooling import available_poolers, build_pooler
+from attnpool.prediction.onnx_engine import INT8_TOLERANCE
 from attnpool.prediction.predict import PredictionSummary
 from attnpool.prediction.predict import predict as _predict
 from attnpool.serving import ServeSummary
@@ -92,7 +93,9 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
 def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: int | Sequence[int] | None = None,
           ensemble: str = "mean", max_batch: int = 64, max_wait_ms: float = 5.0, max_rows: int = 256,
           max_body_bytes: int = 1 << 20, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
-          max_length: int | None = None, device: str | None = None, precision: str = "auto") -> ServeSummary:
+          max_length: int | None = None, device: str | None = None, precision: str = "auto", backend: str = "torch",
+          quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE, calibration_file: str | Path | None = None,
+          threads: int | None = None) -> ServeSummary:
     """Serve a train run's fold ensemble (or one saved model) over HTTP until SIGTERM or Ctrl+C (``attnpool serve``).
 
     ``POST /predict`` answers rows with the numbers ``predict`` writes for them (every fold, ensembled alike),
@@ -115,7 +118,15 @@ def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: 
         cors_origins: Web origins allowed to call the API from a browser (CORS is off by default).
         max_length: Truncation for a saved model folder (default 128); a run uses its own.
         device: ``cpu``, ``cuda``...; default: CUDA when available.
-        precision: ``auto`` (bf16 on a GPU that supports it, else fp32), ``fp32``, ``bf16`` or ``fp16``.
+        precision: ``auto`` (bf16 on a GPU or a CPU with native bf16, else fp32), ``fp32``, ``bf16`` or ``fp16``.
+        backend: ``torch``, or ``onnx`` (a run only): ONNX Runtime on each fold's graph, exported once into the run,
+            as ``predict --backend onnx``; word weights still come from the PyTorch models.
+        quantize: With ``backend="onnx"``: ``none`` or ``int8``, checked at start-up against the float32 models on
+            the first rows of ``calibration_file`` and refused, with the figure, beyond ``int8_tolerance``.
+        int8_tolerance: The largest |int8 - float32| difference of a score accepted.
+        calibration_file: Rows like the ones to be served; default: the run's training file.
+        threads: CPU threads of the model; default one per physical core. Tokenising (in the request threads)
+            runs without a thread pool of its own, so the two do not compete for cores.
 
     Returns:
         A :class:`~attnpool.serving.ServeSummary` of what was served, once the server has stopped.
@@ -128,7 +139,8 @@ def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: 
     """
     return _serve(run, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
                   max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
-                  cors_origins=cors_origins, max_length=max_length, device=device, precision=precision)
+                  cors_origins=cors_origins, max_length=max_length, device=device, precision=precision, backend=backend,
+                  quantize=quantize, int8_tolerance=int8_tolerance, calibration_file=calibration_file, threads=threads)
 
 
 def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:

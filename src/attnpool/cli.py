@@ -21,7 +21,7 @@ from attnpool import api
 from attnpool._version import __version__
 from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
 from attnpool.precision import PRECISIONS
-from attnpool.prediction.onnx_engine import INT8_TOLERANCE
+from attnpool.prediction.onnx_engine import INT8_TOLERANCE, QUANTIZE
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
 
@@ -127,10 +127,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    summary = api.predict(args.run, args.input, args.output, batch_size=args.batch_size, ensemble=args.ensemble,
-                          device=args.device, chunk_rows=args.chunk_rows, resume=args.resume,
-                          precision=args.precision, folds=args.folds, progress=args.verbosity != "quiet",
-                          backend=args.backend, quantize=args.quantize, int8_tolerance=args.int8_tolerance)
+    options = {k: getattr(args, k) for k in ("batch_size", "ensemble", "device", "chunk_rows", "resume", "precision",
+                                             "folds", "backend", "quantize", "int8_tolerance", "threads")}
+    summary = api.predict(args.run, args.input, args.output, progress=args.verbosity != "quiet", **options)
     print(f"wrote {summary.rows} predictions to {args.output}")
     return 0
 
@@ -152,10 +151,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    explanation = api.explain_file(args.run, args.input, args.output, json_path=args.json, limit=args.limit,
-                                   erasure_k=args.erasure_k, text_cols=args.text_cols, label=args.label,
-                                   max_length=args.max_length, fold=args.fold, seed=args.seed,
-                                   batch_size=args.batch_size, device=args.device)
+    keys = ("limit", "erasure_k", "text_cols", "label", "max_length", "fold", "seed", "batch_size", "device")
+    explanation = api.explain_file(args.run, args.input, args.output, json_path=args.json,
+                                   **{k: getattr(args, k) for k in keys})
     aopc = explanation.erasure.aopc
     print(f"explained {len(explanation.examples)} examples; erasure AOPC: most-weighted {aopc['top'] or 0:.4g}, "
           f"random {aopc['random'] or 0:.4g}, least-weighted {aopc['bottom'] or 0:.4g}")
@@ -215,24 +213,30 @@ def _add_predict(commands: Any) -> None:
     _arg(predict, "--run", "the --output-dir of attnpool train", required=True)
     _arg(predict, "--input", "CSV, TSV, JSONL or Parquet to predict", required=True)
     _arg(predict, "--output", "where to write the predictions (format by extension)", required=True)
-    _arg(predict, "--folds", "which trained folds to ensemble", shown="every trained fold", nargs="+", type=int,
-         metavar="K")
     _arg(predict, "--batch-size", "rows per forward pass", default=128, type=int)
-    _arg(predict, "--ensemble", "mean of the folds, or weighted by each fold's validation score", default="mean",
-         choices=["mean", "score"])
     _arg(predict, "--device", "cpu, cuda...", shown="cuda when available")
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
     _arg(predict, "--resume", "continue an interrupted prediction to the same --output, keeping its finished chunks",
          default=False, action="store_true")
-    _arg(predict, "--precision", "autocast dtype: auto = bf16 on a GPU that has it, else fp32", default="auto",
-         choices=PRECISIONS)
-    _arg(predict, "--backend", "torch, or onnx: ONNX Runtime on each fold's graph (exported once into the run)",
-         default="torch", choices=["torch", "onnx"])
-    _arg(predict, "--quantize", "with --backend onnx: int8 dynamic quantization, checked against float32 on the "
-         "first rows and refused with the figure beyond --int8-tolerance", default="none", choices=["none", "int8"])
-    _arg(predict, "--int8-tolerance", "largest |int8 - float32| difference of a score accepted",
-         default=INT8_TOLERANCE, type=float)
+    _add_engine(predict, "the first rows")
     predict.set_defaults(func=_cmd_predict)
+
+
+def _add_engine(parser: Any, calibration: str) -> None:
+    """Which models predict and serve run, and how: folds, ensemble, precision, backend, quantization, threads."""
+    _arg(parser, "--folds", "which trained folds to ensemble", shown="every trained fold", nargs="+", type=int,
+         metavar="K")
+    _arg(parser, "--ensemble", "mean of the folds, or weighted by each fold's validation score", default="mean",
+         choices=["mean", "score"])
+    _arg(parser, "--precision", "autocast dtype: auto = bf16 on a GPU, or on a CPU with native bf16 (AMX, "
+         "AVX512-BF16); else fp32", default="auto", choices=PRECISIONS)
+    _arg(parser, "--backend", "torch, or onnx: ONNX Runtime on each fold's graph (exported once into the run)",
+         default="torch", choices=["torch", "onnx"])
+    _arg(parser, "--quantize", f"with --backend onnx: int8 dynamic quantization, checked against float32 on "
+         f"{calibration} and refused with the figure beyond --int8-tolerance", default="none", choices=QUANTIZE)
+    _arg(parser, "--int8-tolerance", "largest |int8 - float32| difference of a score accepted",
+         default=INT8_TOLERANCE, type=float)
+    _arg(parser, "--threads", "CPU threads of the model", shown="one per physical core", type=int)
 
 
 def _add_compare(commands: Any) -> None:
@@ -290,8 +294,7 @@ def _add_export(commands: Any) -> None:
         "against PyTorch in onnxruntime, and save the tokenizer beside it (see docs/serving.md).")
     _arg(export, "--model", "a model folder saved with save_pretrained, or the --output-dir of attnpool train",
          required=True, metavar="MODEL_OR_RUN_DIR")
-    _arg(export, "--fold", "which fold's model of a run (one graph holds one model)", shown="its first trained fold",
-         type=int)
+    _arg(export, "--fold", "which fold's model of a run (a graph holds one)", shown="its first trained fold", type=int)
     _arg(export, "--format", "the serving format", default=_API_DEFAULTS["export"]["format"], choices=["onnx"])
     _arg(export, "--output", "the .onnx file; the tokenizer files go into its folder", required=True)
     _arg(export, "--with-weights", "also output the pooler's token weights (pooling_weights)", default=False,
@@ -312,10 +315,6 @@ def _add_serve(commands: Any) -> None:
     _arg(serve, "--run", "the --output-dir of attnpool train, or a model folder saved with save_pretrained",
          required=True, metavar="RUN_DIR_OR_MODEL")
     _arg(serve, "--host", "the address to listen on (127.0.0.1: this machine only)", default=api_default["host"])
-    _arg(serve, "--folds", "which trained folds to ensemble", shown="every trained fold", nargs="+", type=int,
-         metavar="K")
-    _arg(serve, "--ensemble", "mean of the folds, or weighted by each fold's validation score",
-         default=api_default["ensemble"], choices=["mean", "score"])
     for flag, text, kind in (("--port", "the port (0: any free port, logged)", int),
                              ("--max-batch", "rows per forward pass at most: concurrent requests are batched", int),
                              ("--max-wait-ms", "how long a request waits for others to join its batch", float),
@@ -328,8 +327,8 @@ def _add_serve(commands: Any) -> None:
          nargs="+", dest="cors_origins", metavar="ORIGIN")
     _arg(serve, "--max-length", "truncation, for a model folder (a run uses its own)", shown="128", type=int)
     _arg(serve, "--device", "cpu, cuda...", shown="cuda when available")
-    _arg(serve, "--precision", "autocast dtype: auto = bf16 on a GPU that has it, else fp32",
-         default=api_default["precision"], choices=PRECISIONS)
+    _add_engine(serve, "--calibration-file")
+    _arg(serve, "--calibration-file", "rows to check int8 on (the first 128)", shown="the run's training file")
     serve.set_defaults(func=_cmd_serve)
 
 

@@ -142,8 +142,8 @@ class TrainConfig:
     weight_decay: float = _recipe(0.01, "AdamW weight decay")
     warmup_ratio: float = _recipe(0.1, "share of the training steps that warm the learning rates up")
     scheduler: str = _recipe("cosine", "learning-rate schedule after the warm-up", choices=SCHEDULERS)
-    precision: str = _recipe("auto", "autocast dtype: auto is bf16 on a GPU that has it, else fp32",
-                             choices=PRECISIONS)
+    precision: str = _recipe("auto", "autocast dtype: auto is bf16 on a GPU, or on a CPU with native bf16 (AMX, "
+                             "AVX512-BF16), else fp32", choices=PRECISIONS)
     gradient_checkpointing: bool = _recipe(False, "recompute activations in the backward pass: less memory, slower")
     eval_steps: int | None = _recipe(None, "evaluate (and checkpoint) every n optimizer steps",
                                      default_text="once per epoch")

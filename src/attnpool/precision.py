@@ -17,11 +17,26 @@ def check_precision(precision: str) -> str:
     return precision
 
 
+def cpu_bf16_instructions() -> list[str]:
+    """The native bf16 instruction sets of this CPU that PyTorch's kernels use (AMX, AVX512-BF16); empty if none.
+
+    Without them bf16 is emulated and slower than float32; with them (Intel Cooper Lake and later, AMD Zen 4 and
+    later) bf16 matrix products run at two or more times the float32 rate.
+    """
+    found = []
+    for name, probe in (("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported")):
+        check = getattr(torch.cpu, probe, None)  # private probes of torch.cpu (torch >= 2.3)
+        if check is not None and check():
+            found.append(name)
+    return found
+
+
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """The precision that ``precision`` means on ``device``: ``fp32``, ``bf16`` or ``fp16``.
 
-    ``auto`` is bf16 on a CUDA device that supports it, else fp32. bf16 and fp16 run the forward pass under
-    ``torch.autocast`` (on a CPU too, when asked); the weights stay float32.
+    ``auto`` is bf16 on a CUDA device that supports it and on a CPU with native bf16 instructions
+    (:func:`cpu_bf16_instructions`), else fp32. bf16 and fp16 run the forward pass under ``torch.autocast``; the
+    weights, gradients and optimiser state stay float32. :func:`precision_reason` says why in words.
 
     Raises:
         ValueError: ``precision`` is not one of ``auto``, ``fp32``, ``bf16``, ``fp16``.
@@ -29,7 +44,30 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
     if check_precision(precision) != "auto":
         return precision
     device = torch.device(device)
-    return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and cpu_bf16_instructions() else "fp32"
+
+
+def precision_reason(precision: str, device: str | torch.device) -> str:
+    """One log line: the precision ``precision`` resolves to on ``device``, and why.
+
+    For example ``bf16 autocast, float32 weights (auto: this CPU has native bf16: AMX, AVX512-BF16; --precision fp32
+    to change it)``.
+    """
+    resolved = resolve_precision(precision, device)
+    name = "fp32" if resolved == "fp32" else f"{resolved} autocast, float32 weights"
+    if precision != "auto":
+        return f"{name} (asked for)"
+    device = torch.device(device)
+    if device.type == "cuda":
+        why = "this GPU supports bf16" if resolved == "bf16" else "this GPU has no bf16"
+    elif resolved == "bf16":
+        why = f"this CPU has native bf16: {', '.join(cpu_bf16_instructions())}"
+    else:
+        why = f"no native bf16 on this {device.type}" if device.type == "cpu" else f"{device.type} device"
+    other = "fp32" if resolved == "bf16" else "bf16"
+    return f"{name} (auto: {why}; --precision {other} to change it)"
 
 
 def autocast(precision: str, device: str | torch.device):

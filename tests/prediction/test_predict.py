@@ -4,6 +4,7 @@ and `iter_table`, the chunked reader under it. Runs are built in code from a tin
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
@@ -20,6 +21,9 @@ from attnpool.precision import resolve_precision
 from attnpool.prediction import PredictionSummary, predict, predict_encoded
 from attnpool.runs import RunError
 from model_helpers import make_run, save_tiny_encoder, write_toy_csv
+
+# Exact comparisons: float32 unless a test asks for another precision (auto is bf16 on a CPU with native bf16).
+predict = functools.partial(predict, precision="fp32")
 
 predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
 predict_module_predict = importlib.import_module("attnpool.prediction.predict")
@@ -193,7 +197,8 @@ def test_interrupted_parts_are_kept_unless_resumed_and_the_cli_resumes(run, fram
     out = tmp_path / "pred.csv"
     interrupt_after_two_chunks(run, data, out, monkeypatch)
     monkeypatch.setattr(predict_module, "predict_encoded", predict_encoded)
-    argv = ["predict", "--run", str(run), "--input", str(data), "--output", str(out), "--chunk-rows", str(CHUNK)]
+    argv = ["predict", "--run", str(run), "--input", str(data), "--output", str(out), "--chunk-rows", str(CHUNK),
+            "--precision", "fp32"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "pred.csv.parts holds 2 finished chunk(s) of an interrupted prediction" in err
@@ -212,7 +217,7 @@ def test_resume_refuses_when_the_input_or_options_changed(run, frame, tmp_path, 
         predict(run, data, out, chunk_rows=CHUNK, progress=False, resume=True, precision="bf16")
     write(pd.concat([frame, frame.iloc[:1]]), data)  # one more row
     argv = ["predict", "--run", str(run), "--input", str(data), "--output", str(out), "--chunk-rows", str(CHUNK),
-            "--resume"]
+            "--resume", "--precision", "fp32"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"cannot resume the prediction in {parts}: the input file {data.resolve()} changed (size" in err
@@ -231,7 +236,7 @@ def test_resume_without_parts_starts_from_the_first_chunk(run, frame, tmp_path):
 
 def test_bf16_autocast_on_cpu_is_finite_and_close_to_fp32(run, frame, unchunked, tmp_path):
     data = write(frame, tmp_path / "test.csv")
-    fp32 = unchunked(".csv")  # precision auto: fp32 on a CPU
+    fp32 = unchunked(".csv")
     bf16 = read(predict(run, data, tmp_path / "bf16.csv", progress=False, precision="bf16").output)
     assert np.isfinite(bf16["prediction"]).all()
     assert not np.array_equal(bf16["prediction"], fp32["prediction"]), "autocast ran in bfloat16"
@@ -239,7 +244,6 @@ def test_bf16_autocast_on_cpu_is_finite_and_close_to_fp32(run, frame, unchunked,
 
 
 def test_resolve_precision():
-    assert resolve_precision("auto", "cpu") == "fp32"
     assert [resolve_precision(p, "cpu") for p in ("fp32", "bf16", "fp16")] == ["fp32", "bf16", "fp16"]
     with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16, got 'half'"):
         resolve_precision("half", "cpu")

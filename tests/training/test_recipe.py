@@ -17,7 +17,7 @@ from attnpool.model import AttnPoolForSequenceClassification
 from model_helpers import save_tiny_encoder, write_toy_csv
 
 FAST = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "16", "--lr", "1e-3", "--head-lr", "3e-3",
-        "--max-length", "16", "--pooling-opt", "attn_size=8"]
+        "--max-length", "16", "--pooling-opt", "attn_size=8", "--precision", "fp32"]  # fp32: exact comparisons
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,8 @@ def test_predict_ensembles_the_folds_in_input_order(run, data, tmp_path):
     from transformers import AutoTokenizer
 
     out = tmp_path / "pred.csv"
-    assert main(["predict", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(out)]) == 0
+    assert main(["predict", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(out),
+                 "--precision", "fp32"]) == 0
     test = pd.read_csv(data / "test.csv", dtype={"id": str})
     pred = pd.read_csv(out, dtype={"id": str})
     assert list(pred["id"]) == list(test["id"]) and list(pred.columns) == ["id", "prediction"]

@@ -21,13 +21,14 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnpool.data import DataError
 from attnpool.data.prediction import PredictionInputs
-from attnpool.precision import resolve_precision
+from attnpool.precision import precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.parts import Parts, manifest
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run
 from attnpool.runs.tables import prediction_columns
+from attnpool.threads import set_threads
 
 logger = logging.getLogger("attnpool.predict")
 
@@ -45,8 +46,8 @@ class PredictionSummary:
 def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path, *, batch_size: int = 128,
             ensemble: str = "mean", device: str | None = None, progress: bool = True, chunk_rows: int = 100_000,
             resume: bool = False, precision: str = "auto", folds: int | Sequence[int] | None = None,
-            backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE
-            ) -> PredictionSummary:
+            backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE,
+            threads: int | None = None) -> PredictionSummary:
     """Predict a file with every fold model of a run, ensemble, and write the output atomically, chunk by chunk.
 
     The output keeps the input's order and its id column; regression writes ``prediction`` (one column per
@@ -85,6 +86,8 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
         quantize: With ``backend="onnx"``: ``none`` or ``int8`` (dynamic quantization; refused, with the figure,
             when it departs from the float32 models by more than ``int8_tolerance`` on the first rows).
         int8_tolerance: The largest |int8 - float32| difference of a score accepted on the calibration rows.
+        threads: CPU threads of the model (PyTorch's or ONNX Runtime's intra-op pool); default: one per physical
+            core (:func:`attnpool.threads.set_threads`).
 
     Returns:
         A :class:`PredictionSummary` (output path, rows, chunks), not the predictions: they may not fit in memory.
@@ -98,12 +101,15 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
     """
     run, input_file, output_file = Run.open(run_dir), Path(input_file), Path(output_file)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    threads = set_threads(threads)
+    if backend == "torch":
+        logger.info("precision: %s; %d CPU threads", precision_reason(precision, device), threads)
     precision = resolve_precision(precision, device)
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
         info = run.info()
-        folds_ensemble = _load_ensemble(run, folds, ensemble, backend, quantize)
+        folds_ensemble = _load_ensemble(run, folds, ensemble, backend, quantize, threads)
         task = folds_ensemble.task
         inputs = PredictionInputs(run.config(), info, input_file, folds_ensemble.tokenizer, log=logger)
         chunks = inputs.chunks(chunk_rows)  # checks the path now; reads lazily
@@ -144,13 +150,14 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
 
 
 def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backend: str,
-                   quantize: str) -> FoldEnsemble | OnnxFoldEnsemble:
+                   quantize: str, threads: int) -> FoldEnsemble | OnnxFoldEnsemble:
     if backend == "torch":
         if quantize != "none":
             raise ValueError(f"--quantize {quantize} needs --backend onnx (the torch backend runs the saved weights)")
         return FoldEnsemble.load(run, folds, how)
     if backend == "onnx":
-        return OnnxFoldEnsemble.load(run, folds, how, quantize)
+        logger.info("ONNX Runtime (%s); %d CPU threads", "float32" if quantize == "none" else quantize, threads)
+        return OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
     raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
 
 

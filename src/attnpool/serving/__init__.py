@@ -13,8 +13,8 @@ The package imports without FastAPI and uvicorn (the optional extra ``attnpool[s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from attnpool.serving import web
 from attnpool.serving.batcher import Batcher, Busy
@@ -24,21 +24,14 @@ from attnpool.serving.service import Service
 from attnpool.serving.web import MISSING_EXTRA
 
 
-def serve(source: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
-          folds: int | Sequence[int] | None = None, ensemble: str = "mean", max_batch: int = 64,
-          max_wait_ms: float = 5.0, max_rows: int = 256, max_body_bytes: int = 1 << 20,
-          api_key_env: str | None = None, cors_origins: Sequence[str] = (), max_length: int | None = None,
-          device: str | None = None, precision: str = "auto") -> ServeSummary:
-    """Serve until SIGTERM or Ctrl+C (see :func:`attnpool.serve`).
+def serve(source: str | Path, **options: Any) -> ServeSummary:
+    """Serve until SIGTERM or Ctrl+C (see :func:`attnpool.serve` for the options).
 
     Raises:
         ImportError: FastAPI or uvicorn is not installed.
     """
     web.require()
-    return run_server(source, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
-                      max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes,
-                      api_key_env=api_key_env, cors_origins=cors_origins, max_length=max_length, device=device,
-                      precision=precision)
+    return run_server(source, **options)
 
 
 __all__ = ["MISSING_EXTRA", "Batcher", "Busy", "Metrics", "ServeSummary", "Service", "serve"]

@@ -40,12 +40,14 @@ from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs
 from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.precision import resolve_precision
+from attnpool.precision import precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
+from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.serving.weights import word_weights
 from attnpool.tasks import class_names, task_of
+from attnpool.threads import set_threads
 
 logger = logging.getLogger("attnpool.serve")
 
@@ -93,12 +95,19 @@ class Service:
     ensemble_how: str = "mean"
     _inputs: dict[bool, PredictionInputs] = field(default_factory=dict, repr=False)  # run: {False: ...}; model: both
     _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    scorer: OnnxFoldEnsemble | None = None  # backend onnx: the scores come from ONNX Runtime, the word weights not
 
     # --- loading
     @classmethod
     def load(cls, source: str | Path, *, folds: int | Sequence[int] | None = None, ensemble: str = "mean",
-             device: str | None = None, precision: str = "auto", max_length: int | None = None) -> Service:
+             device: str | None = None, precision: str = "auto", max_length: int | None = None,
+             backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE,
+             calibration_file: str | Path | None = None, threads: int | None = None) -> Service:
         """Load a train run's folds (or a saved model folder) onto ``device``; nothing is served yet.
+
+        With ``backend="onnx"`` (a run only) the scores come from ONNX Runtime sessions of the folds' graphs, as
+        ``predict --backend onnx`` runs them; ``quantize="int8"`` is checked now, on the first rows of
+        ``calibration_file`` (default: the run's training file), and refused beyond ``int8_tolerance``.
 
         Raises:
             RunError: Not a run nor a model folder, no such trained fold, a fold model or tokenizer that cannot be
@@ -107,6 +116,12 @@ class Service:
         """
         source = Path(source)
         device_ = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        threads = set_threads(threads, tokenizer_threads=False)  # requests are tokenised while the model runs
+        logger.info("precision: %s; %d CPU threads", precision_reason(precision, device_), threads)
+        if backend not in ("torch", "onnx"):
+            raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+        if backend == "torch" and quantize != "none":
+            raise ValueError(f"--quantize {quantize} needs --backend onnx (the torch backend runs the saved weights)")
         precision = resolve_precision(precision, device_)
         if Run.is_run(source):
             if max_length is not None:
@@ -122,6 +137,12 @@ class Service:
                            "give the --output-dir of attnpool train or a save_pretrained folder")
         for model in service.ensemble.models:
             model.eval().to(device_)
+        if backend == "onnx":
+            if service.kind != "run":
+                raise RunError(f"--backend onnx serves a train run (its folds' graphs are exported into it); {source} "
+                               "is a model folder: serve it with --backend torch")
+            service.scorer = onnx_scorer(Run.open(source), folds, ensemble, quantize, threads, int8_tolerance,
+                                         calibration_file)
         return service
 
     @classmethod
@@ -189,7 +210,14 @@ class Service:
                 "max_length": self.max_length, "fields": list(self.fields),
                 "optional_fields": list(self.optional_fields),
                 "id_field": self.id_field, "max_text_chars": self.max_text_chars, "device": str(self.device),
-                "precision": self.precision}
+                "precision": self.precision, "backend": self.backend}
+
+    @property
+    def backend(self) -> str:
+        """What computes the scores: ``torch``, ``onnx`` or ``onnx-int8``."""
+        if self.scorer is None:
+            return "torch"
+        return "onnx" if self.scorer.quantize == "none" else f"onnx-{self.scorer.quantize}"
 
     # --- requests
     def encode(self, rows: Sequence[dict[str, str | None]], *, texts: bool = False) -> Job:
@@ -228,7 +256,8 @@ class Service:
         """Predict the rows of several requests together (length-sorted batches of ``batch_size`` rows)."""
         keys = list(jobs[0].encodings)
         merged = {k: [v for job in jobs for v in job.encodings[k]] for k in keys}
-        scores = self.ensemble.scores(merged, batch_size=batch_size, device=self.device, precision=self.precision)
+        scorer = self.scorer or self.ensemble
+        scores = scorer.scores(merged, batch_size=batch_size, device=self.device, precision=self.precision)
         answers, start = [], 0
         for job in jobs:
             answers.append(Answer(scores[start : start + job.rows]))
@@ -262,7 +291,29 @@ class Service:
         """One forward pass of every model, so that the first request does not pay for lazy initialisation."""
         ids = self.ensemble.tokenizer("warm up", truncation=True, max_length=self.max_length)
         encodings = {k: [list(v)] for k, v in ids.items() if k in ENCODING_KEYS}
-        self.ensemble.scores(encodings, batch_size=1, device=self.device, precision=self.precision)
+        (self.scorer or self.ensemble).scores(encodings, batch_size=1, device=self.device, precision=self.precision)
+
+
+def onnx_scorer(run: Run, folds: Any, how: str, quantize: str, threads: int, tolerance: float,
+                calibration_file: str | Path | None) -> OnnxFoldEnsemble:
+    """The ONNX Runtime ensemble of a served run; an int8 one checked on the calibration rows first.
+
+    Raises:
+        RunError: No calibration rows (no ``calibration_file`` and the run's training file is gone), or int8 that
+            departs from the float32 models beyond ``tolerance``.
+    """
+    scorer = OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
+    if quantize == "none":
+        return scorer
+    cfg = run.config()
+    path = calibration_file or cfg.train_file or (Path(cfg.data_dir) / "train.csv" if cfg.preset else None)
+    if path is None or not Path(path).is_file():
+        raise RunError(f"--quantize {quantize} is checked against the float32 models on rows like the served ones; "
+                       f"the run's training file {path or '(none)'} is not there: give --calibration-file FILE")
+    inputs = PredictionInputs(cfg, run.info(), path, scorer.tokenizer, log=logger)
+    _, encodings = inputs.encode(next(iter(inputs.chunks(CALIBRATION_ROWS))))
+    scorer.check(encodings, tolerance=tolerance)
+    return scorer
 
 
 def run_fields(cfg: TrainConfig) -> list[str]:

@@ -87,5 +87,7 @@ def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: i
             result = result[:, None, :] if result.ndim == 2 else result  # (B, heads, T)
             total = fold_weight * result if total is None else total + fold_weight * result
         for j, i in enumerate(batch):
-            out[i] = total[j, :, : len(encoded[i]["input_ids"])].astype(np.float64)
+            row = total[j, :, : len(encoded[i]["input_ids"])].astype(np.float64)
+            sums = row.sum(axis=-1, keepdims=True)  # bf16 weights sum to 1 only within their rounding
+            out[i] = np.divide(row, sums, out=row.copy(), where=sums > 0)
     return out

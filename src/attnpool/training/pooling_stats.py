@@ -39,6 +39,8 @@ def normalized_entropy(weights: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     if w.dim() == 2:
         w = w.unsqueeze(1)  # (B, 1, T)
     m = mask.unsqueeze(1)
+    w = torch.where(m, w, torch.zeros_like(w))  # bf16 weights sum to 1 only within their rounding: renormalise
+    w = w / w.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
     plogp = torch.where(m & (w > 0), w * w.clamp_min(torch.finfo(torch.float32).tiny).log(), torch.zeros_like(w))
     n = mask.sum(dim=-1).float()  # (B,)
     counted = n >= 2

@@ -24,11 +24,12 @@ import pandas as pd
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import task_metrics
+from attnpool.precision import precision_reason
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric
 from attnpool.training.curves import plot_learning_curves, summary_table
-from attnpool.training.distributed import on_every, on_main, process_state
+from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
 from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
 from attnpool.training.tracking import integrations, log_summary, run_environment
@@ -97,6 +98,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
         with quiet_third_party(handler), run_environment(cfg, run):
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
             folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
+            logger.info("precision: %s", precision_reason(cfg.precision, "cpu" if use_cpu() else "cuda"))
             fold_ids = sorted(set(int(f) for f in folds[folds >= 0]))
             for fold in fold_ids:
                 if fold in done:

@@ -1,0 +1,73 @@
+"""How many CPU threads prediction and serving use: one intra-op thread per physical core, and no oversubscription.
+
+PyTorch and ONNX Runtime each run a pool of intra-op threads. More threads than physical cores (SMT siblings, or
+cores this process may not run on) slow the matrix products down, and so does a second pool competing with the
+first: a fast tokenizer parallelises ``tokenizer(batch)`` over every core, which in ``attnpool serve`` happens in
+the request threads while the batcher's forward pass runs. :func:`set_threads` sizes the model's pool to the
+physical cores this process may use and, where tokenising overlaps the model, turns the tokenizer's own pool off.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def usable_cpus() -> set[int]:
+    """The logical CPUs this process may run on (its affinity mask; every CPU where the OS has no such mask)."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpuinfo: str | None = None) -> int:
+    """The physical cores among :func:`usable_cpus`: SMT siblings count once.
+
+    Read from ``/proc/cpuinfo`` (``processor``, ``physical id``, ``core id``) on Linux; elsewhere, or when it
+    does not say, the number of usable logical CPUs.
+
+    Args:
+        cpuinfo: The text of ``/proc/cpuinfo`` (read from the file when ``None``).
+    """
+    cpus = usable_cpus()
+    if cpuinfo is None:
+        try:
+            cpuinfo = CPUINFO.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return max(1, len(cpus))
+    cores: set[tuple[str, str]] = set()
+    entry: dict[str, str] = {}
+    for line in [*cpuinfo.splitlines(), ""]:
+        key, _, value = line.partition(":")
+        if key.strip():
+            entry[key.strip()] = value.strip()
+            continue
+        if "processor" in entry and "core id" in entry and int(entry["processor"]) in cpus:
+            cores.add((entry.get("physical id", "0"), entry["core id"]))
+        entry = {}
+    return len(cores) if cores else max(1, len(cpus))
+
+
+def set_threads(threads: int | None = None, *, tokenizer_threads: bool = True) -> int:
+    """Size PyTorch's intra-op pool: ``threads``, or one per physical core; returns the number set.
+
+    Args:
+        threads: Intra-op threads; ``None``: :func:`physical_cores`.
+        tokenizer_threads: ``False`` where tokenising overlaps the forward pass (serving): sets
+            ``TOKENIZERS_PARALLELISM=false``, unless the environment already sets it.
+
+    Raises:
+        ValueError: ``threads`` is not a positive integer.
+    """
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive number of threads, got {threads!r}")
+    count = threads or physical_cores()
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    if not tokenizer_threads:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return count

@@ -1,0 +1,70 @@
+"""The precision rule: auto is bf16 where the hardware has native bf16 (a GPU, or a CPU with AMX / AVX512-BF16)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnpool import precision as precision_module
+from attnpool.precision import (
+    autocast,
+    check_precision,
+    cpu_bf16_instructions,
+    precision_reason,
+    resolve_precision,
+    trainer_flags,
+)
+
+
+@pytest.fixture
+def cpu_with(monkeypatch):
+    """Pretend the CPU has (or lacks) the bf16 instruction sets named."""
+
+    def pretend(*names: str) -> None:
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: "AMX" in names, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: "AVX512-BF16" in names, raising=False)
+
+    return pretend
+
+
+def test_auto_is_bf16_on_a_cpu_with_native_bf16(cpu_with):
+    cpu_with("AVX512-BF16")
+    assert cpu_bf16_instructions() == ["AVX512-BF16"]
+    assert resolve_precision("auto", "cpu") == "bf16"
+    assert trainer_flags("auto", "cpu") == {"bf16": True, "fp16": False}
+    with autocast("auto", "cpu"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    reason = precision_reason("auto", "cpu")
+    assert reason.startswith("bf16 autocast, float32 weights (auto: this CPU has native bf16: AVX512-BF16")
+    assert "--precision fp32 to change it" in reason
+
+
+def test_auto_is_fp32_on_a_cpu_without_native_bf16(cpu_with):
+    cpu_with()
+    assert cpu_bf16_instructions() == []
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert trainer_flags("auto", "cpu") == {"bf16": False, "fp16": False}
+    with autocast("auto", "cpu"):
+        assert not torch.is_autocast_enabled("cpu")
+    assert precision_reason("auto", "cpu") == ("fp32 (auto: no native bf16 on this cpu; --precision bf16 to "
+                                               "change it)")
+
+
+def test_asked_for_wins_and_is_said_so(cpu_with):
+    cpu_with("AMX", "AVX512-BF16")
+    assert resolve_precision("fp32", "cpu") == "fp32" and precision_reason("fp32", "cpu") == "fp32 (asked for)"
+    cpu_with()
+    assert resolve_precision("bf16", "cpu") == "bf16"
+    assert precision_reason("bf16", "cpu") == "bf16 autocast, float32 weights (asked for)"
+
+
+def test_a_torch_without_the_probes_means_no_native_bf16(monkeypatch):
+    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        monkeypatch.delattr(torch.cpu, name, raising=False)
+    assert precision_module.cpu_bf16_instructions() == []
+    assert resolve_precision("auto", "cpu") == "fp32"
+
+
+def test_unknown_precision_names_the_valid_ones():
+    with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16, got 'fp8'"):
+        check_precision("fp8")
