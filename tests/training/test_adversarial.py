@@ -90,10 +90,11 @@ def test_the_trainer_step_adds_the_gradient_of_the_perturbed_model(tmp_path, kin
     for name, t in (("plain", plain), ("adversarial", trainer)):
         t.current_gradient_accumulation_steps = 1  # what the training loop sets
         loss = t.training_step(t.model, inputs)
-        grads[name] = {n: p.grad.clone() for n, p in t.model.named_parameters() if p.grad is not None}
-        grads[name + " loss"] = loss
+        grads[name] = {n: p.grad.cpu().clone() for n, p in t.model.named_parameters() if p.grad is not None}
+        grads[name + " loss"] = loss.cpu()
     assert torch.equal(grads["plain loss"], grads["adversarial loss"]), "the logged loss is the plain step's"
-    # the gradient of the perturbed model alone, by hand
+    # the gradient of the perturbed model alone, by hand (on the CPU)
+    inputs = {k: v.cpu() for k, v in inputs.items()}
     model = tiny_model(dropout=0.0)
     model(**inputs).loss.backward()
     adversary = make_adversary(kind, model, eps)
@@ -120,7 +121,7 @@ class Recorder(transformers.TrainerCallback):
         self.adversarial.append((state.epoch or 0.0, self.trainer.adversarial_now()))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        self.unchanged.append(all(torch.equal(p, self.start[n]) for n, p in model.named_parameters()))
+        self.unchanged.append(all(torch.equal(p.cpu(), self.start[n]) for n, p in model.named_parameters()))
 
 
 @pytest.mark.parametrize("kind", ["fgm", "awp"])

@@ -64,13 +64,13 @@ class Spy(transformers.TrainerCallback):
         self.end: dict | None = None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.begin = {n: t.clone() for n, t in self.ema.shadow.items()}
+        self.begin = {n: t.cpu().clone() for n, t in self.ema.shadow.items()}
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self.raw = weights(model)
 
     def on_evaluate(self, args, state, control, model=None, **kwargs):
-        shadow = {n: t.clone() for n, t in self.ema.shadow.items()}
+        shadow = {n: t.cpu().clone() for n, t in self.ema.shadow.items()}
         self.evaluations.append((weights(model), shadow, self.raw))
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
@@ -112,7 +112,7 @@ def test_resume_reads_the_shadow_back_from_the_checkpoint(tmp_path):
     second.add_callback(spy)
     second.train(resume_from_checkpoint=True)  # the last checkpoint: checkpoint-2
     assert second.ema.resume_from == str(checkpoint)
-    assert all(torch.equal(spy.begin[n].cpu(), saved[n]) for n in saved), "the shadow is the checkpoint's"
+    assert all(torch.equal(spy.begin[n], saved[n]) for n in saved), "the shadow is the checkpoint's"
     assert second.state.global_step == 4
 
 
@@ -165,5 +165,5 @@ def test_the_saved_fold_model_is_the_averaged_weights_and_keeps_the_recipe_loss(
     model = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "run" / "fold_0" / "model")
     assert model.config.loss == "pearson"  # the recipe's loss reaches the model (and its saved config)
     saved = weights(model)
-    assert all(torch.equal(saved[n], capture.ema[n].cpu()) for n in saved)
+    assert all(torch.equal(saved[n], capture.ema[n]) for n in saved)
     assert any(not torch.equal(saved[n], capture.raw[n]) for n in saved)

@@ -57,5 +57,5 @@ def tiny_trainer(out_dir, *, model=None, n=24, monitor=False, callbacks=(), **op
 
 
 def weights(model) -> dict[str, torch.Tensor]:
-    """A copy of the model's trainable parameters."""
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    """A copy of the model's trainable parameters, on the CPU (where the test compares them)."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
