@@ -13,10 +13,17 @@ per path: rows/s, the ratio to torch fp32, the Pearson correlation of its predic
 largest |difference| and the Pearson correlation with the torch fp32 predictions. Threads: torch and ONNX
 Runtime use their defaults (one per physical core); run it on a quiet machine.
 
+``--long`` checks long inputs (sentence-transformers' docs report ONNX slower than torch on long texts): each row's
+``target`` is followed by other rows' anchor and target phrases (the next rows of the sample, in turn) until the
+row's template text reaches about ``--long-tokens`` tokens (default 500), and the run's ``max_length`` is raised to
+512 for these rows (MiniLM's limit). The labels then belong to texts padded with unrelated phrases, so ``Pearson
+(labels)`` is low; the columns against torch fp32 are what compares the paths. Default rows with ``--long``: 256.
+
 Usage::
 
     python benchmarks/predict_backends.py                       # trains a small MiniLM run on PPPM first
     python benchmarks/predict_backends.py --run runs/pppm --rows 2048
+    python benchmarks/predict_backends.py --run runs/pppm --long  # ~500-token inputs, max_length 512
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 import attnpool
 from attnpool.config import default_model
@@ -38,6 +46,7 @@ from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
 from attnpool.runs import Run
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm"
+LONG_MAX_LENGTH = 512  # MiniLM's (and BERT's) position limit
 
 
 def _train(work: Path, data_dir: Path, rows: int) -> Path:
@@ -48,30 +57,66 @@ def _train(work: Path, data_dir: Path, rows: int) -> Path:
     return run
 
 
-def main() -> None:
+def lengthen(frame: pd.DataFrame, tokenizer, tokens: int) -> pd.DataFrame:
+    """``frame`` with each ``target`` followed by the next rows' anchor and target phrases until ~``tokens`` tokens.
+
+    The length is counted on the phrases alone (without special tokens and the context title), so a text ends a
+    few tokens above ``tokens``; ``max_length`` truncates what passes it. Fewer rows than needed: they repeat.
+    """
+    phrases = (frame["anchor"].astype(str) + " " + frame["target"].astype(str)).tolist()
+    counts = [len(ids) for ids in tokenizer(phrases, add_special_tokens=False)["input_ids"]]
+    if not any(counts):
+        raise SystemExit(f"--long: the {len(frame)} rows have no anchor or target tokens to lengthen the texts with")
+    targets = []
+    for i, target in enumerate(frame["target"].astype(str)):
+        parts, total, j = [target], counts[i], i
+        while total < tokens:
+            j = (j + 1) % len(frame)
+            parts.append(phrases[j])
+            total += counts[j]
+        targets.append(" ".join(parts))
+    return frame.assign(target=targets)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, default=None, help="a trained run (default: train one into --work-dir)")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/attnpool_predict_backends"))
     parser.add_argument("--data-dir", type=Path, default=DATA, help="the PPPM folder (train.csv, cpc_texts.csv)")
     parser.add_argument("--train-rows", type=int, default=4000, help="rows of the run trained when --run is not given")
-    parser.add_argument("--rows", type=int, default=2048, help="held-out rows predicted")
+    parser.add_argument("--rows", type=int, default=None, help="held-out rows predicted (default 2048; --long: 256)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--long", action="store_true", help="lengthen every text to ~--long-tokens, max_length 512")
+    parser.add_argument("--long-tokens", type=int, default=500, help="tokens per text with --long")
+    args = parser.parse_args(argv)
+    if args.rows is None:
+        args.rows = 256 if args.long else 2048
+    if args.long and not 0 < args.long_tokens <= LONG_MAX_LENGTH:
+        raise SystemExit(f"--long-tokens must be between 1 and {LONG_MAX_LENGTH}, got {args.long_tokens}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if not (args.data_dir / "train.csv").is_file():
         raise SystemExit(f"no PPPM data in {args.data_dir}: give --data-dir (the benchmark needs real rows)")
     run = Run.open(args.run or _train(args.work_dir, args.data_dir, args.train_rows))
     cfg = run.config()
     frame = pd.read_csv(args.data_dir / "train.csv", dtype=str)
     frame = frame.sample(n=min(args.rows, len(frame)), random_state=123).reset_index(drop=True)
-    sample = args.work_dir / "heldout.csv"
+    torch_models = FoldEnsemble.load(run)
+    if args.long:
+        frame = lengthen(frame, torch_models.tokenizer, args.long_tokens)
+        cfg.max_length = LONG_MAX_LENGTH
+    sample = args.work_dir / ("heldout_long.csv" if args.long else "heldout.csv")
     sample.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(sample, index=False)
     labels = frame["score"].astype(float).to_numpy()
 
-    torch_models = FoldEnsemble.load(run)
     inputs = PredictionInputs(cfg, run.info(), sample, torch_models.tokenizer, log=logging.getLogger("attnpool"))
     _, encodings = inputs.encode(next(iter(inputs.chunks(len(frame)))))
+    tokens = [len(ids) for ids in encodings["input_ids"]]
     paths = {
         "torch fp32": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="fp32"),
         "torch bf16": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="bf16"),
@@ -90,8 +135,10 @@ def main() -> None:
             seconds[name].append(time.perf_counter() - started)
     reference = outputs["torch fp32"]
     base = len(frame) / statistics.median(seconds["torch fp32"])
-    print(f"{len(frame)} held-out PPPM rows, batch {args.batch_size}, run {run.path} (folds {run.trained_folds()}), "
-          f"median of {args.repeats}")
+    print(f"{len(frame)} held-out PPPM rows{' lengthened (--long)' if args.long else ''}, tokens/row mean "
+          f"{np.mean(tokens):.0f} (min {min(tokens)}, max {max(tokens)}; max_length {cfg.max_length}), batch "
+          f"{args.batch_size}, run {run.path} (folds {run.trained_folds()}), median of {args.repeats}, "
+          f"{torch.get_num_threads()} torch threads")
     print("| path | rows/s | vs torch fp32 | Pearson (labels) | Pearson vs fp32 | max abs diff vs fp32 |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, out in outputs.items():
