@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = deberta_config(args)
     default = TrainConfig().to_dict()
-    changed = {k: v for k, v in cfg.to_dict().items() if v != default[k]}
-    print(f"combination {args.combo}; config (options other than the defaults):")
+    changed = {k: v for k, v in cfg.to_dict().items() if v != default[k] or k in GPU_RECIPE}
+    print(f"combination {args.combo}; config (the recipe's options and those other than the defaults):")
     print(yaml.safe_dump(changed, sort_keys=False).rstrip())
     if not (args.data_dir / "train.csv").is_file():
         print(f"note: no train.csv in {args.data_dir} yet (give --data-dir before training)")

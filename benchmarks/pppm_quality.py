@@ -357,7 +357,7 @@ def check_targets(summary: Mapping[str, Any], epochs: float, full_data: bool) ->
         notebook = rows[NOTEBOOK]["per_seed"]
         paired = [best["per_seed"][s] - notebook[s] for s in best["per_seed"] if s in notebook]
         ahead = bool(np.mean(paired) >= TARGET_OVER_NOTEBOOK) if paired else None
-    return {f"best Pearson >= {TARGET_PEARSON} within {TARGET_EPOCHS} epochs": reach,
+    return {f"best Pearson >= {TARGET_PEARSON} within {TARGET_EPOCHS} epochs (here {epochs:g})": reach,
             f"best - notebook >= +{TARGET_OVER_NOTEBOOK} at equal epochs": ahead}
 
 
