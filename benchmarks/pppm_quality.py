@@ -44,6 +44,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/pppm_quality.py --quick                # smoke run: 300 rows, 1 epoch, 1 seed
     .venv/bin/python benchmarks/pppm_quality.py --only baseline context notebook --seeds 1
     .venv/bin/python benchmarks/pppm_quality.py --combo context+pearson+ema+llrd+msd --only combo
+    .venv/bin/python benchmarks/pppm_quality.py --anchors 100 --epochs 2   # every row of 100 random anchors
     .venv/bin/python benchmarks/pppm_quality.py --list                 # the rows and their options
 
 Targets (issue #18): the best row reaches Pearson >= 0.78 within 3 epochs (the baseline recipe reached 0.687 after
@@ -64,12 +65,14 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 import attnpool
@@ -167,6 +170,27 @@ def pppm_options(data_dir: str | Path, model: str, epochs: float, limit: int | N
     """What every row shares: the PPPM preset, fold 0 of 4 grouped by anchor, the model, the budget."""
     return {"preset": "pppm", "data_dir": str(data_dir), "model": model, "folds": 4, "only_folds": [0],
             "epochs": epochs, "limit": limit}
+
+
+def anchor_subset(data_dir: Path, anchors: int, seed: int) -> tuple[Path, int]:
+    """A PPPM folder holding every row of ``anchors`` anchors drawn at random (seeded), and its number of rows.
+
+    Unlike ``--rows`` (a random subset of rows), whole anchors keep every target of an anchor, so that the
+    grouped-target context of a row is as long as on the full data. The folder is written once, outside the project,
+    under the system's temporary directory (it is derived data, rebuilt identically when missing).
+    """
+    frame = pd.read_csv(data_dir / "train.csv", dtype=str, keep_default_na=False)
+    names = sorted(frame["anchor"].unique())
+    if not 0 < anchors <= len(names):
+        raise SystemExit(f"--anchors must be in 1..{len(names)} (the anchors of {data_dir / 'train.csv'})")
+    chosen = set(np.random.default_rng(seed).choice(names, size=anchors, replace=False))
+    subset = frame[frame["anchor"].isin(chosen)]
+    folder = Path(tempfile.gettempdir()) / "attnpool_pppm_quality" / f"{anchors}anchors_seed{seed}"
+    if not (folder / "train.csv").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / "cpc_texts.csv", (data_dir / "cpc_texts.csv").read_text(encoding="utf-8"))
+        atomic_write_text(folder / "train.csv", subset.to_csv(index=False))
+    return folder, len(subset)
 
 
 def baseline_options(data_dir: str | Path, model: str, epochs: float, limit: int | None = None) -> dict[str, Any]:
@@ -425,6 +449,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: 2; --quick: 1)")
     p.add_argument("--first-seed", type=int, default=42)
     p.add_argument("--rows", type=int, default=None, help="a seeded random subset of this many rows (limit)")
+    p.add_argument("--anchors", type=int, default=None, help="every row of this many anchors drawn at random "
+                   "(seeded by --first-seed): a smaller set whose grouped contexts stay whole")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these rows (see --list)")
     p.add_argument("--combo", default=DEFAULT_COMBO, help=f"the combo row: techniques joined by + (default "
                    f"{DEFAULT_COMBO})")
@@ -471,7 +497,11 @@ def model_tag(model: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    base = baseline_options(args.data_dir, args.model, args.epochs, args.rows)
+    data_dir, described = args.data_dir, f"{args.rows:,} random rows of train.csv" if args.rows else None
+    if args.anchors and not args.list:
+        data_dir, count = anchor_subset(args.data_dir, args.anchors, args.first_seed)
+        described = f"{count:,} rows of {args.anchors} anchors drawn at random (seed {args.first_seed}), whole"
+    base = baseline_options(data_dir, args.model, args.epochs, args.rows)
     if args.list:
         for name, options in args.options.items():
             print(f"{name:<9} {describe(options)}")
@@ -483,11 +513,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = {n: o for n, o in args.options.items() if n in args.wanted}
     check_rows(base, rows)
     tag = f"{model_tag(args.model)}_{args.epochs:g}ep_{args.rows or 'all'}rows"
+    tag += f"_{args.anchors}anchors" if args.anchors else ""
     work = args.work_dir / tag
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     command = " ".join(["python benchmarks/pppm_quality.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     meta = {"command": command, "model": model_tag(args.model), "epochs": args.epochs, "combo": args.combo,
-            "rows": f"{args.rows:,} random rows of train.csv" if args.rows else "every row of train.csv",
+            "rows": described or "every row of train.csv",
             "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})",
             "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base)}
     started = time.perf_counter()
@@ -513,7 +544,7 @@ def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.N
     tests = None
     if len(summary["seeds"]) >= 2 and summary["best"]:
         tests = significance(results, summary["best"], [BASELINE, NOTEBOOK], args.bootstrap)
-    targets = check_targets(summary, args.epochs, full_data=args.rows is None)
+    targets = check_targets(summary, args.epochs, full_data=args.rows is None and args.anchors is None)
     text = markdown(summary, meta, args.options, tests, targets)
     print("\n" + text, flush=True)
     atomic_write_json(work / "results.json", {"meta": meta, "results": results, "summary": summary,

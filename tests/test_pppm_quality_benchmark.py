@@ -134,3 +134,25 @@ def test_a_run_trained_with_other_options_is_refused(tmp_path):
     pq._check_saved_options(run, checked)  # the same options: accepted
     with pytest.raises(SystemExit, match=r"other options.*loss: run 'pearson', row 'mse'.*--work-dir"):
         pq._check_saved_options(run, {**checked, "loss": "mse"})
+
+
+def test_an_anchor_subset_keeps_whole_anchors_and_is_rebuilt_identically(tmp_path, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    rows = [{"id": f"{a}{t}", "anchor": f"anchor {a}", "target": f"target {t}", "context": "A01",
+             "score": "0.5"} for a in range(6) for t in range(a + 1)]
+    (tmp_path / "pppm").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "pppm" / "train.csv", index=False)
+    (tmp_path / "pppm" / "cpc_texts.csv").write_text("context,text\nA01,HUMAN NECESSITIES\n", encoding="utf-8")
+    folder, count = pq.anchor_subset(tmp_path / "pppm", anchors=3, seed=0)
+    subset = pd.read_csv(folder / "train.csv")
+    assert subset["anchor"].nunique() == 3 and len(subset) == count
+    sizes = subset.groupby("anchor").size()
+    assert all(sizes[a] == int(a.split()[1]) + 1 for a in sizes.index), "every row of a chosen anchor"
+    assert (folder / "cpc_texts.csv").read_text(encoding="utf-8").startswith("context,text")
+    (folder / "train.csv").unlink()
+    again, _ = pq.anchor_subset(tmp_path / "pppm", anchors=3, seed=0)
+    assert again == folder and pd.read_csv(again / "train.csv").equals(subset)
+    with pytest.raises(SystemExit, match="--anchors must be in 1..6"):
+        pq.anchor_subset(tmp_path / "pppm", anchors=7, seed=0)
