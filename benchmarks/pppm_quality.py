@@ -451,7 +451,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=None, help="a seeded random subset of this many rows (limit)")
     p.add_argument("--anchors", type=int, default=None, help="every row of this many anchors drawn at random "
                    "(seeded by --first-seed): a smaller set whose grouped contexts stay whole")
-    p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these rows (see --list)")
+    p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these rows, in this order (see "
+                   "--list; the table keeps its own order)")
     p.add_argument("--combo", default=DEFAULT_COMBO, help=f"the combo row: techniques joined by + (default "
                    f"{DEFAULT_COMBO})")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
@@ -478,7 +479,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [n for n in args.only or [] if n not in known]
     if unknown:
         p.error(f"--only: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
-    args.wanted = [n for n in known if args.only is None or n in args.only]
+    args.wanted = known if args.only is None else list(dict.fromkeys(args.only))  # run in the order given
     return args
 
 
@@ -525,12 +526,12 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     order = [*args.options, NOTEBOOK]
     for seed in seeds:
-        for name, options in rows.items():
-            cfg = row_config(base, options, seed, work / name / f"seed_{seed}")
-            checked = {**base, **options, "seed": seed}
-            results.append(run_row(name, cfg, checked))
-        if NOTEBOOK in args.wanted:
-            results.append(run_notebook(base, seed, work / NOTEBOOK, work / BASELINE / f"seed_{seed}"))
+        for name in args.wanted:
+            if name == NOTEBOOK:
+                results.append(run_notebook(base, seed, work / NOTEBOOK, work / BASELINE / f"seed_{seed}"))
+                continue
+            cfg = row_config(base, rows[name], seed, work / name / f"seed_{seed}")
+            results.append(run_row(name, cfg, {**base, **rows[name], "seed": seed}))
         report(results, order, args, meta, work, final=seed == seeds[-1])
     print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0
