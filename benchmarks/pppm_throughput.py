@@ -75,7 +75,7 @@ Prediction: every path of the trained attnpool model on the same held-out rows, 
 prediction. The model is saved as fold 0 of a run in a temporary folder and loaded back as ``attnpool predict``
 loads it (``FoldEnsemble.load``; the model the Trainer trained with bf16 keeps accelerate's autocast wrapper on its
 ``forward``, so the in-memory one would predict in bf16 whatever it is asked): ``torch fp32`` (length-sorted,
-dynamically padded batches of ``--predict-batch-size``, default 64 = the recipe's ``eval_batch_size``), ``torch
+dynamically padded batches of ``--predict-batch-size``, default 128 as ``attnpool predict``), ``torch
 bf16`` (the same under bf16 autocast, ``predict --precision bf16``), ``onnx fp32`` and ``onnx int8``
 (``OnnxFoldEnsemble.load``: the graph ``predict --backend onnx`` exports into the run, and the same dynamic int8
 quantization as ``--quantize int8``; skipped when onnxruntime is missing). After an untimed warm-up pass of each
@@ -177,7 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also train sentence-transformers' CrossEncoder on the same rows")
     p.add_argument("--cross-encoder-precision", default="fp32", choices=("fp32", "bf16"),
                    help="the CrossEncoder's precision (default: its trainer's default, fp32)")
-    p.add_argument("--predict-batch-size", type=int, default=64, help="attnpool prediction batch (recipe: 64)")
+    p.add_argument("--predict-batch-size", type=int, default=128,
+                   help="attnpool prediction batch (default: `attnpool predict`'s 128; the recipe's eval batch: 64)")
     p.add_argument("--notebook-predict-batch-size", type=int, default=16)
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed first training steps of each side")
     p.add_argument("--predict-repeats", type=int, default=3, help="alternating timed prediction passes per path")

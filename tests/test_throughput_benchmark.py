@@ -69,4 +69,5 @@ def test_long_texts_reach_the_token_count_with_other_rows_phrases():
     assert len(tok(pb.lengthen(frame, tok, tokens=100)["target"][0])["input_ids"]) >= 100  # the rows repeat
     with pytest.raises(SystemExit, match="no anchor or target tokens"):
         pb.lengthen(frame.assign(anchor="", target=""), tok, tokens=5)
-    assert pb.parse_args(["--long"]).rows == 256 and pb.parse_args([]).rows == 2048
+    assert (pb.parse_args(["--long"]).rows, pb.parse_args(["--long"]).batch_size) == (256, 16)
+    assert (pb.parse_args([]).rows, pb.parse_args([]).batch_size) == (2048, 64)
