@@ -562,7 +562,8 @@ def train_cross_encoder(args: argparse.Namespace, data: Data, notebook: Notebook
     trainer.data_collator = recorder
     section = run_interleaved(f"CrossEncoder {args.cross_encoder_precision}", trainer, recorder, notebook,
                               args.warmup_steps)
-    print(f"training {section.line()}", flush=True)
+    rates = sorted({group.get("initial_lr", group["lr"]) for group in trainer.optimizer.param_groups})
+    print(f"training {section.line()} (learning rates {', '.join(f'{r:g}' for r in rates)})", flush=True)
     held = [pairs[i] for i in data.held_idx]
     model.predict(held[: 2 * args.predict_batch_size], batch_size=args.predict_batch_size, show_progress_bar=False)
     start = time.perf_counter()

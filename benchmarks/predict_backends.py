@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---:|---:|---:|---:|")
     for name, out in outputs.items():
         rate = len(frame) / statistics.median(seconds[name])
-        print(f"| {name} | {rate:.0f} | {rate / base:.2f}x | {np.corrcoef(out, labels)[0, 1]:.4f} | "
-              f"{np.corrcoef(out, reference)[0, 1]:.5f} | {np.max(np.abs(out - reference)):.2e} |")
+        print(f"| {name} | {rate:.{0 if rate >= 100 else 1}f} | {rate / base:.2f}x | "
+              f"{np.corrcoef(out, labels)[0, 1]:.4f} | {np.corrcoef(out, reference)[0, 1]:.5f} | "
+              f"{np.max(np.abs(out - reference)):.2e} |")
     print(f"peak resident memory of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GB")
 
 
