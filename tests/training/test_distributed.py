@@ -81,7 +81,11 @@ def test_two_processes_write_one_set_of_outputs(runs):
     assert _files(two) == _files(one), "the same files as one process: no duplicate, no leftover temporary"
     assert not [f for f in _files(two) if "checkpoint" in f or f.split("/")[-1].startswith(".")]
     log = (two / "train.log").read_text()
-    assert len(log.splitlines()) == len((one / "train.log").read_text().splitlines())
+
+    def own(text):  # attnpool's lines: a library's timing-dependent warning (e.g. checkpoint mtimes) may differ
+        return [line for line in text.splitlines() if " attnpool." in line]
+
+    assert len(own(log)) == len(own((one / "train.log").read_text())) > 0
     assert all(log.count(f"fold {k} ({k + 1} of {FOLDS})") == 1 for k in range(FOLDS)), "logged by one process"
     metrics = json.loads((two / "metrics.json").read_text())
     assert metrics["complete"] and [f["processes"] for f in metrics["folds"]] == [PROCESSES] * FOLDS
