@@ -637,11 +637,11 @@ def predict_saved(run, data: Data, batch_size: int) -> np.ndarray:
     return FoldEnsemble.load(run).scores(held_encodings(data), batch_size=batch_size, device="cpu", precision="fp32")
 
 
-def predict_all(args: argparse.Namespace, paths: dict[str, Callable]) -> tuple[dict[str, float], dict]:
-    """Each path's median rows/s over alternating passes (after an untimed one) and its predictions."""
+def predict_all(paths: dict[str, Callable], repeats: int) -> tuple[dict[str, float], dict]:
+    """Each path's median rows/s over ``repeats`` alternating passes (after an untimed one) and its predictions."""
     preds = {name: np.asarray(fn(), dtype=np.float64).reshape(-1) for name, fn in paths.items()}  # warm-up
     seconds: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(args.predict_repeats):
+    for _ in range(repeats):
         for name, fn in paths.items():
             start = time.perf_counter()
             fn()
@@ -745,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pppm_throughput_") as folder:
         tmp = Path(folder)
         main_run, notebook = train_both(args, data, ours, theirs, tmp)
-        rates, preds = predict_all(args, prediction_paths(args, data, one_fold_run(tmp / "run", data, ours), theirs))
+        paths = prediction_paths(args, data, one_fold_run(tmp / "run", data, ours), theirs)
+        rates, preds = predict_all(paths, args.predict_repeats)
         peers: list[Section] = []
         reference = None
         if fp32_start is not None:

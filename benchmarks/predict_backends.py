@@ -35,8 +35,6 @@ from __future__ import annotations
 import argparse
 import logging
 import resource
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +47,7 @@ from attnpool.data.prediction import PredictionInputs
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
 from attnpool.runs import Run
+from pppm_throughput import predict_all
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm"
 LONG_MAX_LENGTH = 512  # MiniLM's (and BERT's) position limit
@@ -134,15 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     paths["onnx fp32"] = lambda: onnx_fp32.scores(encodings, batch_size=args.batch_size)
     paths["onnx int8"] = lambda: onnx_int8.scores(encodings, batch_size=args.batch_size)
 
-    outputs = {name: fn() for name, fn in paths.items()}  # warm-up, and the predictions compared
-    seconds: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(args.repeats):
-        for name, fn in paths.items():
-            started = time.perf_counter()
-            fn()
-            seconds[name].append(time.perf_counter() - started)
-    reference = outputs["torch fp32"]
-    base = len(frame) / statistics.median(seconds["torch fp32"])
+    rates, outputs = predict_all(paths, args.repeats)  # after a warm-up pass, whose predictions are compared
+    reference, base = outputs["torch fp32"], rates["torch fp32"]
     print(f"{len(frame)} held-out PPPM rows{' lengthened (--long)' if args.long else ''}, tokens/row mean "
           f"{np.mean(tokens):.0f} (min {min(tokens)}, max {max(tokens)}; max_length {cfg.max_length}), batch "
           f"{args.batch_size}, run {run.path} (folds {run.trained_folds()}), median of {args.repeats}, "
@@ -150,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| path | rows/s | vs torch fp32 | Pearson (labels) | Pearson vs fp32 | max abs diff vs fp32 |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, out in outputs.items():
-        rate = len(frame) / statistics.median(seconds[name])
+        rate = rates[name]
         print(f"| {name} | {rate:.{0 if rate >= 100 else 1}f} | {rate / base:.2f}x | "
               f"{np.corrcoef(out, labels)[0, 1]:.4f} | {np.corrcoef(out, reference)[0, 1]:.5f} | "
               f"{np.max(np.abs(out - reference)):.2e} |")

@@ -95,8 +95,11 @@ class OnnxFoldEnsemble:
 
     @classmethod
     def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean", quantize: str = "none",
-             *, threads: int | None = None) -> OnnxFoldEnsemble:
+             *, threads: int | None = None, reference: FoldEnsemble | None = None) -> OnnxFoldEnsemble:
         """Sessions for the chosen folds (default: every trained fold), exporting or quantizing graphs as needed.
+
+        ``reference``: the same folds' float32 PyTorch ensemble, when the caller has it loaded already (a quantized
+        ensemble is checked against it); otherwise it is loaded here for a quantized one.
 
         Raises:
             ImportError: onnxruntime is not installed (``pip install 'attnpool[onnx]'``).
@@ -108,7 +111,7 @@ class OnnxFoldEnsemble:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
         # A quantized graph is checked against the float32 PyTorch models, so they are loaded; a float32 graph needs
         # only the folds' weights and the tokenizer (the same rule as the PyTorch engine's).
-        reference = FoldEnsemble.load(run, folds, how) if quantize != "none" else None
+        reference = (reference or FoldEnsemble.load(run, folds, how)) if quantize != "none" else None
         task, fold_ids, weights = fold_weights(run, folds, how)
         tokenizer = reference.tokenizer if reference else AutoTokenizer.from_pretrained(run.model_dir(fold_ids[0]))
         options = ort.SessionOptions()

@@ -123,11 +123,12 @@ class Service:
         if backend == "torch" and quantize != "none":
             raise ValueError(f"--quantize {quantize} needs --backend onnx (the torch backend runs the saved weights)")
         precision = resolve_precision(precision, device_)
-        if Run.is_run(source):
+        run = Run.open(source) if Run.is_run(source) else None
+        if run is not None:
             if max_length is not None:
                 raise RunError("--max-length is for a model folder; a run truncates as it was trained (its "
                                "config.yaml)")
-            service = cls._load_run(Run.open(source), folds, ensemble, device_, precision)
+            service = cls._load_run(run, folds, ensemble, device_, precision)
         elif (source / "config.json").is_file():
             if folds is not None:
                 raise RunError(f"{source} is one saved model: --folds is for a train run")
@@ -138,10 +139,10 @@ class Service:
         for model in service.ensemble.models:
             model.eval().to(device_)
         if backend == "onnx":
-            if service.kind != "run":
+            if run is None:
                 raise RunError(f"--backend onnx serves a train run (its folds' graphs are exported into it); {source} "
                                "is a model folder: serve it with --backend torch")
-            service.scorer = onnx_scorer(Run.open(source), folds, ensemble, quantize, threads, int8_tolerance,
+            service.scorer = onnx_scorer(run, service.ensemble, ensemble, quantize, threads, int8_tolerance,
                                          calibration_file)
         return service
 
@@ -294,15 +295,15 @@ class Service:
         (self.scorer or self.ensemble).scores(encodings, batch_size=1, device=self.device, precision=self.precision)
 
 
-def onnx_scorer(run: Run, folds: Any, how: str, quantize: str, threads: int, tolerance: float,
+def onnx_scorer(run: Run, models: FoldEnsemble, how: str, quantize: str, threads: int, tolerance: float,
                 calibration_file: str | Path | None) -> OnnxFoldEnsemble:
-    """The ONNX Runtime ensemble of a served run; an int8 one checked on the calibration rows first.
+    """The ONNX Runtime ensemble of the folds of ``models`` (loaded, weighted ``how``); int8 checked against them.
 
     Raises:
         RunError: No calibration rows (no ``calibration_file`` and the run's training file is gone), or int8 that
             departs from the float32 models beyond ``tolerance``.
     """
-    scorer = OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
+    scorer = OnnxFoldEnsemble.load(run, models.folds, how, quantize, threads=threads, reference=models)
     if quantize == "none":
         return scorer
     cfg = run.config()
