@@ -40,6 +40,16 @@ def test_combinations_are_checked():
         pq.parse_combo("pearson+nope")
 
 
+def test_ema_decay_replaces_the_rows_decay_and_leaves_the_technique_alone():
+    rows = pq.row_options("ema+pearson", ema_decay=0.98)
+    assert rows["ema"]["ema_decay"] == 0.98 and rows[pq.COMBO] == {"ema_decay": 0.98, "loss": "pearson"}
+    assert pq.TECHNIQUES["ema"].options["ema_decay"] == 0.999  # the shared definition is not mutated
+    assert "ema_decay" not in pq.row_options("msd+pearson", ema_decay=0.98)[pq.COMBO]
+    assert pq.parse_args(["--ema-decay", "0.97"]).options["ema"]["ema_decay"] == 0.97
+    with pytest.raises(SystemExit):
+        pq.parse_args(["--ema-decay", "1.5"])
+
+
 def test_check_rows_names_the_broken_row(tmp_path):
     base = pq.baseline_options(tmp_path, "m", epochs=1)
     with pytest.raises(SystemExit, match="bad: .*no_such_option"):
