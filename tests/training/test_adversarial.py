@@ -206,3 +206,18 @@ def test_under_torchrun_awp_and_the_weight_average_match_one_process(tmp_path):
         metrics = [json.loads((tmp_path / run / f"fold_{fold}" / "metrics.json").read_text()) for run in ("one", "two")]
         assert metrics[0]["best_checkpoint"] == metrics[1]["best_checkpoint"] and metrics[1]["processes"] == 2
     assert (tmp_path / "two" / "train.log").read_text().count("ema_decay=0.8 over") == 2, "one warning per fold"
+
+
+def test_the_pooling_statistics_leave_out_the_perturbed_pass(tmp_path):
+    trainer = tiny_trainer(tmp_path, model=tiny_model(dropout=0.0), monitor=True, adversarial="awp",
+                           adversarial_start=0.0)
+    inputs = next(iter(trainer.get_train_dataloader()))
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.training_step(trainer.model, inputs)
+    rows = int((inputs["attention_mask"].sum(dim=1) >= 2).sum())
+    assert trainer.monitor._sums[True][1].item() == rows  # one forward recorded, not two
+    with trainer.monitor.paused():
+        trainer.model(**inputs)
+    assert trainer.monitor._sums[True][1].item() == rows
+    trainer.model(**inputs)
+    assert trainer.monitor._sums[True][1].item() == 2 * rows  # recording resumes after the block

@@ -15,8 +15,9 @@ evaluations) and writes the validation values into each fold's metrics.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -68,6 +69,7 @@ class PoolingMonitor:
             raise ValueError(f"PoolingMonitor needs an attnpool model, got {type(model).__name__}")
         self.special_ids = sorted({int(i) for i in special_ids})
         self.active = bool(base.pooler.has_weights)
+        self._paused = False
         self._input_ids: Tensor | None = None
         self._sums: dict[bool, Tensor | None] = {True: None, False: None}  # training -> [entropy, rows, share, rows]
         self._hooks = []
@@ -79,8 +81,17 @@ class PoolingMonitor:
         ids = kwargs.get("input_ids", args[0] if args else None)
         self._input_ids = ids if isinstance(ids, Tensor) else None
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside the block: forwards that are not the model's own (an adversarial pass's)."""
+        before, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = before
+
     def _record(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if not isinstance(output, tuple) or output[1] is None:
+        if self._paused or not isinstance(output, tuple) or output[1] is None:
             return
         mask = args[1] if len(args) > 1 else None
         weights = output[1]

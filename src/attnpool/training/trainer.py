@@ -74,7 +74,8 @@ class RecipeTrainer(transformers.Trainer):
         """
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self.adversarial_now():
-            with perturbed(self.adversary):
+            paused = self.monitor.paused() if self.monitor is not None else contextlib.nullcontext()
+            with perturbed(self.adversary), paused:  # the statistics describe the model, not its perturbation
                 super().training_step(model, inputs, num_items_in_batch)
         return loss
 
