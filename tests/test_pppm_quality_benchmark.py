@@ -122,16 +122,20 @@ def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
     assert "dry run: the config is valid" in out and "microsoft/deberta-v3-large" in out and "bf16" in out
     args = pppm_deberta.parse_args(["--data-dir", str(tmp_path)])
     cfg = pppm_deberta.deberta_config(args)
-    combo = pq.combine(pq.parse_combo(pq.DEFAULT_COMBO))
+    combo = pq.combine(pq.parse_combo(pq.DEFAULT_COMBO))  # the ablation's combo row, plus grouped-target context
     for key, value in combo.items():
-        if key not in ("llrd", "max_length"):  # rescaled to 24 layers / the GPU's longer inputs
-            assert getattr(cfg, key) == value
-    assert (cfg.folds, cfg.only_folds, cfg.precision, cfg.max_length) == (4, None, "bf16", 512)
-    if "llrd" in combo:
-        assert cfg.llrd == pytest.approx(combo["llrd"] ** (5 / 23))
-        assert cfg.llrd ** 23 == pytest.approx(combo["llrd"] ** 5)  # the same bottom-to-top ratio as on MiniLM
+        assert getattr(cfg, key) == value
+    assert cfg.group_context == "target"
+    assert (cfg.folds, cfg.only_folds, cfg.precision, cfg.max_length) == (4, None, "bf16", 512)  # GPU: longer inputs
     assert not (tmp_path / "run").exists()  # nothing written
     json.dumps(cfg.to_dict())  # a plain config
+
+
+def test_deberta_rescales_llrd_to_24_layers(tmp_path):
+    cfg = pppm_deberta.deberta_config(pppm_deberta.parse_args(["--data-dir", str(tmp_path), "--combo", "llrd"]))
+    llrd = pq.TECHNIQUES["llrd"].options["llrd"]
+    assert cfg.llrd == pytest.approx(llrd ** (5 / 23))
+    assert cfg.llrd ** 23 == pytest.approx(llrd ** 5)  # the same bottom-to-top ratio as on MiniLM
 
 
 def test_a_run_trained_with_other_options_is_refused(tmp_path):
