@@ -54,6 +54,8 @@ logger = logging.getLogger("attnpool.quality")
 DEFAULT_DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 POOLERS = ("mean", "cls", "attention")
 BASELINES = ("mean", "cls")
+# The heading of docs/quality.md's hand-written section, which a rerun keeps (see write_docs).
+HAND_SECTION = "## Probes since the table (added by hand"
 
 
 @dataclass
@@ -291,15 +293,27 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(summary), flush=True)
     (args.output_dir / "quality.json").write_text(json.dumps(summaries, indent=2))
     if str(args.docs) != "-":
-        header = ["# Pooling quality on real data", "",
-                  "Measured by `benchmarks/quality.py` (command: `.venv/bin/python benchmarks/quality.py "
-                  + " ".join(sys.argv[1:] if argv is None else argv) + "`). See its docstring for the sets, "
-                  "the references and the tests.", ""]
-        partial = args.docs.with_suffix(".tmp")
-        partial.write_text("\n".join(header + [markdown(s) for s in summaries]), encoding="utf-8")
-        partial.replace(args.docs)
+        write_docs(args.docs, summaries, " ".join(sys.argv[1:] if argv is None else argv))
         print(f"written: {args.docs}")
     return 0
+
+
+def write_docs(path: Path, summaries: list[dict[str, Any]], arguments: str) -> None:
+    """Write the tables to ``path`` (a temporary file, then renamed), keeping its hand-added section.
+
+    Everything from the :data:`HAND_SECTION` heading on (probes written by hand, which this script does not run)
+    is carried over from the file being replaced, after the new tables.
+    """
+    header = ["# Pooling quality on real data", "",
+              "Measured by `benchmarks/quality.py` (command: `.venv/bin/python benchmarks/quality.py "
+              + arguments + "`). See its docstring for the sets, the references and the tests.", ""]
+    text = "\n".join(header + [markdown(s) for s in summaries])
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if HAND_SECTION in old:
+        text = text.rstrip("\n") + "\n\n" + old[old.index(HAND_SECTION):]
+    partial = path.with_suffix(".tmp")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,18 @@ def test_the_table_and_the_targets(summary):
     behind = {**result, "mean": {**result["mean"], "attention": -1.0}}
     assert not quality.check_targets(behind)["not behind mean/cls (by more than their seed std)"]
     assert ("PASS" in table) or ("FAIL" in table)
+
+
+def test_the_docs_keep_their_hand_written_section(summary, tmp_path):
+    summary, _ = summary
+    docs = tmp_path / "quality.md"
+    quality.write_docs(docs, [summary], "--seeds 2")
+    first = docs.read_text(encoding="utf-8")
+    assert first.startswith("# Pooling quality on real data") and "--seeds 2" in first
+    hand = f"{quality.HAND_SECTION}; not written by the script)\n\nA probe.\n"
+    docs.write_text(first.replace("--seeds 2", "--seeds 1") + "\n" + hand, encoding="utf-8")
+    quality.write_docs(docs, [summary], "--seeds 3")
+    text = docs.read_text(encoding="utf-8")
+    assert "--seeds 3" in text and "--seeds 1" not in text  # the tables are rewritten
+    assert text.endswith(hand) and text.count(quality.HAND_SECTION) == 1  # the hand-written section is kept, once
+    assert not list(tmp_path.glob("*.tmp"))
