@@ -47,6 +47,7 @@ import numpy as np
 from attnpool.comparison import PoolerSpec, compare, holm, paired_bootstrap, paired_t_test, run_predictions, t_interval
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.config import TrainConfig
+from attnpool.runs.files import atomic_write_text
 from attnpool.tasks import primary_metric
 
 logger = logging.getLogger("attnpool.quality")
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_docs(path: Path, summaries: list[dict[str, Any]], arguments: str) -> None:
-    """Write the tables to ``path`` (a temporary file, then renamed), keeping its hand-added section.
+    """Write the tables to ``path`` (atomically), keeping its hand-added section.
 
     Everything from the :data:`HAND_SECTION` heading on (probes written by hand, which this script does not run)
     is carried over from the file being replaced, after the new tables.
@@ -311,9 +312,7 @@ def write_docs(path: Path, summaries: list[dict[str, Any]], arguments: str) -> N
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
     if HAND_SECTION in old:
         text = text.rstrip("\n") + "\n\n" + old[old.index(HAND_SECTION):]
-    partial = path.with_suffix(".tmp")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    atomic_write_text(path, text)
 
 
 if __name__ == "__main__":
