@@ -36,6 +36,9 @@ EXTRA_VARIANTS = [
     ("ditto", {"layer": -1, "head": 1}),
     ("combined", {"poolers": ["cls", "stats"], "combine": "project"}),
     ("combined", {"poolers": ["max", "weighted_layer", "ditto"]}),
+    ("attention", {"cls_share": 0.5}),
+    ("multihead_attention", {"num_heads": 2, "cls_share": 0.3}),
+    ("gated_attention", {"cls_share": 0.5}),
 ]
 VARIANTS = [(name, {}) for name in available_poolers()] + EXTRA_VARIANTS
 
@@ -49,6 +52,7 @@ GRAPH_EXTRAS = [
     ("multihead_attention", {"num_heads": 2, "normalizer": "entmax15"}),
     ("simpool", {"gamma": 2.0}),
     ("combined", {"poolers": ["max", "weighted_layer", "ditto"]}),
+    ("attention", {"cls_share": 0.5}),
 ]
 assert all(extra in EXTRA_VARIANTS for extra in GRAPH_EXTRAS)
 GRAPH_VARIANTS = [(name, {}) for name in available_poolers()] + GRAPH_EXTRAS

@@ -231,3 +231,40 @@ def test_checkpoints_with_the_dead_score_bias_load_and_compute_the_same(name):
     rebuilt.load_state_dict(old)  # strict
     hidden, mask, _ = ragged_batch([3, 5])
     torch.testing.assert_close(rebuilt(hidden, mask), pooler(hidden, mask), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("cls", [AttentionPooling, MultiHeadAttentionPooling, GatedAttentionPooling])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_cls_share_starts_with_that_share_on_the_first_real_token_and_the_rest_even(cls, side):
+    torch.manual_seed(0)
+    pooler = cls(HIDDEN, attn_size=12, cls_share=0.3)
+    hidden, mask, tokens = ragged_batch([5, 2, 7, 1], seed=3, side=side, seq_len=8)
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    batch, seq_len = mask.shape
+    weights = weights.view(batch, -1, seq_len)
+    for row, real in enumerate(tokens):
+        n = len(real)
+        row_weights = weights[row][:, mask[row].bool()]  # (heads, n): the real tokens in order
+        expected = torch.full((n,), 0.7 / (n - 1)) if n > 1 else torch.ones(1)
+        expected[0] = 0.3 if n > 1 else 1.0
+        torch.testing.assert_close(row_weights, expected.expand_as(row_weights))
+        mix = expected @ real  # (H,)
+        heads = pooled[row].view(-1, HIDDEN)
+        torch.testing.assert_close(heads, mix.expand_as(heads), rtol=1e-5, atol=1e-5)
+
+
+def test_cls_share_survives_the_config_and_zero_means_no_prior():
+    pooler = build_pooler({"type": "attention", "cls_share": 0.5}, HIDDEN)
+    assert pooler.get_config()["cls_share"] == 0.5
+    assert build_pooler(pooler.get_config(), HIDDEN).cls_share == 0.5
+    assert not pooler.permutation_invariant
+    plain = AttentionPooling(HIDDEN)
+    assert plain.cls_share == 0.0 and plain.permutation_invariant
+    hidden, mask, _ = ragged_batch([3, 6])
+    assert plain.score_prior(mask) is None
+
+
+@pytest.mark.parametrize("share", [1.0, -0.1])
+def test_cls_share_outside_0_1_is_refused(share):
+    with pytest.raises(ValueError, match=rf"AttentionPooling: cls_share must be in \[0, 1\), got {share}"):
+        AttentionPooling(HIDDEN, cls_share=share)

@@ -107,3 +107,20 @@ def test_zero_empty_rows():
     pooled = torch.ones(2, 3)
     mask = torch.tensor([[True, False], [False, False]])
     assert F.zero_empty_rows(pooled, mask).tolist() == [[1, 1, 1], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("share", [0.5, 0.1])
+def test_first_token_prior_gives_the_first_real_token_its_share_of_equal_scores(share):
+    mask = torch.tensor([[1, 1, 1, 1, 0], [0, 0, 1, 1, 1], [0, 0, 0, 0, 1], [0] * 5], dtype=torch.bool)
+    prior = F.first_token_prior(mask, share)
+    assert prior.dtype == torch.float32 and not prior.requires_grad
+    weights = F.masked_softmax(torch.zeros(mask.shape) + prior, mask)
+    torch.testing.assert_close(weights[0], torch.tensor([share] + [(1 - share) / 3] * 3 + [0.0]))
+    torch.testing.assert_close(weights[1], torch.tensor([0.0, 0.0, share, (1 - share) / 2, (1 - share) / 2]))
+    torch.testing.assert_close(weights[2], torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))  # one token: all of it
+    assert (weights[3] == 0).all() and (prior[2:] == 0).all()  # no offset for rows of one token or none
+
+
+def test_first_token_prior_refuses_a_share_outside_0_1():
+    with pytest.raises(ValueError, match=r"share must be in \(0, 1\), got 1.0"):
+        F.first_token_prior(torch.ones(1, 3, dtype=torch.bool), 1.0)

@@ -20,9 +20,10 @@ def grads(pooler, hidden, mask, fused):
     return [pooled.detach(), weights.detach(), hidden.grad] + [p.grad.clone() for p in pooler.parameters()]
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.3])
-def test_fused_gradients_equal_autograd(temperature):
-    pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=12, temperature=temperature), scale=0.3)
+@pytest.mark.parametrize(("temperature", "cls_share"), [(1.0, 0.0), (0.3, 0.0), (0.7, 0.5)])
+def test_fused_gradients_equal_autograd(temperature, cls_share):
+    pooler = AttentionPooling(HIDDEN, attn_size=12, temperature=temperature, cls_share=cls_share)
+    pooler = perturb_parameters(pooler, scale=0.3)
     hidden, mask, _ = ragged_batch([5, 0, 9, 2], pad_value=1e3)
     fused, plain = grads(pooler, hidden, mask, True), grads(pooler, hidden, mask, False)
     for a, b in zip(fused, plain, strict=True):

@@ -5,67 +5,16 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
-from attnpool.pooling.modules import Init, check_init, xavier_, xavier_parts_
+from attnpool.pooling.modules import Init, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
+from attnpool.pooling.scoring import default_attn_size, gated_scores, init_scorer_, tanh_projection
 from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
-
-
-def default_attn_size(hidden_size: int) -> int:
-    """Width of the scoring MLP when none is given: half the encoder's width.
-
-    512 at ``H = 1024`` (the PPPM recipe's value for DeBERTa-v3-large), 384 at 768, 192 at 384 (MiniLM): the
-    scorer grows with the encoder instead of being as wide as a large model's on a small one.
-    """
-    return max(1, int(hidden_size) // 2)
-
-
-def init_scorer_(init: str, owner: str, hidden: nn.Linear, score: nn.Linear) -> None:
-    """Initialise a ``Linear(H, A) -> act -> Linear(A, K)`` token scorer.
-
-    ``"xavier"``: both layers Xavier-uniform (the PPPM recipe's head). ``"mean"``: the first layer Xavier-uniform,
-    the scoring layer zero, so that every token starts with the same score and the pooler computes exactly the
-    masked mean at step 0; the first layer still gets a gradient from the second step on, and training moves the
-    weights away from uniform only as far as the loss pays for it. Biases (the first layer's; the scoring layer
-    has none in attnpool's poolers, a softmax ignores it) start at zero either way.
-
-    Raises:
-        ValueError: An unknown ``init``.
-    """
-    check_init(init, owner)
-    xavier_(hidden, score)
-    if init == "mean":
-        nn.init.zeros_(score.weight)
-
-
-def _tanh_projection(proj: nn.Linear, hidden_states: Tensor) -> Tensor:
-    """``tanh(proj(h))`` with the tanh in place on the 2-D matmul output.
-
-    On a 3-D input ``nn.Linear`` returns a view of a 2-D result, and an in-place op on that view makes autograd
-    rebuild it in the backward (two extra ``(B*T, A)`` buffers and copies). Flattening first avoids that; the
-    matmul's backward does not need its output, so the in-place tanh is free.
-    """
-    batch, seq_len, size = hidden_states.shape
-    flat = F_nn.linear(hidden_states.reshape(batch * seq_len, size), proj.weight, proj.bias).tanh_()
-    return flat.view(batch, seq_len, -1)  # (B, T, A)
-
-
-def gated_scores(proj: nn.Linear, score: nn.Linear, hidden_states: Tensor) -> Tensor:
-    r"""Ilse et al.'s gated token scores :math:`w^\top(\tanh(V h_t) \odot \sigma(U h_t))`, one per row of ``w``.
-
-    ``proj`` is ``[V; U]`` as one ``Linear(H, 2A)``, ``score`` the ``Linear(A, K)`` of ``K`` scoring rows.
-
-    Shapes:
-        ``(B, T, H) -> (B, T, K)``.
-    """
-    tanh_branch, gate = proj(hidden_states).chunk(2, dim=-1)  # (B, T, A) each
-    return score(tanh_branch.tanh() * gate.sigmoid())  # (B, T, K)
 
 
 class _ScoredPooling(Pooler):
@@ -77,7 +26,9 @@ class _ScoredPooling(Pooler):
 
     has_weights = True
 
-    def __init__(self, hidden_size: int, temperature: float, dropout: float, normalizer: str = "softmax") -> None:
+    def __init__(
+        self, hidden_size: int, temperature: float, dropout: float, normalizer: str = "softmax", cls_share: float = 0.0
+    ) -> None:
         super().__init__(hidden_size)
         if normalizer not in NORMALIZERS:
             raise ValueError(
@@ -92,6 +43,14 @@ class _ScoredPooling(Pooler):
         self.temperature = float(temperature)
         self.dropout = float(dropout)
         self.weight_dropout = nn.Dropout(self.dropout)
+        if not 0.0 <= cls_share < 1.0:
+            raise ValueError(f"{type(self).__name__}: cls_share must be in [0, 1), got {cls_share}")
+        self.cls_share = float(cls_share)
+        self.permutation_invariant = self.cls_share == 0  # the prior singles out the first token
+
+    def score_prior(self, mask: Tensor) -> Tensor | None:
+        """Fixed ``(B, T)`` score offsets for ``cls_share`` (:func:`~attnpool.pooling.functional.first_token_prior`)."""
+        return F.first_token_prior(mask, self.cls_share) if self.cls_share > 0 else None
 
     def scores(self, hidden_states: Tensor) -> Tensor:
         """Unnormalised token scores ``(B, T)`` or ``(B, heads, T)``."""
@@ -103,6 +62,9 @@ class _ScoredPooling(Pooler):
         scores = self.scores(hidden_states)
         if self.temperature != 1.0:
             scores = scores / self.temperature
+        prior = self.score_prior(mask)
+        if prior is not None:
+            scores = scores + (prior if scores.dim() == 2 else prior.unsqueeze(1))
         token_mask = mask if scores.dim() == 2 else mask.unsqueeze(1)  # (B, T) or (B, 1, T)
         weights = self.weight_dropout(normalize(scores, token_mask, self.normalizer))
         return F.weighted_sum(weights, hidden_states), weights
@@ -140,13 +102,17 @@ class AttentionPooling(_ScoredPooling):
             for ``retain_graph=True`` or double backward. Not used under autocast, ``torch.compile`` or export,
             nor with a sparse normalizer.
         normalizer: ``"softmax"``, or ``"sparsemax"`` / ``"entmax15"`` for sparse weights (exact zeros).
+        cls_share: At the start, the share of weight on the first real token (``[CLS]``): a fixed score
+            offset (:func:`~attnpool.pooling.functional.first_token_prior`) that, with the uniform start of
+            ``init="mean"``, gives ``[CLS]`` this share and spreads the rest evenly; learned scores move from
+            there. 0 (default): no offset.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.
     """
 
     name = "attention"
-    config_keys = ("attn_size", "init", "temperature", "dropout", "fused", "normalizer")
+    config_keys = ("attn_size", "init", "temperature", "dropout", "fused", "normalizer", "cls_share")
     removed_parameters = ("score.bias",)
 
     def __init__(
@@ -158,8 +124,9 @@ class AttentionPooling(_ScoredPooling):
         dropout: float = 0.0,
         fused: bool = True,
         normalizer: Normalizer = "softmax",
+        cls_share: float = 0.0,
     ) -> None:
-        super().__init__(hidden_size, temperature, dropout, normalizer)
+        super().__init__(hidden_size, temperature, dropout, normalizer, cls_share)
         self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
         self.init = init
         self.fused = bool(fused)
@@ -173,7 +140,7 @@ class AttentionPooling(_ScoredPooling):
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
-        return self.score(_tanh_projection(self.proj, hidden_states)).squeeze(-1)  # (B, T)
+        return self.score(tanh_projection(self.proj, hidden_states)).squeeze(-1)  # (B, T)
 
     def _use_fused(self, hidden_states: Tensor) -> bool:
         needs_grad = hidden_states.requires_grad or any(p.requires_grad for p in self.parameters())
@@ -200,7 +167,8 @@ class AttentionPooling(_ScoredPooling):
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         if self._use_fused(hidden_states):
             return FusedAttentionPool.apply(
-                hidden_states, mask, self.proj.weight, self.proj.bias, self.score.weight, self.temperature
+                hidden_states, mask, self.proj.weight, self.proj.bias, self.score.weight, self.temperature,
+                self.score_prior(mask),
             )
         return super().pool(hidden_states, mask)
 
@@ -243,6 +211,10 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         temperature: Softmax temperature, shared by the heads.
         dropout: Dropout on the attention weights while training.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``, applied per head.
+        cls_share: Per head, at the start, the share of weight on the first real token (``[CLS]``): a fixed score
+            offset (:func:`~attnpool.pooling.functional.first_token_prior`) that, with the uniform start of
+            ``init="mean"``, gives ``[CLS]`` this share and spreads the rest evenly; learned scores move from
+            there. 0 (default): no offset.
         penalty: Coefficient of Lin et al.'s :math:`\lVert AA^\top - I\rVert_F^2` (see :meth:`auxiliary_loss`).
 
     Shapes:
@@ -250,7 +222,8 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     """
 
     name = "multihead_attention"
-    config_keys = ("num_heads", "attn_size", "init", "combine", "temperature", "dropout", "normalizer", "penalty")
+    config_keys = ("num_heads", "attn_size", "init", "combine", "temperature", "dropout", "normalizer", "penalty",
+                   "cls_share")
     removed_parameters = ("score.bias",)
 
     def __init__(
@@ -264,8 +237,9 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         dropout: float = 0.0,
         normalizer: Normalizer = "softmax",
         penalty: float = 0.0,
+        cls_share: float = 0.0,
     ) -> None:
-        super().__init__(hidden_size, temperature, dropout, normalizer)
+        super().__init__(hidden_size, temperature, dropout, normalizer, cls_share)
         if not penalty >= 0:
             raise ValueError(f"MultiHeadAttentionPooling: penalty must be >= 0, got {penalty}")
         self.penalty = float(penalty)
@@ -298,7 +272,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
 
     @override
     def scores(self, hidden_states: Tensor) -> Tensor:
-        return self.score(_tanh_projection(self.proj, hidden_states)).transpose(1, 2)  # (B, K, T)
+        return self.score(tanh_projection(self.proj, hidden_states)).transpose(1, 2)  # (B, K, T)
 
     @override
     def auxiliary_loss(self, weights: Tensor | None) -> Tensor | None:
@@ -365,13 +339,17 @@ class GatedAttentionPooling(_ScoredPooling):
         temperature: Softmax temperature.
         dropout: Dropout on the attention weights while training.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
+        cls_share: At the start, the share of weight on the first real token (``[CLS]``): a fixed score
+            offset (:func:`~attnpool.pooling.functional.first_token_prior`) that, with the uniform start of
+            ``init="mean"``, gives ``[CLS]`` this share and spreads the rest evenly; learned scores move from
+            there. 0 (default): no offset.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.
     """
 
     name = "gated_attention"
-    config_keys = ("attn_size", "init", "temperature", "dropout", "normalizer")
+    config_keys = ("attn_size", "init", "temperature", "dropout", "normalizer", "cls_share")
     removed_parameters = ("score.bias",)
 
     def __init__(
@@ -382,8 +360,9 @@ class GatedAttentionPooling(_ScoredPooling):
         temperature: float = 1.0,
         dropout: float = 0.0,
         normalizer: Normalizer = "softmax",
+        cls_share: float = 0.0,
     ) -> None:
-        super().__init__(hidden_size, temperature, dropout, normalizer)
+        super().__init__(hidden_size, temperature, dropout, normalizer, cls_share)
         self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
         self.init = init
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]

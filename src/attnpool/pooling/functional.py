@@ -6,6 +6,8 @@ into their inputs, and give finite zeros for a row without any real token.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -71,6 +73,23 @@ def masked_max(hidden_states: Tensor, mask: Tensor) -> Tensor:
 def first_token_index(mask: Tensor) -> Tensor:
     """Index of the first real token of each row (0 for an empty row), correct under left padding."""
     return mask.to(torch.int32).argmax(dim=-1)  # argmax returns the first maximal position
+
+
+def first_token_prior(mask: Tensor, share: float) -> Tensor:
+    r"""Score offsets ``(B, T)`` that give the first real token ``share`` of a softmax over equal scores.
+
+    The first real token (``[CLS]`` in BERT-style inputs, found under left padding too) gets
+    :math:`\log\frac{share}{1 - share} + \log(n - 1)` for a row of :math:`n \ge 2` real tokens, every other
+    position 0: added to equal scores, a softmax then puts ``share`` on that token and spreads ``1 - share``
+    evenly over the other :math:`n - 1`, whatever the row's length. Rows of 0 or 1 real tokens get no offset.
+    Float32, without a gradient: a fixed prior that learned scores add to.
+    """
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"share must be in (0, 1), got {share}")
+    n = mask.sum(dim=-1, dtype=torch.float32)  # (B,)
+    offset = torch.where(n > 1, (n - 1).clamp(min=1).log() + math.log(share / (1.0 - share)), 0.0)
+    prior = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    return prior.scatter_(1, first_token_index(mask).long().unsqueeze(1), offset.unsqueeze(1))
 
 
 def last_token_index(mask: Tensor) -> Tensor:

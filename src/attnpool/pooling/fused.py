@@ -140,11 +140,14 @@ def _packed_row_dots(rows: Tensor, grad_pooled: Tensor, packing: _Packing) -> Te
 
 
 class FusedAttentionPool(torch.autograd.Function):
-    """``pooled, weights = FusedAttentionPool.apply(hidden, mask, W1, b1, w2, temperature)``."""
+    """``pooled, weights = FusedAttentionPool.apply(hidden, mask, W1, b1, w2, temperature, prior)``.
+
+    ``prior``: ``None``, or fixed ``(B, T)`` score offsets added after the temperature (no gradient).
+    """
 
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, mask: Tensor, w1: Tensor, b1: Tensor, w2: Tensor,
-                temperature: float) -> tuple[Tensor, Tensor]:
+                temperature: float, prior: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Pool as :class:`~attnpool.pooling.AttentionPooling` does; save what the backward needs."""
         batch, seq_len, size = hidden.shape
         dtype = hidden.dtype
@@ -165,6 +168,8 @@ class FusedAttentionPool(torch.autograd.Function):
         scores = scores.view(batch, seq_len)  # (B, T); padded scores are masked below
         if temperature != 1.0:
             scores = scores / temperature
+        if prior is not None:
+            scores = scores + prior
         weights = masked_softmax(scores, mask)  # (B, T), exactly 0 on padding
         if packing is not None:
             row_weights = weights.view(-1).index_select(0, packing.real).to(dtype)  # (N,)
@@ -242,4 +247,4 @@ class FusedAttentionPool(torch.autograd.Function):
                 rank_one = (weights.to(dtype).unsqueeze(-1), grad_pooled.unsqueeze(1))  # (B, T, 1), (B, 1, H)
                 grad_hidden = torch.mul(*rank_one, out=buffer) if ctx.owned else torch.mul(*rank_one)
                 grad_hidden.view(-1, size).addmm_(grad_pre, w1_scaled)  # (B*T, H)
-        return grad_hidden, None, grad_w1, grad_b1, grad_w2, None
+        return grad_hidden, None, grad_w1, grad_b1, grad_w2, None, None

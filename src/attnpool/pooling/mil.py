@@ -9,10 +9,10 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from attnpool.pooling import functional as F
-from attnpool.pooling.attention import gated_scores
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.modules import Init, uniform_start_, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
+from attnpool.pooling.scoring import gated_scores
 
 
 @register_pooler
