@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from attnpool.cli import main
 from attnpool.comparison import PoolerSpec, holm, paired_bootstrap, paired_t_test, t_interval
@@ -189,6 +190,20 @@ def test_compare_refuses_another_recipe_in_the_same_folder(compared, capsys):
     assert main(["compare", *changed, "--poolings", "max", "--seeds", "2", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert "holds a comparison with another recipe (lr: 0.001 -> 0.0005)" in err and "--overwrite" in err
+
+
+def test_a_comparison_saved_before_a_field_existed_still_pairs_with_that_field_s_default(compared, capsys):
+    out, common = compared
+    path = out / "compare_config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    assert saved.pop("ema_decay") is None and saved.pop("adversarial_lr") == 1.0  # as if saved by an older attnpool
+    path.write_text(yaml.safe_dump(saved))
+    assert main(["compare", *common, "--poolings", "attention:attn_size=8", "--seeds", "2",
+                 "--output-dir", str(out)]) == 0
+    assert "trained 0 run(s)" in capsys.readouterr().out
+    assert main(["compare", *common, "--ema-decay", "0.9", "--poolings", "attention:attn_size=8", "--seeds",
+                 "2", "--output-dir", str(out)]) == 2  # a value other than the default is another recipe
+    assert "another recipe (ema_decay: None -> 0.9)" in capsys.readouterr().err
 
 
 def test_compare_bad_arguments(setup, tmp_path, capsys):

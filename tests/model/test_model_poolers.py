@@ -120,3 +120,36 @@ def test_the_pooler_regulariser_is_added_to_the_training_loss_only():
     penalised.eval()  # evaluation losses stay the task's own, comparable across poolers
     torch.testing.assert_close(penalised(input_ids=ids, attention_mask=mask, labels=labels).loss,
                                plain.eval()(input_ids=ids, attention_mask=mask, labels=labels).loss)
+
+
+@pytest.mark.parametrize("family", ["bert", "deberta-v3", "roberta"])
+def test_attention_on_a_bidirectional_encoder_starts_with_most_weight_on_the_first_token(family, tmp_path):
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling="attention").eval()
+    assert model.attnpool.pooler.cls_share == 0.9 and model.config.pooling["cls_share"] == 0.9
+    ids, mask = batch([6, 3, 5], side="left")
+    weights = model(input_ids=ids, attention_mask=mask, return_pooling_weights=True).pooling_weights
+    first = mask.long().argmax(dim=1)
+    torch.testing.assert_close(weights[torch.arange(3), first], torch.full((3,), 0.9))
+    model.save_pretrained(tmp_path)
+    assert AttnPoolForSequenceClassification.from_pretrained(tmp_path).attnpool.pooler.cls_share == 0.9
+
+
+@pytest.mark.parametrize(
+    ("family", "pooling", "options"),
+    [("bert", "attention", {"cls_share": 0.0}), ("bert", "attention", {"cls_share": 0.3}),
+     ("gpt2", "attention", None), ("bert", "multihead_attention", None), ("bert", "gated_attention", None)],
+)
+def test_the_first_token_default_leaves_explicit_options_decoders_and_other_poolers_alone(family, pooling, options):
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling=pooling,
+                                                           pooling_options=options)
+    assert model.attnpool.pooler.cls_share == (options or {}).get("cls_share", 0.0)
+
+
+def test_a_saved_attention_config_without_cls_share_loads_without_the_prior(tmp_path):
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="attention",
+                                                           pooling_options={"cls_share": 0.0})
+    model.config.pooling.pop("cls_share")  # as saved before the option existed
+    model.save_pretrained(tmp_path)
+    loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
+    assert loaded.attnpool.pooler.cls_share == 0.0

@@ -41,7 +41,7 @@ def _model(pooling="attention", **options):
 
 
 def test_monitor_reports_mean_pooling_and_the_special_share_exactly():
-    model = _model().eval()  # init="mean": uniform weights
+    model = _model(cls_share=0.0).eval()  # init="mean" without the first-token prior: uniform weights
     monitor = PoolingMonitor(model, special_ids=[2, 3])
     ids = torch.tensor([[2, 10, 11, 12, 3], [2, 10, 3, 0, 0]])
     mask = (ids != 0).long()
@@ -99,7 +99,8 @@ def test_a_run_logs_entropy_while_training_and_records_it_per_fold(tmp_path):
     out = tmp_path / "run"
     code = main(["train", "--train-file", str(tmp_path / "train.csv"), "--text-cols", "first", "second",
                  "--folds", "2", "--only-folds", "0", "--model", encoder, "--output-dir", str(out), "--epochs", "1",
-                 "--batch-size", "4", "--max-length", "16", "--pooler-lr", "1e-4"])
+                 "--batch-size", "4", "--max-length", "16", "--pooler-lr", "1e-4",
+                 "--pooling-opt", "cls_share=0"])
     assert code in (0, 3)
     history = json.loads((out / "fold_0" / "log_history.json").read_text())
     train_logs = [h for h in history if "loss" in h]

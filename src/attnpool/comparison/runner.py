@@ -70,7 +70,8 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
             if child.name != LOCK_NAME:  # the lock this process holds stays
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
     elif path.is_file():
-        saved = load_yaml(path)
+        # A field the saved recipe lacks is one added to attnpool since: it ran with that field's default.
+        saved = {**_shared_recipe(TrainConfig()), **load_yaml(path)}
         changed = sorted(k for k in set(saved) | set(recipe) if saved.get(k) != recipe.get(k))
         if changed:
             detail = "; ".join(f"{k}: {saved.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:6])

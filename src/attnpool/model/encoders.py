@@ -1,8 +1,9 @@
-"""Facts about the wrapped encoder: decoder-only or not, a local path or a hub name, where its layers are."""
+"""Facts about the wrapped encoder (decoder-only or not, local or hub, its layers) and the pooling defaults they set."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
@@ -39,3 +40,23 @@ def encoder_layers(encoder: PreTrainedModel) -> nn.ModuleList:
         f"cannot find the list of {num_layers} transformer layers in {type(encoder).__name__}; freezing or "
         "re-initialising layers is not supported for this encoder"
     )
+
+
+# The attention pooler's start on a bidirectional encoder: 90% of the weight on the first token ([CLS], <s>), the
+# rest spread evenly, measured on the real sets of benchmarks/quality.py (docs/quality.md). Poolers not listed here,
+# decoder-only encoders and an explicit ``cls_share`` keep the pooler's own default (no prior).
+ENCODER_CLS_SHARE = 0.9
+CLS_PRIOR_POOLERS = ("attention",)
+
+
+def encoder_pooling_defaults(spec: dict[str, Any], config: PretrainedConfig) -> dict[str, Any]:
+    """``spec`` with the recipe's defaults for this encoder filled in where the caller gave none.
+
+    The ``attention`` pooler gets ``cls_share=ENCODER_CLS_SHARE`` on a bidirectional encoder, whose inputs start
+    with a summary token that the encoder's own attention already fills: the pooler starts near ``cls`` pooling
+    and moves weight to other tokens as far as the loss pays for it. ``cls_share=0`` in the options turns it off
+    (the pure mean-pooling start).
+    """
+    if spec.get("type") in CLS_PRIOR_POOLERS and "cls_share" not in spec and not is_decoder_only(config):
+        return {**spec, "cls_share": ENCODER_CLS_SHARE}
+    return spec

@@ -16,7 +16,12 @@ from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 from attnpool.model.card import CARD_FILE, write_model_card
 from attnpool.model.card import model_card as config_card
 from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
-from attnpool.model.encoders import check_encoder_source, encoder_layers, looks_like_local_path
+from attnpool.model.encoders import (
+    check_encoder_source,
+    encoder_layers,
+    encoder_pooling_defaults,
+    looks_like_local_path,
+)
 from attnpool.model.heads import PredictionHead
 from attnpool.pooling import Pooler, build_pooler
 
@@ -147,7 +152,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 ``PreTrainedModel``: used as it is.
             pooling: A registered pooler name, a pooler config dict, or a :class:`~attnpool.Pooler` instance
                 (whose weights are kept).
-            pooling_options: Options of the pooler, e.g. ``{"attn_size": 128}``.
+            pooling_options: Options of the pooler, e.g. ``{"attn_size": 128}``. Where they leave it out, ``attention``
+                on a bidirectional encoder gets ``cls_share=0.9`` (see
+                :func:`~attnpool.model.encoders.encoder_pooling_defaults`; ``cls_share=0`` for a mean-pooling start).
             encoder_kwargs: Passed to ``AutoModel.from_pretrained`` (e.g. ``attn_implementation``, ``revision``).
             reinit_layers: Re-initialise this many top encoder layers.
             freeze_layers: Freeze the embeddings and this many bottom layers (``0``: the embeddings only).
@@ -187,6 +194,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             pooling_spec = {"type": pooling, **(pooling_options or {})}
         else:
             pooling_spec = {**dict(pooling), **(pooling_options or {})}
+        if pooler_instance is None:
+            pooling_spec = encoder_pooling_defaults(pooling_spec, encoder_config)
         config_kwargs.setdefault("num_labels", 1)
         if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1:
             # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax.
