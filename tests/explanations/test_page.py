@@ -143,3 +143,18 @@ def test_a_report_without_erasure_and_labels_still_renders(tmp_path):
     checker = _Checker()
     checker.feed(page)
     assert not checker.errors and len(checker.articles) == 1
+
+
+def test_words_are_shaded_against_the_heaviest_word_when_cls_takes_most_weight():
+    from attnpool.explanations.page import _words
+    from attnpool.explanations.words import Word
+
+    def word(text, kind, weight):
+        return Word(text=text, kind=kind, segment=None if kind == "special" else 0, pieces=[text], positions=[0],
+                    weights=[weight], start=None, end=None)
+
+    html = _words([word("[CLS]", "special", 0.9), word("good", "word", 0.06), word("film", "word", 0.03),
+                   word("[SEP]", "special", 0.01)], head=0)
+    assert 'rgba(234, 88, 12,0.850)" title="weight 0.0600' in html  # the heaviest word: the strongest shade
+    assert 'rgba(234, 88, 12,0.425)" title="weight 0.0300' in html  # half its weight, half the shade
+    assert "0.850);color:#fff\" title=\"special token · weight 0.9000" in html

@@ -252,8 +252,13 @@ def _show(value: Any) -> str:
 
 
 def _words(words: Sequence[Word], head: int) -> str:
-    """The words of one example, coloured by one head's weights, with the text's own spacing."""
+    """The words of one example, coloured by one head's weights, with the text's own spacing.
+
+    Words are shaded against the heaviest word, special tokens against the heaviest token: a pooler that keeps most
+    of its weight on ``[CLS]`` still shows which words it reads (the tooltips give the true weights).
+    """
     top = max((w.weights[head] for w in words), default=0.0) or 1.0
+    top_word = max((w.weights[head] for w in words if w.kind != SPECIAL), default=0.0) or 1.0
     out = []
     previous: Word | None = None
     for word in words:
@@ -263,7 +268,7 @@ def _words(words: Sequence[Word], head: int) -> str:
             if not joined:
                 out.append(" ")
         weight = word.weights[head]
-        alpha = 0.85 * max(weight, 0.0) / top
+        alpha = 0.85 * max(weight, 0.0) / (top if word.kind == SPECIAL else top_word)
         if word.kind == SPECIAL:
             color = "#fff" if alpha > 0.35 else "#4b5563"
             out.append(f'<span class="sp" style="background:rgba({SPECIAL_RGB},{alpha:.3f});color:{color}" '

@@ -109,7 +109,11 @@ _SCRIPT = """
   }
   function number(v) { return Math.abs(v) >= 1e-3 || v === 0 ? String(Number(v.toPrecision(4))) : v.toExponential(1); }
   function words(list, head) {
+    // Words are shaded against the heaviest word and special tokens against the heaviest token, so that a pooler
+    // that keeps most of its weight on [CLS] still shows which words it reads; the tooltips give the true weights.
     var top = Math.max.apply(null, list.map(function (w) { return w.weights[head]; })) || 1;
+    var topWord = Math.max.apply(null, list.filter(function (w) { return w.kind !== 'special'; })
+      .map(function (w) { return w.weights[head]; }).concat([0])) || 1;
     var p = el('p', 'text'), previous = null;
     list.forEach(function (w) {
       if (previous) {
@@ -117,7 +121,8 @@ _SCRIPT = """
           w.start !== null && previous.end !== null && w.start === previous.end;
         if (!joined) { p.appendChild(document.createTextNode(' ')); }
       }
-      var weight = w.weights[head], alpha = (0.85 * Math.max(weight, 0) / top).toFixed(3), span;
+      var weight = w.weights[head], scale = w.kind === 'special' ? top : topWord, span;
+      var alpha = (0.85 * Math.max(weight, 0) / scale).toFixed(3);
       if (w.kind === 'special') {
         span = el('span', 'sp', w.text);
         span.style.background = 'rgba(__SPECIAL_RGB__,' + alpha + ')';
