@@ -123,9 +123,10 @@ def test_the_pooler_regulariser_is_added_to_the_training_loss_only():
 
 
 @pytest.mark.parametrize("family", ["bert", "deberta-v3", "roberta"])
-def test_attention_on_a_bidirectional_encoder_starts_with_most_weight_on_the_first_token(family, tmp_path):
+def test_attention_on_paired_inputs_starts_with_most_weight_on_the_first_token(family, tmp_path):
     torch.manual_seed(0)
-    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling="attention").eval()
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling="attention",
+                                                           paired=True).eval()
     assert model.attnpool.pooler.cls_share == 0.9 and model.config.pooling["cls_share"] == 0.9
     ids, mask = batch([6, 3, 5], side="left")
     weights = model(input_ids=ids, attention_mask=mask, return_pooling_weights=True).pooling_weights
@@ -136,13 +137,15 @@ def test_attention_on_a_bidirectional_encoder_starts_with_most_weight_on_the_fir
 
 
 @pytest.mark.parametrize(
-    ("family", "pooling", "options"),
-    [("bert", "attention", {"cls_share": 0.0}), ("bert", "attention", {"cls_share": 0.3}),
-     ("gpt2", "attention", None), ("bert", "multihead_attention", None), ("bert", "gated_attention", None)],
+    ("family", "pooling", "options", "paired"),
+    [("bert", "attention", None, False), ("bert", "attention", {"cls_share": 0.0}, True),
+     ("bert", "attention", {"cls_share": 0.3}, True), ("gpt2", "attention", None, True),
+     ("bert", "multihead_attention", None, True), ("bert", "gated_attention", None, True)],
 )
-def test_the_first_token_default_leaves_explicit_options_decoders_and_other_poolers_alone(family, pooling, options):
+def test_the_first_token_default_leaves_single_texts_explicit_options_decoders_and_other_poolers_alone(
+        family, pooling, options, paired):
     model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling=pooling,
-                                                           pooling_options=options)
+                                                           pooling_options=options, paired=paired)
     assert model.attnpool.pooler.cls_share == (options or {}).get("cls_share", 0.0)
 
 

@@ -41,7 +41,7 @@ def _model(pooling="attention", **options):
 
 
 def test_monitor_reports_mean_pooling_and_the_special_share_exactly():
-    model = _model(cls_share=0.0).eval()  # init="mean" without the first-token prior: uniform weights
+    model = _model().eval()  # init="mean": uniform weights
     monitor = PoolingMonitor(model, special_ids=[2, 3])
     ids = torch.tensor([[2, 10, 11, 12, 3], [2, 10, 3, 0, 0]])
     mask = (ids != 0).long()

@@ -42,21 +42,25 @@ def encoder_layers(encoder: PreTrainedModel) -> nn.ModuleList:
     )
 
 
-# The attention pooler's start on a bidirectional encoder: 90% of the weight on the first token ([CLS], <s>), the
-# rest spread evenly, measured on the real sets of benchmarks/quality.py (docs/quality.md). Poolers not listed here,
-# decoder-only encoders and an explicit ``cls_share`` keep the pooler's own default (no prior).
-ENCODER_CLS_SHARE = 0.9
+# The attention pooler's start for inputs that join two or more texts (a pair, a template) on a bidirectional
+# encoder: 90% of the weight on the first token ([CLS], <s>), the rest spread evenly. Measured by
+# benchmarks/quality.py (docs/quality.md): on PPPM pairs it beats both the mean-pooling start and cls pooling; on
+# single sentences the mean-pooling start stays ahead, so those keep it. Poolers not listed here, decoder-only
+# encoders and an explicit ``cls_share`` keep the pooler's own default (no prior).
+PAIR_CLS_SHARE = 0.9
 CLS_PRIOR_POOLERS = ("attention",)
 
 
-def encoder_pooling_defaults(spec: dict[str, Any], config: PretrainedConfig) -> dict[str, Any]:
-    """``spec`` with the recipe's defaults for this encoder filled in where the caller gave none.
+def encoder_pooling_defaults(spec: dict[str, Any], config: PretrainedConfig, *, paired: bool) -> dict[str, Any]:
+    """``spec`` with the recipe's defaults for this encoder and input filled in where the caller gave none.
 
-    The ``attention`` pooler gets ``cls_share=ENCODER_CLS_SHARE`` on a bidirectional encoder, whose inputs start
-    with a summary token that the encoder's own attention already fills: the pooler starts near ``cls`` pooling
-    and moves weight to other tokens as far as the loss pays for it. ``cls_share=0`` in the options turns it off
-    (the pure mean-pooling start).
+    With ``paired`` inputs (two or more texts joined, as a cross-encoder reads them) the ``attention`` pooler gets
+    ``cls_share=PAIR_CLS_SHARE`` on a bidirectional encoder: the relation between the texts is computed by the
+    encoder's own attention and gathered at its first token, so the pooler starts near ``cls`` pooling and moves
+    weight to other tokens as far as the loss pays for it. Single texts keep the mean-pooling start.
+    ``cls_share`` in the options (``0``: the mean-pooling start) always wins.
     """
-    if spec.get("type") in CLS_PRIOR_POOLERS and "cls_share" not in spec and not is_decoder_only(config):
-        return {**spec, "cls_share": ENCODER_CLS_SHARE}
+    if (paired and spec.get("type") in CLS_PRIOR_POOLERS and "cls_share" not in spec
+            and not is_decoder_only(config)):
+        return {**spec, "cls_share": PAIR_CLS_SHARE}
     return spec

@@ -139,6 +139,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         pooling: str | dict[str, Any] | Pooler = "attention",
         pooling_options: dict[str, Any] | None = None,
         *,
+        paired: bool = False,
         encoder_kwargs: dict[str, Any] | None = None,
         reinit_layers: int = 0,
         freeze_layers: int | None = None,
@@ -152,9 +153,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 ``PreTrainedModel``: used as it is.
             pooling: A registered pooler name, a pooler config dict, or a :class:`~attnpool.Pooler` instance
                 (whose weights are kept).
-            pooling_options: Options of the pooler, e.g. ``{"attn_size": 128}``. Where they leave it out, ``attention``
-                on a bidirectional encoder gets ``cls_share=0.9`` (see
-                :func:`~attnpool.model.encoders.encoder_pooling_defaults`; ``cls_share=0`` for a mean-pooling start).
+            pooling_options: Options of the pooler, e.g. ``{"attn_size": 128}``.
+            paired: Whether the inputs join two or more texts (sentence pairs, a template). Then ``attention`` on a
+                bidirectional encoder gets ``cls_share=0.9`` unless ``pooling_options`` set it (see
+                :func:`~attnpool.model.encoders.encoder_pooling_defaults`).
             encoder_kwargs: Passed to ``AutoModel.from_pretrained`` (e.g. ``attn_implementation``, ``revision``).
             reinit_layers: Re-initialise this many top encoder layers.
             freeze_layers: Freeze the embeddings and this many bottom layers (``0``: the embeddings only).
@@ -195,7 +197,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         else:
             pooling_spec = {**dict(pooling), **(pooling_options or {})}
         if pooler_instance is None:
-            pooling_spec = encoder_pooling_defaults(pooling_spec, encoder_config)
+            pooling_spec = encoder_pooling_defaults(pooling_spec, encoder_config, paired=paired)
         config_kwargs.setdefault("num_labels", 1)
         if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1:
             # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax.

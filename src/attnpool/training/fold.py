@@ -57,6 +57,7 @@ def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSeque
         cfg.model,
         pooling=cfg.pooling,
         pooling_options=cfg.pooling_options,
+        paired=cfg.paired_inputs(),
         num_labels=num_labels(cfg.task, data.num_outputs),
         problem_type=problem_type(cfg.task),
         pooling_layers=cfg.pooling_layers,
