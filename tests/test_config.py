@@ -158,12 +158,3 @@ def test_make_config_from_a_config_a_dict_or_a_file_with_overrides(tmp_path):
     with pytest.raises(FileNotFoundError):
         make_config(tmp_path / "nope.yaml")
 
-
-@pytest.mark.parametrize(
-    ("options", "paired"),
-    [({"text_cols": ["text"]}, False), ({"text_cols": ["first", "second"]}, True),
-     ({"template": "{anchor} [SEP] {target}"}, True), ({"template": "review: {text}"}, False),
-     ({"preset": "pppm"}, True)],
-)
-def test_paired_inputs_says_whether_an_input_joins_two_texts(options, paired):
-    assert TrainConfig(**options).paired_inputs() is paired

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,13 +200,6 @@ class TrainConfig:
             valid = ", ".join(sorted(known))
             raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {valid}")
         return cls(**values)
-
-    def paired_inputs(self) -> bool:
-        """Whether each input joins two or more texts: two ``text_cols``, a two-field template, or the PPPM preset."""
-        if len(self.text_cols) >= 2 or self.preset == "pppm":
-            return True
-        fields = {name for _, name, _, _ in string.Formatter().parse(self.template or "") if name}
-        return len(fields) >= 2
 
     def validate(self) -> TrainConfig:
         """Check option values; raise ``ValueError`` saying which option and what is allowed."""

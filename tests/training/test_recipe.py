@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from attnpool.cli import main
+from attnpool.config import TrainConfig
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.training.fold import paired_inputs
 from model_helpers import save_tiny_encoder, write_toy_csv
 
 FAST = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "16", "--lr", "1e-3", "--head-lr", "3e-3",
@@ -149,3 +151,13 @@ def test_resume_after_sigkill_mid_fold_continues_from_the_last_checkpoint(encode
     assert "fold 0: already done" in log and "fold 1: resuming from" in log
     oof = pd.read_csv(out / "oof.csv")
     assert sorted(oof["row"]) == list(range(48))
+
+
+@pytest.mark.parametrize(
+    ("options", "paired"),
+    [({"text_cols": ["text"]}, False), ({"text_cols": ["first", "second"]}, True),
+     ({"template": "{anchor} [SEP] {target}"}, True), ({"template": "review: {text}"}, False),
+     ({"preset": "pppm"}, True)],
+)
+def test_paired_inputs_says_whether_an_input_joins_two_texts(options, paired):
+    assert paired_inputs(TrainConfig(**options)) is paired

@@ -62,10 +62,10 @@ class _ScoredPooling(Pooler):
         scores = self.scores(hidden_states)
         if self.temperature != 1.0:
             scores = scores / self.temperature
+        token_mask = mask if scores.dim() == 2 else mask.unsqueeze(1)  # (B, T) or (B, 1, T)
         prior = self.score_prior(mask)
         if prior is not None:
-            scores = scores + (prior if scores.dim() == 2 else prior.unsqueeze(1))
-        token_mask = mask if scores.dim() == 2 else mask.unsqueeze(1)  # (B, T) or (B, 1, T)
+            scores = scores + prior.view(token_mask.shape)
         weights = self.weight_dropout(normalize(scores, token_mask, self.normalizer))
         return F.weighted_sum(weights, hidden_states), weights
 
@@ -211,10 +211,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         temperature: Softmax temperature, shared by the heads.
         dropout: Dropout on the attention weights while training.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``, applied per head.
-        cls_share: Per head, at the start, the share of weight on the first real token (``[CLS]``): a fixed score
-            offset (:func:`~attnpool.pooling.functional.first_token_prior`) that, with the uniform start of
-            ``init="mean"``, gives ``[CLS]`` this share and spreads the rest evenly; learned scores move from
-            there. 0 (default): no offset.
+        cls_share: As for :class:`AttentionPooling`, per head.
         penalty: Coefficient of Lin et al.'s :math:`\lVert AA^\top - I\rVert_F^2` (see :meth:`auxiliary_loss`).
 
     Shapes:
@@ -339,10 +336,7 @@ class GatedAttentionPooling(_ScoredPooling):
         temperature: Softmax temperature.
         dropout: Dropout on the attention weights while training.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
-        cls_share: At the start, the share of weight on the first real token (``[CLS]``): a fixed score
-            offset (:func:`~attnpool.pooling.functional.first_token_prior`) that, with the uniform start of
-            ``init="mean"``, gives ``[CLS]`` this share and spreads the rest evenly; learned scores move from
-            there. 0 (default): no offset.
+        cls_share: As for :class:`AttentionPooling`.
 
     Shapes:
         ``(B, T, H) -> (B, H)``; weights ``(B, T)``.

@@ -23,6 +23,7 @@ from transformers import set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from attnpool.config import TrainConfig
+from attnpool.data.columns import template_fields
 from attnpool.data.task import EncodedDataset, TaskData
 from attnpool.metrics import task_metrics
 from attnpool.model import AttnPoolForSequenceClassification
@@ -46,6 +47,13 @@ except ImportError:  # Windows
 logger = logging.getLogger("attnpool.train")
 
 
+def paired_inputs(cfg: TrainConfig) -> bool:
+    """Whether each input joins two or more texts: two ``text_cols``, a two-field template, or the PPPM preset."""
+    if len(cfg.text_cols) >= 2 or cfg.preset == "pppm":
+        return True
+    return len({name for name in template_fields(cfg.template or "") if name}) >= 2
+
+
 def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSequenceClassification:
     """A fresh model for fold ``fold`` (seeded by ``seed + fold``): the encoder, the pooler and the task head."""
     set_seed(cfg.seed + fold)
@@ -57,7 +65,7 @@ def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSeque
         cfg.model,
         pooling=cfg.pooling,
         pooling_options=cfg.pooling_options,
-        paired=cfg.paired_inputs(),
+        paired=paired_inputs(cfg),
         num_labels=num_labels(cfg.task, data.num_outputs),
         problem_type=problem_type(cfg.task),
         pooling_layers=cfg.pooling_layers,
