@@ -22,7 +22,7 @@ from model_helpers import save_tiny_encoder, write_toy_csv
 NOISE = ("{'loss'", "{'eval_loss'", "'train_runtime'", "Loading weights", "Writing model shards", "it/s]",
          "Warning", "[transformers]")
 # Every line a run prints before its summary, off a terminal.
-OWN_LINES = [r"\S+\.csv: \d+ texts, tokens per text: .*", r"precision: .*",
+OWN_LINES = [r"\S+\.csv: \d+ texts, tokens per text: .*", r"precision: .*", r"malloc: .*",
              r"fold \d \(\d of \d\): \d+ train / \d+ valid rows",
              r"fold \d: step \d+/\d+, epoch [\d.]+/\d+, loss [\d.e-]+, val pearson -?[\d.]+ \(best -?[\d.]+\), "
              r"\d\d:\d\d elapsed(, \d\d:\d\d left)?",

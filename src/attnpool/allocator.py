@@ -1,0 +1,93 @@
+"""glibc ``malloc`` settings for training on a CPU: large freed blocks are kept for reuse, not unmapped.
+
+glibc serves every allocation above its mmap threshold (at most 32 MiB however it adapts) with a fresh ``mmap``
+and gives it back with ``munmap`` when freed. A training step allocates a few such blocks and frees them again:
+the backward pass of the word embeddings writes a dense gradient the size of the embedding matrix (47 MB for
+all-MiniLM-L6-v2, 525 MB for DeBERTa-v3-large), every step. Each new mapping costs one page fault per 4 KiB page
+when it is first written, about 14,000 faults per MiniLM step on the project's CPU, and the embedding backward took
+14.5 ms instead of 1.7 ms; a whole bf16 training step was about a fifth slower (``benchmarks/pppm_throughput.py``
+measures it against the notebook recipe). :func:`keep_freed_memory` raises the mmap and trim thresholds with
+``mallopt`` so those blocks stay in the heap and are reused by the next step.
+
+The cost is memory that is not handed back to the system until the process ends (at most the peak the process
+reached anyway). It is left alone where it does not apply or was chosen by the user: other C libraries (macOS,
+musl), a preloaded allocator (jemalloc, tcmalloc, mimalloc), glibc's own ``MALLOC_*`` variables or malloc tunables,
+and ``ATTNPOOL_MALLOC_TUNING=0``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+
+# mallopt parameters, from glibc's <malloc.h>
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+
+MIN_THRESHOLD = 1 << 30  # 1 GiB: above the embedding gradient of the common encoders
+OFF_VARIABLE = "ATTNPOOL_MALLOC_TUNING"
+USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
+
+_applied: int | None = None  # the mmap threshold this process set, once set
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library, when it is glibc (the only one whose ``mallopt`` takes these parameters)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
+def _left_to_user() -> str | None:
+    """Why the user's own allocator settings win, or ``None``."""
+    if os.environ.get(OFF_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
+        return f"{OFF_VARIABLE}={os.environ[OFF_VARIABLE]}"
+    for name in USER_VARIABLES:
+        if name in os.environ:
+            return f"{name} is set"
+    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        return "GLIBC_TUNABLES sets malloc tunables"
+    preload = os.environ.get("LD_PRELOAD", "")
+    for allocator in PRELOADED_ALLOCATORS:
+        if allocator in preload:
+            return f"{allocator} is preloaded"
+    return None
+
+
+def keep_freed_memory(largest_block: int = 0) -> str | None:
+    """Raise glibc's mmap and trim thresholds so that freed blocks up to ``largest_block`` bytes are reused.
+
+    The mmap threshold becomes the larger of 1 GiB and twice ``largest_block``; the trim threshold twice that (as
+    glibc's own adaptive rule pairs them). Calling it again only raises them further.
+
+    Args:
+        largest_block: The largest block a step allocates, e.g. the biggest parameter's bytes (its gradient).
+
+    Returns:
+        A line for the log: what was set, or why nothing was; ``None`` when an earlier call set as much.
+    """
+    global _applied
+    reason = _left_to_user()
+    if reason is not None:
+        return f"malloc settings left alone: {reason}"
+    libc = _glibc()
+    if libc is None:
+        return f"malloc settings left alone: not glibc ({platform.system()} {platform.libc_ver()[0] or 'libc'})"
+    threshold = max(MIN_THRESHOLD, 2 * int(largest_block))
+    if _applied is not None and _applied >= threshold:
+        return None
+    if not (libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(min(threshold, 2**31 - 1)))
+            and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(min(2 * threshold, 2**31 - 1)))):
+        return f"malloc settings left alone: glibc refused an mmap threshold of {threshold:,} bytes"
+    _applied = min(threshold, 2**31 - 1)
+    return (f"malloc: freed blocks up to {_applied / 2**20:,.0f} MiB are kept for reuse instead of unmapped "
+            f"(glibc mallopt; {OFF_VARIABLE}=0 turns this off)")
+
+
+def largest_parameter_bytes(model) -> int:
+    """The bytes of the model's largest trainable parameter in float32: the size of its gradient."""
+    sizes = [p.numel() * 4 for p in model.parameters() if p.requires_grad]
+    return max(sizes, default=0)
