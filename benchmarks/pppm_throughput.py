@@ -48,6 +48,10 @@ just before and just after attnpool's step ``i``) took over 1.5x the notebook's 
 step took over 1.5x the time expected for its padded size (a line fitted to its other steps). ``(all steps)``
 uses every timed step. Under a load that lasts the whole run the median moves with it and little is filtered.
 
+Allocator: attnpool's Trainer raises glibc's mmap/trim thresholds on a CPU (``attnpool.allocator``); that setting
+belongs to the process, so the interleaved notebook (and each peer) runs with it too, although a notebook user's
+process would not. ``ATTNPOOL_MALLOC_TUNING=0`` runs both sides with glibc's defaults instead.
+
 Peers trained after the main run, each interleaved with the same notebook trainer (which keeps training: its steps
 are only a load probe by then), so each gets a ratio to the notebook measured under its own section's load:
 
