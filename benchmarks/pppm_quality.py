@@ -4,7 +4,9 @@ Issue #18. On fold 0 of 4 (grouped by anchor) of the real PPPM ``train.csv`` (``
 ``../shared/data/pppm``), with the offline all-MiniLM-L6-v2 on the CPU, it trains one run per (row, seed) through
 the public API (``attnpool.train``) and prints an ablation table: technique, fold-0 Pearson (mean over seeds and
 per seed), the difference to the baseline (paired per seed, then averaged) and the training time. It writes the
-table as markdown to ``docs/pppm_quality.md`` (``--docs``) and the raw results as JSON next to the runs.
+table as markdown to ``docs/pppm_quality.md`` (``--docs``: this run's section replaces the one an earlier run of the
+same command wrote, or goes first; the file's other sections and notes are kept) and the raw results as JSON next
+to the runs.
 
 Rows (each a dict of :class:`~attnpool.config.TrainConfig` overrides on top of the baseline; ``--list`` prints them):
 
@@ -63,6 +65,7 @@ import logging
 import math
 import os
 import platform
+import re
 import shlex
 import sys
 import tempfile
@@ -566,10 +569,30 @@ def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.N
     atomic_write_json(work / "results.json", {"meta": meta, "results": results, "summary": summary,
                                               "significance": tests, "targets": targets, "final": final})
     if args.docs != "-":
-        header = ("# PPPM recipe techniques: fold-0 ablation\n\nWritten by `benchmarks/pppm_quality.py` (see its "
-                  "docstring for the rows, the notebook reference and the tests).\n\n")
-        atomic_write_text(Path(args.docs), header + text)  # a temporary file, then renamed
+        path = Path(args.docs)
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        atomic_write_text(path, merge_docs(old, text))  # a temporary file, then renamed
         print(f"written: {args.docs}")
+
+
+DOCS_HEADER = ("# PPPM recipe techniques: fold-0 ablation\n\nWritten by `benchmarks/pppm_quality.py` (see its "
+               "docstring for the rows, the notebook reference and the tests).\n")
+
+
+def merge_docs(old: str, section: str) -> str:
+    """The docs file with this run's ``section`` in it, every other section (and its notes) kept as it was.
+
+    Sections start at ``## `` headings. The one from an earlier run of the same command (its ``- command:`` line)
+    is replaced, notes and all, since they described its figures; a new command's section goes first.
+    """
+    preamble, *sections = re.split(r"(?m)^(?=## )", old) if old else [DOCS_HEADER]
+    command = next((line for line in section.splitlines() if line.startswith("- command: ")), None)
+    same = [i for i, part in enumerate(sections) if command is not None and command in part.splitlines()]
+    if same:
+        sections[same[0]] = section.rstrip("\n") + "\n\n"
+    else:
+        sections.insert(0, section.rstrip("\n") + "\n\n")
+    return (preamble.rstrip("\n") + "\n\n" + "".join(sections)).rstrip("\n") + "\n"
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ import numpy as np
 from attnpool.comparison import PoolerSpec, compare, holm, paired_bootstrap, paired_t_test, run_predictions, t_interval
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.config import TrainConfig
-from attnpool.runs.files import atomic_write_text
+from attnpool.runs.files import atomic_write, atomic_write_text
 from attnpool.tasks import primary_metric
 
 logger = logging.getLogger("attnpool.quality")
@@ -97,13 +97,13 @@ def sentences_to_csv(source: Path, target: Path) -> Path:
             label, _, text = line.strip().partition(" ")
             if text:
                 rows.append((f"{source.stem}{number:05d}", text, int(label)))
-    partial = target.with_suffix(".tmp")
-    with partial.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", "text", "label"])
-        writer.writerows(rows)
-    partial.replace(target)
-    return target
+    def write(path: Path) -> None:
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["id", "text", "label"])
+            writer.writerows(rows)
+
+    return atomic_write(target, write)
 
 
 def recipe(spec: DataSet, data_root: Path, work: Path, args: argparse.Namespace) -> TrainConfig:

@@ -170,3 +170,17 @@ def test_an_anchor_subset_keeps_whole_anchors_and_is_rebuilt_identically(tmp_pat
     assert again == folder and pd.read_csv(again / "train.csv").equals(subset)
     with pytest.raises(SystemExit, match="--anchors must be in 1..6"):
         pq.anchor_subset(tmp_path / "pppm", anchors=7, seed=0)
+
+
+def test_the_docs_keep_other_runs_sections_and_replace_the_same_commands(tmp_path):
+    old = (pq.DOCS_HEADER + "\n## CPU slice, 2 seeds\n\n- command: `pppm_quality.py --seeds 2`\n\n| a |\n\n"
+           "Notes (added by hand): seed 42 ran under load.\n\n## Full data\n\n- command: `pppm_quality.py "
+           "--epochs 3`\n\n| b |\n")
+    again = "## CPU slice, 2 seeds\n\n- command: `pppm_quality.py --seeds 2`\n\n| new |\n"
+    merged = pq.merge_docs(old, again)
+    assert merged.count("## ") == 2 and "| new |" in merged and "| a |" not in merged
+    assert "seed 42 ran under load" not in merged  # its notes described the replaced figures
+    assert merged.index("| new |") < merged.index("## Full data") and "| b |" in merged
+    other = pq.merge_docs(merged, "## One seed\n\n- command: `pppm_quality.py --seeds 1`\n\n| c |\n")
+    assert other.startswith(pq.DOCS_HEADER) and other.index("| c |") < other.index("| new |") < other.index("| b |")
+    assert pq.merge_docs("", again) == pq.DOCS_HEADER + "\n" + again
