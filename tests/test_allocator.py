@@ -74,9 +74,9 @@ def test_thresholds_cover_the_largest_block(fake_libc):
 
 
 def test_small_models_get_the_minimum_and_a_second_call_sets_nothing(fake_libc):
-    keep_freed_memory(47 << 20)
+    first = keep_freed_memory(47 << 20)
     assert fake_libc.calls == [(M_MMAP_THRESHOLD, 1 << 30), (M_TRIM_THRESHOLD, 2**31 - 1)]
-    assert keep_freed_memory(100 << 20) is None
+    assert keep_freed_memory(100 << 20) == first  # the same line in every run's log, however often it is called
     assert len(fake_libc.calls) == 2
 
 

@@ -57,7 +57,7 @@ def _left_to_user() -> str | None:
     return None
 
 
-def keep_freed_memory(largest_block: int = 0) -> str | None:
+def keep_freed_memory(largest_block: int = 0) -> str:
     """Raise glibc's mmap and trim thresholds so that freed blocks up to ``largest_block`` bytes are reused.
 
     The mmap threshold becomes the larger of 1 GiB and twice ``largest_block``; the trim threshold twice that (as
@@ -67,7 +67,7 @@ def keep_freed_memory(largest_block: int = 0) -> str | None:
         largest_block: The largest block a step allocates, e.g. the biggest parameter's bytes (its gradient).
 
     Returns:
-        A line for the log: what was set, or why nothing was; ``None`` when an earlier call set as much.
+        A line for the log: what is set (the same whether this call or an earlier one set it), or why nothing was.
     """
     global _applied
     reason = _left_to_user()
@@ -77,12 +77,11 @@ def keep_freed_memory(largest_block: int = 0) -> str | None:
     if libc is None:
         return f"malloc settings left alone: not glibc ({platform.system()} {platform.libc_ver()[0] or 'libc'})"
     threshold = max(MIN_THRESHOLD, 2 * int(largest_block))
-    if _applied is not None and _applied >= threshold:
-        return None
-    if not (libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(min(threshold, 2**31 - 1)))
-            and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(min(2 * threshold, 2**31 - 1)))):
-        return f"malloc settings left alone: glibc refused an mmap threshold of {threshold:,} bytes"
-    _applied = min(threshold, 2**31 - 1)
+    if _applied is None or _applied < threshold:
+        if not (libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(min(threshold, 2**31 - 1)))
+                and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(min(2 * threshold, 2**31 - 1)))):
+            return f"malloc settings left alone: glibc refused an mmap threshold of {threshold:,} bytes"
+        _applied = min(threshold, 2**31 - 1)
     return (f"malloc: freed blocks up to {_applied / 2**20:,.0f} MiB are kept for reuse instead of unmapped "
             f"(glibc mallopt; {OFF_VARIABLE}=0 turns this off)")
 

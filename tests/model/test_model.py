@@ -72,8 +72,11 @@ def test_save_load_gives_identical_logits_and_weights(tmp_path):
     loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
     assert not loaded.training
     after = loaded(ids, mask, return_pooling_weights=True)
-    torch.testing.assert_close(after.logits, before.logits, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(after.pooling_weights, before.pooling_weights, atol=1e-7, rtol=1e-6)
+    # bit for bit: the loaded weights are copied out of the memory-mapped file into 64-byte-aligned memory, so the
+    # kernels take the saved model's code paths (on unaligned weights an AMD EPYC differed in the last bit)
+    assert all(t.data_ptr() % 64 == 0 for t in [*loaded.parameters(), *loaded.buffers()])
+    torch.testing.assert_close(after.logits, before.logits, atol=0, rtol=0)
+    torch.testing.assert_close(after.pooling_weights, before.pooling_weights, atol=0, rtol=0)
     assert loaded.config.pooling == model.config.pooling
     for (name, p), (_, q) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(p, q), name

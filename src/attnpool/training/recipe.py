@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import task_metrics
@@ -99,6 +100,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
             folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
             logger.info("precision: %s", precision_reason(cfg.precision, "cpu" if use_cpu() else "cuda"))
+            if use_cpu():  # the trainer raises it further for a model whose largest gradient needs more
+                logger.info("%s", keep_freed_memory())
             fold_ids = sorted(set(int(f) for f in folds[folds >= 0]))
             for fold in fold_ids:
                 if fold in done:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any
 
 import torch
@@ -22,8 +21,6 @@ from attnpool.training.optim import build_optimizer, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
 from attnpool.training.tracking import FoldTracking, fold_environment, integrations
-
-logger = logging.getLogger("attnpool.train")
 
 
 class RecipeTrainer(transformers.Trainer):
@@ -65,8 +62,8 @@ class RecipeTrainer(transformers.Trainer):
         On a CPU, glibc keeps freed blocks as large as the biggest gradient for reuse first
         (:func:`~attnpool.allocator.keep_freed_memory`: a fifth faster per step on MiniLM).
         """
-        if self.args.device.type == "cpu" and (line := keep_freed_memory(largest_parameter_bytes(self.model))):
-            logger.info("%s", line)
+        if self.args.device.type == "cpu":
+            keep_freed_memory(largest_parameter_bytes(self.model))  # attnpool.train logs the setting
         if self.ema is not None:
             folder = resume_from_checkpoint
             if folder is True:
