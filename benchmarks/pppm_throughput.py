@@ -50,7 +50,9 @@ uses every timed step. Under a load that lasts the whole run the median moves wi
 
 Allocator: attnpool's Trainer raises glibc's mmap/trim thresholds on a CPU (``attnpool.allocator``); that setting
 belongs to the process, so the interleaved notebook (and each peer) runs with it too, although a notebook user's
-process would not. ``ATTNPOOL_MALLOC_TUNING=0`` runs both sides with glibc's defaults instead.
+process would not. ``ATTNPOOL_MALLOC_TUNING=0`` runs both sides with glibc's defaults instead. The trainer also
+swaps attnpool's dropout modules for ``attnpool.model.dropout.CPUDropout`` (``ATTNPOOL_CPU_DROPOUT=0`` keeps
+``nn.Dropout``); the notebook keeps PyTorch's.
 
 Peers trained after the main run, each interleaved with the same notebook trainer (which keeps training: its steps
 are only a load probe by then), so each gets a ratio to the notebook measured under its own section's load:
