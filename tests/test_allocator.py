@@ -15,11 +15,10 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # The backward pass of a MiniLM-sized word embedding (a dense 47 MB gradient per pass), 4 + 6 times: prints the
 # page faults of the last six passes (about 11,450 each when every gradient is a fresh mapping).
 FAULTS = """
-import importlib.util, resource, sys, torch
-spec = importlib.util.spec_from_file_location("allocator", sys.argv[2])  # the module alone: a quicker start
-module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+import resource, sys, torch
+from attnpool.allocator import keep_freed_memory
 if sys.argv[1] == "on":
-    print(module.keep_freed_memory(), file=sys.stderr)
+    print(keep_freed_memory(), file=sys.stderr)
 embedding, ids = torch.nn.Embedding(30522, 384), torch.randint(0, 30522, (16, 24))
 def backward():
     embedding.weight.grad = None
@@ -56,7 +55,7 @@ def fake_libc(monkeypatch):
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")
 def test_freed_blocks_are_reused_without_page_faults():
     def faults(mode):
-        done = subprocess.run([sys.executable, "-c", FAULTS, mode, allocator.__file__], capture_output=True,
+        done = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True,
                               text=True, check=True, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
         return int(done.stdout.strip()), done.stderr
 

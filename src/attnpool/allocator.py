@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
+
+from attnpool.options import switched_off
 
 # mallopt parameters, from glibc's <malloc.h>
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 
 MIN_THRESHOLD = 1 << 30  # 1 GiB: above the embedding gradient of the common encoders
+MAX_THRESHOLD = 2**31 - 1  # mallopt takes a C int
 OFF_VARIABLE = "ATTNPOOL_MALLOC_TUNING"
 USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
@@ -34,6 +38,7 @@ PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 _applied: int | None = None  # the mmap threshold this process set, once set
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     """The C library, when it is glibc (the only one whose ``mallopt`` takes these parameters)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
@@ -43,7 +48,7 @@ def _glibc() -> ctypes.CDLL | None:
 
 def _left_to_user() -> str | None:
     """Why the user's own allocator settings win, or ``None``."""
-    if os.environ.get(OFF_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
+    if switched_off(OFF_VARIABLE):
         return f"{OFF_VARIABLE}={os.environ[OFF_VARIABLE]}"
     for name in USER_VARIABLES:
         if name in os.environ:
@@ -60,8 +65,9 @@ def _left_to_user() -> str | None:
 def keep_freed_memory(largest_block: int = 0) -> str:
     """Raise glibc's mmap and trim thresholds so that freed blocks up to ``largest_block`` bytes are reused.
 
-    The mmap threshold becomes the larger of 1 GiB and twice ``largest_block``; the trim threshold twice that (as
-    glibc's own adaptive rule pairs them). Calling it again only raises them further.
+    The mmap threshold becomes the larger of 1 GiB and twice ``largest_block`` (at most 2 GiB - 1, a C int); the
+    trim threshold twice that (as glibc's own adaptive rule pairs them), within the same bound. Calling it again
+    only raises them further.
 
     Args:
         largest_block: The largest block a step allocates, e.g. the biggest parameter's bytes (its gradient).
@@ -76,12 +82,12 @@ def keep_freed_memory(largest_block: int = 0) -> str:
     libc = _glibc()
     if libc is None:
         return f"malloc settings left alone: not glibc ({platform.system()} {platform.libc_ver()[0] or 'libc'})"
-    threshold = max(MIN_THRESHOLD, 2 * int(largest_block))
+    threshold = min(max(MIN_THRESHOLD, 2 * int(largest_block)), MAX_THRESHOLD)
     if _applied is None or _applied < threshold:
-        if not (libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(min(threshold, 2**31 - 1)))
-                and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(min(2 * threshold, 2**31 - 1)))):
+        if not (libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(threshold))
+                and libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(min(2 * threshold, MAX_THRESHOLD)))):
             return f"malloc settings left alone: glibc refused an mmap threshold of {threshold:,} bytes"
-        _applied = min(threshold, 2**31 - 1)
+        _applied = threshold
     return (f"malloc: freed blocks up to {_applied / 2**20:,.0f} MiB are kept for reuse instead of unmapped "
             f"(glibc mallopt; {OFF_VARIABLE}=0 turns this off)")
 

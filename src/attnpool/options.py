@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
 
 class ConfigError(ValueError):
     """An option or config file that cannot be used; the message is one line saying where and why."""
+
+
+OFF_VALUES = ("0", "false", "no", "off")
+
+
+def switched_off(variable: str) -> bool:
+    """Whether the environment variable ``variable`` turns a default off: ``0``, ``false``, ``no`` or ``off``."""
+    return os.environ.get(variable, "").strip().lower() in OFF_VALUES
 
 
 def parse_value(text: str) -> Any:

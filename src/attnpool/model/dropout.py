@@ -14,10 +14,10 @@ repeats itself. Nothing is saved differently: dropout has no weights.
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor, nn
+
+from attnpool.options import switched_off
 
 OFF_VARIABLE = "ATTNPOOL_CPU_DROPOUT"
 LEVELS = 1 << 16  # the keep test compares 16 random bits
@@ -45,7 +45,7 @@ def use_cpu_dropout(model: nn.Module) -> int:
     Subclasses of ``nn.Dropout`` (which may do something else) and modules of other dropout kinds are left alone, as
     is everything under ``ATTNPOOL_CPU_DROPOUT=0``.
     """
-    if os.environ.get(OFF_VARIABLE, "").strip().lower() in ("0", "false", "no", "off"):
+    if switched_off(OFF_VARIABLE):
         return 0
     swapped = 0
     for module in model.modules():
