@@ -13,7 +13,8 @@ from attnpool.allocator import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, keep_freed_me
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 # The backward pass of a MiniLM-sized word embedding (a dense 47 MB gradient per pass), 4 + 6 times: prints the
-# page faults of the last six passes (about 11,450 each when every gradient is a fresh mapping).
+# page faults of the last six passes (about 11,450 each when every gradient is a fresh mapping). With the setting,
+# glibc may still grow its heap once more after the warm-up (one pass's worth: CI saw 11,446 once), never every pass.
 FAULTS = """
 import resource, sys, torch
 from attnpool.allocator import keep_freed_memory
@@ -61,8 +62,8 @@ def test_freed_blocks_are_reused_without_page_faults():
 
     off, _ = faults("off")
     on, log = faults("on")
-    assert off > 6 * 11_000
-    assert on < 11_000, log  # the freed gradient's pages are written again, not mapped anew
+    assert off > 6 * 11_000  # every pass maps its gradient anew
+    assert on < 2 * 11_000, log  # at most one heap growth in six passes: the freed pages are written again
     assert "kept for reuse" in log
 
 
