@@ -12,14 +12,15 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from attnpool.cli import main
 from attnpool.data import DataError, read_table
 from attnpool.data.prediction import PredictionInputs
 from attnpool.data.readers import iter_table
 from attnpool.precision import resolve_precision
-from attnpool.prediction import PredictionSummary, predict, predict_encoded
-from attnpool.runs import RunError
+from attnpool.prediction import FoldEnsemble, PredictionSummary, predict, predict_encoded
+from attnpool.runs import Run, RunError
 from model_helpers import make_run, save_tiny_encoder, write_toy_csv
 
 # Exact comparisons: float32 unless a test asks for another precision (auto is bf16 on a CPU with native bf16).
@@ -241,6 +242,24 @@ def test_bf16_autocast_on_cpu_is_finite_and_close_to_fp32(run, frame, unchunked,
     assert np.isfinite(bf16["prediction"]).all()
     assert not np.array_equal(bf16["prediction"], fp32["prediction"]), "autocast ran in bfloat16"
     np.testing.assert_allclose(bf16["prediction"], fp32["prediction"], atol=0.05 * fp32["prediction"].abs().max())
+
+
+def test_cpu_bf16_runs_copies_with_bf16_encoder_weights_and_keeps_the_float32_models(run):
+    ensemble = FoldEnsemble.load(Run(run))
+    encodings = dict(ensemble.tokenizer([f"row {i} " * (1 + i % 5) for i in range(9)]))
+    fp32 = ensemble.scores(encodings, batch_size=4, device="cpu", precision="fp32")
+    bf16 = ensemble.scores(encodings, batch_size=4, device="cpu", precision="bf16")
+    lowered = ensemble.models_for("bf16", "cpu")
+    assert lowered is ensemble.models_for("bf16", "cpu"), "made once, then reused"
+    for low, model in zip(lowered, ensemble.models, strict=True):
+        assert {p.dtype for p in low.attnpool.encoder.parameters()} == {torch.bfloat16}
+        assert {p.dtype for p in low.attnpool.pooler.parameters()} | {p.dtype for p in low.head.parameters()} == {
+            torch.float32}
+        assert {p.dtype for p in model.parameters()} == {torch.float32}, "the loaded models are not changed"
+    assert ensemble.models_for("fp32", "cpu") is ensemble.models
+    assert np.isfinite(bf16).all() and not np.array_equal(bf16, fp32)
+    np.testing.assert_allclose(bf16, fp32, atol=0.05 * np.abs(fp32).max())
+    np.testing.assert_array_equal(ensemble.scores(encodings, batch_size=4, device="cpu", precision="fp32"), fp32)
 
 
 def test_resolve_precision():
