@@ -84,6 +84,20 @@ def test_accuracy_metric_function():
     assert score(np.array([0, 1, 1]), probs) == pytest.approx(2 / 3)
 
 
+@pytest.mark.parametrize("task,classes", [("binary", 2), ("multiclass", 4)])
+def test_direct_accuracy_equals_task_metrics(task, classes):
+    from attnpool.metrics import task_metrics
+
+    rng = np.random.default_rng(3)
+    target = rng.integers(0, classes, 200)
+    probs = rng.dirichlet(np.ones(classes), 200)
+    score = metric_function(task, "accuracy")
+    for _ in range(5):
+        idx = rng.integers(0, 200, 200)
+        assert score(target[idx], probs[idx]) == task_metrics(task, target[idx], probs[idx])["accuracy"]
+    assert score.__name__ == "accuracy", "the direct path, not every metric of the task at each bootstrap replicate"
+
+
 def test_pooler_specs_parse_and_fail_clearly():
     spec = PoolerSpec.parse("attention:attn_size=128,temperature=0.5")
     assert (spec.pooling, spec.options) == ("attention", {"attn_size": 128, "temperature": 0.5})
