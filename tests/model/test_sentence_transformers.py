@@ -27,7 +27,7 @@ def test_encode_gives_pooled_embeddings_and_weights(tmp_path):
     model = make_model(tmp_path, attn_size=8)
     embeddings = model.encode(SENTENCES, convert_to_tensor=True)
     assert embeddings.shape == (4, 32)
-    assert model.get_sentence_embedding_dimension() == 32
+    assert model.get_embedding_dimension() == 32
     features = model.tokenize(SENTENCES)
     out = model(features)
     weights, mask = out["token_weights"], features["attention_mask"]
@@ -47,7 +47,7 @@ def test_save_and_load_round_trip(tmp_path):
     with pytest.raises(ValueError, match="trust_remote_code=True"):
         st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
     loaded = st.SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
-    assert type(loaded[1]) is AttnPooling and loaded.get_sentence_embedding_dimension() == 64
+    assert type(loaded[1]) is AttnPooling and loaded.get_embedding_dimension() == 64
     torch.testing.assert_close(loaded.encode(SENTENCES, convert_to_tensor=True), before, atol=1e-6, rtol=1e-5)
 
 

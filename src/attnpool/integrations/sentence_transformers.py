@@ -72,9 +72,11 @@ class AttnPooling(Module):
             features["token_weights"] = weights
         return features
 
-    def get_sentence_embedding_dimension(self) -> int:
+    def get_embedding_dimension(self) -> int:
         """Size of the sentence embedding (the pooler's ``output_dim``)."""
         return self.pooler.output_dim
+
+    get_sentence_embedding_dimension = get_embedding_dimension  # the name before sentence-transformers 6
 
     def save(self, output_path: str, *args: Any, **kwargs: Any) -> None:
         """Write the pooler config and its weights (``model.safetensors``) into ``output_path``."""
