@@ -119,6 +119,7 @@ import copy
 import dataclasses
 import logging
 import math
+import platform
 import statistics
 import sys
 import tempfile
@@ -656,6 +657,18 @@ def predict_all(paths: dict[str, Callable], repeats: int) -> tuple[dict[str, flo
     return {name: rows / statistics.median(s) for name, s in seconds.items()}, preds
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``): ratios differ by CPU."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def padded_tokens(data: Data, batch_size: int) -> float:
     """The mean padded tokens per held-out row of attnpool's length-sorted batches."""
     from attnpool.data.batching import length_sorted_batches
@@ -745,7 +758,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {args.model}; {len(data.train_idx)} training + {len(data.held_idx)} held-out PPPM rows "
           f"(seed {args.seed}), {args.epochs:g} epoch(s), batch {args.batch_size}; notebook pads to {data.max_len} "
           f"tokens; attnpool precision: {precision_reason(args.precision, 'cpu')}; notebook fp32; torch "
-          f"{torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads",
+          f"{torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads on "
+          f"{cpu_model()}",
           flush=True)
     target = np.asarray(data.task.labels[data.held_idx], dtype=np.float64)
     with tempfile.TemporaryDirectory(prefix="pppm_throughput_") as folder:

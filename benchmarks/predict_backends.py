@@ -47,7 +47,7 @@ from attnpool.data.prediction import PredictionInputs
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
 from attnpool.runs import Run
-from pppm_throughput import predict_all
+from pppm_throughput import cpu_model, predict_all
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm"
 LONG_MAX_LENGTH = 512  # MiniLM's (and BERT's) position limit
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(frame)} held-out PPPM rows{' lengthened (--long)' if args.long else ''}, tokens/row mean "
           f"{np.mean(tokens):.0f} (min {min(tokens)}, max {max(tokens)}; max_length {cfg.max_length}), batch "
           f"{args.batch_size}, run {run.path} (folds {run.trained_folds()}), median of {args.repeats}, "
-          f"{torch.get_num_threads()} torch threads")
+          f"{torch.get_num_threads()} torch threads on {cpu_model()}")
     print("| path | rows/s | vs torch fp32 | Pearson (labels) | Pearson vs fp32 | max abs diff vs fp32 |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, out in outputs.items():
