@@ -31,6 +31,11 @@ def cpu_bf16_instructions() -> list[str]:
     return found
 
 
+def inference_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` as a ``torch.device``; by default CUDA when available, else the CPU."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """The precision that ``precision`` means on ``device``: ``fp32``, ``bf16`` or ``fp16``.
 

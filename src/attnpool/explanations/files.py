@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import AutoTokenizer
 
 from attnpool.data import build_texts, check_columns, read_table
@@ -15,6 +14,7 @@ from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.explanations.core import Explanation, explain
 from attnpool.explanations.page import write_report
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.precision import inference_device
 from attnpool.runs.run import RUN_FILE, Run
 
 logger = logging.getLogger("attnpool.explain")
@@ -106,7 +106,7 @@ def explain_file(
         raise FileNotFoundError(f"{source} is neither a train run directory (no {RUN_FILE}) nor a saved model folder "
                                 "(no config.json); give the --output-dir of attnpool train or a save_pretrained folder")
     n = len(first) if limit is None else min(limit, len(first))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = inference_device(device)
     model.to(device)
     ids = _column_values(frame, id_col, n)
     explanation = explain(model, tokenizer, first[:n], text_pairs=None if second is None else second[:n],

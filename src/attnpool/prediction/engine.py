@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 
 from attnpool.data.batching import padded_batches
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.precision import AUTOCAST_DTYPES, autocast, resolve_precision
+from attnpool.precision import AUTOCAST_DTYPES, autocast, inference_device, resolve_precision
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import primary_metric, scores_from_logits
 
@@ -47,7 +47,7 @@ def predict_encoded(models: Sequence[torch.nn.Module], encodings: dict[str, list
         One ``(len(rows), num_labels)`` float32 array per model.
     """
     count = len(encodings["input_ids"]) if rows is None else len(rows)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = inference_device(device)
     context = autocast(precision, device)
     outputs = [np.zeros((count, 0), dtype=np.float32) for _ in models]
     for m in models:
@@ -152,7 +152,7 @@ class FoldEnsemble:
         encoder weights are stored in that type (:func:`with_encoder_in`; made at the first such call and kept, about
         half the float32 models' memory for bf16), so that autocast does not cast every weight again at every batch.
         """
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = inference_device(device)
         logits = predict_encoded(self.models_for(precision, device), encodings, None, batch_size, self.tokenizer,
                                  device, precision=precision, on_batch=on_batch)
         return sum(w * scores_from_logits(self.task, lg) for w, lg in zip(self.weights, logits, strict=True))

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import torch
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnpool.data import DataError
 from attnpool.data.prediction import PredictionInputs
-from attnpool.precision import precision_reason, resolve_precision
+from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.parts import Parts, manifest
@@ -100,7 +99,7 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
         ValueError: Bad ``ensemble``, ``precision`` or ``chunk_rows``.
     """
     run, input_file, output_file = Run.open(run_dir), Path(input_file), Path(output_file)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
         logger.info("precision: %s; %d CPU threads", precision_reason(precision, device), threads)

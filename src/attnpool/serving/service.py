@@ -40,7 +40,7 @@ from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs
 from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.precision import precision_reason, resolve_precision
+from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.runs.run import Run, RunError
@@ -115,7 +115,7 @@ class Service:
             ValueError: A bad ``ensemble`` or ``precision``.
         """
         source = Path(source)
-        device_ = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device_ = inference_device(device)
         threads = set_threads(threads, tokenizer_threads=False)  # requests are tokenised while the model runs
         logger.info("precision: %s; %d CPU threads", precision_reason(precision, device_), threads)
         if backend not in ("torch", "onnx"):
