@@ -7,10 +7,15 @@ recipe: same folds, data order and epochs per seed) and trains two references on
 * ``notebook``: the public PPPM notebook's model and loop, transcribed (``benchmarks/references.py``);
 * ``cross-encoder``: sentence-transformers' ``CrossEncoder`` recipe, on the pair-regression set only.
 
-Sets (fold 0 of a k-fold split, so each run trains once):
+Sets (fold 0 of a k-fold split, so each run trains once). The split (the folds, and the slice where a set is
+cut to a number of rows) is drawn once, with ``--split-seed`` (attnpool's ``split_seed``), and is the same for every
+seed: the seeds vary the training only (initialisation, dropout, data order), as on a benchmark's fixed split, so
+the seed-to-seed spread measures how stable the recipe is, and the examples' sampling is the paired bootstrap's part.
+``--per-seed-split`` draws a split per seed instead (the protocol of the tables before 2026-12-02), which mixes the
+split's variance into the spread over seeds.
 
-* ``pppm``: pair regression, Pearson. A seeded random slice of the PPPM ``train.csv`` (``--pppm-rows``, its
-  own draw per seed), folds grouped by anchor, fold 0 of 4.
+* ``pppm``: pair regression, Pearson. A seeded random slice of the PPPM ``train.csv`` (``--pppm-rows``), folds
+  grouped by anchor, fold 0 of 4.
 * ``cr``: customer-review sentiment (3,775 sentences, about 19 words), binary accuracy, fold 0 of 5.
 * ``mpqa``: opinion polarity of short phrases (10,606, about 3 words), binary accuracy, fold 0 of 5.
 
@@ -75,7 +80,7 @@ class DataSet:
 def data_sets(pppm_rows: int) -> dict[str, DataSet]:
     """The benchmark's sets and their recipes (everything else is attnpool's default)."""
     return {
-        "pppm": DataSet("pppm", f"PPPM pair regression, {pppm_rows:,} random rows per seed, grouped fold 0 of 4",
+        "pppm": DataSet("pppm", f"PPPM pair regression, {pppm_rows:,} random rows, grouped fold 0 of 4",
                         {"preset": "pppm", "limit": pppm_rows, "folds": 4, "max_length": 64}, "pppm/train.csv",
                         pairs=True, references=["notebook", "cross-encoder"]),
         "cr": DataSet("cr", "CR review sentiment, binary, fold 0 of 5",
@@ -113,10 +118,13 @@ def recipe(spec: DataSet, data_root: Path, work: Path, args: argparse.Namespace)
         values["train_file"] = str(sentences_to_csv(data_root / spec.source, work / f"{spec.name}.csv"))
     else:
         values["data_dir"] = str(data_root / "pppm")
-    values.update({"epochs": args.epochs, "only_folds": [0], "seed": args.first_seed})
-    if spec.name in args.rows:  # a seeded random subset of the set, its own draw per seed
+    values.update({"epochs": args.epochs, "only_folds": [0], "seed": args.first_seed,
+                   "split_seed": None if args.per_seed_split else args.split_seed})
+    if spec.name in args.rows:  # a seeded random subset of the set
         values["limit"] = args.rows[spec.name]
-        spec.description += f", {args.rows[spec.name]:,} random rows per seed"
+        spec.description += f", {args.rows[spec.name]:,} random rows"
+    spec.description += (", a split drawn per seed" if args.per_seed_split
+                         else f", one split for every seed (split seed {args.split_seed})")
     if args.model:
         values["model"] = args.model
     return TrainConfig(**values)
@@ -254,6 +262,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sets", nargs="+", default=["pppm", "cr", "mpqa"], choices=["pppm", "cr", "mpqa"])
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (default: 5)")
     parser.add_argument("--first-seed", type=int, default=42)
+    parser.add_argument("--split-seed", type=int, default=42,
+                        help="seed of the one split (folds, row slice) every training seed uses (default: 42)")
+    parser.add_argument("--per-seed-split", action="store_true",
+                        help="draw the split per seed instead (the spread over seeds then includes the split's)")
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--pppm-rows", type=int, default=5000)
     parser.add_argument("--rows", nargs="+", default=[], metavar="SET=N",

@@ -25,7 +25,7 @@ DEFAULTS = {
     "train_file": None, "valid_file": None, "text_cols": [], "template": None, "label": "label", "id_col": "id",
     "task": "regression", "preset": None, "data_dir": None, "limit": None,
     "group_context": None, "group_context_by": [],
-    "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10,
+    "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10, "split_seed": None,
     "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "recurrent": None,
     "recurrent_layers": 1, "head_dropout": 0.1,
     "multi_sample_dropout": 1, "head_hidden_size": None, "output_activation": None, "loss": None,

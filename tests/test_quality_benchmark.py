@@ -29,6 +29,21 @@ def test_missing_data_is_skipped_cleanly(tmp_path, capsys):
     assert "skipped: no data for pppm, cr, mpqa" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("flags, split_seed, says", [
+    ([], 42, "one split for every seed (split seed 42)"),
+    (["--split-seed", "7"], 7, "one split for every seed (split seed 7)"),
+    (["--per-seed-split"], None, "a split drawn per seed"),
+])
+def test_the_split_is_fixed_across_seeds_unless_asked_per_seed(tmp_path, flags, split_seed, says):
+    args = quality.parse_args(["--rows", "mpqa=500", *flags])
+    spec = quality.data_sets(args.pppm_rows)["mpqa"]
+    (tmp_path / "mpqa").mkdir()
+    (tmp_path / "mpqa" / "mpqa.all").write_text("1 good\n0 bad\n", encoding="latin-1")
+    cfg = quality.recipe(spec, tmp_path, tmp_path, args)
+    assert (cfg.split_seed, cfg.limit, cfg.seed) == (split_seed, 500, 42)
+    assert spec.description.endswith(f"500 random rows, {says}")
+
+
 @pytest.fixture(scope="module")
 def summary(tmp_path_factory):
     root = tmp_path_factory.mktemp("quality")

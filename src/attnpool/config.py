@@ -100,6 +100,9 @@ class TrainConfig:
                                                default_text="every fold", metavar="FOLD")
     group_col: str | None = _validation(None, "grouped folds: no value of this column in two folds (PPPM: anchor)")
     label_bins: int = _validation(10, "regression labels are binned into at most this many bins to stratify folds")
+    split_seed: int | None = _validation(None, "seed of the folds and of the limit draw; fixed, it keeps one split "
+                                         "while seeds vary the training only (compare --seeds)",
+                                         default_text="seed")
 
     # --- model
     model: str = _model(default_model, "the encoder: a hub name or a local folder",
@@ -162,7 +165,8 @@ class TrainConfig:
                                             default_text="fgm 1.0, awp 0.001")
     adversarial_lr: float = _recipe(1.0, "awp only: the step along the gradient relative to each weight matrix's "
                                     "norm, before the clamp to adversarial_eps")
-    seed: int = _recipe(42, "seed of the folds, the initialisation and the data order")
+    seed: int = _recipe(42, "seed of the initialisation, the dropout and the data order, and of the folds unless "
+                               "split_seed is set")
 
     # --- output
     output_dir: str = _output("runs/attnpool", "the run directory")
@@ -182,6 +186,10 @@ class TrainConfig:
         if self.adversarial_eps is not None or self.adversarial is None:
             return self.adversarial_eps
         return ADVERSARIAL_EPS[self.adversarial]
+
+    def resolved_split_seed(self) -> int:
+        """The seed of the folds and of the ``limit`` draw: ``split_seed``, or ``seed`` when unset."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     def resolved_pooler_lr(self) -> float:
         """The pooler's learning rate: ``pooler_lr``, or ``head_lr`` when unset."""

@@ -74,7 +74,7 @@ class TaskData:
             folds[self.valid_rows] = 0
             return folds
         return make_folds(self.num_rows, cfg.folds, labels=self.labels, groups=self.groups, task=self.task,
-                          n_bins=cfg.label_bins, seed=cfg.seed)
+                          n_bins=cfg.label_bins, seed=cfg.resolved_split_seed())
 
     def split(self, folds: np.ndarray, fold: int) -> tuple[np.ndarray, np.ndarray]:
         """Training and validation row indices of one fold."""
@@ -201,7 +201,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
     elif cfg.limit and cfg.limit < len(frame):
-        frame = frame.sample(n=cfg.limit, random_state=cfg.seed).reset_index(drop=True)
+        frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
     check_columns(frame, [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []),
                           *context_columns(cfg)], where)
