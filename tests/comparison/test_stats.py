@@ -152,6 +152,14 @@ def two_seeds(tmp_path, monkeypatch):
     return result, tmp_path
 
 
+def test_the_table_says_when_one_split_served_every_seed():
+    rows = [{"pooler": "mean", "baseline": True, "mean": 0.9, "std": 0.01, "ci_low": 0.88, "ci_high": 0.92,
+             "ci_method": "logit", "parameters_added": 0, "time_ratio": 1.0, "memory_ratio": 1.0}]
+    table = summary._markdown(rows, "accuracy", "mean", [1, 2, 3], 100, split_seed=7)
+    assert "One split for every seed (split_seed 7): the seeds vary the training only" in table
+    assert "Each seed drew its own split" not in table
+
+
 def test_equal_paired_differences_on_two_seeds_are_not_evidence(two_seeds):
     result, out = two_seeds
     rows = {r["pooler"]: r for r in result.rows}
@@ -170,6 +178,7 @@ def test_equal_paired_differences_on_two_seeds_are_not_evidence(two_seeds):
     assert "+0.0040 (the same on all 2 seeds)" in table
     assert "[0.0040, 0.0040]" not in table and "<0.001" not in table.split("\n\n")[1]
     assert "2 seed(s) are too few to test a difference over seeds" in table
+    assert "Each seed drew its own split" in table and "One split for every seed" not in table
     assert "the exact test gives p = 0.500" in table
     assert "Fisher" not in table and "on the logit" in table  # accuracy: the logit scale is the one named
     cls = rows["cls"]

@@ -184,7 +184,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     with RunLock(out, purpose="compare"):
         _check_recipe(out, cfg, overwrite)
         trained = _train_missing(out, cfg, specs, seeds)
-    result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap)
+    result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed)
     result.trained = trained
     return result
 

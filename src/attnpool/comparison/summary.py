@@ -92,8 +92,11 @@ def _pooling_stats(run_dir: Path) -> dict[str, float]:
 
 
 def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, seeds: list[int], *,
-              bootstrap: int = 1000) -> CompareResult:
-    """Compute the comparison table from the finished runs in ``out`` and write its four files."""
+              bootstrap: int = 1000, split_seed: int | None = None) -> CompareResult:
+    """Compute the comparison table from the finished runs in ``out`` and write its four files.
+
+    ``split_seed`` is the recipe's: when set, every seed trained on one split, which the table says.
+    """
     metric, _ = primary_metric(task)
     score_fn = metric_function(task, metric)
     bounds = metric_range(metric)
@@ -149,7 +152,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     for key in ("p_ttest", "p_signflip", "p_bootstrap"):
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
-    markdown = _markdown(rows, metric, base.label, seeds, bootstrap)
+    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed)
     _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds)
     return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
 
@@ -204,7 +207,8 @@ def _bootstrap(r: dict[str, Any]) -> str:
     return f"{r['boot_diff']:+.4f} [{_num(r['boot_low'])}, {_num(r['boot_high'])}]"
 
 
-def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int) -> str:
+def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
+              split_seed: int | None = None) -> str:
     n = len(seeds)
     lines = [
         f"# Pooler comparison: {metric}, {n} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
@@ -228,12 +232,17 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
                      f"{_num(r['memory_ratio'], 2)}x |")
     methods = sorted({r["ci_method"] for r in rows if r["ci_method"] in _SCALES})
     min_p = 2.0 ** (1 - n)
+    scales = "; ".join(_SCALES[m] for m in methods) or "none (one seed, or no spread over seeds)"
     lines += [
         "",
-        "Each pooler was trained once per seed with the same folds, data order and recipe (paired). 95% CI of the "
-        f"score: {'; '.join(_SCALES[m] for m in methods) or 'none (one seed, or no spread over seeds)'}. Δ over "
-        "seeds: the mean of the per-seed paired differences to the baseline, with its Student t 95% interval from "
-        f"{MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over seeds can exclude 0 at 95% by the exact "
+        "Each pooler was trained once per seed with the same folds, data order and recipe (paired). "
+        + (f"One split for every seed (split_seed {split_seed}): the seeds vary the training only (initialisation, "
+           "dropout, data order). " if split_seed is not None else
+           "Each seed drew its own split (folds, and the rows of a limit), so the spread over seeds includes the "
+           "split's (split_seed keeps one). ")
+        + f"95% CI of the score: {scales}. Δ over seeds: the mean of the per-seed paired differences to the baseline, "
+        f"with its Student t 95% interval from {MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over "
+        "seeds can exclude 0 at 95% by the exact "
         "test, so the per-seed differences are listed instead). p over seeds: the exact sign-flip permutation test "
         "of the paired differences (all 2^n sign patterns, no normality assumed); with n seeds it cannot go below "
         f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of the out-of-fold examples, per seed, "
