@@ -81,6 +81,7 @@ def test_the_table_and_the_targets(summary):
     checks = quality.check_targets(result)
     assert set(checks) == {"not behind mean/cls (by more than their seed std)", "std <= 1.5x mean's",
                            "significantly ahead of both"}
+    assert "| p (t over seeds) | p (exact over seeds) | p (bootstrap) |" in table
     behind = {**result, "mean": {**result["mean"], "attention": -1.0}}
     assert not quality.check_targets(behind)["not behind mean/cls (by more than their seed std)"]
     assert ("PASS" in table) or ("FAIL" in table)
@@ -99,3 +100,24 @@ def test_the_docs_keep_their_hand_written_section(summary, tmp_path):
     assert "--seeds 3" in text and "--seeds 1" not in text  # the tables are rewritten
     assert text.endswith(hand) and text.count(quality.HAND_SECTION) == 1  # the hand-written section is kept, once
     assert list(tmp_path.iterdir()) == [docs]  # no temporary file left beside it
+
+
+def test_references_on_fewer_seeds_are_compared_on_theirs(summary, monkeypatch, tmp_path):
+    result, out = summary
+    cfg = TrainConfig.from_dict(__import__("yaml").safe_load((out / "compare_config.yaml").read_text()))
+    calls = []
+
+    def fake_reference(name, cfg, run_dir, seed, cache):  # the attention run's own scores, one point worse
+        calls.append(seed)
+        _, target, scores = run_predictions(run_dir, "binary")
+        return np.where(np.arange(len(target))[:, None] == 0, scores[:, ::-1], scores)
+
+    monkeypatch.setattr(quality, "reference_scores", fake_reference)
+    spec = quality.DataSet("toy", "toy pairs", {}, "train.csv", references=["notebook"])
+    two = quality.evaluate_set(spec, cfg, out, [1, 2], references=True, bootstrap=50, reference_seeds=1)
+    assert calls == [1] and two["reference_seeds"] == [1] and len(two["per_seed"]["notebook"]) == 1
+    v = two["versus"]["notebook"]
+    assert v["seeds"] == [1]
+    assert v["diff"] == pytest.approx(two["per_seed"]["attention"][0] - two["per_seed"]["notebook"][0])
+    assert quality.check_targets(two)[">= notebook"] == (v["diff"] >= 0)
+    assert "(seeds 1; Δ on those)" in quality.markdown(two)
