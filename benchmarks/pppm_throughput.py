@@ -12,11 +12,12 @@ how they run:
   ``attnpool.data.task.load_task`` (which calls ``attnpool.data.load_pppm`` and tokenises without padding); the
   recipe's ``transformers.Trainer``, built by ``attnpool.training.arguments.training_arguments`` and
   ``make_trainer`` (``train_sampling_strategy="group_by_length"``, ``DataCollatorWithPadding``, the optimiser of
-  ``attnpool.training.optim.build_optimizer`` / ``parameter_groups``, ``max_grad_norm=1``, cosine schedule with
-  10% warm-up, the precision's ``bf16`` flag). One change to the arguments: evaluation, checkpoint saving and
-  ``load_best_model_at_end`` are switched off (``dataclasses.replace``), i.e. the Trainer is driven directly instead
-  of through the k-fold ``train()``, which would write checkpoints; none of that happens inside a training step
-  anyway.
+  ``attnpool.training.optim.build_optimizer`` / ``parameter_groups``, ``max_grad_norm=1`` clipped inside the fused
+  AdamW step, cosine schedule with 10% warm-up, the precision's ``bf16`` flag), and the recipe's frozen embedding
+  layer (``--no-freeze-word-embeddings`` trains it, as the notebook does). One change to the arguments: evaluation,
+  checkpoint saving and ``load_best_model_at_end`` are switched off (``dataclasses.replace``), i.e. the Trainer is
+  driven directly instead of through the k-fold ``train()``, which would write checkpoints; none of that happens
+  inside a training step anyway.
 * ``notebook``: a re-expression of the public notebook recipe (the seed's ``AttentionPooling``), always fp32:
   ``AutoModel`` of the same checkpoint, ``Linear(H, 512) -> Tanh -> Linear(512, 1) -> Softmax(dim=1)`` over all
   positions, the mask multiplied in afterwards and the weights renormalised (``+ 1e-8``), weighted sum,
@@ -178,6 +179,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="attnpool's training precision (default auto: what `attnpool train` picks here); the "
                         "notebook side is always fp32")
+    p.add_argument("--freeze-word-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="attnpool's embedding layer frozen or trained (default: the recipe's, frozen)")
     p.add_argument("--fp32-reference", action=argparse.BooleanOptionalAction, default=True,
                    help="also train attnpool in fp32 from the same start (skipped when --precision gives fp32)")
     p.add_argument("--cross-encoder", action=argparse.BooleanOptionalAction, default=True,
@@ -228,6 +231,7 @@ def load_data(args: argparse.Namespace) -> Data:
 
     cfg = TrainConfig(preset="pppm", data_dir=args.data_dir, model=args.model, limit=args.rows + args.predict_rows,
                       seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
+                      freeze_word_embeddings=args.freeze_word_embeddings,
                       eval_batch_size=args.predict_batch_size, lr=args.lr, head_lr=args.head_lr,
                       precision=args.precision, pooling="attention", pooling_options=NOTEBOOK_POOLER,
                       output_activation="sigmoid", folds=2)
@@ -265,7 +269,8 @@ def build_models(args: argparse.Namespace, data: Data):
     set_seed(args.seed)
     ours = AttnPoolForSequenceClassification.from_encoder(
         args.model, pooling="attention", pooling_options=data.cfg.pooling_options, output_activation="sigmoid",
-        num_labels=1, problem_type="regression", head_dropout=data.cfg.head_dropout)
+        num_labels=1, problem_type="regression", head_dropout=data.cfg.head_dropout,
+        freeze_word_embeddings=data.cfg.resolved_freeze_word_embeddings())
     theirs = NotebookModel(args.model)
     pooler, head = ours.attnpool.pooler, ours.head.out
     with torch.no_grad():  # identical starting weights: the encoder from the checkpoint, pooler and head copied
@@ -757,7 +762,8 @@ def main(argv: list[str] | None = None) -> int:
     fp32_start = copy.deepcopy(ours) if args.fp32_reference and data.precision != "fp32" else None
     print(f"model {args.model}; {len(data.train_idx)} training + {len(data.held_idx)} held-out PPPM rows "
           f"(seed {args.seed}), {args.epochs:g} epoch(s), batch {args.batch_size}; notebook pads to {data.max_len} "
-          f"tokens; attnpool precision: {precision_reason(args.precision, 'cpu')}; notebook fp32; torch "
+          f"tokens; attnpool precision: {precision_reason(args.precision, 'cpu')}; attnpool embeddings "
+          f"{'frozen' if data.cfg.resolved_freeze_word_embeddings() else 'trained'}; notebook fp32; torch "
           f"{torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads on "
           f"{cpu_model()}",
           flush=True)

@@ -29,7 +29,7 @@ DEFAULTS = {
     "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "recurrent": None,
     "recurrent_layers": 1, "head_dropout": 0.1,
     "multi_sample_dropout": 1, "head_hidden_size": None, "output_activation": None, "loss": None,
-    "reinit_layers": 0, "freeze_layers": None,
+    "reinit_layers": 0, "freeze_layers": None, "freeze_word_embeddings": None,
     "epochs": 3.0, "batch_size": 16, "eval_batch_size": 64, "grad_accum": 1, "max_length": 128, "lr": 2e-5,
     "head_lr": 1e-3, "pooler_lr": None, "llrd": 1.0, "weight_decay": 0.01, "warmup_ratio": 0.1,
     "scheduler": "cosine", "precision": "auto", "gradient_checkpointing": False, "eval_steps": None,
@@ -158,3 +158,21 @@ def test_make_config_from_a_config_a_dict_or_a_file_with_overrides(tmp_path):
     with pytest.raises(FileNotFoundError):
         make_config(tmp_path / "nope.yaml")
 
+
+
+def test_the_word_embeddings_freeze_by_default_except_for_fgm_and_contradictions_are_refused():
+    base = {"train_file": "x.csv", "text_cols": ["a"]}
+    assert TrainConfig(**base).resolved_freeze_word_embeddings() is True
+    assert TrainConfig(**base, freeze_word_embeddings=False).resolved_freeze_word_embeddings() is False
+    assert TrainConfig(**base, freeze_layers=1).resolved_freeze_word_embeddings() is True
+    fgm = TrainConfig(**base, adversarial="fgm").validate()
+    assert fgm.resolved_freeze_word_embeddings() is False  # fgm perturbs them along their gradient: trained
+    assert TrainConfig(**base, adversarial="awp").validate().resolved_freeze_word_embeddings() is True
+    with pytest.raises(ValueError, match="^adversarial fgm perturbs the word embeddings along their gradient, and "
+                                         "--freeze-word-embeddings: train them"):
+        TrainConfig(**base, adversarial="fgm", freeze_word_embeddings=True).validate()
+    with pytest.raises(ValueError, match="and --freeze-layers, which freezes them: train them"):
+        TrainConfig(**base, adversarial="fgm", freeze_layers=0).validate()
+    with pytest.raises(ValueError, match="^freeze_layers=2 freezes the word embeddings too; drop "
+                                         "--no-freeze-word-embeddings"):
+        TrainConfig(**base, freeze_layers=2, freeze_word_embeddings=False).validate()

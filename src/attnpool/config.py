@@ -131,6 +131,10 @@ class TrainConfig:
     reinit_layers: int = _model(0, "re-initialise the top n encoder layers")
     freeze_layers: int | None = _model(None, "freeze the embeddings and the bottom n encoder layers",
                                        default_text="none frozen")
+    freeze_word_embeddings: bool | None = _model(
+        None, "freeze the encoder's input word embeddings: half of a small encoder's weights, which the optimizer "
+        "and the gradient clipping then skip (PPPM 1st place froze its embeddings)",
+        default_text="on, except with adversarial fgm, which perturbs them along their gradient")
 
     # --- recipe
     epochs: float = _recipe(3.0, "training epochs (fractions allowed)")
@@ -187,6 +191,19 @@ class TrainConfig:
             return self.adversarial_eps
         return ADVERSARIAL_EPS[self.adversarial]
 
+    def resolved_freeze_word_embeddings(self) -> bool:
+        """Whether the word embeddings are frozen: ``freeze_word_embeddings``, or yes unless ``adversarial`` is fgm.
+
+        ``freeze_layers`` freezes the whole embedding layer, the word embeddings with it. Frozen word embeddings keep
+        the validation score of attnpool's default recipe (paired over seeds on PPPM, CR and MPQA: docs/quality.md)
+        and spare the optimizer and the gradient clipping half of a small encoder's weights.
+        """
+        if self.freeze_layers is not None:
+            return True
+        if self.freeze_word_embeddings is not None:
+            return self.freeze_word_embeddings
+        return self.adversarial != "fgm"
+
     def resolved_split_seed(self) -> int:
         """The seed of the folds and of the ``limit`` draw: ``split_seed``, or ``seed`` when unset."""
         return self.seed if self.split_seed is None else self.split_seed
@@ -227,6 +244,9 @@ class TrainConfig:
                              f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
         if not 0 < self.llrd <= 1:
             raise ValueError(f"llrd must be in (0, 1], got {self.llrd}")
+        if self.freeze_layers is not None and self.freeze_word_embeddings is False:
+            raise ValueError(f"freeze_layers={self.freeze_layers} freezes the word embeddings too; drop "
+                             "--no-freeze-word-embeddings, or --freeze-layers to train them")
         self._check_recipe_techniques()
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
@@ -253,6 +273,11 @@ class TrainConfig:
                              f"{self.adversarial_lr}")
         if self.adversarial == "fgm" and self.adversarial_lr != 1.0:
             raise ValueError("adversarial_lr applies to adversarial awp only (fgm steps by adversarial_eps)")
+        if self.adversarial == "fgm" and self.resolved_freeze_word_embeddings():
+            reason = "--freeze-word-embeddings" if self.freeze_layers is None else "--freeze-layers, which freezes them"
+            raise ValueError(f"adversarial fgm perturbs the word embeddings along their gradient, and {reason}: "
+                             "train them (--no-freeze-word-embeddings, no --freeze-layers) or use --adversarial "
+                             "awp")
 
 
 def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = None, /,

@@ -214,6 +214,18 @@ def test_freeze_embeddings_and_layers():
         model.freeze_layers(5)
 
 
+def test_freeze_word_embeddings_freezes_the_input_embedding_matrix_alone():
+    model = build("bert")
+    model.freeze_word_embeddings()
+    embeddings = model.attnpool.encoder.embeddings
+    assert not embeddings.word_embeddings.weight.requires_grad
+    trained = [n for n, p in embeddings.named_parameters() if p.requires_grad]
+    assert trained and all(not n.startswith("word_embeddings") for n in trained)
+    built = type(model).from_encoder(tiny_config("bert"), freeze_word_embeddings=True)
+    assert [n for n, p in built.named_parameters() if not p.requires_grad] == [
+        "attnpool.encoder.embeddings.word_embeddings.weight"]
+
+
 def test_reinit_top_layers_changes_only_the_top_layers(tmp_path):
     source = build("bert")
     source.attnpool.encoder.save_pretrained(tmp_path)  # a "pre-trained" encoder folder

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.training.optim import build_optimizer, parameter_groups
+from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from model_helpers import tiny_config
 
 
@@ -61,3 +61,59 @@ def test_frozen_parameters_are_left_out_and_every_trainable_one_is_in_exactly_on
     assert not any(id(p) in ids for p in model.attnpool.encoder.embeddings.parameters())
     optimizer = build_optimizer(groups)
     assert isinstance(optimizer, torch.optim.AdamW) and len(optimizer.param_groups) == len(groups)
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6])  # clipping every step, and never
+def test_clip_in_step_makes_the_update_of_clip_grad_norm_then_a_fused_step(max_norm):
+    torch.manual_seed(0)
+    shapes = [(30, 8), (8,), (5, 8)]
+    start = [torch.randn(s) for s in shapes]
+    grads = [[torch.randn(s) * 3 for s in shapes] for _ in range(3)]
+    ours = [torch.nn.Parameter(p.clone()) for p in start]
+    theirs = [torch.nn.Parameter(p.clone()) for p in start]
+    unclipped = [torch.nn.Parameter(p.clone()) for p in start]
+    opts = [torch.optim.AdamW(ps, lr=0.1, weight_decay=0.01, fused=True) for ps in (ours, theirs, unclipped)]
+    assert can_clip_in_step(opts[0])
+    for step in grads:
+        for ps in (ours, theirs, unclipped):
+            for p, g in zip(ps, step, strict=True):
+                p.grad = g.clone()
+        norm = clip_in_step(opts[0], ours, max_norm)
+        expected = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+        torch.testing.assert_close(norm, expected)
+        for p, g in zip(ours, step, strict=True):
+            assert torch.equal(p.grad, g), "the gradients themselves are left as they are"
+        for opt in opts:
+            opt.step()
+    for a, b, c in zip(ours, theirs, unclipped, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+        assert torch.equal(b, c) == (max_norm > 1e3), "clipping changed the update exactly when it was active"
+
+
+def test_clip_in_step_needs_a_fused_adam():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert not can_clip_in_step(torch.optim.AdamW(params, foreach=True))
+    assert not can_clip_in_step(torch.optim.SGD(params, lr=0.1))
+    assert can_clip_in_step(torch.optim.Adam(params, fused=True))
+
+
+def test_the_recipe_trainer_clips_inside_the_fused_step_as_the_trainer_would(tmp_path, monkeypatch):
+    from trainer_helpers import tiny_model, tiny_trainer, weights
+
+    import attnpool.training.trainer as trainer_module
+
+    trained = {}
+    for inside in (True, False):
+        if not inside:  # the Trainer's own clip_grad_norm_, then the step
+            monkeypatch.setattr(trainer_module, "can_clip_in_step", lambda optimizer: False)
+        trainer = tiny_trainer(tmp_path / str(inside), model=tiny_model(dropout=0.0))
+        trainer.args.max_grad_norm = 0.05  # below every step's norm: each step is clipped
+        trainer.train()
+        optimizer = trainer.optimizer.optimizer
+        assert hasattr(optimizer, "grad_scale") == inside
+        norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
+        assert norms and min(norms) > 0.05
+        trained[inside] = (weights(trainer.model), norms)
+    torch.testing.assert_close(trained[True][1], trained[False][1], rtol=1e-4, atol=0)
+    for name, value in trained[True][0].items():
+        torch.testing.assert_close(value, trained[False][0][name], rtol=0, atol=1e-5, msg=name)

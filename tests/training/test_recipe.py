@@ -98,6 +98,34 @@ def test_predict_ensembles_the_folds_in_input_order(run, data, tmp_path):
     assert not list(tmp_path.glob(".*tmp")), "no temporary file is left behind"
 
 
+def _embeddings(path, prefix=""):
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path))
+    return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(f"{prefix}embeddings.")}
+
+
+def test_the_word_embeddings_stay_pretrained_by_default_and_train_with_no_freeze_word_embeddings(run, data, encoder,
+                                                                                               tmp_path):
+    words, positions = "embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight"
+    pretrained = _embeddings(os.path.join(encoder, "model.safetensors"))
+    default = _embeddings(run / "fold_0" / "model" / "model.safetensors", "attnpool.encoder.")
+    assert default.keys() == pretrained.keys()
+    assert torch.equal(default[words], pretrained[words])
+    assert not torch.equal(default[positions], pretrained[positions]), "the rest of the embedding layer trains"
+    assert "word embeddings: frozen (default" in (run / "train.log").read_text()
+    assert "freeze_word_embeddings: true" in (run / "fold_0" / "model" / "README.md").read_text().lower()
+
+    out = tmp_path / "trained"
+    code = main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "label", "--folds", "2", "--only-folds", "0", "--model", encoder, "--output-dir", str(out),
+                 "--no-freeze-word-embeddings", *FAST])
+    assert code == 3  # one fold of two
+    trained = _embeddings(out / "fold_0" / "model" / "model.safetensors", "attnpool.encoder.")
+    assert not torch.equal(trained[words], pretrained[words])
+    assert "word embeddings: trained (--no-freeze-word-embeddings)" in (out / "train.log").read_text()
+
+
 def test_existing_run_directory_is_refused_without_resume_or_overwrite(run, data, encoder, capsys):
     code = main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--label", "label",
                  "--model", encoder, "--output-dir", str(run)])
@@ -118,6 +146,22 @@ def test_resume_skips_finished_folds(encoder, data, tmp_path):
     assert (out / "fold_0" / "model" / "model.safetensors").stat().st_mtime_ns == stamp, "fold 0 was retrained"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0, 1]
+
+
+def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(encoder, data, tmp_path):
+    import yaml
+
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--only-folds", "0", "--no-freeze-word-embeddings"]) == 3
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved.pop("freeze_word_embeddings") is False
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))  # as an earlier attnpool wrote it
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 0
+    pretrained = _embeddings(os.path.join(encoder, "model.safetensors"))["embeddings.word_embeddings.weight"]
+    trained = _embeddings(out / "fold_1" / "model" / "model.safetensors", "attnpool.encoder.")
+    assert not torch.equal(trained["embeddings.word_embeddings.weight"], pretrained)
 
 
 KILL_SCRIPT = """

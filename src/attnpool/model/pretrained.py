@@ -109,6 +109,14 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         embeddings = getattr(encoder, "embeddings", None) or encoder.get_input_embeddings()
         embeddings.requires_grad_(False)
 
+    def freeze_word_embeddings(self) -> None:
+        """Stop training the encoder's input word embeddings (its largest matrix on a small model).
+
+        The position and token-type embeddings and the embedding norm keep training: freezing those too cost PPPM
+        0.001 Pearson, the word embeddings alone nothing (docs/quality.md).
+        """
+        self._base().encoder.get_input_embeddings().requires_grad_(False)
+
     def freeze_layers(self, num_layers: int) -> None:
         """Freeze the embeddings and the first ``num_layers`` encoder layers."""
         layers = encoder_layers(self._base().encoder)
@@ -148,6 +156,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         encoder_kwargs: dict[str, Any] | None = None,
         reinit_layers: int = 0,
         freeze_layers: int | None = None,
+        freeze_word_embeddings: bool = False,
         **config_kwargs: Any,
     ):
         """Build the model around an encoder: pre-trained weights from a name or path, random from a config.
@@ -165,6 +174,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             encoder_kwargs: Passed to ``AutoModel.from_pretrained`` (e.g. ``attn_implementation``, ``revision``).
             reinit_layers: Re-initialise this many top encoder layers.
             freeze_layers: Freeze the embeddings and this many bottom layers (``0``: the embeddings only).
+            freeze_word_embeddings: Freeze the input word embeddings (:meth:`freeze_word_embeddings`); the
+                recipe's default (:meth:`attnpool.TrainConfig.resolved_freeze_word_embeddings`) does, this
+                method's does not.
             **config_kwargs: :class:`AttnPoolConfig` options: ``num_labels`` (default 1), ``problem_type``
                 (default: regression for one label), ``head_dropout``, ``pooling_layers``...
 
@@ -215,6 +227,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             model.reinit_top_layers(reinit_layers)
         if freeze_layers is not None:
             model.freeze_layers(freeze_layers)
+        elif freeze_word_embeddings:
+            model.freeze_word_embeddings()
         return model
 
 

@@ -53,8 +53,8 @@ class FGM:
     def __init__(self, model: nn.Module, eps: float = 1.0) -> None:
         self.weight = model.get_input_embeddings().weight
         if not self.weight.requires_grad:
-            raise ValueError("adversarial=fgm perturbs the word embeddings, which are frozen here (freeze_layers "
-                             "freezes them); use adversarial=awp or train the embeddings")
+            raise ValueError("adversarial=fgm perturbs the word embeddings, which are frozen here "
+                             "(freeze_word_embeddings or freeze_layers); use adversarial=awp or train the embeddings")
         self.eps = float(eps)
         self._saved: Tensor | None = None
 

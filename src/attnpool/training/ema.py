@@ -128,7 +128,7 @@ class WeightEMA(transformers.TrainerCallback):
                 missing, extra = sorted(params.keys() - names), sorted(names - params.keys())
                 raise ValueError(f"{path}: the saved weight average does not match the model's trainable "
                                  f"parameters (missing {missing[:3]}, unexpected {extra[:3]}); was the checkpoint "
-                                 "made with other freeze_layers or another model?")
+                                 "made with other freeze_layers / freeze_word_embeddings or another model?")
             self.shadow = {name: f.get_tensor(name).to(device=p.device, dtype=torch.float32)
                            for name, p in params.items()}
 

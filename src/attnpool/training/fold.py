@@ -77,6 +77,7 @@ def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSeque
         loss=cfg.loss,
         reinit_layers=cfg.reinit_layers,
         freeze_layers=cfg.freeze_layers,
+        freeze_word_embeddings=cfg.resolved_freeze_word_embeddings(),
         **extra,
     )
 
@@ -118,6 +119,7 @@ def training_facts(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.nd
     recipe = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
               if f.metadata.get("group") == "recipe" or f.name in CARD_OPTIONS}
     recipe = {k: v for k, v in recipe.items() if v is not None}
+    recipe["freeze_word_embeddings"] = cfg.resolved_freeze_word_embeddings()  # what was trained, "auto" resolved
     recipe["seed"] = cfg.seed + fold  # what build_model seeds this fold with
     text = f"template `{cfg.template}`" if cfg.template else ", ".join(f"`{c}`" for c in cfg.text_cols) or None
     scores = {k: float(v) for k, v in (scores or {}).items() if math.isfinite(v)}

@@ -53,6 +53,19 @@ class TrainResult:
         return bool(self.metrics.get("complete"))
 
 
+def embeddings_line(cfg: TrainConfig) -> str:
+    """Whether the encoder's word embeddings train, and why (a line of the log)."""
+    if cfg.freeze_layers is not None:
+        return f"frozen, the whole embedding layer and the bottom {cfg.freeze_layers} encoder layers (--freeze-layers)"
+    if cfg.freeze_word_embeddings is not None:
+        return "frozen (--freeze-word-embeddings)" if cfg.freeze_word_embeddings else (
+            "trained (--no-freeze-word-embeddings)")
+    if cfg.resolved_freeze_word_embeddings():
+        return ("frozen (default: the score is the same and the optimizer skips them; "
+                "--no-freeze-word-embeddings trains them)")
+    return "trained (default with --adversarial fgm, which perturbs them along their gradient)"
+
+
 def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     """Run the recipe: k folds (or one train/valid split), out-of-fold predictions, metrics, plot.
 
@@ -102,6 +115,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
             logger.info("precision: %s", precision_reason(cfg.precision, "cpu" if use_cpu() else "cuda"))
             if use_cpu():  # the trainer raises it further for a model whose largest gradient needs more
                 logger.info("%s", keep_freed_memory())
+            logger.info("word embeddings: %s", embeddings_line(cfg))
             fold_ids = sorted(set(int(f) for f in folds[folds >= 0]))
             for fold in fold_ids:
                 if fold in done:
@@ -136,6 +150,8 @@ def _resumed_config(run: Run, cfg: TrainConfig) -> TrainConfig:
     if not cfg.resume or not run.config_file.is_file():
         return cfg
     values = load_yaml(run.config_file)
+    # A run started before freeze_word_embeddings existed trained them: its checkpoints' optimizer state has them.
+    values.setdefault("freeze_word_embeddings", values.get("freeze_layers") is not None)
     values.update({"resume": True, "overwrite": False, "output_dir": cfg.output_dir, "only_folds": cfg.only_folds})
     return TrainConfig.from_dict(values, where=str(run.config_file))
 

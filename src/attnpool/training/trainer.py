@@ -18,7 +18,7 @@ from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.adversarial import Adversary, make_adversary, perturbed
 from attnpool.training.ema import WeightEMA
-from attnpool.training.optim import build_optimizer, parameter_groups
+from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
 from attnpool.training.tracking import FoldTracking, fold_environment, integrations
@@ -106,6 +106,19 @@ class RecipeTrainer(transformers.Trainer):
                                       pooler_lr=cfg.resolved_pooler_lr())
             self.optimizer = build_optimizer(groups)
         return self.optimizer
+
+    def _clip_grad_norm(self, model: torch.nn.Module):
+        """The Trainer's gradient clipping, done inside the fused AdamW step where it can be.
+
+        Same clipping, one pass over the gradients fewer (:func:`~attnpool.training.optim.clip_in_step`). Not with a
+        loss scaler (fp16), FSDP or DeepSpeed, where the Trainer's own clipping runs.
+        """
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # inside accelerate's wrapper
+        sharded = getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False)
+        if (sharded or getattr(self.accelerator, "scaler", None) is not None or not can_clip_in_step(optimizer)
+                or getattr(self, "_has_mixed_mesh_grads", lambda _: False)(model)):
+            return super()._clip_grad_norm(model)
+        return clip_in_step(optimizer, model.parameters(), self.args.max_grad_norm)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log, plus the pooling-weight statistics since the last one."""

@@ -1,0 +1,169 @@
+"""Does a change to the recipe hold its quality? attention with and without it, paired over seeds, on real data.
+
+A speed-up that changes what is trained (frozen embeddings, another precision...) may become a default only when
+it keeps the validation score. This script trains attnpool's default recipe (``attention`` pooling) and the same
+recipe with ``--set KEY=VALUE ...`` (``TrainConfig`` fields) through ``attnpool compare``, on the sets and the
+protocol of ``benchmarks/quality.py`` (its recipes, fold 0, one split for every seed, ``--split-seed``), with the
+same seeds, so that each seed gives a paired difference (same folds, initialisation of the new layers, data order).
+It prints per set: both scores per seed, mean ± std, the paired difference, a paired t-test and an exact sign-flip
+test over seeds, a paired bootstrap over the validation examples (95% CI of the difference), the training time of
+each side, and whether the change is "within noise" (the bootstrap CI of the difference contains 0 or lies above
+it; the mean difference is above minus the baseline's seed std).
+
+Usage::
+
+    .venv/bin/python benchmarks/recipe_ablation.py --set freeze_word_embeddings=true --seeds 4 --set-seeds pppm=8
+    .venv/bin/python benchmarks/recipe_ablation.py --set precision=fp32 --sets cr --seeds 4
+
+Runs are kept in ``--output-dir`` (default ``runs/recipe_ablation``; one folder per change): a second call reuses
+them. Sets whose data is missing under ``--data-root`` are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from attnpool.comparison import PoolerSpec, paired_bootstrap, paired_t_test, run_predictions, t_interval
+from attnpool.comparison.runner import _run_one, _wanted_folds
+from attnpool.comparison.stats import metric_function, sign_flip_test
+from attnpool.comparison.summary import run_score
+from attnpool.tasks import primary_metric
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quality import DEFAULT_DATA_ROOT, _seeds, data_sets, recipe  # noqa: E402
+
+POOLER = "attention"
+
+
+def parse_changes(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items as TrainConfig fields, values read as YAML (``true``, ``0``, ``fp32``...)."""
+    changes = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes KEY=VALUE items (TrainConfig fields), e.g. freeze_word_embeddings=true; "
+                             f"got {item!r}")
+        changes[key] = yaml.safe_load(value)
+    return changes
+
+
+def slug(changes: dict[str, Any]) -> str:
+    return "_".join(f"{k}-{v}" for k, v in sorted(changes.items())).replace("/", "-")
+
+
+def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
+    """The attention pooler trained once per seed; its per-seed scores, predictions and training seconds.
+
+    Each run is trained as ``attnpool compare`` trains one: in a process of its own, resumed when interrupted,
+    kept when finished.
+    """
+    spec = PoolerSpec.parse(POOLER)
+    runs = {s: out / "runs" / spec.slug / f"seed_{s}" for s in seeds}
+    for s, run in runs.items():
+        if not _wanted_folds(run, cfg.only_folds):
+            logging.getLogger(__name__).info("training %s, seed %d", out, s)
+            _run_one(cfg, spec, s, run)
+    predictions = {s: run_predictions(runs[s], cfg.task) for s in seeds}
+    seconds = {s: json.loads((out / "runs" / spec.slug / f"seed_{s}.cost.json").read_text())["wall_seconds"]
+               for s in seeds}
+    return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions,
+            "seconds": seconds}
+
+
+def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int], bootstrap: int) -> dict[str, Any]:
+    base = train_side(cfg, out / "default", seeds)
+    changed = train_side(replace(cfg, **changes).validate(), out / slug(changes), seeds)
+    metric = primary_metric(cfg.task)[0]
+    score_fn = metric_function(cfg.task, metric)
+    t = paired_t_test(changed["scores"], base["scores"])
+    exact = sign_flip_test(changed["scores"], base["scores"])
+    groups = []
+    for s in seeds:
+        rows_a, target, pred_a = base["predictions"][s]
+        rows_b, _, pred_b = changed["predictions"][s]
+        if list(rows_a) != list(rows_b):
+            raise SystemExit(f"{name}, seed {s}: the two sides validated on different rows; same split expected")
+        groups.append((target, pred_b, pred_a))
+    boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
+    base_stats, changed_stats = t_interval(base["scores"]), t_interval(changed["scores"])
+    within = bool(boot.high >= 0 and t.diff >= -base_stats.std)
+    return {"set": name, "metric": metric, "seeds": seeds, "changes": changes,
+            "default": base["scores"], "changed": changed["scores"],
+            "mean": [base_stats.mean, changed_stats.mean], "std": [base_stats.std, changed_stats.std],
+            "diff": t.diff, "p_ttest": t.p, "p_signflip": exact.p, "boot": [boot.low, boot.high],
+            "p_bootstrap": boot.p, "within_noise": within,
+            "seconds": [sum(base["seconds"].values()), sum(changed["seconds"].values())]}
+
+
+def markdown(r: dict[str, Any]) -> str:
+    change = ", ".join(f"{k}={v}" for k, v in r["changes"].items())
+    speed = r["seconds"][0] / r["seconds"][1]
+    lines = [f"### {r['set']}: {change}", "",
+             f"{r['metric']} on fold 0, seeds {', '.join(map(str, r['seeds']))}", "",
+             "| recipe | mean ± std | per seed | training s (sum) |", "|---|---|---|---:|",
+             f"| default | {r['mean'][0]:.4f} ± {r['std'][0]:.4f} | {' / '.join(f'{v:.4f}' for v in r['default'])} "
+             f"| {r['seconds'][0]:.0f} |",
+             f"| {change} | {r['mean'][1]:.4f} ± {r['std'][1]:.4f} | "
+             f"{' / '.join(f'{v:.4f}' for v in r['changed'])} | {r['seconds'][1]:.0f} |", "",
+             f"Δ (changed − default) {r['diff']:+.4f}; p t-test {r['p_ttest']:.3f}, exact sign-flip "
+             f"{r['p_signflip']:.3f}, bootstrap {r['p_bootstrap']:.3f} (95% CI [{r['boot'][0]:+.4f}, "
+             f"{r['boot'][1]:+.4f}]); training {speed:.2f}x as fast; "
+             f"{'within noise or better' if r['within_noise'] else 'WORSE than the noise'}.", ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--set", dest="changes", nargs="+", required=True, metavar="KEY=VALUE",
+                   help="the change: TrainConfig fields, e.g. freeze_word_embeddings=true")
+    p.add_argument("--sets", nargs="+", default=["pppm", "cr", "mpqa"], choices=["pppm", "cr", "mpqa"])
+    p.add_argument("--seeds", type=int, default=4)
+    p.add_argument("--set-seeds", nargs="+", default=[], metavar="SET=N", help="e.g. pppm=8")
+    p.add_argument("--first-seed", type=int, default=42)
+    p.add_argument("--split-seed", type=int, default=42)
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--pppm-rows", type=int, default=5000)
+    p.add_argument("--rows", nargs="+", default=["mpqa=5000"], metavar="SET=N",
+                   help="a seeded random N rows of a set (default: mpqa=5000, as the quality tables)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
+    p.add_argument("--output-dir", type=Path, default=Path("runs/recipe_ablation"))
+    p.add_argument("--bootstrap", type=int, default=1000)
+    args = p.parse_args(argv)
+    args.per_seed_split = False
+    for option in ("rows", "set_seeds"):
+        setattr(args, option, {k: int(v) for k, _, v in (item.partition("=") for item in getattr(args, option))})
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    changes = parse_changes(args.changes)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sets = data_sets(args.pppm_rows)
+    work = args.output_dir / "data"
+    work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.sets:
+        spec = sets[name]
+        if not (args.data_root / spec.source).is_file():
+            print(f"skipped {name}: no {spec.source} under {args.data_root}")
+            continue
+        cfg = recipe(spec, args.data_root, work, args)
+        result = evaluate(name, cfg, changes, args.output_dir / name, _seeds(args, name), args.bootstrap)
+        results.append(result)
+        print(markdown(result), flush=True)
+    (args.output_dir / f"{slug(changes)}.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
