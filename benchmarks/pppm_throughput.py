@@ -13,11 +13,11 @@ how they run:
   recipe's ``transformers.Trainer``, built by ``attnpool.training.arguments.training_arguments`` and
   ``make_trainer`` (``train_sampling_strategy="group_by_length"``, ``DataCollatorWithPadding``, the optimiser of
   ``attnpool.training.optim.build_optimizer`` / ``parameter_groups``, ``max_grad_norm=1`` clipped inside the fused
-  AdamW step, cosine schedule with 10% warm-up, the precision's ``bf16`` flag), and the recipe's frozen embedding
-  layer (``--no-freeze-word-embeddings`` trains it, as the notebook does). One change to the arguments: evaluation,
-  checkpoint saving and ``load_best_model_at_end`` are switched off (``dataclasses.replace``), i.e. the Trainer is
-  driven directly instead of through the k-fold ``train()``, which would write checkpoints; none of that happens
-  inside a training step anyway.
+  AdamW step, cosine schedule with 10% warm-up, the precision's ``bf16`` flag), and the recipe's frozen word
+  embeddings (``--no-freeze-word-embeddings`` trains them, as the notebook does). One change to the arguments:
+  evaluation, checkpoint saving and ``load_best_model_at_end`` are switched off (``dataclasses.replace``), i.e. the
+  Trainer is driven directly instead of through the k-fold ``train()``, which would write checkpoints; none of that
+  happens inside a training step anyway.
 * ``notebook``: a re-expression of the public notebook recipe (the seed's ``AttentionPooling``), always fp32:
   ``AutoModel`` of the same checkpoint, ``Linear(H, 512) -> Tanh -> Linear(512, 1) -> Softmax(dim=1)`` over all
   positions, the mask multiplied in afterwards and the weights renormalised (``+ 1e-8``), weighted sum,
@@ -180,7 +180,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="attnpool's training precision (default auto: what `attnpool train` picks here); the "
                         "notebook side is always fp32")
     p.add_argument("--freeze-word-embeddings", action=argparse.BooleanOptionalAction, default=None,
-                   help="attnpool's embedding layer frozen or trained (default: the recipe's, frozen)")
+                   help="attnpool's word embeddings frozen or trained (default: the recipe's, frozen)")
     p.add_argument("--fp32-reference", action=argparse.BooleanOptionalAction, default=True,
                    help="also train attnpool in fp32 from the same start (skipped when --precision gives fp32)")
     p.add_argument("--cross-encoder", action=argparse.BooleanOptionalAction, default=True,
@@ -762,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
     fp32_start = copy.deepcopy(ours) if args.fp32_reference and data.precision != "fp32" else None
     print(f"model {args.model}; {len(data.train_idx)} training + {len(data.held_idx)} held-out PPPM rows "
           f"(seed {args.seed}), {args.epochs:g} epoch(s), batch {args.batch_size}; notebook pads to {data.max_len} "
-          f"tokens; attnpool precision: {precision_reason(args.precision, 'cpu')}; attnpool embeddings "
+          f"tokens; attnpool precision: {precision_reason(args.precision, 'cpu')}; attnpool word embeddings "
           f"{'frozen' if data.cfg.resolved_freeze_word_embeddings() else 'trained'}; notebook fp32; torch "
           f"{torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads on "
           f"{cpu_model()}",

@@ -72,8 +72,8 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
             logging.getLogger(__name__).info("training %s, seed %d", out, s)
             _run_one(cfg, spec, s, run)
     predictions = {s: run_predictions(runs[s], cfg.task) for s in seeds}
-    seconds = {s: json.loads((out / "runs" / spec.slug / f"seed_{s}.cost.json").read_text())["wall_seconds"]
-               for s in seeds}
+    seconds = {s: json.loads(run.with_name(f"{run.name}.cost.json").read_text())["wall_seconds"]
+               for s, run in runs.items()}
     return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions,
             "seconds": seconds}
 

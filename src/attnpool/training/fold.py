@@ -37,7 +37,7 @@ from attnpool.training.arguments import training_arguments
 from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.tracking import run_name
-from attnpool.training.trainer import make_trainer
+from attnpool.training.trainer import make_trainer, weights_sharded
 
 try:
     import resource
@@ -86,11 +86,6 @@ def _last_checkpoint(folder: Path) -> str | None:
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
 
 
-def _weights_sharded(trainer) -> bool:
-    """Whether the trained weights are spread over the processes (FSDP, DeepSpeed), so saving them is collective."""
-    return bool(getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False))
-
-
 def _check_engine(trainer) -> None:
     """Refuse, before any training, FSDP / DeepSpeed settings under which no loadable fold model could be saved."""
     if getattr(trainer, "is_fsdp_enabled", False):
@@ -136,7 +131,7 @@ def _save_fold_model(trainer, tokenizer, folder: Path, card: str | None = None) 
     Written by the main process, atomically (a staged folder swapped in); ``card`` is the card so far (the fold's
     data and recipe), completed with the validation scores once they are known (``None``: the config's card).
     """
-    if not _weights_sharded(trainer):
+    if not weights_sharded(trainer):
         on_main(lambda: atomic_save_dir(folder, lambda tmp: trainer.model.save_pretrained(
             tmp, tokenizer=tokenizer, model_card=card)))
         return
@@ -210,7 +205,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     _save_fold_model(trainer, data.tokenizer, run.model_dir(fold), draft)
     # load_best_model_at_end restored the best checkpoint's weights; sharded ones are read back whole from the folder.
     best = trainer.model
-    if _weights_sharded(trainer):
+    if weights_sharded(trainer):
         best = AttnPoolForSequenceClassification.from_pretrained(run.model_dir(fold))
         monitor.remove()
         monitor = PoolingMonitor(best, data.tokenizer.all_special_ids)

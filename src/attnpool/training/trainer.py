@@ -24,6 +24,11 @@ from attnpool.training.progress import FoldProgress, get_verbosity
 from attnpool.training.tracking import FoldTracking, fold_environment, integrations
 
 
+def weights_sharded(trainer: transformers.Trainer) -> bool:
+    """Whether the trained weights are spread over the processes (FSDP, DeepSpeed), so no process holds them all."""
+    return bool(getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False))
+
+
 class RecipeTrainer(transformers.Trainer):
     """The ``Trainer`` with the recipe's optimiser, sampler and pooling-weight statistics in the logs.
 
@@ -52,8 +57,7 @@ class RecipeTrainer(transformers.Trainer):
         self.ema = ema
         self.adversary = adversary
         super().__init__(*args, **kwargs)
-        sharded = getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False)
-        if sharded and (ema is not None or adversary is not None):
+        if weights_sharded(self) and (ema is not None or adversary is not None):
             raise ValueError("ema_decay and adversarial need every process to hold the whole weights: they do not "
                              "work with FSDP or DeepSpeed; train with DDP (torchrun) or leave them off")
 
@@ -114,9 +118,8 @@ class RecipeTrainer(transformers.Trainer):
         loss scaler (fp16), FSDP or DeepSpeed, where the Trainer's own clipping runs.
         """
         optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # inside accelerate's wrapper
-        sharded = getattr(self, "is_fsdp_enabled", False) or getattr(self, "is_deepspeed_enabled", False)
-        if (sharded or getattr(self.accelerator, "scaler", None) is not None or not can_clip_in_step(optimizer)
-                or getattr(self, "_has_mixed_mesh_grads", lambda _: False)(model)):
+        if (weights_sharded(self) or getattr(self.accelerator, "scaler", None) is not None
+                or not can_clip_in_step(optimizer) or getattr(self, "_has_mixed_mesh_grads", lambda _: False)(model)):
             return super()._clip_grad_norm(model)
         return clip_in_step(optimizer, model.parameters(), self.args.max_grad_norm)
 
