@@ -17,6 +17,9 @@ Rows (each a dict of :class:`~attnpool.config.TrainConfig` overrides on top of t
   before the pooler, frozen embeddings, re-initialised top layer, layer-wise lr decay, multi-sample dropout);
 * ``combo``: several techniques together, ``--combo NAME+NAME+...`` (default :data:`DEFAULT_COMBO`); two that set
   the same option differently (``fgm+awp``) are refused;
+* rows of your own, ``--row NAME ITEM ...`` (repeatable): techniques and ``KEY=VALUE`` options together, e.g. an
+  encoder learning rate (``--row lr1e4 lr=1e-4``) or a combination at another rate (``--row best msd pearson
+  lr=1e-4``);
 * ``notebook``: the public PPPM notebook's recipe at equal epochs, ``references.notebook_scores`` (its model, loop,
   optimiser and schedule transcribed; the head of ``notebook_recipe.py``; its own batch of 16), trained on exactly
   the rows of the same seed's fold 0 (the baseline run's ``folds.csv`` when it exists, else the same
@@ -47,6 +50,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/pppm_quality.py --only baseline context notebook --seeds 1
     .venv/bin/python benchmarks/pppm_quality.py --combo context+pearson+ema+llrd+msd --only combo
     .venv/bin/python benchmarks/pppm_quality.py --anchors 100 --epochs 2   # every row of 100 random anchors
+    .venv/bin/python benchmarks/pppm_quality.py --row lr1e4 lr=1e-4 --only baseline lr1e4 --seeds 1
     .venv/bin/python benchmarks/pppm_quality.py --list                 # the rows and their options
 
 Targets (issue #18): the best row reaches Pearson >= 0.78 within 3 epochs (the baseline recipe reached 0.687 after
@@ -83,6 +87,7 @@ from attnpool.comparison import paired_bootstrap, run_predictions
 from attnpool.comparison.stats import metric_function
 from attnpool.config import ConfigError, TrainConfig, default_model, make_config
 from attnpool.data.task import load_task
+from attnpool.options import parse_options
 from attnpool.precision import resolve_precision
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.run import Run
@@ -168,11 +173,34 @@ def combine(names: Sequence[str]) -> dict[str, Any]:
     return merged
 
 
-def row_options(combo: str = DEFAULT_COMBO, ema_decay: float | None = None) -> dict[str, dict[str, Any]]:
+def parse_row(tokens: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """``--row NAME ITEM ...``: a row of its own, each item a technique's name or a ``KEY=VALUE`` option.
+
+    ``["lr1e4", "lr=1e-4"]`` -> ``("lr1e4", {"lr": 1e-4})``; ``["best", "msd", "pearson", "lr=1e-4"]`` joins the two
+    techniques' options (as ``--combo`` does) and sets ``lr``. Values are read as ``attnpool train``'s ``KEY=VALUE``
+    options are (JSON when it parses: ``1e-4`` a number, ``true`` a bool, ``{"init": "xavier"}`` a mapping; else the
+    text); the options must build a valid ``TrainConfig``, checked before any training.
+    """
+    if len(tokens) < 2:
+        raise ValueError(f"--row {' '.join(tokens)}: give a name and at least one technique or KEY=VALUE, e.g. "
+                         "--row lr1e4 lr=1e-4")
+    name, items = tokens[0], tokens[1:]
+    if "=" in name or name in TECHNIQUES or name in (BASELINE, COMBO, NOTEBOOK):
+        raise ValueError(f"--row {name!r}: the first item is the row's name, and it must not be a technique's or "
+                         f"a built-in row's name ({', '.join([BASELINE, *TECHNIQUES, COMBO, NOTEBOOK])})")
+    options = combine(parse_combo("+".join(t for t in items if "=" not in t))) if any("=" not in t for t in items) \
+        else {}
+    options.update(parse_options([t for t in items if "=" in t], where=f"--row {name}"))
+    return name, options
+
+
+def row_options(combo: str = DEFAULT_COMBO, ema_decay: float | None = None,
+                extra: Sequence[Sequence[str]] = ()) -> dict[str, dict[str, Any]]:
     """Every attnpool row of the ablation: its name and its options over the baseline, in table order.
 
     ``ema_decay`` replaces the ``ema`` technique's decay (in its row and in the combo): 0.999 averages over about
-    1,000 optimizer steps, right for the full data, far too slow for a slice of a few hundred steps.
+    1,000 optimizer steps, right for the full data, far too slow for a slice of a few hundred steps. ``extra``: the
+    ``--row`` rows (:func:`parse_row`), after the combo.
     """
     singles = {name: dict(t.options) for name, t in TECHNIQUES.items()}
     combined = combine(parse_combo(combo))
@@ -182,7 +210,13 @@ def row_options(combo: str = DEFAULT_COMBO, ema_decay: float | None = None) -> d
         for options in (singles["ema"], combined):
             if "ema_decay" in options:
                 options["ema_decay"] = ema_decay
-    return {BASELINE: {}, **singles, COMBO: combined}
+    rows = {BASELINE: {}, **singles, COMBO: combined}
+    for tokens in extra:
+        name, options = parse_row(tokens)
+        if name in rows:
+            raise ValueError(f"--row {name}: two rows of that name; give each --row its own name")
+        rows[name] = options
+    return rows
 
 
 def pppm_options(data_dir: str | Path, model: str, epochs: float, limit: int | None) -> dict[str, Any]:
@@ -477,6 +511,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ema-decay", type=float, default=None, help="the ema row's (and combo's) decay (default "
                    f"{TECHNIQUES['ema'].options['ema_decay']}: about 1,000 steps; a slice of a few hundred steps "
                    "needs less, e.g. 0.98)")
+    p.add_argument("--row", action="append", nargs="+", default=[], metavar="ITEM", help="a row of your own: "
+                   "NAME, then techniques and/or KEY=VALUE options (TrainConfig fields, JSON values), e.g. --row "
+                   "lr1e4 lr=1e-4 or --row best msd pearson lr=1e-4; repeat for more rows; run them with --only")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
                    f"{' '.join(QUICK_ONLY)} (each unless given)")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
@@ -494,7 +531,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.docs is None:
         args.docs = "-" if args.quick else str(DEFAULT_DOCS)
     try:
-        args.options = row_options(args.combo, args.ema_decay)
+        args.options = row_options(args.combo, args.ema_decay, args.row)
     except ValueError as err:
         p.error(str(err))
     known = [*args.options, NOTEBOOK]

@@ -29,12 +29,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from attnpool.comparison import PoolerSpec, paired_bootstrap, paired_t_test, run_predictions, t_interval
 from attnpool.comparison.runner import _run_one, _wanted_folds
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.comparison.summary import run_score
+from attnpool.options import ConfigError, parse_options
 from attnpool.tasks import primary_metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,15 +43,15 @@ POOLER = "attention"
 
 
 def parse_changes(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` items as TrainConfig fields, values read as YAML (``true``, ``0``, ``fp32``...)."""
-    changes = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--set takes KEY=VALUE items (TrainConfig fields), e.g. freeze_word_embeddings=true; "
-                             f"got {item!r}")
-        changes[key] = yaml.safe_load(value)
-    return changes
+    """``KEY=VALUE`` items as TrainConfig fields.
+
+    Values are read as ``attnpool train`` reads ``KEY=VALUE`` options (``attnpool.options.parse_value``): JSON when
+    it parses, so ``true``, ``0`` and ``1e-4`` are a bool and numbers; else the text, e.g. ``fp32``.
+    """
+    try:
+        return parse_options(items, where="--set")
+    except ConfigError as err:
+        raise SystemExit(f"{err} (TrainConfig fields, e.g. freeze_word_embeddings=true)") from None
 
 
 def slug(changes: dict[str, Any]) -> str:

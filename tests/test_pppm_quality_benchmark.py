@@ -50,6 +50,29 @@ def test_ema_decay_replaces_the_rows_decay_and_leaves_the_technique_alone():
         pq.parse_args(["--ema-decay", "1.5"])
 
 
+def test_own_rows_join_techniques_and_options(tmp_path):
+    assert pq.parse_row(["lr1e4", "lr=1e-4"]) == ("lr1e4", {"lr": 1e-4})
+    name, options = pq.parse_row(["best", "msd", "pearson", "lr=2e-4", 'pooling_options={"init": "xavier"}'])
+    assert name == "best"
+    assert options == {"multi_sample_dropout": 5, "loss": "pearson", "lr": 2e-4, "pooling_options": {"init": "xavier"}}
+    rows = pq.parse_args(["--row", "a", "lr=1e-4", "--row", "b", "msd", "--only", "a", "b"]).options
+    assert list(rows)[-2:] == ["a", "b"] and rows["b"] == {"multi_sample_dropout": 5}
+    cfg = pq.row_config(pq.baseline_options(tmp_path, "m", epochs=1), options, seed=1, output_dir=tmp_path)
+    assert (cfg.lr, cfg.loss, cfg.pooling_options) == (2e-4, "pearson", {"attn_size": 128, "init": "xavier"})
+    with pytest.raises(ValueError, match="give a name and at least one"):
+        pq.parse_row(["lonely"])
+    with pytest.raises(ValueError, match="must not be a technique's or a built-in row's name"):
+        pq.parse_row(["msd", "lr=1e-4"])
+    with pytest.raises(ValueError, match="unknown technique.*nope"):
+        pq.parse_row(["x", "nope"])
+    with pytest.raises(ValueError, match="two rows of that name"):
+        pq.row_options(extra=[["x", "lr=1e-4"], ["x", "msd"]])
+    with pytest.raises(ValueError, match="'=1' of --row x is not key=value"):
+        pq.parse_row(["x", "=1"])
+    with pytest.raises(SystemExit):  # argparse's error, with the message above
+        pq.parse_args(["--row", "x"])
+
+
 def test_check_rows_names_the_broken_row(tmp_path):
     base = pq.baseline_options(tmp_path, "m", epochs=1)
     with pytest.raises(SystemExit, match="bad: .*no_such_option"):
