@@ -188,8 +188,8 @@ def parse_row(tokens: Sequence[str]) -> tuple[str, dict[str, Any]]:
     if "=" in name or name in TECHNIQUES or name in (BASELINE, COMBO, NOTEBOOK):
         raise ValueError(f"--row {name!r}: the first item is the row's name, and it must not be a technique's or "
                          f"a built-in row's name ({', '.join([BASELINE, *TECHNIQUES, COMBO, NOTEBOOK])})")
-    options = combine(parse_combo("+".join(t for t in items if "=" not in t))) if any("=" not in t for t in items) \
-        else {}
+    techniques = [t for t in items if "=" not in t]
+    options = combine(parse_combo("+".join(techniques))) if techniques else {}
     options.update(parse_options([t for t in items if "=" in t], where=f"--row {name}"))
     return name, options
 
