@@ -20,6 +20,10 @@ Rows (each a dict of :class:`~attnpool.config.TrainConfig` overrides on top of t
 * rows of your own, ``--row NAME ITEM ...`` (repeatable): techniques and ``KEY=VALUE`` options together, e.g. an
   encoder learning rate (``--row lr1e4 lr=1e-4``) or a combination at another rate (``--row best msd pearson
   lr=1e-4``);
+* ensembles, ``--ensemble NAME ROW ROW ...`` (repeatable): no training of their own; per seed, the mean of the
+  member rows' out-of-fold predictions, each standardised first (a Pearson-loss row predicts on its own scale), e.g.
+  a run with the grouped-target context and one without (``--ensemble blend best context_best``). Their time is
+  the members' summed; they are never the "best" row, whose targets speak of one model;
 * ``notebook``: the public PPPM notebook's recipe at equal epochs, ``references.notebook_scores`` (its model, loop,
   optimiser and schedule transcribed; the head of ``notebook_recipe.py``; its own batch of 16), trained on exactly
   the rows of the same seed's fold 0 (the baseline run's ``folds.csv`` when it exists, else the same
@@ -51,6 +55,8 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/pppm_quality.py --combo context+pearson+ema+llrd+msd --only combo
     .venv/bin/python benchmarks/pppm_quality.py --anchors 100 --epochs 2   # every row of 100 random anchors
     .venv/bin/python benchmarks/pppm_quality.py --row lr1e4 lr=1e-4 --only baseline lr1e4 --seeds 1
+    .venv/bin/python benchmarks/pppm_quality.py --row best msd pearson lr=1e-4 --row context_best context msd \
+        pearson lr=1e-4 --ensemble blend best context_best --only blend --seeds 1   # the two runs, then their mean
     .venv/bin/python benchmarks/pppm_quality.py --list                 # the rows and their options
 
 Targets (issue #18): the best row reaches Pearson >= 0.78 within 3 epochs (the baseline recipe reached 0.687 after
@@ -367,6 +373,39 @@ def predictions(record: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.n
     return run_predictions(path, "regression")
 
 
+def run_ensemble(name: str, members: Sequence[str], seed: int, results: Sequence[Mapping[str, Any]],
+                 folder: Path) -> dict[str, Any] | None:
+    """The ``name`` ensemble of the ``members`` rows for ``seed``, cached as ``.npz``; ``None`` if one is missing.
+
+    Each member's out-of-fold predictions are standardised (mean 0, standard deviation 1 over the validation rows)
+    and averaged, row by row: rows trained with a Pearson loss predict on a scale of their own, so a plain mean would
+    weigh the members by their spread. The members must have validated on the same rows.
+    """
+    found = {r["row"]: r for r in results if int(r["seed"]) == seed and r["row"] in members}
+    if len(found) != len(members):
+        return None
+    rows, target, total = None, None, None
+    for member in members:
+        r, t, scores = predictions(found[member])
+        if rows is None:
+            rows, target, total = r, t, np.zeros(len(r))
+        elif not np.array_equal(r, rows):
+            raise SystemExit(f"--ensemble {name}: {member} validated on other rows than {members[0]} for seed "
+                             f"{seed}; an ensemble needs the same fold 0 (rows trained with the same seed)")
+        scores = np.asarray(scores, dtype=np.float64)
+        total += (scores - scores.mean()) / (scores.std() or 1.0)
+    scores = total / len(members)
+    path = folder / f"seed_{seed}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, rows=rows, target=target, scores=scores)
+    os.replace(tmp, path)
+    seconds = [found[m].get("train_seconds") for m in members]
+    return {"row": name, "seed": seed, "pearson": float(metric_function("regression", "pearson")(target, scores)),
+            "train_seconds": sum(seconds) if None not in seconds else None, "run_dir": str(path),
+            "status": "ensemble", "members": list(members), "n_valid": len(rows)}
+
+
 # --------------------------------------------------------------------------------------------------- summary
 
 
@@ -389,8 +428,10 @@ def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dic
         rows.append({"name": name, "pearson": float(np.mean(list(per_seed.values()))), "per_seed": per_seed,
                      "delta": float(np.mean(list(paired.values()))) if paired else None, "delta_per_seed": paired,
                      "seconds": float(np.mean(times)) if times else None,
-                     "resumed": any(seeds[s].get("status") == "resumed" for s in seeds)})
-    ours = [r for r in rows if r["name"] != NOTEBOOK and not math.isnan(r["pearson"])]
+                     "resumed": any(seeds[s].get("status") == "resumed" for s in seeds),
+                     "members": next((seeds[s]["members"] for s in seeds if seeds[s].get("members")), None)})
+    ensembles = {r["row"] for r in results if r.get("members")}
+    ours = [r for r in rows if r["name"] != NOTEBOOK and r["name"] not in ensembles and not math.isnan(r["pearson"])]
     best = max(ours, key=lambda r: r["pearson"])["name"] if ours else None
     return {"rows": rows, "best": best, "seeds": sorted({int(r["seed"]) for r in results})}
 
@@ -473,7 +514,10 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
         if len(row["delta_per_seed"]) >= 2:
             delta += " (" + " / ".join(_f(v, sign=True) for v in row["delta_per_seed"].values()) + ")"
         opts = "notebook recipe (references.notebook_scores)" if name == NOTEBOOK else describe(options.get(name, {}))
+        if row.get("members"):
+            opts = "ensemble: standardised mean of " + " + ".join(row["members"])
         seconds = _f(row["seconds"], 0) + (" (resumed)" if row["resumed"] else "")
+        seconds += " (summed)" if row.get("members") else ""
         pearson = f"**{_f(row['pearson'])}** (best)" if best else _f(row["pearson"])
         lines.append(f"| {'**' + label + '**' if best else label} | {opts} | {pearson} | {per_seed} | {delta} | "
                      f"{seconds} |")
@@ -514,6 +558,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--row", action="append", nargs="+", default=[], metavar="ITEM", help="a row of your own: "
                    "NAME, then techniques and/or KEY=VALUE options (TrainConfig fields, JSON values), e.g. --row "
                    "lr1e4 lr=1e-4 or --row best msd pearson lr=1e-4; repeat for more rows; run them with --only")
+    p.add_argument("--ensemble", action="append", nargs="+", default=[], metavar="ITEM", help="an ensemble row: "
+                   "NAME, then two or more rows whose out-of-fold predictions it averages (standardised), e.g. "
+                   "--ensemble blend best context_best; the members run when not done; repeat for more")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
                    f"{' '.join(QUICK_ONLY)} (each unless given)")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
@@ -535,11 +582,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as err:
         p.error(str(err))
     known = [*args.options, NOTEBOOK]
-    unknown = [n for n in args.only or [] if n not in known]
+    try:
+        args.ensembles = parse_ensembles(args.ensemble, known)
+    except ValueError as err:
+        p.error(str(err))
+    unknown = [n for n in args.only or [] if n not in known and n not in args.ensembles]
     if unknown:
         p.error(f"--only: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
-    args.wanted = known if args.only is None else list(dict.fromkeys(args.only))  # run in the order given
+    wanted = known if args.only is None else [n for n in args.only if n not in args.ensembles]
+    members = [m for ms in args.ensembles.values() for m in ms]
+    args.wanted = list(dict.fromkeys([*wanted, *members]))  # run in the order given, then the members not named
     return args
+
+
+def parse_ensembles(items: Sequence[Sequence[str]], known: Sequence[str]) -> dict[str, list[str]]:
+    """``--ensemble NAME ROW ROW ...`` arguments as ``{name: [rows]}``; a ValueError says which one is wrong."""
+    out: dict[str, list[str]] = {}
+    for name, *members in items:
+        if name in known or name in out:
+            raise ValueError(f"--ensemble {name}: that name is taken by a row; give the ensemble its own name")
+        if len(set(members)) < 2:
+            raise ValueError(f"--ensemble {name}: needs two different rows or more, got {' '.join(members) or 'none'}")
+        unknown = [m for m in members if m not in known]
+        if unknown:
+            raise ValueError(f"--ensemble {name}: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)} "
+                             "(define your own with --row)")
+        out[name] = list(dict.fromkeys(members))
+    return out
 
 
 def _precision(base: Mapping[str, Any]) -> str:
@@ -565,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name, options in args.options.items():
             print(f"{name:<9} {describe(options)}")
+        for name, members in args.ensembles.items():
+            print(f"{name:<9} ensemble: standardised mean of {' + '.join(members)}")
         print(f"{NOTEBOOK:<9} the notebook recipe, batch {NOTEBOOK_BATCH_SIZE}\nbaseline  {describe(base)}")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -583,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
             "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base)}
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
-    order = [*args.options, NOTEBOOK]
+    order = [*args.options, *args.ensembles, NOTEBOOK]
     for seed in seeds:
         for name in args.wanted:
             if name == NOTEBOOK:
@@ -591,6 +662,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cfg = row_config(base, rows[name], seed, work / name / f"seed_{seed}")
             results.append(run_row(name, cfg, {**base, **rows[name], "seed": seed}))
+        for name, members in args.ensembles.items():
+            record = run_ensemble(name, members, seed, results, work / "ensembles" / name)
+            if record is not None:
+                results.append(record)
         report(results, order, args, meta, work, final=seed == seeds[-1])
     print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0

@@ -139,6 +139,45 @@ def test_significance_pairs_the_validation_rows(tmp_path):
     assert test["diff"] == pytest.approx(expected) and test["diff"] > 0 and test["p"] < 0.05
 
 
+def test_an_ensemble_averages_standardised_predictions_of_the_same_rows(tmp_path):
+    rng = np.random.default_rng(1)
+    rows, target = np.arange(80), rng.random(80)
+    a = target + 0.3 * rng.standard_normal(80)
+    b = 100.0 * (target + 0.3 * rng.standard_normal(80)) + 7.0  # another scale: a plain mean would follow b alone
+    records = []
+    for name, scores in (("best", a), ("context_best", b)):
+        path = tmp_path / f"{name}.npz"
+        order = rng.permutation(80)
+        np.savez(path, rows=rows[order], target=target[order], scores=scores[order])
+        records.append({"row": name, "seed": 42, "pearson": 0.0, "train_seconds": 10.0, "run_dir": str(path)})
+    out = pq.run_ensemble("blend", ["best", "context_best"], 42, records, tmp_path / "blend")
+    z = lambda x: (x - x.mean()) / x.std()  # noqa: E731
+    pearson = pq.metric_function("regression", "pearson")
+    assert out["pearson"] == pytest.approx(pearson(target, z(a) + z(b)))
+    assert out["pearson"] > max(pearson(target, a), pearson(target, b))  # independent errors average out
+    assert out["train_seconds"] == 20.0 and out["members"] == ["best", "context_best"]
+    assert pq.predictions(out)[0].tolist() == rows.tolist()  # the cache reads back like a notebook row's
+    assert pq.run_ensemble("blend", ["best", "context_best"], 43, records, tmp_path / "blend") is None  # no seed 43
+    summary = pq.summarise([*records, out], ["best", "context_best", "blend"])
+    assert summary["best"] != "blend"  # the targets speak of one model
+    np.savez(tmp_path / "context_best.npz", rows=rows[:70], target=target[:70], scores=b[:70])
+    with pytest.raises(SystemExit, match="validated on other rows than best"):
+        pq.run_ensemble("blend", ["best", "context_best"], 42, records, tmp_path / "blend")
+
+
+def test_ensemble_arguments_are_checked():
+    known = ["baseline", "best", "notebook"]
+    assert pq.parse_ensembles([["blend", "best", "notebook", "best"]], known) == {"blend": ["best", "notebook"]}
+    for items, message in (([["best", "baseline", "notebook"]], "name is taken"),
+                           ([["blend", "best", "best"]], "two different rows"),
+                           ([["blend", "best", "nope"]], "unknown row.s. nope")):
+        with pytest.raises(ValueError, match=message):
+            pq.parse_ensembles(items, known)
+    args = pq.parse_args(["--row", "best", "msd", "lr=1e-4", "--ensemble", "blend", "baseline", "best",
+                          "--only", "blend", "notebook"])
+    assert args.wanted == ["notebook", "baseline", "best"] and args.ensembles == {"blend": ["baseline", "best"]}
+
+
 def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
     assert pppm_deberta.main(["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
