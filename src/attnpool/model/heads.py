@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -20,6 +22,10 @@ class PredictionHead(nn.Module):
         hidden_size: Width of an optional hidden layer; ``None`` for a linear head.
         init_std: Standard deviation of the normal initialisation of the linear layers (the encoder's
             ``initializer_range``, as transformers' classifiers do); biases start at zero.
+
+    The output layer always computes in float32, under autocast and with bf16/fp16 weights alike (as transformers'
+    language-model heads return ``logits.float()``): a bf16 score has 8 significant bits, so a sigmoid output in
+    [0.5, 1) would come in steps of 1/256 and many rows would tie. It is one ``in_features x num_labels`` product.
     """
 
     def __init__(
@@ -53,4 +59,12 @@ class PredictionHead(nn.Module):
     def forward(self, pooled: Tensor) -> list[Tensor]:
         """One ``(B, num_labels)`` output per dropout sample (a single one in evaluation)."""
         samples = self.samples if self.training else 1
-        return [self.out(self.body(self.dropout(pooled))) for _ in range(samples)]
+        return [self._output(self.body(self.dropout(pooled))) for _ in range(samples)]
+
+    def _output(self, x: Tensor) -> Tensor:
+        """The output layer in float32 (see the class docstring)."""
+        weight, bias = self.out.weight, self.out.bias
+        if x.dtype == weight.dtype == torch.float32 and not torch.is_autocast_enabled(x.device.type):
+            return self.out(x)  # the plain float32 model (and its ONNX graph): nothing to change
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(x.float(), weight.float(), None if bias is None else bias.float())
