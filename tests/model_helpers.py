@@ -105,8 +105,11 @@ def write_toy_csv(path, n=48, seed=0, task="regression"):
     return frame
 
 
-def make_run(path, encoder, task="regression", classes=None, folds=2, **options):
-    """A run directory as `attnpool train` leaves it, with random fold models (different seeds, so they differ)."""
+def make_run(path, encoder, task="regression", classes=None, folds=2, seed=0, **options):
+    """A run directory as `attnpool train` leaves it, with random fold models (different seeds, so they differ).
+
+    ``seed``: the first fold's model seed (the fold models are seeded ``seed``, ``seed + 1``...).
+    """
     import json
 
     import torch
@@ -129,7 +132,7 @@ def make_run(path, encoder, task="regression", classes=None, folds=2, **options)
         extra = {"num_labels": len(classes), "problem_type": "single_label_classification",
                  "id2label": dict(enumerate(map(str, classes))), "label2id": {str(c): i for i, c in enumerate(classes)}}
     for fold in range(folds):
-        torch.manual_seed(fold)
+        torch.manual_seed(seed + fold)
         model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
                                                                pooling_options={"attn_size": 8}, **extra)
         model.save_pretrained(path / f"fold_{fold}" / "model", tokenizer=tokenizer)

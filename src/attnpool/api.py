@@ -54,11 +54,13 @@ def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **ov
     return _train(make_config(config, **overrides), callbacks=callbacks)
 
 
-def predict(run: str | Path, input_file: str | Path, output_file: str | Path, **options: Any) -> PredictionSummary:
-    """Predict a file with a run's fold models, ensembled (``attnpool predict``).
+def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, output_file: str | Path,
+            **options: Any) -> PredictionSummary:
+    """Predict a file with a run's fold models, ensembled (``attnpool predict``); several runs are blended.
 
     Options (see :func:`attnpool.prediction.predict`): ``folds`` (default: every trained fold), ``batch_size``,
-    ``ensemble`` (``mean`` | ``score``), ``device``, ``chunk_rows``, ``resume``, ``precision``, ``progress``.
+    ``ensemble`` (``mean`` | ``score``), ``device``, ``chunk_rows``, ``resume``, ``precision``, ``progress``,
+    ``blend_weights`` (several runs: one weight per run; default equal).
     """
     return _predict(run, input_file, output_file, **options)
 

@@ -117,6 +117,11 @@ def test_an_empty_context_is_not_counted_as_an_empty_text(rows):
     assert counts["empty"] == 0
     blank = add_group_context(rows.iloc[[0, 1]].assign(target=["", "log"]), "target", ["anchor"])
     assert encode_texts(tokenizer, blank, cfg)[1]["empty"] == 1  # a blank text field still counts
+    # likewise when the config names the context already (prediction rebuilds its texts from such a config)
+    named = TrainConfig(template="{anchor} [SEP] {target} [SEP] {group_context}", group_context="target",
+                        group_context_by=["anchor"], max_length=64)
+    assert encode_texts(tokenizer, lonely, named)[1]["empty"] == 0
+    assert encode_texts(tokenizer, blank, named)[1]["empty"] == 1
     # the template's separator stays, before an empty context (and the tokenizer's closing [SEP])
     assert _words(tokenizer, encodings["input_ids"][0]) == ["wood", "[SEP]", "timber", "[SEP]", "[SEP]"]
 

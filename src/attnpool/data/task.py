@@ -13,8 +13,8 @@ from transformers import AutoTokenizer
 
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.columns import build_texts, check_columns, validate_labels
-from attnpool.data.context import add_group_context, context_text_spec
+from attnpool.data.columns import build_texts, check_columns, template_fields, validate_labels
+from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
 from attnpool.data.pppm import load_pppm
@@ -163,8 +163,11 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
     sep = tokenizer.sep_token or "[SEP]"
     text_cols, template = cfg.text_cols or None, cfg.template
     if cfg.group_context:
-        empty = build_texts(texts, text_cols, template, sep_token=sep).num_empty  # the rows' own text fields
         text_cols, template = context_text_spec(text_cols, template)
+        # The rows' own text fields only: a row alone in its group has an empty context, not an empty text (and
+        # ``cfg`` may name the context already: prediction adds it to the template it rebuilds texts from).
+        own = [f for f in (template_fields(template) if template else text_cols) if f and f != CONTEXT_FIELD]
+        empty = build_texts(texts, own, sep_token=sep).num_empty if own else 0
     first, second, num_empty = build_texts(texts, text_cols, template, sep_token=sep)
     empty = empty if cfg.group_context else num_empty
     kwargs: dict[str, Any] = {"truncation": True, "max_length": cfg.max_length}

@@ -25,17 +25,29 @@ logger = logging.getLogger("attnpool.predict")
 PARTS_FORMAT = 1  # bumped when the layout of OUTPUT.parts/ changes
 
 
-def manifest(input_file: Path, run: Run, folds: list[int], chunk_rows: int, ensemble: str, precision: str
-             ) -> dict[str, Any]:
-    """What the parts of a prediction are computed from; resuming needs every entry unchanged."""
+def manifest(input_file: Path, runs: Run | list[Run], folds: list[int] | list[list[int]], chunk_rows: int,
+             ensemble: str, precision: str, weights: list[float] | None = None) -> dict[str, Any]:
+    """What the parts of a prediction are computed from; resuming needs every entry unchanged.
+
+    One run (and its folds), or a blend: a list of runs, the folds of each, and the blend's ``weights``.
+    """
     stat = input_file.stat() if input_file.is_file() else None
-    models = {}
-    for fold in folds:
-        files = [f.stat() for f in run.model_dir(fold).iterdir() if f.is_file()]
-        models[f"fold_{fold}"] = [sum(f.st_size for f in files), max((f.st_mtime_ns for f in files), default=0)]
+
+    def models(run: Run, chosen: list[int]) -> dict[str, list[int]]:
+        found = {}
+        for fold in chosen:
+            files = [f.stat() for f in run.model_dir(fold).iterdir() if f.is_file()]
+            found[f"fold_{fold}"] = [sum(f.st_size for f in files), max((f.st_mtime_ns for f in files), default=0)]
+        return found
+
+    if isinstance(runs, Run):
+        where: dict[str, Any] = {"run": str(runs.path.resolve()), "models": models(runs, folds)}
+    else:
+        where = {"run": [str(r.path.resolve()) for r in runs],
+                 "models": [models(r, f) for r, f in zip(runs, folds, strict=True)], "weights": weights}
     return {"format": PARTS_FORMAT, "input": str(input_file.resolve()), "input_size": stat.st_size if stat else None,
-            "input_mtime_ns": stat.st_mtime_ns if stat else None, "chunk_rows": chunk_rows,
-            "run": str(run.path.resolve()), "models": models, "ensemble": ensemble, "precision": precision}
+            "input_mtime_ns": stat.st_mtime_ns if stat else None, "chunk_rows": chunk_rows, **where,
+            "ensemble": ensemble, "precision": precision}
 
 
 def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -50,12 +62,13 @@ def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
                        f"{now['input_size']} bytes, modification time {saved.get('input_mtime_ns')} -> "
                        f"{now['input_mtime_ns']} ns)")
     if saved.get("run") != now["run"]:
-        changes.append(f"the run is now {now['run']} (was {saved.get('run')})")
+        what = "the runs are" if isinstance(now["run"], list) else "the run is"
+        changes.append(f"{what} now {now['run']} (was {saved.get('run')})")
     elif saved.get("models") != now["models"]:
-        changes.append(f"the fold models of the run {now['run']} changed (retrained or replaced)")
-    for key in ("chunk_rows", "ensemble", "precision"):
-        if saved.get(key) != now[key]:
-            changes.append(f"{key} is now {now[key]} (was {saved.get(key)}; pass the same value to resume)")
+        changes.append(f"the fold models of {now['run']} changed (retrained or replaced)")
+    for key in ("chunk_rows", "ensemble", "precision", "weights"):
+        if saved.get(key) != now.get(key):
+            changes.append(f"{key} is now {now.get(key)} (was {saved.get(key)}; pass the same value to resume)")
     return changes
 
 

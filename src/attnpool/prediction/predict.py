@@ -21,6 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from attnpool.data import DataError
 from attnpool.data.prediction import PredictionInputs
 from attnpool.precision import inference_device, precision_reason, resolve_precision
+from attnpool.prediction.blend import RunBlend
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.parts import Parts, manifest
@@ -42,12 +43,19 @@ class PredictionSummary:
     resumed_chunks: int = 0  # chunks taken from an interrupted prediction instead of being predicted again
 
 
-def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path, *, batch_size: int = 128,
-            ensemble: str = "mean", device: str | None = None, progress: bool = True, chunk_rows: int = 100_000,
-            resume: bool = False, precision: str = "auto", folds: int | Sequence[int] | None = None,
-            backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE,
-            threads: int | None = None) -> PredictionSummary:
+def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, output_file: str | Path, *,
+            batch_size: int = 128, ensemble: str = "mean", device: str | None = None, progress: bool = True,
+            chunk_rows: int = 100_000, resume: bool = False, precision: str = "auto",
+            folds: int | Sequence[int] | None = None, backend: str = "torch", quantize: str = "none",
+            int8_tolerance: float = INT8_TOLERANCE, threads: int | None = None,
+            blend_weights: Sequence[float] | None = None) -> PredictionSummary:
     """Predict a file with every fold model of a run, ensemble, and write the output atomically, chunk by chunk.
+
+    Given several runs, each predicts as its folds' ensemble and the runs are blended into one prediction
+    (:class:`attnpool.prediction.blend.RunBlend`: class probabilities averaged; regression scores standardised by
+    each run's out-of-fold predictions, averaged, and put back on the runs' mean scale). The runs must share the
+    task (and classes); each reads the file with its own text construction and tokenizer. The blend's out-of-fold
+    score, on the rows every run validated on, is logged next to each run's.
 
     The output keeps the input's order and its id column; regression writes ``prediction`` (one column per
     target), classification writes the predicted label and one probability column per class.
@@ -66,7 +74,7 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
     input has to be edited, which makes them stale.
 
     Args:
-        run_dir: The ``--output-dir`` of ``attnpool train``.
+        run_dir: The ``--output-dir`` of ``attnpool train``, or several of them to blend.
         input_file: CSV, TSV, JSONL or Parquet with the text columns the run was trained on.
         output_file: Where to write (format by extension); written to a temporary name, then renamed.
         batch_size: Rows per forward pass.
@@ -87,18 +95,26 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
         int8_tolerance: The largest |int8 - float32| difference of a score accepted on the calibration rows.
         threads: CPU threads of the model (PyTorch's or ONNX Runtime's intra-op pool); default: one per physical
             core (:func:`attnpool.threads.set_threads`).
+        blend_weights: With several runs, one non-negative weight per run (normalised); default: equal.
 
     Returns:
         A :class:`PredictionSummary` (output path, rows, chunks), not the predictions: they may not fit in memory.
 
     Raises:
-        RunError: Not a run, no such trained fold, a corrupt fold model; parts of an interrupted prediction without
+        RunError: Not a run, no such trained fold, a corrupt fold model; runs that cannot be blended (another task,
+            other classes, a fold without its out-of-fold file); parts of an interrupted prediction without
             ``resume``; with ``resume``, parts computed from another input, run or options; another process
             writing the same output.
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...).
         ValueError: Bad ``ensemble``, ``precision`` or ``chunk_rows``.
     """
-    run, input_file, output_file = Run.open(run_dir), Path(input_file), Path(output_file)
+    blended = not isinstance(run_dir, (str, Path))
+    runs = [Run.open(r) for r in (run_dir if blended else [run_dir])]
+    input_file, output_file = Path(input_file), Path(output_file)
+    if not runs:
+        raise ValueError("give a run to predict with (or several to blend)")
+    if blend_weights is not None and not blended:
+        raise ValueError("blend_weights applies to a blend: give several runs")
     device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
@@ -107,43 +123,58 @@ def predict(run_dir: str | Path, input_file: str | Path, output_file: str | Path
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
-        info = run.info()
-        folds_ensemble = _load_ensemble(run, folds, ensemble, backend, quantize, threads)
-        task = folds_ensemble.task
-        inputs = PredictionInputs(run.config(), info, input_file, folds_ensemble.tokenizer, log=logger)
-        chunks = inputs.chunks(chunk_rows)  # checks the path now; reads lazily
-        parts = Parts(output_file, manifest(input_file, run, folds_ensemble.folds, chunk_rows, ensemble,
-                                            precision if backend == "torch" else f"{backend}-{quantize}"))
+        members = [_load_ensemble(run, folds, ensemble, backend, quantize, threads) for run in runs]
+        chosen = [m.folds for m in members]
+        blend = RunBlend.from_runs(runs, chosen, blend_weights) if blended else None
+        if blend is not None:
+            blend.log_report(runs, chosen)
+        info, task = runs[0].info(), members[0].task
+        inputs = [PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger)
+                  for run, m in zip(runs, members, strict=True)]
+        streams = [i.chunks(chunk_rows) for i in inputs]  # check the path now; read lazily
+        how = precision if backend == "torch" else f"{backend}-{quantize}"
+        parts = Parts(output_file, manifest(input_file, runs, chosen, chunk_rows, ensemble, how,
+                                            None if blend is None else blend.weights.tolist()) if blended
+                      else manifest(input_file, runs[0], chosen[0], chunk_rows, ensemble, how))
         finished = parts.open(resume)
         bar = _progress_bar(input_file, progress)
         rows = count = 0
         checked = False
         try:
             with bar, _redirect_logging(progress):
-                for index, chunk in enumerate(chunks):
+                for index, chunks in enumerate(zip(*streams, strict=True)):
+                    chunk = chunks[0]
                     rows, count = rows + len(chunk), index + 1
                     if index in finished:
                         bar.update(len(chunk))
                         continue
-                    frame, encodings = inputs.encode(chunk)
-                    if quantize != "none" and not checked:
-                        folds_ensemble.check(encodings, tolerance=int8_tolerance)
-                        checked = True
-                    scores = folds_ensemble.scores(encodings, batch_size=batch_size, device=device,
-                                                   precision=precision, on_batch=bar.update)
-                    parts.write(index, _output_frame(task, info, frame, scores))
-                    del chunk, frame, encodings, scores  # before the next chunk is read: one chunk in memory
+                    frame, scores = None, []
+                    for member, member_inputs, member_chunk, last in zip(
+                            members, inputs, chunks, [False] * (len(members) - 1) + [True], strict=True):
+                        member_frame, encodings = member_inputs.encode(member_chunk)
+                        frame = member_frame if frame is None else frame
+                        if quantize != "none" and not checked:
+                            member.check(encodings, tolerance=int8_tolerance)
+                        scores.append(member.scores(encodings, batch_size=batch_size, device=device,
+                                                    precision=precision, on_batch=bar.update if last else None))
+                        del encodings
+                    checked = True
+                    combined = scores[0] if blend is None else blend.combine(scores)
+                    parts.write(index, _output_frame(task, info, frame, combined))
+                    del chunk, chunks, frame, scores, combined  # before the next chunk is read: one chunk in memory
                 bar.total = bar.n  # the counted lines were an estimate
         except DataError:
             if not resume:
                 parts.discard()
             raise
         parts.finish(count)
-    inputs.log_summary()
+    for member_inputs in inputs:
+        member_inputs.log_summary()
     resumed = len([i for i in finished if i < count])
     how = precision if backend == "torch" else f"onnxruntime, {'float32' if quantize == 'none' else quantize}"
-    logger.info("wrote %d predictions of %d fold models (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
-                len(folds_ensemble.folds), ensemble, how, output_file, count,
+    models = sum(len(m.folds) for m in members)
+    logger.info("wrote %d predictions of %d fold models%s (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
+                models, f" of {len(runs)} runs, blended" if blended else "", ensemble, how, output_file, count,
                 f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
 

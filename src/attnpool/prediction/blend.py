@@ -1,0 +1,159 @@
+"""Blending runs: several trained runs, each its folds' ensemble, predicting as one model.
+
+Runs trained with different recipes (with and without the grouped-target context, another encoder, another loss)
+make different errors, and the mean of their predictions usually beats the best of them: on PPPM fold 0 (MiniLM,
+3 epochs, seed 42) the runs with and without the grouped-target context scored 0.7492 and 0.7320, their blend
+0.7643 (``docs/pppm_quality.md``). That is how the competition's best solutions were built.
+
+Classification runs give probabilities, on one scale: the blend is their weighted mean. Regression runs do not
+share a scale (a Pearson-loss run predicts on a scale of its own), so each run's predictions are first standardised
+by the mean and standard deviation of its own out-of-fold predictions, fixed numbers from training (a row's blended
+score never depends on the other rows predicted with it, nor on the chunk it is read in); the weighted mean of the
+standardised scores is put back on the runs' weighted mean scale. A run blended with itself predicts what it
+predicts alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from attnpool.metrics import task_metrics
+from attnpool.runs.run import Run, RunError
+from attnpool.runs.tables import oof_scores, oof_targets
+from attnpool.tasks import primary_metric
+
+logger = logging.getLogger("attnpool.predict")
+
+
+@dataclass(frozen=True)
+class RunBlend:
+    """How the predictions of several runs are combined into one (see the module docstring).
+
+    ``center`` and ``scale`` are each run's out-of-fold prediction mean and standard deviation, one per target
+    (regression only; ``None`` for classification).
+    """
+
+    task: str
+    classes: list | None
+    paths: list[str]
+    weights: np.ndarray
+    center: np.ndarray | None = None  # (runs, targets)
+    scale: np.ndarray | None = None  # (runs, targets)
+
+    @classmethod
+    def from_runs(cls, runs: Sequence[Run], folds: Sequence[Sequence[int]],
+                  weights: Sequence[float] | None = None) -> RunBlend:
+        """The blend of ``runs``, with the statistics of the out-of-fold predictions of their chosen ``folds``.
+
+        Args:
+            runs: Two or more runs of one task (and, for classification, the same classes in the same order).
+            folds: For each run, the folds it predicts with; their out-of-fold files give its statistics.
+            weights: One non-negative weight per run (normalised to sum to 1); default: equal.
+
+        Raises:
+            RunError: Runs of different tasks, classes or number of targets; a fold without its out-of-fold file;
+                a run whose out-of-fold predictions are constant.
+            ValueError: Bad weights.
+        """
+        if len(runs) < 2:
+            raise ValueError(f"a blend needs two or more runs, got {len(runs)}")
+        first, first_info = runs[0], runs[0].info()
+        task, classes = first.config().task, first_info.get("classes")
+        for run in runs[1:]:
+            other, info = run.config().task, run.info()
+            if other != task:
+                raise RunError(f"cannot blend {first.path} ({task}) with {run.path} ({other}): blend runs of one task")
+            if task != "regression" and list(info.get("classes") or []) != list(classes or []):
+                raise RunError(f"cannot blend {first.path} with {run.path}: their classes differ ({classes} vs "
+                               f"{info.get('classes')}); blend runs trained on the same labels")
+        weights = _weights(weights, len(runs))
+        paths = [str(run.path) for run in runs]
+        if task != "regression":
+            return cls(task, classes, paths, weights)
+        stats = []
+        for run, chosen in zip(runs, folds, strict=True):
+            values = oof_scores(_oof(run, chosen), task, classes)
+            values = values.reshape(len(values), -1)
+            std = values.std(axis=0)
+            if not np.all(std > 0):
+                raise RunError(f"the out-of-fold predictions of {run.path} are constant (standard deviation 0): they "
+                               "cannot be standardised for a blend; leave that run out")
+            stats.append((values.mean(axis=0), std))
+        shapes = {center.shape for center, _ in stats}
+        if len(shapes) > 1:
+            counts = ", ".join(f"{p}: {c.shape[0]}" for p, (c, _) in zip(paths, stats, strict=True))
+            raise RunError(f"cannot blend runs with different numbers of targets ({counts})")
+        return cls(task, classes, paths, weights, np.stack([c for c, _ in stats]), np.stack([s for _, s in stats]))
+
+    def combine(self, scores: Sequence[np.ndarray]) -> np.ndarray:
+        """One blended array from each run's scores (values ``(N,)``/``(N, T)``, or probabilities ``(N, C)``)."""
+        if len(scores) != len(self.weights):
+            raise ValueError(f"expected the scores of {len(self.weights)} runs, got {len(scores)}")
+        if self.center is None:
+            return sum(w * np.asarray(s, dtype=np.float64) for w, s in zip(self.weights, scores, strict=True))
+        shape = np.shape(scores[0])
+        standard = sum(w * (np.asarray(s, dtype=np.float64).reshape(len(s), -1) - c) / d
+                       for w, s, c, d in zip(self.weights, scores, self.center, self.scale, strict=True))
+        w = self.weights[:, None]
+        return ((w * self.center).sum(0) + (w * self.scale).sum(0) * standard).reshape(shape)
+
+    def oof_report(self, runs: Sequence[Run], folds: Sequence[Sequence[int]]) -> dict[str, float] | None:
+        """The primary metric of each run and of the blend on the out-of-fold rows every run validated on.
+
+        ``None`` when the runs share no such row (trained on different data, or on folds that do not overlap): the
+        rows are matched by their row number and must have the same target in every run.
+        """
+        frames = [_oof(run, chosen) for run, chosen in zip(runs, folds, strict=True)]
+        common = frames[0]["row"]
+        for frame in frames[1:]:
+            common = common[common.isin(frame["row"])]
+        if common.empty:
+            return None
+        picked = [f.set_index("row").loc[common.to_numpy()].reset_index() for f in frames]
+        targets = [oof_targets(f, self.task, self.classes) for f in picked]
+        if not all(np.array_equal(targets[0], t) for t in targets[1:]):
+            return None
+        metric = primary_metric(self.task)[0]
+        scores = [oof_scores(f, self.task, self.classes) for f in picked]
+        report = {path: task_metrics(self.task, targets[0], s)[metric] for path, s in zip(self.paths, scores,
+                                                                                             strict=True)}
+        report["blend"] = task_metrics(self.task, targets[0], self.combine(scores))[metric]
+        report["rows"] = float(len(common))
+        return report
+
+    def log_report(self, runs: Sequence[Run], folds: Sequence[Sequence[int]]) -> None:
+        """Log :meth:`oof_report`, or why there is none."""
+        report = self.oof_report(runs, folds)
+        metric = primary_metric(self.task)[0]
+        if report is None:
+            logger.info("blend of %d runs: they share no out-of-fold rows with the same targets, so the blend's "
+                        "out-of-fold %s is not known", len(self.paths), metric)
+            return
+        alone = ", ".join(f"{report[p]:.4f}" for p in self.paths)
+        logger.info("blend of %d runs (weights %s): out-of-fold %s %.4f on the %d rows they all validated on "
+                    "(alone: %s)", len(self.paths), ", ".join(f"{w:.3g}" for w in self.weights), metric,
+                    report["blend"], int(report["rows"]), alone)
+
+
+def _oof(run: Run, folds: Sequence[int]) -> pd.DataFrame:
+    missing = [f for f in folds if not run.fold_done(f)]
+    if missing:
+        raise RunError(f"{run.path}: fold {missing[0]} has no out-of-fold file ({run.fold_dir(missing[0])}/oof.csv); "
+                       "a blend standardises each run by its out-of-fold predictions: finish the fold with "
+                       "attnpool train --resume, or leave it out with --folds")
+    return pd.concat([run.fold_oof(f) for f in folds], ignore_index=True)
+
+
+def _weights(weights: Sequence[float] | None, count: int) -> np.ndarray:
+    if weights is None:
+        return np.full(count, 1.0 / count)
+    values = np.asarray(list(weights), dtype=np.float64)
+    if values.shape != (count,) or not np.all(np.isfinite(values)) or np.any(values < 0) or values.sum() <= 0:
+        raise ValueError(f"blend weights: give one non-negative number per run ({count} runs), not all zero; got "
+                         f"{list(weights)}")
+    return values / values.sum()

@@ -1,0 +1,182 @@
+"""Blending runs in `predict`: standardised by each run's out-of-fold predictions, chunk-independent, a run blended
+with itself unchanged, classes averaged as probabilities, and the errors that say which run cannot be blended."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnpool.cli import main
+from attnpool.data import read_table
+from attnpool.prediction import predict
+from attnpool.prediction.blend import RunBlend
+from attnpool.prediction.parts import manifest
+from attnpool.runs import Run, RunError
+from attnpool.runs.tables import oof_frame
+from model_helpers import make_run, save_tiny_encoder, write_toy_csv
+
+predict = functools.partial(predict, precision="fp32", progress=False)
+ROWS = 17
+
+
+def add_oof(path, task="regression", classes=None, *, center=0.5, scale=0.1, rows=40, seed=0):
+    """Out-of-fold files for each fold of a `make_run` run: fold K validated the rows with row % folds == K."""
+    run = Run(path)
+    folds = run.trained_folds()
+    rng = np.random.default_rng(seed)
+    target_rng = np.random.default_rng(1234)  # the same targets in every run: they trained on the same data
+    all_rows = np.arange(rows)
+    if task == "regression":
+        target, scores = target_rng.random(rows), center + scale * rng.standard_normal(rows)
+    else:
+        target = target_rng.integers(0, len(classes), rows)
+        scores = rng.dirichlet(np.ones(len(classes)), rows)
+    for fold in folds:
+        mine = all_rows % len(folds) == fold
+        frame = oof_frame(task, classes, all_rows[mine], None, target[mine], scores[mine], fold)
+        frame.to_csv(run.fold_dir(fold) / "oof.csv", index=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    return save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
+
+
+@pytest.fixture(scope="module")
+def runs(encoder, tmp_path_factory):
+    """Two regression runs with different models and out-of-fold scales, and a binary run."""
+    base = tmp_path_factory.mktemp("runs")
+    a = add_oof(make_run(base / "a", encoder, seed=0), center=0.5, scale=0.1, seed=1)
+    b = add_oof(make_run(base / "b", encoder, seed=10), center=0.2, scale=0.02, seed=2)
+    binary = make_run(base / "binary", encoder, task="binary", classes=["neg", "pos"])
+    add_oof(binary, "binary", ["neg", "pos"], seed=3)
+    binary2 = make_run(base / "binary2", encoder, task="binary", classes=["neg", "pos"], seed=20)
+    add_oof(binary2, "binary", ["neg", "pos"], seed=4)
+    return {"a": a, "b": b, "binary": binary, "binary2": binary2}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = tmp_path_factory.mktemp("toy") / "test.csv"
+    write_toy_csv(path, n=ROWS, seed=1).drop(columns=["label"]).to_csv(path, index=False)
+    return path
+
+
+def read(path):
+    return read_table(path, text_columns=["id"])
+
+
+def alone(run, data, folder):
+    return read(predict(run, data, folder / f"{run.name}.csv").output)
+
+
+def oof_stats(run):
+    values = pd.concat([Run(run).fold_oof(f) for f in Run(run).trained_folds()])["prediction"].to_numpy()
+    return values.mean(), values.std()
+
+
+def test_regression_blend_standardises_each_run_by_its_out_of_fold_predictions(runs, data, tmp_path):
+    pa, pb = alone(runs["a"], data, tmp_path)["prediction"], alone(runs["b"], data, tmp_path)["prediction"]
+    (ma, sa), (mb, sb) = oof_stats(runs["a"]), oof_stats(runs["b"])
+    blended = read(predict([runs["a"], runs["b"]], data, tmp_path / "blend.csv", chunk_rows=5).output)
+    z = 0.5 * (pa - ma) / sa + 0.5 * (pb - mb) / sb
+    np.testing.assert_allclose(blended["prediction"], 0.5 * (ma + mb) + 0.5 * (sa + sb) * z, rtol=1e-5, atol=1e-6)
+    assert list(blended["id"]) == list(alone(runs["a"], data, tmp_path)["id"])
+    # weights: 3:1 towards b
+    weighted = read(predict([runs["a"], runs["b"]], data, tmp_path / "w.csv", blend_weights=[1, 3]).output)
+    z = 0.25 * (pa - ma) / sa + 0.75 * (pb - mb) / sb
+    np.testing.assert_allclose(weighted["prediction"], 0.25 * ma + 0.75 * mb + (0.25 * sa + 0.75 * sb) * z,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_the_blend_of_a_row_does_not_depend_on_the_chunk_it_is_read_in(runs, data, tmp_path):
+    whole = read(predict([runs["a"], runs["b"]], data, tmp_path / "whole.csv", chunk_rows=1000).output)
+    chunked = read(predict([runs["a"], runs["b"]], data, tmp_path / "chunked.csv", chunk_rows=3).output)
+    np.testing.assert_allclose(chunked["prediction"], whole["prediction"], rtol=1e-6)
+
+
+def test_a_run_blended_with_a_copy_of_itself_predicts_what_it_predicts_alone(runs, data, tmp_path):
+    for name in ("a", "binary"):
+        copy = tmp_path / f"{name}_copy"
+        shutil.copytree(runs[name], copy)
+        single = alone(runs[name], data, tmp_path)
+        both = read(predict([runs[name], copy], data, tmp_path / f"{name}_both.csv").output)
+        pd.testing.assert_frame_equal(both, single, check_exact=False, rtol=1e-6)
+
+
+def test_classification_blend_averages_the_probabilities(runs, data, tmp_path):
+    p1, p2 = alone(runs["binary"], data, tmp_path), alone(runs["binary2"], data, tmp_path)
+    blended = read(predict([runs["binary"], runs["binary2"]], data, tmp_path / "cls.csv").output)
+    for column in ("prob_neg", "prob_pos"):
+        np.testing.assert_allclose(blended[column], 0.5 * (p1[column] + p2[column]), rtol=1e-6)
+    assert list(blended["prediction"]) == ["pos" if p >= 0.5 else "neg" for p in blended["prob_pos"]]
+    assert not blended["prediction"].equals(p1["prediction"]) or not blended["prob_pos"].equals(p1["prob_pos"])
+
+
+def test_the_out_of_fold_report_scores_the_blend_on_the_shared_rows(runs, caplog):
+    members = [Run(runs["a"]), Run(runs["b"])]
+    folds = [[0, 1], [0, 1]]
+    blend = RunBlend.from_runs(members, folds)
+    report = blend.oof_report(members, folds)
+    frames = [m.oof() if (m.path / "oof.csv").is_file() else pd.concat([m.fold_oof(0), m.fold_oof(1)])
+              .sort_values("row") for m in members]
+    target = frames[0]["target"].to_numpy()
+    pa, pb = (f["prediction"].to_numpy() for f in frames)
+    assert report["rows"] == 40
+    assert report[str(runs["a"])] == pytest.approx(np.corrcoef(target, pa)[0, 1])
+    assert report["blend"] == pytest.approx(np.corrcoef(target, pa / pa.std() + pb / pb.std())[0, 1])
+    # folds that share no row: nothing to report
+    assert blend.oof_report(members, [[0], [1]]) is None
+    with caplog.at_level("INFO", logger="attnpool.predict"):
+        blend.log_report(members, folds)
+    assert f"out-of-fold pearson {report['blend']:.4f} on the 40 rows they all validated on" in caplog.text
+
+
+def test_runs_that_cannot_be_blended_are_named(runs, data, tmp_path):
+    with pytest.raises(RunError, match=r"cannot blend .*a \(regression\) with .*binary \(binary\): blend runs of one"):
+        predict([runs["a"], runs["binary"]], data, tmp_path / "x.csv")
+    no_oof = tmp_path / "no_oof"
+    shutil.copytree(runs["b"], no_oof)
+    (no_oof / "fold_1" / "oof.csv").unlink()
+    with pytest.raises(RunError, match=r"fold 1 has no out-of-fold file .*finish the fold with attnpool train "
+                                       r"--resume, or leave it out with --folds"):
+        predict([runs["a"], no_oof], data, tmp_path / "x.csv")
+    constant = tmp_path / "constant"
+    shutil.copytree(runs["b"], constant)
+    for fold in (0, 1):
+        frame = pd.read_csv(constant / f"fold_{fold}" / "oof.csv")
+        frame.assign(prediction=0.3).to_csv(constant / f"fold_{fold}" / "oof.csv", index=False)
+    with pytest.raises(RunError, match=r"out-of-fold predictions of .*constant are constant"):
+        predict([runs["a"], constant], data, tmp_path / "x.csv")
+    with pytest.raises(ValueError, match=r"one non-negative number per run \(2 runs\)"):
+        predict([runs["a"], runs["b"]], data, tmp_path / "x.csv", blend_weights=[1.0])
+    with pytest.raises(ValueError, match="blend_weights applies to a blend"):
+        predict(runs["a"], data, tmp_path / "x.csv", blend_weights=[1.0])
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tmp_path, capsys):
+    out = tmp_path / "cli.csv"
+    assert main(["predict", "--run", str(runs["a"]), str(runs["b"]), "--input", str(data), "--output", str(out),
+                 "--precision", "fp32", "-q"]) == 0
+    api = read(predict([runs["a"], runs["b"]], data, tmp_path / "api.csv").output)
+    np.testing.assert_allclose(read(out)["prediction"], api["prediction"], rtol=1e-6)
+    assert main(["predict", "--run", str(runs["a"]), "--input", str(data), "--output", str(out),
+                 "--blend-weights", "1", "-q"]) == 2
+    assert "--blend-weights weighs the runs of a blend: give two or more runs to --run" in capsys.readouterr().err
+    # an interrupted blend's parts record the weights: resuming with others refuses, naming them
+    parts = out.with_name(out.name + ".parts")
+    parts.mkdir()
+    saved = manifest(data, [Run(runs["a"]), Run(runs["b"])], [[0, 1], [0, 1]], 5, "mean", "fp32", [0.5, 0.5])
+    (parts / "manifest.json").write_text(json.dumps(saved))
+    read(out).head(5).to_csv(parts / "part-00000.csv", index=False)
+    with pytest.raises(RunError, match=r"resume .*: weights is now \[0.25, 0.75\] \(was \[0.5, 0.5\];"):
+        predict([runs["a"], runs["b"]], data, out, chunk_rows=5, blend_weights=[1, 3], resume=True)
+    summary = predict([runs["a"], runs["b"]], data, out, chunk_rows=5, resume=True)
+    assert summary.resumed_chunks == 1
