@@ -24,7 +24,7 @@ from attnpool.tasks import LOSSES, TASKS
 DEFAULTS = {
     "train_file": None, "valid_file": None, "text_cols": [], "template": None, "label": "label", "id_col": "id",
     "task": "regression", "preset": None, "data_dir": None, "limit": None,
-    "group_context": None, "group_context_by": [],
+    "group_context": None, "group_context_by": [], "group_context_pooling": "all",
     "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10, "split_seed": None,
     "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "recurrent": None,
     "recurrent_layers": 1, "head_dropout": 0.1,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnpool.data.context import CONTEXT_POOLING
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.options import ConfigError, parse_options, parse_pooling_layers, parse_value
@@ -93,6 +94,9 @@ class TrainConfig:
                                       default_text="off", metavar="COL")
     group_context_by: list[str] = _data(list, "the key columns of group_context's groups",
                                         default_text="none; PPPM: anchor context", metavar="COL")
+    group_context_pooling: str = _data("all", "with group_context, the tokens the pooler weighs: all, or own (the "
+                                       "row's own text; the encoder still reads the context after it)",
+                                       choices=CONTEXT_POOLING)
 
     # --- validation
     folds: int = _validation(5, "k of k-fold cross-validation (ignored with valid_file)")
@@ -252,6 +256,9 @@ class TrainConfig:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
         if self.preset is None and not self.text_cols and not self.template:
             raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'")
+        if self.group_context_pooling == "own" and not self.group_context:
+            raise ValueError("group_context_pooling own pools the row's own text apart from its group context: it "
+                             "needs --group-context COL (else there is no context to leave out)")
         return self
 
 

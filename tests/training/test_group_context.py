@@ -112,3 +112,31 @@ def test_explain_rebuilds_the_texts_with_the_files_context(trained, tmp_path, li
     first = explanation.examples[0]
     assert first.id == test.id[0] and len(explanation.examples) == (limit or len(test))
     assert contexts(test)[0] and first.text == f"{test.anchor[0]} [SEP] {test.target[0]} [SEP] {contexts(test)[0]}"
+
+
+def test_own_pooling_trains_pools_the_rows_own_text_and_exports(trained, tmp_path):
+    """`--group-context-pooling own` end to end: saved, pooled over `anchor [SEP] target [SEP]` only, predicted,
+    and exported to ONNX with the same numbers."""
+    from attnpool.exporters import export_onnx
+
+    folder, _ = trained
+    run = tmp_path / "own"
+    code = main(["train", "--train-file", str(folder / "train.csv"), "--template", "{anchor} [SEP] {target}",
+                 "--group-context", "target", "--group-context-by", "anchor", "context", "--group-context-pooling",
+                 "own", "--folds", "2", "--model", str(folder / "encoder"),
+                 "--output-dir", str(run), *FAST])
+    assert code == 0
+    model = AttnPoolForSequenceClassification.from_pretrained(run / "fold_0" / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(run / "fold_0" / "model")
+    assert (model.config.pool_segments, model.config.segment_token_id) == (2, tokenizer.sep_token_id)
+    batch = tokenizer(["cat [SEP] red blue [SEP] tree; house"], return_tensors="pt")
+    with torch.no_grad():
+        weights = model(**batch, return_pooling_weights=True).pooling_weights[0]
+    tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0])
+    pooled = [t for t, w in zip(tokens, weights, strict=True) if w > 0]
+    assert pooled == ["[CLS]", "cat", "[SEP]", "red", "blue", "[SEP]"]
+    out = predict(run, folder / "test.csv", tmp_path / "pred.csv", progress=False, device="cpu", precision="fp32")
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
+    expected = np.mean([scores(run / f"fold_{k}" / "model", test) for k in (0, 1)], axis=0)
+    np.testing.assert_allclose(pd.read_csv(out.output)["prediction"], expected, atol=1e-5)
+    export_onnx(run / "fold_0" / "model", tmp_path / "own.onnx", with_weights=True)  # verified against torch

@@ -25,11 +25,12 @@ from typing import Any
 
 import pandas as pd
 
-from attnpool.data.columns import check_columns, template_fields
+from attnpool.data.columns import build_texts, check_columns, template_fields
 from attnpool.data.errors import DataError
 
 CONTEXT_FIELD = "group_context"  # the column added to the rows and the template placeholder
 CONTEXT_SEP = "; "  # between the values of one row's context
+CONTEXT_POOLING = ("all", "own")  # what the pooler weighs with a group context: every token, or the row's own text
 
 
 def group_context(rows: pd.DataFrame, column: str, by: Sequence[str], *, pool: pd.DataFrame | None = None,
@@ -113,3 +114,32 @@ def _text(value: Any) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return ""
     return str(value).strip()
+
+
+def own_segments(tokenizer: Any, text_cols: Sequence[str] | None, template: str | None) -> tuple[int, int]:
+    """``(segments, separator id)``: how many separator-ended segments a row's own text fills in its input.
+
+    What ``--group-context-pooling own`` pools (``AttnPoolConfig.pool_segments``): the tokens up to and with that
+    many separators, the row's own fields, and not the context after them. Counted on a probe row (each field one
+    word) built and tokenised as the recipe builds the texts (:func:`context_text_spec`, ``build_texts``), so the
+    tokenizer's own way of joining a pair (``[SEP]``, ``</s></s>``) is counted as it comes; the context, last,
+    ends with one separator of its own.
+
+    Raises:
+        DataError: The context is not the last field of the text; a tokenizer without a separator token.
+    """
+    sep_id = getattr(tokenizer, "sep_token_id", None)
+    if sep_id is None:
+        raise DataError(f"--group-context-pooling own finds the row's own text by its separators, and the tokenizer "
+                        f"{type(tokenizer).__name__} has no separator token; use --group-context-pooling all")
+    cols, template = context_text_spec(text_cols, template)
+    fields = template_fields(template) if template else list(cols or [])
+    last = template.rstrip().endswith("{" + CONTEXT_FIELD + "}") if template else fields[-1] == CONTEXT_FIELD
+    if not last or fields.count(CONTEXT_FIELD) != 1:
+        raise DataError(f"--group-context-pooling own pools the text before the group context, so the context must "
+                        f"come last, once: the text is {template or cols!r}. Move {{{CONTEXT_FIELD}}} to the end "
+                        "of the template, or use --group-context-pooling all")
+    probe = pd.DataFrame([{name: "word" for name in fields}])
+    first, second, _ = build_texts(probe, cols, template, sep_token=tokenizer.sep_token)
+    ids = (tokenizer(first, second) if second is not None else tokenizer(first))["input_ids"][0]
+    return sum(int(i == sep_id) for i in ids) - 1, int(sep_id)

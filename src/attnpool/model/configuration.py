@@ -51,6 +51,12 @@ class AttnPoolConfig(PretrainedConfig):
             1st-place solution's "BiLSTM before an attention pooler"). It reads what a token pooler would
             (``pooling_layers`` averaged); a multi-layer pooler is refused. ``None`` (default): none.
         recurrent_layers: Stacked layers of ``recurrent`` (only with ``recurrent``).
+        pool_segments: Pool only the tokens of each input's first ``pool_segments`` segments, a segment ending at
+            (and holding) a ``segment_token_id`` token: the tokens after them are read by the encoder, so every
+            token attends to them, but get no pooling weight. The recipe sets it with ``--group-context-pooling
+            own``, so that the row's own text is pooled and the context appended after it is not. ``None``
+            (default): every token.
+        segment_token_id: The token that ends a segment (the tokenizer's separator); with ``pool_segments``.
         **kwargs: ``num_labels``, ``problem_type``, ``id2label``, ``label2id`` and the other
             ``PretrainedConfig`` options, in Hugging Face's own terms.
     """
@@ -71,6 +77,8 @@ class AttnPoolConfig(PretrainedConfig):
         position_ids_from_mask: bool | None = None,
         recurrent: str | None = None,
         recurrent_layers: int = 1,
+        pool_segments: int | None = None,
+        segment_token_id: int | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(encoder, dict):
@@ -110,6 +118,13 @@ class AttnPoolConfig(PretrainedConfig):
                              f"{' or '.join(map(repr, RECURRENT_CELLS))}, or leave recurrent_layers at 1")
         self.recurrent = recurrent
         self.recurrent_layers = recurrent_layers
+        if pool_segments is not None and (isinstance(pool_segments, bool) or not isinstance(pool_segments, int)
+                                          or pool_segments < 1 or not isinstance(segment_token_id, int)):
+            raise ValueError(f"pool_segments must be an integer >= 1 and comes with segment_token_id (the token id "
+                             f"that ends a segment), got pool_segments={pool_segments!r}, "
+                             f"segment_token_id={segment_token_id!r}")
+        self.pool_segments = pool_segments
+        self.segment_token_id = segment_token_id if pool_segments is not None else None
         # transformers sets the attention implementation recursively on sub-configs: keep the encoder's own
         # (the config object may be shared with a live encoder) unless one is asked for.
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:

@@ -187,7 +187,8 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         if self.recurrent is not None:
             hidden = self.recurrent(hidden, attention_mask)  # (B, T, H), zeros on padding
         pooler_kwargs: dict[str, Any] = {"attentions": outputs.attentions} if need_attentions else {}
-        pooled, weights = self.pooler(hidden, attention_mask, return_weights=True, **pooler_kwargs)
+        pooling_mask = self.pooling_mask(input_ids, attention_mask)
+        pooled, weights = self.pooler(hidden, pooling_mask, return_weights=True, **pooler_kwargs)
         return AttnPoolModelOutput(
             pooler_output=pooled,
             pooling_weights=weights if return_pooling_weights else None,
@@ -196,6 +197,23 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             attentions=outputs.attentions if output_attentions else None,
             auxiliary_loss=self.pooler.auxiliary_loss(weights) if self.training else None,
         )
+
+
+    def pooling_mask(self, input_ids: Tensor | None, attention_mask: Tensor) -> Tensor:
+        """The tokens the pooler weighs: ``attention_mask``, less what follows the first ``config.pool_segments``.
+
+        A token is kept when fewer than ``pool_segments`` segment ends (``config.segment_token_id``, real tokens
+        only) come before it, so each kept segment keeps its closing separator.
+        """
+        segments = getattr(self.config, "pool_segments", None)
+        if segments is None:
+            return attention_mask
+        if input_ids is None:
+            raise ValueError(f"this model pools only the first {segments} segment(s) of its input (pool_segments), "
+                             "which it finds in input_ids: give input_ids, not inputs_embeds")
+        ends = ((input_ids == self.config.segment_token_id) & attention_mask.bool()).long()
+        before = ends.cumsum(-1) - ends
+        return attention_mask * (before < segments).to(attention_mask.dtype)
 
 
 class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):

@@ -24,6 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from attnpool.config import TrainConfig
 from attnpool.data.columns import template_fields
+from attnpool.data.context import own_segments
 from attnpool.data.task import EncodedDataset, TaskData
 from attnpool.metrics import task_metrics
 from attnpool.model import AttnPoolForSequenceClassification
@@ -61,6 +62,9 @@ def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSeque
     if data.classes is not None and cfg.task != "regression":
         extra["id2label"] = {i: str(c) for i, c in enumerate(data.classes)}
         extra["label2id"] = {str(c): i for i, c in enumerate(data.classes)}
+    if cfg.group_context_pooling == "own":
+        extra["pool_segments"], extra["segment_token_id"] = own_segments(data.tokenizer, cfg.text_cols or None,
+                                                                         cfg.template)
     return AttnPoolForSequenceClassification.from_encoder(
         cfg.model,
         pooling=cfg.pooling,
