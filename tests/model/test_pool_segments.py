@@ -66,6 +66,9 @@ def test_save_and_load_keep_the_segments_and_the_predictions(model, tokenizer, t
     model.save_pretrained(tmp_path / "m", tokenizer=tokenizer)
     loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "m").eval()
     assert (loaded.config.pool_segments, loaded.config.segment_token_id) == (2, tokenizer.sep_token_id)
+    card = (tmp_path / "m" / "README.md").read_text(encoding="utf-8")
+    assert f"**Pooled tokens:** the first 2 segment(s) of each input, up to and with separator token " \
+           f"{tokenizer.sep_token_id}" in card
     batch = encode(tokenizer, TEXTS)
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, rtol=0, atol=0)

@@ -68,6 +68,10 @@ def description_section(config: AttnPoolConfig, architecture: str, num_parameter
     if config.recurrent:
         lines.append(f"- **Recurrent layer:** bidirectional `{config.recurrent}`, {config.recurrent_layers} "
                      "layer(s), between the encoder and the pooler")
+    if getattr(config, "pool_segments", None):
+        lines.append(f"- **Pooled tokens:** the first {config.pool_segments} segment(s) of each input, up to and "
+                     f"with separator token {config.segment_token_id} (the row's own text); the encoder reads the "
+                     "rest (a group context), which gets no pooling weight")
     if with_head:
         default = default_loss(config.problem_type or problem_type(task), config.output_activation)
         loss = config.loss or f"{default} (the task's default)"
