@@ -129,11 +129,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     options = {k: getattr(args, k) for k in ("batch_size", "ensemble", "device", "chunk_rows", "resume", "precision",
                                              "folds", "backend", "quantize", "int8_tolerance", "threads")}
-    if args.blend_weights is not None and len(args.run) < 2:
-        raise ValueError("--blend-weights weighs the runs of a blend: give two or more runs to --run")
-    run = args.run[0] if len(args.run) == 1 else args.run
-    summary = api.predict(run, args.input, args.output, progress=args.verbosity != "quiet",
-                          blend_weights=args.blend_weights, **options)
+    summary = api.predict(args.run[0] if len(args.run) == 1 else args.run, args.input, args.output,
+                          progress=args.verbosity != "quiet", blend_weights=args.blend_weights, **options)
     print(f"wrote {summary.rows} predictions to {args.output}")
     return 0
 
@@ -213,11 +210,8 @@ def _arg(parser: Any, flag: str, text: str, *, default: Any = None, shown: str |
 
 
 def _add_predict(commands: Any) -> None:
-    predict = commands.add_parser("predict", help="predict a file with the fold models of a run (ensembled), or "
-                                  "with several runs blended")
-    _arg(predict, "--run", "the --output-dir of attnpool train; several: their predictions are blended (each "
-         "run's scores standardised by its out-of-fold predictions, then averaged)", required=True, nargs="+",
-         metavar="RUN")
+    predict = commands.add_parser("predict", help="predict a file with a run's fold models, or blend several runs")
+    _arg(predict, "--run", "the --output-dir of attnpool train; several are blended", required=True, nargs="+")
     _arg(predict, "--input", "CSV, TSV, JSONL or Parquet to predict", required=True)
     _arg(predict, "--output", "where to write the predictions (format by extension)", required=True)
     _arg(predict, "--batch-size", "rows per forward pass", default=128, type=int)
@@ -225,8 +219,7 @@ def _add_predict(commands: Any) -> None:
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
     _arg(predict, "--resume", "continue an interrupted prediction to the same --output, keeping its finished chunks",
          default=False, action="store_true")
-    _arg(predict, "--blend-weights", "with several --run: one weight per run, in the same order", shown="equal",
-         nargs="+", type=float, metavar="W")
+    _arg(predict, "--blend-weights", "several --run: a weight per run", shown="equal", nargs="+", type=float)
     _add_engine(predict, "the first rows")
     predict.set_defaults(func=_cmd_predict)
 

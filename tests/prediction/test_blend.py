@@ -156,7 +156,7 @@ def test_runs_that_cannot_be_blended_are_named(runs, data, tmp_path):
         predict([runs["a"], constant], data, tmp_path / "x.csv")
     with pytest.raises(ValueError, match=r"one non-negative number per run \(2 runs\)"):
         predict([runs["a"], runs["b"]], data, tmp_path / "x.csv", blend_weights=[1.0])
-    with pytest.raises(ValueError, match="blend_weights applies to a blend"):
+    with pytest.raises(ValueError, match=r"\(--blend-weights\) weighs the runs of a blend: give two or more runs"):
         predict(runs["a"], data, tmp_path / "x.csv", blend_weights=[1.0])
     assert not (tmp_path / "x.csv").exists()
 
@@ -169,7 +169,7 @@ def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tm
     np.testing.assert_allclose(read(out)["prediction"], api["prediction"], rtol=1e-6)
     assert main(["predict", "--run", str(runs["a"]), "--input", str(data), "--output", str(out),
                  "--blend-weights", "1", "-q"]) == 2
-    assert "--blend-weights weighs the runs of a blend: give two or more runs to --run" in capsys.readouterr().err
+    assert "(--blend-weights) weighs the runs of a blend: give two or more runs" in capsys.readouterr().err
     # an interrupted blend's parts record the weights: resuming with others refuses, naming them
     parts = out.with_name(out.name + ".parts")
     parts.mkdir()

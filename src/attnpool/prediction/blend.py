@@ -143,7 +143,7 @@ class RunBlend:
 def _oof(run: Run, folds: Sequence[int]) -> pd.DataFrame:
     missing = [f for f in folds if not run.fold_done(f)]
     if missing:
-        raise RunError(f"{run.path}: fold {missing[0]} has no out-of-fold file ({run.fold_dir(missing[0])}/oof.csv); "
+        raise RunError(f"{run.path}: fold {missing[0]} has no out-of-fold file (in {run.fold_dir(missing[0])}); "
                        "a blend standardises each run by its out-of-fold predictions: finish the fold with "
                        "attnpool train --resume, or leave it out with --folds")
     return pd.concat([run.fold_oof(f) for f in folds], ignore_index=True)

@@ -114,7 +114,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
-        raise ValueError("blend_weights applies to a blend: give several runs")
+        raise ValueError("blend_weights (--blend-weights) weighs the runs of a blend: give two or more runs")
     device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
