@@ -14,7 +14,7 @@ import pytest
 from attnpool.cli import main
 from attnpool.data import read_table
 from attnpool.prediction import predict
-from attnpool.prediction.blend import RunBlend
+from attnpool.prediction.blend import RunBlend, out_of_fold
 from attnpool.prediction.parts import manifest
 from attnpool.runs import Run, RunError
 from attnpool.runs.tables import oof_frame
@@ -122,8 +122,8 @@ def test_classification_blend_averages_the_probabilities(runs, data, tmp_path):
 def test_the_out_of_fold_report_scores_the_blend_on_the_shared_rows(runs, caplog):
     members = [Run(runs["a"]), Run(runs["b"])]
     folds = [[0, 1], [0, 1]]
-    blend = RunBlend.from_runs(members, folds)
-    report = blend.oof_report(members, folds)
+    blend = RunBlend.from_runs(members, out_of_fold(members, folds))
+    report = blend.oof_report(out_of_fold(members, folds))
     frames = [m.oof() if (m.path / "oof.csv").is_file() else pd.concat([m.fold_oof(0), m.fold_oof(1)])
               .sort_values("row") for m in members]
     target = frames[0]["target"].to_numpy()
@@ -132,9 +132,9 @@ def test_the_out_of_fold_report_scores_the_blend_on_the_shared_rows(runs, caplog
     assert report[str(runs["a"])] == pytest.approx(np.corrcoef(target, pa)[0, 1])
     assert report["blend"] == pytest.approx(np.corrcoef(target, pa / pa.std() + pb / pb.std())[0, 1])
     # folds that share no row: nothing to report
-    assert blend.oof_report(members, [[0], [1]]) is None
+    assert blend.oof_report(out_of_fold(members, [[0], [1]])) is None
     with caplog.at_level("INFO", logger="attnpool.predict"):
-        blend.log_report(members, folds)
+        blend.log_report(out_of_fold(members, folds))
     assert f"out-of-fold pearson {report['blend']:.4f} on the 40 rows they all validated on" in caplog.text
 
 

@@ -198,7 +198,6 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             auxiliary_loss=self.pooler.auxiliary_loss(weights) if self.training else None,
         )
 
-
     def pooling_mask(self, input_ids: Tensor | None, attention_mask: Tensor) -> Tensor:
         """The tokens the pooler weighs: ``attention_mask``, less what follows the first ``config.pool_segments``.
 

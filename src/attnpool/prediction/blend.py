@@ -46,18 +46,19 @@ class RunBlend:
     scale: np.ndarray | None = None  # (runs, targets)
 
     @classmethod
-    def from_runs(cls, runs: Sequence[Run], folds: Sequence[Sequence[int]],
+    def from_runs(cls, runs: Sequence[Run], frames: Sequence[pd.DataFrame],
                   weights: Sequence[float] | None = None) -> RunBlend:
-        """The blend of ``runs``, with the statistics of the out-of-fold predictions of their chosen ``folds``.
+        """The blend of ``runs``, with the statistics of their out-of-fold predictions ``frames``.
 
         Args:
             runs: Two or more runs of one task (and, for classification, the same classes in the same order).
-            folds: For each run, the folds it predicts with; their out-of-fold files give its statistics.
+            frames: For each run, the out-of-fold predictions of the folds it predicts with
+                (:func:`out_of_fold`); they give its statistics.
             weights: One non-negative weight per run (normalised to sum to 1); default: equal.
 
         Raises:
-            RunError: Runs of different tasks, classes or number of targets; a fold without its out-of-fold file;
-                a run whose out-of-fold predictions are constant.
+            RunError: Runs of different tasks, classes or number of targets; a run whose out-of-fold predictions
+                are constant.
             ValueError: Bad weights.
         """
         if len(runs) < 2:
@@ -76,8 +77,8 @@ class RunBlend:
         if task != "regression":
             return cls(task, classes, paths, weights)
         stats = []
-        for run, chosen in zip(runs, folds, strict=True):
-            values = oof_scores(_oof(run, chosen), task, classes)
+        for run, frame in zip(runs, frames, strict=True):
+            values = oof_scores(frame, task, classes)
             values = values.reshape(len(values), -1)
             std = values.std(axis=0)
             if not np.all(std > 0):
@@ -102,13 +103,14 @@ class RunBlend:
         w = self.weights[:, None]
         return ((w * self.center).sum(0) + (w * self.scale).sum(0) * standard).reshape(shape)
 
-    def oof_report(self, runs: Sequence[Run], folds: Sequence[Sequence[int]]) -> dict[str, float] | None:
+    def oof_report(self, frames: Sequence[pd.DataFrame]) -> dict[str, float] | None:
         """The primary metric of each run and of the blend on the out-of-fold rows every run validated on.
+
+        ``frames``: each run's out-of-fold predictions (:func:`out_of_fold`), in the blend's order.
 
         ``None`` when the runs share no such row (trained on different data, or on folds that do not overlap): the
         rows are matched by their row number and must have the same target in every run.
         """
-        frames = [_oof(run, chosen) for run, chosen in zip(runs, folds, strict=True)]
         common = frames[0]["row"]
         for frame in frames[1:]:
             common = common[common.isin(frame["row"])]
@@ -126,9 +128,9 @@ class RunBlend:
         report["rows"] = float(len(common))
         return report
 
-    def log_report(self, runs: Sequence[Run], folds: Sequence[Sequence[int]]) -> None:
+    def log_report(self, frames: Sequence[pd.DataFrame]) -> None:
         """Log :meth:`oof_report`, or why there is none."""
-        report = self.oof_report(runs, folds)
+        report = self.oof_report(frames)
         metric = primary_metric(self.task)[0]
         if report is None:
             logger.info("blend of %d runs: they share no out-of-fold rows with the same targets, so the blend's "
@@ -138,6 +140,15 @@ class RunBlend:
         logger.info("blend of %d runs (weights %s): out-of-fold %s %.4f on the %d rows they all validated on "
                     "(alone: %s)", len(self.paths), ", ".join(f"{w:.3g}" for w in self.weights), metric,
                     report["blend"], int(report["rows"]), alone)
+
+
+def out_of_fold(runs: Sequence[Run], folds: Sequence[Sequence[int]]) -> list[pd.DataFrame]:
+    """Each run's out-of-fold predictions of its chosen ``folds``, read once for :class:`RunBlend`.
+
+    Raises:
+        RunError: A chosen fold without its out-of-fold file.
+    """
+    return [_oof(run, chosen) for run, chosen in zip(runs, folds, strict=True)]
 
 
 def _oof(run: Run, folds: Sequence[int]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from attnpool.data import DataError
 from attnpool.data.prediction import PredictionInputs
 from attnpool.precision import inference_device, precision_reason, resolve_precision
-from attnpool.prediction.blend import RunBlend
+from attnpool.prediction.blend import RunBlend, out_of_fold
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.parts import Parts, manifest
@@ -125,17 +125,20 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
         members = [_load_ensemble(run, folds, ensemble, backend, quantize, threads) for run in runs]
         chosen = [m.folds for m in members]
-        blend = RunBlend.from_runs(runs, chosen, blend_weights) if blended else None
-        if blend is not None:
-            blend.log_report(runs, chosen)
+        blend = None
+        if blended:
+            frames = out_of_fold(runs, chosen)
+            blend = RunBlend.from_runs(runs, frames, blend_weights)
+            blend.log_report(frames)
+            del frames
         info, task = runs[0].info(), members[0].task
         inputs = [PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger)
                   for run, m in zip(runs, members, strict=True)]
         streams = [i.chunks(chunk_rows) for i in inputs]  # check the path now; read lazily
-        how = precision if backend == "torch" else f"{backend}-{quantize}"
-        parts = Parts(output_file, manifest(input_file, runs, chosen, chunk_rows, ensemble, how,
-                                            None if blend is None else blend.weights.tolist()) if blended
-                      else manifest(input_file, runs[0], chosen[0], chunk_rows, ensemble, how))
+        computed_as = precision if backend == "torch" else f"{backend}-{quantize}"
+        parts = Parts(output_file, manifest(input_file, runs if blended else runs[0], chosen if blended else chosen[0],
+                                            chunk_rows, ensemble, computed_as,
+                                            None if blend is None else blend.weights.tolist()))
         finished = parts.open(resume)
         bar = _progress_bar(input_file, progress)
         rows = count = 0
@@ -149,12 +152,13 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                         bar.update(len(chunk))
                         continue
                     frame, scores = None, []
-                    for member, member_inputs, member_chunk, last in zip(
-                            members, inputs, chunks, [False] * (len(members) - 1) + [True], strict=True):
+                    for j, (member, member_inputs, member_chunk) in enumerate(zip(members, inputs, chunks,
+                                                                                   strict=True)):
                         member_frame, encodings = member_inputs.encode(member_chunk)
                         frame = member_frame if frame is None else frame
                         if quantize != "none" and not checked:
                             member.check(encodings, tolerance=int8_tolerance)
+                        last = j == len(members) - 1  # the bar counts each row once, when its last run is done
                         scores.append(member.scores(encodings, batch_size=batch_size, device=device,
                                                     precision=precision, on_batch=bar.update if last else None))
                         del encodings
