@@ -120,6 +120,11 @@ def template_fields(template: str) -> list[str]:
     return [name for _, name, _, _ in parsed if name is not None]
 
 
+def text_fields(text_cols: Sequence[str] | None, template: str | None) -> list[str]:
+    """The fields a text is built from, in order: a template's named placeholders (repeats kept), else the columns."""
+    return [name for name in template_fields(template) if name] if template else list(text_cols or [])
+
+
 def _template_fields(template: str, df: pd.DataFrame) -> list[str]:
     """The distinct column names a template uses, checked against ``df``."""
     fields = template_fields(template)

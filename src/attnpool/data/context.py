@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnpool.data.columns import build_texts, check_columns, template_fields
+from attnpool.data.columns import build_texts, check_columns, template_fields, text_fields
 from attnpool.data.errors import DataError
 
 CONTEXT_FIELD = "group_context"  # the column added to the rows and the template placeholder
@@ -133,7 +133,7 @@ def own_segments(tokenizer: Any, text_cols: Sequence[str] | None, template: str 
         raise DataError(f"--group-context-pooling own finds the row's own text by its separators, and the tokenizer "
                         f"{type(tokenizer).__name__} has no separator token; use --group-context-pooling all")
     cols, template = context_text_spec(text_cols, template)
-    fields = template_fields(template) if template else list(cols or [])
+    fields = text_fields(cols, template)
     last = template.rstrip().endswith("{" + CONTEXT_FIELD + "}") if template else fields[-1] == CONTEXT_FIELD
     if not last or fields.count(CONTEXT_FIELD) != 1:
         raise DataError(f"--group-context-pooling own pools the text before the group context, so the context must "

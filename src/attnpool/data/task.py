@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.columns import build_texts, check_columns, template_fields, validate_labels
+from attnpool.data.columns import build_texts, check_columns, text_fields, validate_labels
 from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
@@ -166,7 +166,7 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
         text_cols, template = context_text_spec(text_cols, template)
         # The rows' own text fields only: a row alone in its group has an empty context, not an empty text (and
         # ``cfg`` may name the context already: prediction adds it to the template it rebuilds texts from).
-        own = [f for f in (template_fields(template) if template else text_cols) if f and f != CONTEXT_FIELD]
+        own = [f for f in text_fields(text_cols, template) if f != CONTEXT_FIELD]
         empty = build_texts(texts, own, sep_token=sep).num_empty if own else 0
     first, second, num_empty = build_texts(texts, text_cols, template, sep_token=sep)
     empty = empty if cfg.group_context else num_empty

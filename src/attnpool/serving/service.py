@@ -34,7 +34,7 @@ from transformers import AutoTokenizer
 from attnpool._version import __version__
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.columns import build_texts, template_fields
+from attnpool.data.columns import build_texts, text_fields
 from attnpool.data.context import CONTEXT_FIELD
 from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs
@@ -324,10 +324,8 @@ def run_fields(cfg: TrainConfig) -> list[str]:
     """
     if cfg.preset == "pppm":
         names = list(PPPM_FIELDS)
-    elif cfg.template:
-        names = [name for name in template_fields(cfg.template) if name]
     else:
-        names = list(cfg.text_cols or [])
+        names = text_fields(cfg.text_cols, cfg.template)
     names = [*names, *context_columns(cfg)]
     return [name for name in dict.fromkeys(names) if name != CONTEXT_FIELD]
 
