@@ -139,3 +139,27 @@ def make_run(path, encoder, task="regression", classes=None, folds=2, seed=0, **
         (path / f"fold_{fold}" / "metrics.json").write_text(json.dumps({"pearson": 0.3 + 0.4 * fold,
                                                                          "accuracy": 0.3 + 0.4 * fold}))
     return path
+
+
+def add_oof(path, task="regression", classes=None, *, center=0.5, scale=0.1, rows=40, seed=0):
+    """Out-of-fold files for each fold of a `make_run` run: fold K validated the rows with row % folds == K."""
+    import numpy as np
+
+    from attnpool.runs import Run
+    from attnpool.runs.tables import oof_frame
+
+    run = Run(path)
+    folds = run.trained_folds()
+    rng = np.random.default_rng(seed)
+    target_rng = np.random.default_rng(1234)  # the same targets in every run: they trained on the same data
+    all_rows = np.arange(rows)
+    if task == "regression":
+        target, scores = target_rng.random(rows), center + scale * rng.standard_normal(rows)
+    else:
+        target = target_rng.integers(0, len(classes), rows)
+        scores = rng.dirichlet(np.ones(len(classes)), rows)
+    for fold in folds:
+        mine = all_rows % len(folds) == fold
+        frame = oof_frame(task, classes, all_rows[mine], None, target[mine], scores[mine], fold)
+        frame.to_csv(run.fold_dir(fold) / "oof.csv", index=False)
+    return path

@@ -92,21 +92,24 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
     return export_onnx(model, output, **options)
 
 
-def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: int | Sequence[int] | None = None,
+def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
+          folds: int | Sequence[int] | None = None,
           ensemble: str = "mean", max_batch: int = 64, max_wait_ms: float = 5.0, max_rows: int = 256,
           max_body_bytes: int = 1 << 20, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
           max_length: int | None = None, device: str | None = None, precision: str = "auto", backend: str = "torch",
           quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE, calibration_file: str | Path | None = None,
-          threads: int | None = None) -> ServeSummary:
-    """Serve a train run's fold ensemble (or one saved model) over HTTP until SIGTERM or Ctrl+C (``attnpool serve``).
+          threads: int | None = None, blend_weights: Sequence[float] | None = None) -> ServeSummary:
+    """Serve a run's fold ensemble, a blend of runs or a saved model over HTTP until SIGTERM or Ctrl+C (``serve``).
 
-    ``POST /predict`` answers rows with the numbers ``predict`` writes for them (every fold, ensembled alike),
+    ``POST /predict`` answers rows with the numbers ``predict`` writes for them (every fold, ensembled alike; several
+    runs blended as ``predict --run A B`` blends them, word weights from the first run),
     batching concurrent requests; ``GET /`` is a page that shades the words by their pooling weight; ``/health``,
     ``/info``, ``/metrics`` (Prometheus) and ``/openapi.json`` describe the server. Needs ``attnpool[serve]``.
 
     Args:
         run: The ``--output-dir`` of ``attnpool train``, or a folder saved with ``save_pretrained`` (model and
-            tokenizer; its rows are ``text`` and an optional ``text_pair``).
+            tokenizer; its rows are ``text`` and an optional ``text_pair``); or several runs, blended (a row then
+            takes the fields of every run).
         host: The address to listen on; the default answers this machine only.
         port: The port; 0 for any free one (the log says which).
         folds: Which trained folds to ensemble; default: all of them.
@@ -129,6 +132,7 @@ def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: 
         calibration_file: Rows like the ones to be served; default: the run's training file.
         threads: CPU threads of the model; default one per physical core. Tokenising (in the request threads)
             runs without a thread pool of its own, so the two do not compete for cores.
+        blend_weights: With several runs, one non-negative weight per run (normalised); default: equal.
 
     Returns:
         A :class:`~attnpool.serving.ServeSummary` of what was served, once the server has stopped.
@@ -142,7 +146,8 @@ def serve(run: str | Path, *, host: str = "127.0.0.1", port: int = 8000, folds: 
     return _serve(run, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
                   max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
                   cors_origins=cors_origins, max_length=max_length, device=device, precision=precision, backend=backend,
-                  quantize=quantize, int8_tolerance=int8_tolerance, calibration_file=calibration_file, threads=threads)
+                  quantize=quantize, int8_tolerance=int8_tolerance, calibration_file=calibration_file, threads=threads,
+                  blend_weights=blend_weights)
 
 
 def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:

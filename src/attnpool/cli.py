@@ -219,13 +219,12 @@ def _add_predict(commands: Any) -> None:
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
     _arg(predict, "--resume", "continue an interrupted prediction to the same --output, keeping its finished chunks",
          default=False, action="store_true")
-    _arg(predict, "--blend-weights", "several --run: a weight per run", shown="equal", nargs="+", type=float)
     _add_engine(predict, "the first rows")
     predict.set_defaults(func=_cmd_predict)
 
 
 def _add_engine(parser: Any, calibration: str) -> None:
-    """Which models predict and serve run, and how: folds, ensemble, precision, backend, quantization, threads."""
+    """Which models predict and serve run, and how: folds, ensemble, precision, backend, quantization, threads..."""
     _arg(parser, "--folds", "which trained folds to ensemble", shown="every trained fold", nargs="+", type=int,
          metavar="K")
     _arg(parser, "--ensemble", "mean of the folds, or weighted by each fold's validation score", default="mean",
@@ -239,6 +238,7 @@ def _add_engine(parser: Any, calibration: str) -> None:
     _arg(parser, "--int8-tolerance", "largest |int8 - float32| difference of a score accepted",
          default=INT8_TOLERANCE, type=float)
     _arg(parser, "--threads", "CPU threads of the model", shown="one per physical core", type=int)
+    _arg(parser, "--blend-weights", "several --run: a weight per run", shown="equal", nargs="+", type=float)
 
 
 def _add_compare(commands: Any) -> None:
@@ -309,13 +309,13 @@ def _add_export(commands: Any) -> None:
 
 def _add_serve(commands: Any) -> None:
     api_default = _API_DEFAULTS["serve"]
-    serve = commands.add_parser("serve", help="serve a run (every fold, ensembled as predict does) or a model over "
-                                "HTTP, with a web page", description="POST /predict answers rows as attnpool predict "
-                                "does, batching concurrent requests; GET / is a page shading the words by their "
-                                "pooling weight; /health, /info, /metrics, /openapi.json. Stops on SIGTERM or "
-                                "Ctrl+C. Needs pip install 'attnpool[serve]'.")
-    _arg(serve, "--run", "the --output-dir of attnpool train, or a model folder saved with save_pretrained",
-         required=True, metavar="RUN_DIR_OR_MODEL")
+    serve = commands.add_parser("serve", help="serve a run (every fold, ensembled as predict does), a blend of runs "
+                                "or a model over HTTP, with a web page", description="POST /predict answers rows as "
+                                "attnpool predict does, batching concurrent requests; GET / is a page shading the "
+                                "words by their pooling weight; /health, /info, /metrics, /openapi.json. Stops on "
+                                "SIGTERM or Ctrl+C. Needs pip install 'attnpool[serve]'.")
+    _arg(serve, "--run", "the --output-dir of attnpool train (several are blended), or a model folder saved with "
+         "save_pretrained", required=True, nargs="+", metavar="RUN_DIR_OR_MODEL")
     _arg(serve, "--host", "the address to listen on (127.0.0.1: this machine only)", default=api_default["host"])
     for flag, text, kind in (("--port", "the port (0: any free port, logged)", int),
                              ("--max-batch", "rows per forward pass at most: concurrent requests are batched", int),

@@ -17,30 +17,10 @@ from attnpool.prediction import predict
 from attnpool.prediction.blend import RunBlend, out_of_fold
 from attnpool.prediction.parts import manifest
 from attnpool.runs import Run, RunError
-from attnpool.runs.tables import oof_frame
-from model_helpers import make_run, save_tiny_encoder, write_toy_csv
+from model_helpers import add_oof, make_run, save_tiny_encoder, write_toy_csv
 
 predict = functools.partial(predict, precision="fp32", progress=False)
 ROWS = 17
-
-
-def add_oof(path, task="regression", classes=None, *, center=0.5, scale=0.1, rows=40, seed=0):
-    """Out-of-fold files for each fold of a `make_run` run: fold K validated the rows with row % folds == K."""
-    run = Run(path)
-    folds = run.trained_folds()
-    rng = np.random.default_rng(seed)
-    target_rng = np.random.default_rng(1234)  # the same targets in every run: they trained on the same data
-    all_rows = np.arange(rows)
-    if task == "regression":
-        target, scores = target_rng.random(rows), center + scale * rng.standard_normal(rows)
-    else:
-        target = target_rng.integers(0, len(classes), rows)
-        scores = rng.dirichlet(np.ones(len(classes)), rows)
-    for fold in folds:
-        mine = all_rows % len(folds) == fold
-        frame = oof_frame(task, classes, all_rows[mine], None, target[mine], scores[mine], fold)
-        frame.to_csv(run.fold_dir(fold) / "oof.csv", index=False)
-    return path
 
 
 @pytest.fixture(scope="module")

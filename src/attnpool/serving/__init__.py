@@ -1,9 +1,10 @@
-"""``attnpool serve``: a train run (every fold, ensembled as ``predict`` does) or one saved model over HTTP.
+"""``attnpool serve``: a train run (every fold, ensembled as ``predict`` does), a blend of runs or a model over HTTP.
 
 Layers, each in its own module: :mod:`~attnpool.serving.service` (what is served: loading, rows to tokens,
-batches to answers, no web framework), :mod:`~attnpool.serving.weights` (word weights), :mod:`~attnpool.serving.batcher`
-(dynamic batching), :mod:`~attnpool.serving.metrics` (Prometheus text), :mod:`~attnpool.serving.schemas` (the JSON
-models and error messages), :mod:`~attnpool.serving.guard` (API key, Host, body limits),
+batches to answers, no web framework), :mod:`~attnpool.serving.blend` (several runs served as one),
+:mod:`~attnpool.serving.weights` (word weights), :mod:`~attnpool.serving.batcher` (dynamic batching),
+:mod:`~attnpool.serving.metrics` (Prometheus text), :mod:`~attnpool.serving.schemas` (the JSON models and error
+messages), :mod:`~attnpool.serving.guard` (API key, Host, body limits),
 :mod:`~attnpool.serving.page` (the web page), :mod:`~attnpool.serving.app` (the FastAPI app) and
 :mod:`~attnpool.serving.server` (uvicorn, start-up and draining).
 
@@ -13,18 +14,20 @@ The package imports without FastAPI and uvicorn (the optional extra ``attnpool[s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from attnpool.serving import web
 from attnpool.serving.batcher import Batcher, Busy
+from attnpool.serving.blend import BlendService
 from attnpool.serving.metrics import Metrics, ServeSummary
 from attnpool.serving.server import run_server
 from attnpool.serving.service import Service
 from attnpool.serving.web import MISSING_EXTRA
 
 
-def serve(source: str | Path, **options: Any) -> ServeSummary:
+def serve(source: str | Path | Sequence[str | Path], **options: Any) -> ServeSummary:
     """Serve until SIGTERM or Ctrl+C (see :func:`attnpool.serve` for the options).
 
     Raises:
@@ -34,4 +37,4 @@ def serve(source: str | Path, **options: Any) -> ServeSummary:
     return run_server(source, **options)
 
 
-__all__ = ["MISSING_EXTRA", "Batcher", "Busy", "Metrics", "ServeSummary", "Service", "serve"]
+__all__ = ["MISSING_EXTRA", "Batcher", "BlendService", "Busy", "Metrics", "ServeSummary", "Service", "serve"]

@@ -88,16 +88,15 @@ def create_app(service: Service, settings: Settings) -> Any:
         await batcher.start()
         watcher = asyncio.get_running_loop().create_task(watch())
         metrics.started = time.monotonic()
-        folds = f"{len(service.ensemble.folds)} fold(s)" if service.ensemble.folds else "one model"
-        logger.info("attnpool serve: ready on %s (%s of %s, %s, max batch %d, max wait %g ms%s)", settings.url, folds,
-                    service.source, service.device, settings.max_batch, settings.max_wait_ms,
+        logger.info("attnpool serve: ready on %s (%s, %s, max batch %d, max wait %g ms%s)", settings.url,
+                    service.describe(), service.device, settings.max_batch, settings.max_wait_ms,
                     ", API key required" if settings.api_key else "")
         yield
         watcher.cancel()
         await batcher.stop()
 
     app = web.FastAPI(title="attnpool serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description=f"Predictions of {service.source.name} ({service.task}): rows of "
+                  description=f"Predictions of {service.describe()} ({service.task}): rows of "
                   f"{', '.join(service.fields)}, as attnpool predict computes them.")
     app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
     app.state.settings, app.state.draining = settings, False

@@ -21,29 +21,30 @@ from typing import Any
 
 from attnpool.serving import web
 from attnpool.serving.app import Settings, create_app
+from attnpool.serving.blend import load_service
 from attnpool.serving.guard import is_loopback
 from attnpool.serving.metrics import ServeSummary
-from attnpool.serving.service import Service
 
 logger = logging.getLogger("attnpool.serve")
 
 GRACEFUL_SECONDS = 30  # how long requests in flight may take to finish after SIGTERM
 
 
-def run_server(source: str | Path, *, host: str = "127.0.0.1", port: int = 8000,
+def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
                max_batch: int = 64,
                max_wait_ms: float = 5.0, max_rows: int = 256, max_body_bytes: int = 1 << 20,
                api_key_env: str | None = None, cors_origins: Sequence[str] = (), **load_options: Any) -> ServeSummary:
     """Serve ``source`` until SIGTERM or Ctrl+C; see :func:`attnpool.serve` for the arguments.
 
-    ``load_options`` are :meth:`Service.load`'s: folds, ensemble, device, precision, max_length, backend, quantize,
-    int8_tolerance, calibration_file, threads.
+    ``load_options`` are :meth:`Service.load`'s (folds, ensemble, device, precision, max_length, backend, quantize,
+    int8_tolerance, calibration_file, threads) and, with several runs, ``blend_weights``
+    (:func:`attnpool.serving.blend.load_service`).
     """
     web.require()
     _check_options(port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_rows=max_rows,
                    max_body_bytes=max_body_bytes)
     api_key = read_api_key(api_key_env)
-    service = Service.load(source, **load_options)
+    service = load_service(source, **load_options)
     service.warm_up()
     if not is_loopback(host) and api_key is None:
         logger.warning("attnpool serve: listening on %s without --api-key-env: anyone who can reach this address "

@@ -61,6 +61,7 @@ class Job:
 
     encodings: dict[str, list]
     texts: list[tuple[str, str | None]] | None = None
+    parts: list[Job] | None = None  # a blend's: each run's tokens of the rows
 
     @property
     def rows(self) -> int:
@@ -181,6 +182,15 @@ class Service:
 
     # --- facts
     @property
+    def folds(self) -> list[int]:
+        """The fold numbers ensembled (empty for one saved model)."""
+        return list(self.ensemble.folds)
+
+    def describe(self) -> str:
+        """What is served, in a few words (the start-up log)."""
+        return f"{len(self.folds)} fold(s) of {self.source}" if self.folds else f"one model, {self.source}"
+
+    @property
     def task(self) -> str:
         """``regression``, ``binary``, ``multiclass`` or ``multilabel``."""
         return self.ensemble.task
@@ -207,7 +217,7 @@ class Service:
         return {"attnpool_version": __version__, "source": self.kind, "encoder": self.encoder,
                 "pooler": self.pooler, "token_weights": self.token_weights, "task": self.task,
                 "labels": None if self.classes is None else [str(c) for c in self.classes],
-                "id2label": self.id2label, "folds": list(self.ensemble.folds), "ensemble": self.ensemble_how,
+                "id2label": self.id2label, "folds": self.folds, "ensemble": self.ensemble_how,
                 "max_length": self.max_length, "fields": list(self.fields),
                 "optional_fields": list(self.optional_fields),
                 "id_field": self.id_field, "max_text_chars": self.max_text_chars, "device": str(self.device),
@@ -283,7 +293,7 @@ class Service:
                 row["id"] = ids[i]
             if answer.words is not None:
                 row["words"] = answer.words[i]
-        body: dict[str, Any] = {"task": self.task, "folds": list(self.ensemble.folds), "predictions": values}
+        body: dict[str, Any] = {"task": self.task, "folds": self.folds, "predictions": values}
         if self.classes is not None:
             body["id2label"] = self.id2label
         return body
