@@ -1,8 +1,9 @@
 """PPPM on a GPU: DeBERTa-v3-large with the ablation's best combination, 4 grouped folds, per-fold and CV Pearson.
 
 Issue #18's GPU check, prepared for when a device is lent: the options of the ``combo`` row of
-``benchmarks/pppm_quality.py`` (imported from it, so the two stay one definition) plus grouped-target context
-(:data:`DEBERTA_COMBO`; ``--combo`` to change them), on
+``benchmarks/pppm_quality.py`` (imported from it, so the two stay one definition) plus grouped-target context and
+AWP from the second epoch, the best single run of the CPU ablation (:data:`DEBERTA_COMBO`; ``--combo`` to change
+them), on
 ``microsoft/deberta-v3-large`` (``--model``: a hub name or a local folder), every fold of 4 grouped by anchor, bf16,
 trained through ``attnpool.train``. It prints each fold's Pearson and the CV Pearson of the out-of-fold predictions
 and checks the target: CV >= 0.85 (the competition's first-place single model reported 0.8627).
@@ -62,10 +63,11 @@ GPU_RECIPE: dict[str, Any] = {"batch_size": 16, "eval_batch_size": 64, "lr": 2e-
                               "max_length": 512, "precision": "bf16", "pooling": "attention", "warmup_ratio": 0.1,
                               "weight_decay": 0.01, "scheduler": "cosine"}
 EPOCHS = 5.0
-# The CPU ablation's combo plus grouped-target context: on MiniLM's 222-step slice the context row does not learn
-# (its texts are five times longer), but the PPPM write-ups report it as the largest single gain of DeBERTa-v3-large
-# trained for several epochs on the full data, which is what this run is.
-DEBERTA_COMBO = f"context+{pppm_quality.DEFAULT_COMBO}"
+# The CPU ablation's best single run: its combo plus grouped-target context plus AWP from the second epoch (on the
+# full data with MiniLM, 3 epochs: the context +0.018 over 2 seeds, AWP +0.007 over 2 seeds without the context and
+# +0.006 with it on one; docs/pppm_quality.md). The PPPM write-ups report the context as the largest single gain of
+# DeBERTa-v3-large, and the first place used AWP.
+DEBERTA_COMBO = f"context+{pppm_quality.DEFAULT_COMBO}+awp"
 
 
 def rescaled_llrd(llrd: float, layers: int = DEBERTA_LAYERS, reference_layers: int = MINILM_LAYERS) -> float:
