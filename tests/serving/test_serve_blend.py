@@ -79,6 +79,8 @@ def test_serve_cli_blends_over_http(setup):
         assert status == 422 and "note" in str(body), body  # the second run's field is a field of the blend
         info = server.request("GET", "/info")[2]
         assert info["fields"] == ["first", "second", "note"] and len(info["runs"]) == 2
+        status, _, page = server.request("GET", "/")
+        assert status == 200 and "a blend of 2 runs (word weights from the first)" in str(page), str(page)[:500]
         assert "a blend of 2 runs" in server.output
     finally:
         server.stop()

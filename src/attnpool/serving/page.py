@@ -30,10 +30,11 @@ def render_page(info: dict[str, Any]) -> tuple[str, str]:
               "task": info["task"]}
     inputs = [_input(i, name, optional=False) for i, name in enumerate(info["fields"])]
     inputs += [_input(len(inputs) + i, name, optional=True) for i, name in enumerate(info["optional_fields"])]
-    folds = info["folds"]
-    meta = [f"encoder: {info['encoder']}", f"pooler: {info['pooler'].get('type', '?')}",
-            f"task: {info['task']}", f"{len(folds)} fold models ensembled ({info['ensemble']})" if folds
-            else "one saved model", f"max_length {info['max_length']}", f"attnpool {info['attnpool_version']}"]
+    folds, runs = info["folds"], info.get("runs")
+    models = (f"a blend of {len(runs)} runs (word weights from the first)" if runs
+              else f"{len(folds)} fold models ensembled ({info['ensemble']})" if folds else "one saved model")
+    meta = [f"encoder: {info['encoder']}", f"pooler: {info['pooler'].get('type', '?')}", f"task: {info['task']}",
+            models, f"max_length {info['max_length']}", f"attnpool {info['attnpool_version']}"]
     note = "" if info["token_weights"] else (
         '<p class="help">This pooler gives no token weights: only the prediction is shown.</p>')
     html = "\n".join([
