@@ -29,6 +29,8 @@ from attnpool.tasks import primary_metric
 
 logger = logging.getLogger("attnpool.predict")
 
+LONE_WEIGHTS = "blend_weights (--blend-weights) weighs the runs of a blend: give two or more runs"
+
 
 @dataclass(frozen=True)
 class RunBlend:
@@ -44,6 +46,20 @@ class RunBlend:
     weights: np.ndarray
     center: np.ndarray | None = None  # (runs, targets)
     scale: np.ndarray | None = None  # (runs, targets)
+
+    @classmethod
+    def read(cls, runs: Sequence[Run], folds: Sequence[Sequence[int]],
+             weights: Sequence[float] | None = None) -> RunBlend:
+        """:meth:`from_runs` on the out-of-fold predictions of each run's chosen ``folds``, its report logged.
+
+        Raises:
+            RunError: What :func:`out_of_fold` and :meth:`from_runs` raise.
+            ValueError: Bad weights.
+        """
+        frames = out_of_fold(runs, folds)
+        blend = cls.from_runs(runs, frames, weights)
+        blend.log_report(frames)
+        return blend
 
     @classmethod
     def from_runs(cls, runs: Sequence[Run], frames: Sequence[pd.DataFrame],

@@ -21,7 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from attnpool.data import DataError
 from attnpool.data.prediction import PredictionInputs
 from attnpool.precision import inference_device, precision_reason, resolve_precision
-from attnpool.prediction.blend import RunBlend, out_of_fold
+from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.parts import Parts, manifest
@@ -114,7 +114,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
-        raise ValueError("blend_weights (--blend-weights) weighs the runs of a blend: give two or more runs")
+        raise ValueError(LONE_WEIGHTS)
     device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
@@ -125,12 +125,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
         members = [_load_ensemble(run, folds, ensemble, backend, quantize, threads) for run in runs]
         chosen = [m.folds for m in members]
-        blend = None
-        if blended:
-            frames = out_of_fold(runs, chosen)
-            blend = RunBlend.from_runs(runs, frames, blend_weights)
-            blend.log_report(frames)
-            del frames
+        blend = RunBlend.read(runs, chosen, blend_weights) if blended else None
         info, task = runs[0].info(), members[0].task
         inputs = [PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger)
                   for run, m in zip(runs, members, strict=True)]

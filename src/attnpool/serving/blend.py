@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnpool.prediction.blend import RunBlend, out_of_fold
+from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.runs.run import Run, RunError
 from attnpool.serving.service import Answer, Job, Service
 
@@ -49,10 +49,8 @@ class BlendService(Service):
                 raise RunError(f"{source} is not a train run: a blend serves the --output-dir of attnpool train (each "
                                "run is standardised by its out-of-fold predictions); serve a model folder alone")
         members = [Service.load(source, **options) for source in sources]
-        runs = [Run.open(member.source) for member in members]
-        frames = out_of_fold(runs, [member.ensemble.folds for member in members])
-        blend = RunBlend.from_runs(runs, frames, blend_weights)
-        blend.log_report(frames)
+        blend = RunBlend.read([Run.open(member.source) for member in members], [member.folds for member in members],
+                              blend_weights)
         first = members[0]
         fields = list(dict.fromkeys(name for member in members for name in member.fields))
         id_field = first.id_field if first.id_field not in fields else None
@@ -105,7 +103,7 @@ def load_service(source: str | Path | Sequence[str | Path], *, blend_weights: Se
     """
     if isinstance(source, (str, Path)):
         if blend_weights is not None:
-            raise ValueError("blend_weights (--blend-weights) weighs the runs of a blend: give two or more runs")
+            raise ValueError(LONE_WEIGHTS)
         return Service.load(source, **options)
     if len(source) == 1 and blend_weights is None:
         return Service.load(source[0], **options)
