@@ -45,7 +45,9 @@ the baseline and against the notebook: the difference in Pearson, its 95% percen
 Resumable: runs live in ``--work-dir`` (default ``runs/pppm_quality``) under a folder named after the model, epochs
 and rows; a (row, seed) whose fold 0 is done is read back, not retrained; an interrupted one continues from its
 last checkpoint (``resume=True``); the notebook's predictions are kept as ``.npz``. A run whose saved options differ
-from the row's (the row was redefined) is refused with its path.
+from the row's (the row was redefined) is refused with its path. Before anything trains, a plan says for each
+(row, seed) whether it trains, resumes or is read back, and names the rows that run only because an ``--ensemble``
+needs them; ``--plan`` prints it and exits.
 
 Usage (from the repository root)::
 
@@ -58,6 +60,7 @@ Usage (from the repository root)::
     .venv/bin/python benchmarks/pppm_quality.py --row best msd pearson lr=1e-4 --row context_best context msd \
         pearson lr=1e-4 --ensemble blend best context_best --only blend --seeds 1   # the two runs, then their mean
     .venv/bin/python benchmarks/pppm_quality.py --list                 # the rows and their options
+    .venv/bin/python benchmarks/pppm_quality.py --only best --seeds 2 --plan   # what would train, then exit
 
 Targets (issue #18): the best row reaches Pearson >= 0.78 within 3 epochs (the baseline recipe reached 0.687 after
 one), and beats the notebook recipe by >= +0.03 at equal epochs. ``benchmarks/pppm_deberta.py`` trains the best
@@ -560,7 +563,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "lr1e4 lr=1e-4 or --row best msd pearson lr=1e-4; repeat for more rows; run them with --only")
     p.add_argument("--ensemble", action="append", nargs="+", default=[], metavar="ITEM", help="an ensemble row: "
                    "NAME, then two or more rows whose out-of-fold predictions it averages (standardised), e.g. "
-                   "--ensemble blend best context_best; the members run when not done; repeat for more")
+                   "--ensemble blend best context_best; the members run when not done (the plan says so); repeat for "
+                   "more")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
                    f"{' '.join(QUICK_ONLY)} (each unless given)")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
@@ -568,6 +572,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--quick); '-' for none")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (2 seeds or more)")
     p.add_argument("--list", action="store_true", help="print the rows and their options, then exit")
+    p.add_argument("--plan", action="store_true", help="print what each (row, seed) would do (train, resume or "
+                   "read back), then exit")
     args = p.parse_args(argv)
     if args.quick:
         args.epochs, args.seeds = args.epochs or 1.0, args.seeds or 1
@@ -592,6 +598,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     wanted = known if args.only is None else [n for n in args.only if n not in args.ensembles]
     members = [m for ms in args.ensembles.values() for m in ms]
     args.wanted = list(dict.fromkeys([*wanted, *members]))  # run in the order given, then the members not named
+    args.added = {m: e for e, ms in reversed(args.ensembles.items()) for m in ms if m not in wanted}
     return args
 
 
@@ -652,6 +659,10 @@ def main(argv: list[str] | None = None) -> int:
             "rows": described or "every row of train.csv",
             "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})",
             "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base)}
+    steps = plan(args.wanted, seeds, work, args.added)
+    print("plan:\n" + "\n".join(f"  {line}" for line in steps), flush=True)
+    if args.plan:
+        return 0
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
     order = [*args.options, *args.ensembles, NOTEBOOK]
@@ -669,6 +680,26 @@ def main(argv: list[str] | None = None) -> int:
         report(results, order, args, meta, work, final=seed == seeds[-1])
     print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def plan(names: Sequence[str], seeds: Sequence[int], work: Path, added: Mapping[str, str]) -> list[str]:
+    """One line per (row, seed): whether it trains, resumes or is read back from ``work``, and why it runs.
+
+    ``added`` maps a row that runs only because an ``--ensemble`` needs it to that ensemble's name, so that a
+    member trained for an ensemble (possibly for an hour) is never a surprise.
+    """
+    lines = []
+    for seed in seeds:
+        for name in names:
+            if name == NOTEBOOK:
+                done = (work / NOTEBOOK / f"seed_{seed}.npz").is_file()
+                action = "read back" if done else "train"
+            else:
+                run = Run(work / name / f"seed_{seed}")
+                action = "train" if not Run.is_run(run.path) else "read back" if run.fold_done(0) else "resume"
+            why = f" (a member of --ensemble {added[name]}, not in --only)" if name in added else ""
+            lines.append(f"{name}, seed {seed}: {action}{why}")
+    return lines
 
 
 def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.Namespace, meta: dict[str, Any],

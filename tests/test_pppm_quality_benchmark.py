@@ -178,6 +178,23 @@ def test_ensemble_arguments_are_checked():
     assert args.wanted == ["notebook", "baseline", "best"] and args.ensembles == {"blend": ["baseline", "best"]}
 
 
+def test_the_plan_says_what_trains_and_which_rows_an_ensemble_adds(tmp_path, capsys):
+    args = pq.parse_args(["--row", "best", "msd", "--row", "ctx", "context", "--ensemble", "blend", "best", "ctx",
+                          "--only", "best", "blend", "notebook"])
+    assert args.added == {"ctx": "blend"}  # asked only through the ensemble
+    work = tmp_path / "work"
+    started = pq.Run(work / "best" / "seed_42")  # a run with a run.json but no finished fold: resumed
+    started.path.mkdir(parents=True)
+    started.write_info({"task": "regression"})
+    (work / "notebook").mkdir()
+    np.savez(work / "notebook" / "seed_43.npz", rows=[0])
+    lines = pq.plan(args.wanted, [42, 43], work, args.added)
+    assert lines == ["best, seed 42: resume", "notebook, seed 42: train",
+                     "ctx, seed 42: train (a member of --ensemble blend, not in --only)",
+                     "best, seed 43: train", "notebook, seed 43: read back",
+                     "ctx, seed 43: train (a member of --ensemble blend, not in --only)"]
+
+
 def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
     assert pppm_deberta.main(["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
