@@ -138,7 +138,12 @@ def test_runs_that_cannot_be_blended_are_named(runs, data, tmp_path):
         predict([runs["a"], runs["b"]], data, tmp_path / "x.csv", blend_weights=[1.0])
     with pytest.raises(ValueError, match=r"\(--blend-weights\) weighs the runs of a blend: give two or more runs"):
         predict(runs["a"], data, tmp_path / "x.csv", blend_weights=[1.0])
+    with pytest.raises(ValueError, match=r"\(--blend-weights\) weighs the runs of a blend: give two or more runs"):
+        predict([runs["a"]], data, tmp_path / "x.csv", blend_weights=[1.0])
     assert not (tmp_path / "x.csv").exists()
+    alone = read(predict(runs["a"], data, tmp_path / "alone.csv").output)
+    listed = read(predict([runs["a"]], data, tmp_path / "listed.csv").output)  # a list of one run is that run
+    pd.testing.assert_frame_equal(listed, alone)
 
 
 def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tmp_path, capsys):

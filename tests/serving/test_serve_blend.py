@@ -66,6 +66,8 @@ def test_what_cannot_be_blended_is_refused_with_the_reason(setup, tmp_path):
     with pytest.raises(ValueError, match=r"one non-negative number per run \(2 runs\)"):
         load_service([setup["a"], setup["b"]], blend_weights=[1.0, -1.0])
     assert type(load_service([setup["a"]])) is Service  # one run in a list is that run
+    with pytest.raises(ValueError, match=r"\(--blend-weights\) weighs the runs of a blend: give two or more runs"):
+        load_service([setup["a"]], blend_weights=[1.0])
 
 
 def test_serve_cli_blends_over_http(setup):

@@ -74,7 +74,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     input has to be edited, which makes them stale.
 
     Args:
-        run_dir: The ``--output-dir`` of ``attnpool train``, or several of them to blend.
+        run_dir: The ``--output-dir`` of ``attnpool train``, or several of them to blend (a list of one is that
+            run alone).
         input_file: CSV, TSV, JSONL or Parquet with the text columns the run was trained on.
         output_file: Where to write (format by extension); written to a temporary name, then renamed.
         batch_size: Rows per forward pass.
@@ -108,8 +109,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...).
         ValueError: Bad ``ensemble``, ``precision`` or ``chunk_rows``.
     """
-    blended = not isinstance(run_dir, (str, Path))
-    runs = [Run.open(r) for r in (run_dir if blended else [run_dir])]
+    sources = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
+    blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
+    runs = [Run.open(r) for r in sources]
     input_file, output_file = Path(input_file), Path(output_file)
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")

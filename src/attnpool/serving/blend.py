@@ -101,10 +101,9 @@ def load_service(source: str | Path | Sequence[str | Path], *, blend_weights: Se
     Raises:
         ValueError: ``blend_weights`` without several runs.
     """
-    if isinstance(source, (str, Path)):
+    sources = [source] if isinstance(source, (str, Path)) else list(source)
+    if len(sources) == 1:  # a list of one run is that run alone, as in predict()
         if blend_weights is not None:
             raise ValueError(LONE_WEIGHTS)
-        return Service.load(source, **options)
-    if len(source) == 1 and blend_weights is None:
-        return Service.load(source[0], **options)
+        return Service.load(sources[0], **options)
     return BlendService.load_blend(source, blend_weights=blend_weights, **options)
