@@ -301,10 +301,9 @@ def run_row(name: str, cfg: TrainConfig, checked: Mapping[str, Any]) -> dict[str
         checked: The options a finished or interrupted run must have been started with (else it is refused).
     """
     run = Run(cfg.output_dir)
-    status = "trained"
-    if Run.is_run(run.path):
+    status = row_status(run.path)
+    if status != "trained":
         _check_saved_options(run, checked)
-        status = "reused" if run.fold_done(0) else "resumed"
     record_file = run.path.with_suffix(".json")
     wall = None
     if status != "reused":
@@ -324,6 +323,19 @@ def run_row(name: str, cfg: TrainConfig, checked: Mapping[str, Any]) -> dict[str
     return record
 
 
+def row_status(path: Path) -> str:
+    """What :func:`run_row` does with the run at ``path``: ``trained`` (new), ``resumed``, ``reused`` (fold 0 done)."""
+    if not Run.is_run(path):
+        return "trained"
+    return "reused" if Run(path).fold_done(0) else "resumed"
+
+
+def notebook_files(folder: Path, seed: int) -> tuple[Path, Path]:
+    """The notebook row's cached predictions (``.npz``) and record (``.json``) for ``seed``; both make it done."""
+    cache = folder / f"seed_{seed}.npz"
+    return cache, cache.with_suffix(".json")
+
+
 def _check_saved_options(run: Run, checked: Mapping[str, Any]) -> None:
     saved = run.config().to_dict()
     wanted = TrainConfig(**{**TrainConfig().to_dict(), **checked}).to_dict()  # normalised as the run saved them
@@ -338,8 +350,7 @@ def run_notebook(base: Mapping[str, Any], seed: int, folder: Path, baseline_run:
     """The notebook recipe on the seed's fold 0 (the rows the attnpool rows validate on), cached as ``.npz``."""
     from references import notebook_scores  # the benchmarks folder: on sys.path when run as a script
 
-    cache = folder / f"seed_{seed}.npz"
-    record_file = cache.with_suffix(".json")
+    cache, record_file = notebook_files(folder, seed)
     if cache.is_file() and record_file.is_file():
         return {**json.loads(record_file.read_text(encoding="utf-8")), "status": "reused"}
     cfg = row_config(base, {"batch_size": NOTEBOOK_BATCH_SIZE}, seed, folder / "unused")
@@ -688,15 +699,15 @@ def plan(names: Sequence[str], seeds: Sequence[int], work: Path, added: Mapping[
     ``added`` maps a row that runs only because an ``--ensemble`` needs it to that ensemble's name, so that a
     member trained for an ensemble (possibly for an hour) is never a surprise.
     """
+    actions = {"trained": "train", "resumed": "resume", "reused": "read back"}
     lines = []
     for seed in seeds:
         for name in names:
             if name == NOTEBOOK:
-                done = (work / NOTEBOOK / f"seed_{seed}.npz").is_file()
+                done = all(f.is_file() for f in notebook_files(work / NOTEBOOK, seed))
                 action = "read back" if done else "train"
             else:
-                run = Run(work / name / f"seed_{seed}")
-                action = "train" if not Run.is_run(run.path) else "read back" if run.fold_done(0) else "resume"
+                action = actions[row_status(work / name / f"seed_{seed}")]
             why = f" (a member of --ensemble {added[name]}, not in --only)" if name in added else ""
             lines.append(f"{name}, seed {seed}: {action}{why}")
     return lines

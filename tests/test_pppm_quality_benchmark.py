@@ -187,7 +187,10 @@ def test_the_plan_says_what_trains_and_which_rows_an_ensemble_adds(tmp_path, cap
     started.path.mkdir(parents=True)
     started.write_info({"task": "regression"})
     (work / "notebook").mkdir()
-    np.savez(work / "notebook" / "seed_43.npz", rows=[0])
+    np.savez(work / "notebook" / "seed_42.npz", rows=[0])  # predictions without their record: trained again
+    npz, record = pq.notebook_files(work / "notebook", 43)  # both: read back
+    np.savez(npz, rows=[0])
+    record.write_text("{}")
     lines = pq.plan(args.wanted, [42, 43], work, args.added)
     assert lines == ["best, seed 42: resume", "notebook, seed 42: train",
                      "ctx, seed 42: train (a member of --ensemble blend, not in --only)",

@@ -106,4 +106,4 @@ def load_service(source: str | Path | Sequence[str | Path], *, blend_weights: Se
         if blend_weights is not None:
             raise ValueError(LONE_WEIGHTS)
         return Service.load(sources[0], **options)
-    return BlendService.load_blend(source, blend_weights=blend_weights, **options)
+    return BlendService.load_blend(sources, blend_weights=blend_weights, **options)
