@@ -106,6 +106,14 @@ def test_every_option_of_every_command_says_its_default(capsys):
             assert action.help.endswith("(required)") == action.required, (name, action.help)
 
 
+def test_no_help_text_shows_docstring_markup():
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, text in [("attnpool", parser.format_help()), *((n, c.format_help()) for n, c in commands.choices.items())]:
+        assert not re.search(r":(mod|class|func|meth|data|attr):`|``", text), (name, text)
+    assert "attnpool COMMAND --help" in parser.format_help().replace("\n", " ")
+
+
 def test_flags_default_to_not_given_so_the_config_file_wins_where_no_flag_is_given(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text("train_file: a.csv\nlr: 0.5\nfolds: 3\ngradient_checkpointing: true\n"

@@ -355,7 +355,8 @@ def _add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnpool`` command."""
-    parser = argparse.ArgumentParser(prog="attnpool", description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="attnpool", description="Learned attention pooling for fine-tuning "
+                                     "transformer encoders. `attnpool COMMAND --help` shows a command's options.")
     parser.add_argument("--version", action="version", version=f"attnpool {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -384,8 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
             return args.func(args)
