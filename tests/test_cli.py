@@ -109,7 +109,8 @@ def test_every_option_of_every_command_says_its_default(capsys):
 def test_no_help_text_shows_docstring_markup():
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name, text in [("attnpool", parser.format_help()), *((n, c.format_help()) for n, c in commands.choices.items())]:
+    helps = [("attnpool", parser.format_help()), *((n, c.format_help()) for n, c in commands.choices.items())]
+    for name, text in helps:
         assert not re.search(r":(mod|class|func|meth|data|attr):`|``", text), (name, text)
     assert "attnpool COMMAND --help" in parser.format_help().replace("\n", " ")
 

@@ -204,10 +204,10 @@ def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
     assert "dry run: the config is valid" in out and "microsoft/deberta-v3-large" in out and "bf16" in out
     args = pppm_deberta.parse_args(["--data-dir", str(tmp_path)])
     cfg = pppm_deberta.deberta_config(args)
-    combo = pq.combine(pq.parse_combo(pq.DEFAULT_COMBO))  # the ablation's combo row, plus context and AWP
+    combo = pq.combine(pq.parse_combo(pq.DEFAULT_COMBO))  # the ablation's combo row, plus context and FGM
     for key, value in combo.items():
         assert getattr(cfg, key) == value
-    assert cfg.group_context == "target" and (cfg.adversarial, cfg.adversarial_start) == ("awp", 1.0)
+    assert cfg.group_context == "target" and (cfg.adversarial, cfg.adversarial_start) == ("fgm", 1.0)
     assert (cfg.folds, cfg.only_folds, cfg.precision, cfg.max_length) == (4, None, "bf16", 512)  # GPU: longer inputs
     assert not (tmp_path / "run").exists()  # nothing written
     json.dumps(cfg.to_dict())  # a plain config
