@@ -18,8 +18,11 @@ from attnpool.cli import _train_config, build_parser
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def readme_commands(text: str) -> list[str]:
-    """The ``attnpool`` command lines of the bash blocks of ``text``, continuations joined, comments dropped."""
+def readme_commands(text: str) -> list[list[str]]:
+    """The arguments of each ``attnpool`` command in the bash blocks of ``text``.
+
+    Continued lines are joined, comments dropped, and ``a; b && c | d`` splits into its commands.
+    """
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
@@ -31,30 +34,31 @@ def readme_commands(text: str) -> list[str]:
                 while segment and re.fullmatch(r"[A-Z_]+=.*", segment[0]):  # ENV=value attnpool ...
                     segment = segment[1:]
                 if segment and Path(segment[0]).name == "attnpool":
-                    commands.append(shlex.join(segment[1:]))
+                    commands.append(segment[1:])
                 segment = []
     return commands
 
 
+COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+
+
 def test_readme_commands_are_found():
-    commands = readme_commands(README.read_text(encoding="utf-8"))
-    assert len(commands) >= 15
-    assert {c.split()[0] for c in commands} >= {"train", "predict", "compare", "explain", "export", "serve", "demo"}
+    assert len(COMMANDS) >= 15
+    assert {argv[0] for argv in COMMANDS} >= {"train", "predict", "compare", "explain", "export", "serve", "demo"}
 
 
 def test_a_synopsis_in_brackets_is_caught():
     text = "```bash\nattnpool predict --run a b --input x.csv [--blend-weights 1 2]\n```\n"
-    (command,) = readme_commands(text)
+    (argv,) = readme_commands(text)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(shlex.split(command))
+        build_parser().parse_args(argv)
 
 
-@pytest.mark.parametrize("command", readme_commands(README.read_text(encoding="utf-8")))
-def test_every_readme_command_parses(command, capsys):
-    argv = shlex.split(command)
+@pytest.mark.parametrize("argv", COMMANDS, ids=shlex.join)
+def test_every_readme_command_parses(argv, capsys):
     try:
         args = build_parser().parse_args(argv)
     except SystemExit:
-        pytest.fail(f"README: `attnpool {command}` is refused by the CLI: {capsys.readouterr().err.strip()}")
+        pytest.fail(f"README: `attnpool {shlex.join(argv)}` is refused by the CLI: {capsys.readouterr().err.strip()}")
     if argv[0] == "train":
         _train_config(args)
