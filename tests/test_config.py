@@ -176,3 +176,13 @@ def test_the_word_embeddings_freeze_by_default_except_for_fgm_and_contradictions
     with pytest.raises(ValueError, match="^freeze_layers=2 freezes the word embeddings too; drop "
                                          "--no-freeze-word-embeddings"):
         TrainConfig(**base, freeze_layers=2, freeze_word_embeddings=False).validate()
+
+
+def test_missing_text_columns_lists_the_columns_of_the_training_file(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("review,stars\ngood,5\n")
+    with pytest.raises(ValueError, match=r"^say which columns hold the text: --text-cols COL \[COL \.\.\.\] or "
+                                         rf"--template .*; {path} has the columns review, stars$"):
+        TrainConfig(train_file=str(path)).validate()
+    with pytest.raises(ValueError, match=r"or --template '\{a\} \[SEP\] \{b\}'$"):  # unreadable: its own error later
+        TrainConfig(train_file=str(tmp_path / "absent.csv")).validate()

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from attnpool.data.context import CONTEXT_POOLING
+from attnpool.data.errors import DataError
+from attnpool.data.readers import table_columns
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.options import ConfigError, parse_options, parse_pooling_layers, parse_value
@@ -66,6 +68,14 @@ _validation = functools.partial(_option, "validation")
 _model = functools.partial(_option, "model")
 _recipe = functools.partial(_option, "recipe")
 _output = functools.partial(_option, "output")
+
+
+def _columns_hint(path: str | Path) -> str:
+    """``"; FILE has the columns a, b, c"``, to say which names are there to choose from; ``""`` if unreadable."""
+    try:
+        return f"; {path} has the columns {', '.join(table_columns(path))}"
+    except (DataError, OSError):
+        return ""  # the file's own error comes when it is read
 
 
 @dataclass
@@ -255,7 +265,8 @@ class TrainConfig:
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
         if self.preset is None and not self.text_cols and not self.template:
-            raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'")
+            raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'"
+                             + _columns_hint(self.train_file))
         if self.group_context_pooling == "own" and not self.group_context:
             raise ValueError("group_context_pooling own pools the row's own text apart from its group context: it "
                              "needs --group-context COL (else there is no context to leave out)")

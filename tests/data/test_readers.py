@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnpool.data import SUPPORTED_EXTENSIONS, DataError, read_table
+from attnpool.data import SUPPORTED_EXTENSIONS, DataError, read_table, table_columns
 
 FRAME = pd.DataFrame(
     {
@@ -43,6 +43,13 @@ def test_round_trip_keeps_strings_and_numbers(tmp_path, name):
     assert out["score"].dtype == np.float64 and out["score"].tolist() == [0.5, 1.0, 0.0]
     assert out["label"].dtype == np.int64 and out["label"].tolist() == [1, 0, 2]
 
+
+@pytest.mark.parametrize("name", ["t.csv", "t.tsv", "t.jsonl", "t.parquet"])
+def test_table_columns_reads_the_header(tmp_path, name):
+    write(FRAME, tmp_path / name)
+    assert table_columns(tmp_path / name) == list(FRAME.columns)
+    with pytest.raises(DataError, match="absent.csv"):
+        table_columns(tmp_path / "absent.csv")
 
 def test_supported_extensions():
     assert SUPPORTED_EXTENSIONS == (".csv", ".tsv", ".jsonl", ".parquet")

@@ -17,7 +17,7 @@ from attnpool.data.columns import Labels, Texts, build_texts, check_columns, val
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
 from attnpool.data.pppm import PPPM_TEMPLATE, load_pppm
-from attnpool.data.readers import SUPPORTED_EXTENSIONS, iter_table, read_table
+from attnpool.data.readers import SUPPORTED_EXTENSIONS, iter_table, read_table, table_columns
 from attnpool.data.writers import write_table
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "load_pppm",
     "make_folds",
     "read_table",
+    "table_columns",
     "validate_labels",
     "write_table",
 ]

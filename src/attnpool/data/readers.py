@@ -112,6 +112,15 @@ def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: I
     return _numbered(p, chunks, keep_text)
 
 
+def table_columns(path: str | os.PathLike[str]) -> list[str]:
+    """The column names of a table file, read from its header (its first row for JSONL), not its whole contents.
+
+    Raises:
+        DataError: As :func:`iter_table`: the file is missing, unreadable or has no data rows.
+    """
+    return [str(c) for c in next(iter_table(path, 1)).columns]
+
+
 def _numbered(path: Path, chunks: Iterator[pd.DataFrame], keep_text: set[str]) -> Iterator[pd.DataFrame]:
     """The non-empty chunks with their text columns as strings and file row positions as index."""
     rows, columns = 0, pd.Index([])
