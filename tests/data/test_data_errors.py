@@ -30,6 +30,7 @@ def test_public_api():
             "load_pppm",
             "make_folds",
             "read_table",
+            "table_columns",
             "validate_labels",
             "write_table",
         ]
