@@ -51,6 +51,7 @@ def test_table_columns_reads_the_header(tmp_path, name):
     with pytest.raises(DataError, match="absent.csv"):
         table_columns(tmp_path / "absent.csv")
 
+
 def test_supported_extensions():
     assert SUPPORTED_EXTENSIONS == (".csv", ".tsv", ".jsonl", ".parquet")
 
