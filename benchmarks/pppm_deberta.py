@@ -25,13 +25,16 @@ reproduction of any one of them):
 The run is resumable (``--output-dir``, default ``runs/pppm_deberta``): finished folds are kept, an interrupted one
 continues from its last checkpoint, and ``--only-folds`` trains some folds now and the others later. On resume the
 run's saved options win. ``--dry-run`` builds and validates the config (``TrainConfig``) and prints it, without
-loading the model or the data; the tests run it.
+loading the model or the data; the tests run it. ``--anchors N`` is a smoke run for a new machine: every row of N
+anchors drawn at random (``pppm_quality.anchor_subset``: whole anchors, so the grouped-target texts are as long as on
+the full data), the same recipe; it prints the time per fold and the peak GPU memory, and no verdict on the target.
 
 Usage (from the repository root, on a machine with a GPU and the model)::
 
     .venv/bin/python benchmarks/pppm_deberta.py --dry-run
     .venv/bin/python benchmarks/pppm_deberta.py --model /path/to/deberta-v3-large --data-dir ../shared/data/pppm
     .venv/bin/python benchmarks/pppm_deberta.py --only-folds 0 1      # then again with --only-folds 2 3
+    .venv/bin/python benchmarks/pppm_deberta.py --anchors 100 --epochs 2 --only-folds 0 --output-dir /tmp/smoke
 
 Cost: 4 folds x 5 epochs x ~27,400 rows of ~130 tokens each; on one H200 expect well over half an hour (more with
 ``fgm`` or ``awp`` in the combination: one more forward and backward pass per step after their start epoch).
@@ -81,7 +84,10 @@ def deberta_config(args: argparse.Namespace) -> TrainConfig:
     combo = pppm_quality.combine(pppm_quality.parse_combo(args.combo))
     if "llrd" in combo:
         combo["llrd"] = rescaled_llrd(combo["llrd"])
-    base = pppm_quality.pppm_options(args.data_dir, args.model, args.epochs, limit=None)
+    data_dir = args.data_dir
+    if args.anchors:
+        data_dir, _ = pppm_quality.anchor_subset(args.data_dir, args.anchors, args.seed)
+    base = pppm_quality.pppm_options(data_dir, args.model, args.epochs, limit=None)
     recipe = {**GPU_RECIPE, "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length}
     options = {**combo, **recipe, "only_folds": args.only_folds, "seed": args.seed, "output_dir": str(args.output_dir)}
     return make_config(base, **options).validate()
@@ -101,6 +107,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only-folds", type=int, nargs="+", default=None, metavar="FOLD",
                    help="train only these folds now (default: all 4)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--anchors", type=int, default=None, metavar="N",
+                   help="smoke run: every row of N anchors drawn at random (seeded by --seed), not the full data")
     p.add_argument("--output-dir", type=Path, default=pppm_quality.ROOT / "runs" / "pppm_deberta")
     p.add_argument("--dry-run", action="store_true", help="build and validate the config, print it, train nothing")
     args = p.parse_args(argv)
@@ -113,6 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.anchors and not (args.data_dir / "train.csv").is_file():
+        raise SystemExit(f"--anchors needs the PPPM train.csv in --data-dir, and {args.data_dir} has none")
     cfg = deberta_config(args)
     default = TrainConfig().to_dict()
     changed = {k: v for k, v in cfg.to_dict().items() if v != default[k] or k in GPU_RECIPE}
@@ -136,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fold {fold['fold']}: Pearson {fold['pearson']:.4f} ({fold['n_valid']:,} rows, "
               f"{fold.get('train_seconds', float('nan')):.0f} s)")
     cv = result.metrics.get("overall", {}).get("pearson")
-    if result.complete and cv is not None:
+    if args.anchors:
+        print(f"smoke run on {args.anchors} anchors ({cfg.data_dir}): no verdict on the target"
+              + (f"; Pearson of the done folds' rows {cv:.4f}" if cv is not None else ""))
+    elif result.complete and cv is not None:
         verdict = "PASS" if cv >= TARGET_CV else "FAIL"
         print(f"CV Pearson {cv:.4f} (out-of-fold, all 4 folds); target >= {TARGET_CV} {verdict} "
               f"(first place, single model: {FIRST_PLACE_CV})")
@@ -144,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         done = [f["fold"] for f in result.metrics["folds"]]
         print(f"folds done: {done}; the CV needs all 4 (run again with the others, e.g. --only-folds ...)"
               + (f"; Pearson of the done folds' rows {cv:.4f}" if cv is not None else ""))
-    print(f"wall time {time.perf_counter() - started:.0f} s")
+    print(f"wall time {time.perf_counter() - started:.0f} s; peak GPU memory "
+          f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB (torch.cuda.max_memory_allocated)")
     return 0
 
 

@@ -668,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python benchmarks/pppm_quality.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     meta = {"command": command, "model": model_tag(args.model), "epochs": args.epochs, "combo": args.combo,
             "rows": described or "every row of train.csv",
-            "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})",
+            "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})"
+                       + (f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
             "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base)}
     steps = plan(args.wanted, seeds, work, args.added)
     print("plan:\n" + "\n".join(f"  {line}" for line in steps), flush=True)

@@ -254,6 +254,27 @@ def test_an_anchor_subset_keeps_whole_anchors_and_is_rebuilt_identically(tmp_pat
         pq.anchor_subset(tmp_path / "pppm", anchors=7, seed=0)
 
 
+def test_deberta_smoke_run_on_anchors_uses_whole_anchors_of_the_data(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    run = ["--dry-run", "--output-dir", str(tmp_path / "run"), "--anchors", "2", "--seed", "3"]
+    with pytest.raises(SystemExit, match="--anchors needs the PPPM train.csv in --data-dir"):
+        pppm_deberta.main([*run, "--data-dir", str(tmp_path / "empty")])
+    rows = [{"id": f"{a}{t}", "anchor": f"anchor {a}", "target": f"target {t}", "context": "A01",
+             "score": "0.5"} for a in range(5) for t in range(a + 2)]
+    (tmp_path / "pppm").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "pppm" / "train.csv", index=False)
+    (tmp_path / "pppm" / "cpc_texts.csv").write_text("context,text\nA01,HUMAN NECESSITIES\n", encoding="utf-8")
+    assert pppm_deberta.main([*run, "--data-dir", str(tmp_path / "pppm")]) == 0
+    cfg = pppm_deberta.deberta_config(pppm_deberta.parse_args([*run, "--data-dir", str(tmp_path / "pppm")]))
+    folder, count = pq.anchor_subset(tmp_path / "pppm", anchors=2, seed=3)  # the same draw as the run's
+    assert Path(cfg.data_dir) == folder and cfg.group_context == "target"
+    subset = pd.read_csv(folder / "train.csv")
+    assert subset["anchor"].nunique() == 2 and len(subset) == count < len(rows)
+    assert "dry run: the config is valid" in capsys.readouterr().out
+
+
 def test_the_docs_keep_other_runs_sections_and_replace_the_same_commands(tmp_path):
     old = (pq.DOCS_HEADER + "\n## CPU slice, 2 seeds\n\n- command: `pppm_quality.py --seeds 2`\n\n| a |\n\n"
            "Notes (added by hand): seed 42 ran under load.\n\n## Full data\n\n- command: `pppm_quality.py "
