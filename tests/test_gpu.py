@@ -162,7 +162,9 @@ def test_fused_backward_in_bf16_on_cuda_is_close_to_float32():
 @pytest.mark.parametrize("family", ENCODER_FAMILIES)
 def test_model_trains_a_step_under_autocast(family, dtype):
     torch.manual_seed(0)
-    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling_options={"attn_size": 16})
+    # init="xavier": the default "mean" starts the scoring layer at zero, where proj gets no gradient at all.
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family),
+                                                           pooling_options={"attn_size": 16, "init": "xavier"})
     model = _no_dropout(model).to(CUDA).train()
     ids, mask = batch([5, 3, 7])
     ids, mask = ids.to(CUDA), mask.to(CUDA)
@@ -174,7 +176,8 @@ def test_model_trains_a_step_under_autocast(family, dtype):
     for name, p in model.named_parameters():
         if p.grad is not None:
             assert torch.isfinite(p.grad).all(), name
-    assert model.attnpool.pooler.proj.weight.grad.abs().sum() > 0
+    pooler = model.attnpool.pooler
+    assert pooler.proj.weight.grad.abs().sum() > 0 and pooler.score.weight.grad.abs().sum() > 0
     weights = out.pooling_weights.float()
     assert (weights[mask == 0] == 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, device=CUDA), atol=2e-2, rtol=0)
