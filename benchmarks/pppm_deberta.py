@@ -34,10 +34,13 @@ Usage (from the repository root, on a machine with a GPU and the model)::
     .venv/bin/python benchmarks/pppm_deberta.py --dry-run
     .venv/bin/python benchmarks/pppm_deberta.py --model /path/to/deberta-v3-large --data-dir ../shared/data/pppm
     .venv/bin/python benchmarks/pppm_deberta.py --only-folds 0 1      # then again with --only-folds 2 3
-    .venv/bin/python benchmarks/pppm_deberta.py --anchors 100 --epochs 2 --only-folds 0 --output-dir /tmp/smoke
+    .venv/bin/python benchmarks/pppm_deberta.py --anchors 60 --epochs 2 --only-folds 0 --output-dir /tmp/smoke
 
-Cost: 4 folds x 5 epochs x ~27,400 rows of ~130 tokens each; on one H200 expect well over half an hour (more with
-``fgm`` or ``awp`` in the combination: one more forward and backward pass per step after their start epoch).
+Cost: 4 folds x 5 epochs x ~27,400 rows of ~120 tokens each. Measured on one H200 (2026-12-04, with a randomly
+initialised encoder of DeBERTa-v3-large's sizes, ``--anchors 60 --epochs 2``; docs/pppm_quality.md): 0.19 s a step
+of 16 rows without FGM, 0.38 s with it, peak 14.0 GiB; so about 50 minutes a fold and 3 hours and a quarter for the
+4 folds. Those steps are far slower than the arithmetic needs (a profile of MiniLM found the time in the host side of
+the attention calls), so expect this to shrink once that is understood.
 """
 
 from __future__ import annotations
