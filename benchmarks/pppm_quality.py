@@ -261,8 +261,15 @@ def baseline_options(data_dir: str | Path, model: str, epochs: float, limit: int
 
 
 def row_config(base: Mapping[str, Any], options: Mapping[str, Any], seed: int, output_dir: str | Path) -> TrainConfig:
-    """One (row, seed)'s validated config (``make_config``: ``pooling_options`` merged key by key)."""
-    return make_config(dict(base), **options, seed=seed, output_dir=str(output_dir)).validate()
+    """One (row, seed)'s validated config (``make_config``: ``pooling_options`` merged key by key).
+
+    The base's ``pooling_options`` belong to its pooler: a row that names another ``pooling`` starts from none
+    (``attn_size`` means nothing to ``mean``), plus its own ``pooling_options``.
+    """
+    base = dict(base)
+    if options.get("pooling", base.get("pooling")) != base.get("pooling"):
+        base.pop("pooling_options", None)
+    return make_config(base, **options, seed=seed, output_dir=str(output_dir)).validate()
 
 
 def check_rows(base: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]]) -> None:

@@ -186,3 +186,17 @@ def test_missing_text_columns_lists_the_columns_of_the_training_file(tmp_path):
         TrainConfig(train_file=str(path)).validate()
     with pytest.raises(ValueError, match=r"or --template '\{a\} \[SEP\] \{b\}'$"):  # unreadable: its own error later
         TrainConfig(train_file=str(tmp_path / "absent.csv")).validate()
+
+
+def test_a_pooler_name_or_option_that_cannot_build_is_refused_by_validate_with_the_valid_ones():
+    base = {"train_file": "t.csv", "text_cols": ["text"]}
+    TrainConfig(**base, pooling="attention", pooling_options={"attn_size": 128}).validate()
+    TrainConfig(**base, pooling="attention+mean", pooling_options={"combine": "project"}).validate()
+    with pytest.raises(ValueError, match=r"^pooling: Unknown pooler 'meen'\. Did you mean 'mean'\?"):
+        TrainConfig(**base, pooling="meen").validate()
+    with pytest.raises(ValueError, match=r"^pooling with pooling_options attn_size=128: pooler 'mean' got unknown "
+                                         r"option\(s\) attn_size; valid options: \(none\)$"):
+        TrainConfig(**base, pooling="mean", pooling_options={"attn_size": 128}).validate()
+    with pytest.raises(ValueError, match=r"pooler 'attention' got unknown option\(s\) atn_size; valid options: .*"
+                                         r"attn_size"):
+        TrainConfig(**base, pooling="attention", pooling_options={"atn_size": 128}).validate()

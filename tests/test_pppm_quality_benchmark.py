@@ -59,6 +59,13 @@ def test_own_rows_join_techniques_and_options(tmp_path):
     assert list(rows)[-2:] == ["a", "b"] and rows["b"] == {"multi_sample_dropout": 5}
     cfg = pq.row_config(pq.baseline_options(tmp_path, "m", epochs=1), options, seed=1, output_dir=tmp_path)
     assert (cfg.lr, cfg.loss, cfg.pooling_options) == (2e-4, "pearson", {"attn_size": 128, "init": "xavier"})
+    for pooling, options in (("mean", {}), ("gem", {"p": 2.0})):  # another pooler: the baseline's options left
+        cfg = pq.row_config(pq.baseline_options(tmp_path, "m", epochs=1), {"pooling": pooling, "pooling_options":
+                                                                           options}, seed=1, output_dir=tmp_path)
+        assert (cfg.pooling, cfg.pooling_options) == (pooling, options)
+    with pytest.raises(SystemExit, match="mean-attn: pooling with pooling_options attn_size=64: pooler 'mean'"):
+        pq.check_rows(pq.baseline_options(tmp_path, "m", epochs=1),
+                      {"mean-attn": {"pooling": "mean", "pooling_options": {"attn_size": 64}}})
     with pytest.raises(ValueError, match="give a name and at least one"):
         pq.parse_row(["lonely"])
     with pytest.raises(ValueError, match="must not be a technique's or a built-in row's name"):

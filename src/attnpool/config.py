@@ -26,6 +26,7 @@ from attnpool.data.readers import table_columns
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.options import ConfigError, parse_options, parse_pooling_layers, parse_value
+from attnpool.pooling import check_pooler_options
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
 
@@ -261,6 +262,7 @@ class TrainConfig:
         if self.freeze_layers is not None and self.freeze_word_embeddings is False:
             raise ValueError(f"freeze_layers={self.freeze_layers} freezes the word embeddings too; drop "
                              "--no-freeze-word-embeddings, or --freeze-layers to train them")
+        self._check_pooler()
         self._check_recipe_techniques()
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
@@ -272,6 +274,15 @@ class TrainConfig:
                              "needs --group-context COL (else there is no context to leave out)")
         return self
 
+
+    def _check_pooler(self) -> None:
+        """The pooler's name and option names, before an encoder loads or data is read."""
+        try:
+            check_pooler_options(self.pooling, self.pooling_options)
+        except ValueError as err:
+            where = "pooling" if not self.pooling_options else (
+                "pooling with pooling_options " + ", ".join(f"{k}={v}" for k, v in self.pooling_options.items()))
+            raise ValueError(f"{where}: {err}") from None
 
     def _check_recipe_techniques(self) -> None:
         """The Pearson loss, the weight average and adversarial training: values that fit."""

@@ -51,6 +51,20 @@ def test_unknown_option_lists_the_valid_ones():
         build_pooler("attention", 8, heads=2)
 
 
+def test_check_pooler_options_refuses_what_build_pooler_refuses_without_a_hidden_size():
+    registry.check_pooler_options("attention", {"attn_size": 4})
+    registry.check_pooler_options("attention+mean", {"combine": "project"})
+    for name, options, message in [("atention", {}, "Unknown pooler 'atention'. Did you mean 'attention'?"),
+                                   ("attention", {"heads": 2}, "got unknown option(s) heads; valid options: attn_size"),
+                                   ("mean+", {}, "has an empty part"),
+                                   ("cls+mean", {"poolers": ["max"]}, "names its poolers already")]:
+        with pytest.raises(ValueError) as checked:
+            registry.check_pooler_options(name, options)
+        with pytest.raises(ValueError) as built:
+            build_pooler(name, 8, **options)
+        assert message in str(checked.value) and str(checked.value) == str(built.value), (name, options)
+
+
 def test_instance_passes_through_and_its_hidden_size_is_checked():
     pooler = AttentionPooling(8)
     assert build_pooler(pooler) is pooler

@@ -9,7 +9,13 @@ from attnpool.pooling.encoder_attention import DittoPooling
 from attnpool.pooling.latent import ClassAttentionPooling, LatentAttentionPooling, PMAPooling
 from attnpool.pooling.mil import ACMILPooling
 from attnpool.pooling.multilayer import MaxPoolBERTPooling, MultiLayerAttentionPooling, WeightedLayerPooling
-from attnpool.pooling.registry import available_poolers, build_pooler, get_pooler_class, register_pooler
+from attnpool.pooling.registry import (
+    available_poolers,
+    build_pooler,
+    check_pooler_options,
+    get_pooler_class,
+    register_pooler,
+)
 from attnpool.pooling.sparse import masked_entmax15, masked_sparsemax
 from attnpool.pooling.statistics import GroupGeMPooling, SoftPooling, StatisticsPooling
 
@@ -40,6 +46,7 @@ __all__ = [
     "WeightedLayerPooling",
     "available_poolers",
     "build_pooler",
+    "check_pooler_options",
     "get_pooler_class",
     "masked_entmax15",
     "masked_sparsemax",

@@ -124,6 +124,26 @@ def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None
         name = spec
     else:
         raise TypeError(f"pooler spec must be a name, a config dict or a Pooler, got {type(spec).__name__}")
+    cls, options = _resolve(name, options)
+    if hidden_size is None:
+        raise ValueError(f"build_pooler({name!r}) needs hidden_size, the encoder's config.hidden_size")
+    return cls(hidden_size, **options)
+
+
+def check_pooler_options(name: str, options: Mapping[str, Any] | None = None) -> None:
+    """Check a pooler name (or ``+`` combination) and its option names without building it.
+
+    What :func:`build_pooler` would refuse, found before an encoder is loaded or any data read (a config's
+    ``validate``); the values themselves are checked by the pooler when it is built.
+
+    Raises:
+        ValueError: Unknown name (with the closest valid one), unknown option (with the valid ones).
+    """
+    _resolve(name, dict(options or {}))
+
+
+def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Pooler], dict[str, Any]]:
+    """The class a name builds and its constructor options (a combination's parts added); unknown options refused."""
     if "+" in name:
         parts = [part.strip() for part in name.split("+")]
         if any(not part for part in parts):
@@ -133,8 +153,6 @@ def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None
         options = {"poolers": parts, **options}
         name = COMBINED_NAME
     cls = get_pooler_class(name)
-    if hidden_size is None:
-        raise ValueError(f"build_pooler({name!r}) needs hidden_size, the encoder's config.hidden_size")
     valid = _constructor_options(cls)
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -142,4 +160,4 @@ def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None
             f"pooler {cls.name!r} got unknown option(s) {', '.join(unknown)}; "
             f"valid options: {', '.join(valid) if valid else '(none)'}"
         )
-    return cls(hidden_size, **options)
+    return cls, options
