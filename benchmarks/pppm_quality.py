@@ -41,6 +41,7 @@ table marks it.
 Significance (2 seeds or more): a paired bootstrap over the validation rows (``attnpool.comparison.
 paired_bootstrap``, rows resampled within each seed, the difference averaged over seeds) of the best row against
 the baseline and against the notebook: the difference in Pearson, its 95% percentile interval and p-value.
+``--versus ROW ...`` tests it against those rows instead, from one seed on (e.g. one technique's variants).
 
 Resumable: runs live in ``--work-dir`` (default ``runs/pppm_quality``) under a folder named after the model, epochs
 and rows; a (row, seed) whose fold 0 is done is read back, not retrained; an interrupted one continues from its
@@ -484,6 +485,13 @@ def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequen
     return out
 
 
+def versus_rows(versus: Sequence[str] | None, seeds: int) -> list[str]:
+    """The rows the best row is tested against: ``--versus`` (from one seed on), else baseline and notebook (from 2)."""
+    if versus:
+        return list(versus)
+    return [BASELINE, NOTEBOOK] if seeds >= 2 else []
+
+
 def check_targets(summary: Mapping[str, Any], epochs: float, full_data: bool) -> dict[str, bool | None]:
     """Issue #18's targets; ``None`` where they do not apply (a row subset, more epochs, no notebook row)."""
     rows = {r["name"]: r for r in summary["rows"]}
@@ -515,7 +523,8 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
              targets: Mapping[str, bool | None] | None = None) -> str:
     """The ablation table, its setting, the significance tests and the targets, as markdown."""
     seeds = summary["seeds"]
-    note = "" if len(seeds) >= 2 else " (1 seed only: no seed-to-seed spread, no significance test)"
+    untested = "" if tests else ", no significance test"
+    note = "" if len(seeds) >= 2 else f" (1 seed only: no seed-to-seed spread{untested})"
     epochs = f"{meta['epochs']:g} epoch{'s' if meta['epochs'] != 1 else ''}"
     lines = [f"## PPPM fold 0 of 4 (grouped by anchor), {meta['model']}, {epochs}, "
              f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}{note}", "",
@@ -588,6 +597,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
     p.add_argument("--docs", default=None, help="the markdown file (default: docs/pppm_quality.md; none with "
                    "--quick); '-' for none")
+    p.add_argument("--versus", nargs="+", default=None, metavar="NAME", help="test the best row against these rows "
+                   "(paired bootstrap over the validation rows, on the seeds both have; also with one seed) "
+                   "(default: the baseline and the notebook, from 2 seeds on)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (2 seeds or more)")
     p.add_argument("--list", action="store_true", help="print the rows and their options, then exit")
     p.add_argument("--plan", action="store_true", help="print what each (row, seed) would do (train, resume or "
@@ -610,9 +622,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.ensembles = parse_ensembles(args.ensemble, known)
     except ValueError as err:
         p.error(str(err))
-    unknown = [n for n in args.only or [] if n not in known and n not in args.ensembles]
-    if unknown:
-        p.error(f"--only: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
+    for flag, names in (("--only", args.only), ("--versus", args.versus)):
+        unknown = [n for n in names or [] if n not in known and n not in args.ensembles]
+        if unknown:
+            p.error(f"{flag}: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
     wanted = known if args.only is None else [n for n in args.only if n not in args.ensembles]
     members = [m for ms in args.ensembles.values() for m in ms]
     args.wanted = list(dict.fromkeys([*wanted, *members]))  # run in the order given, then the members not named
@@ -726,9 +739,8 @@ def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.N
     """Print the table and write the JSON (and the markdown, when asked) of what is done so far."""
     meta = {**meta, "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
     summary = summarise(results, order)
-    tests = None
-    if len(summary["seeds"]) >= 2 and summary["best"]:
-        tests = significance(results, summary["best"], [BASELINE, NOTEBOOK], args.bootstrap)
+    versus = versus_rows(args.versus, len(summary["seeds"]))
+    tests = significance(results, summary["best"], versus, args.bootstrap) if summary["best"] and versus else None
     targets = check_targets(summary, args.epochs, full_data=args.rows is None and args.anchors is None)
     text = markdown(summary, meta, args.options, tests, targets)
     print("\n" + text, flush=True)

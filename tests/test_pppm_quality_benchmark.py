@@ -146,6 +146,21 @@ def test_significance_pairs_the_validation_rows(tmp_path):
     assert test["diff"] == pytest.approx(expected) and test["diff"] > 0 and test["p"] < 0.05
 
 
+def test_versus_names_the_rows_the_best_is_tested_against_even_on_one_seed(tmp_path):
+    assert pq.versus_rows(None, 1) == [] and pq.versus_rows(None, 2) == ["baseline", "notebook"]
+    assert pq.versus_rows(["ema"], 1) == ["ema"]
+    assert pq.parse_args(["--versus", "ema", "baseline"]).versus == ["ema", "baseline"]
+    with pytest.raises(SystemExit):
+        pq.parse_args(["--versus", "nope"])
+    meta = {"command": "c", "model": "m", "epochs": 3, "combo": pq.DEFAULT_COMBO, "rows": "every row",
+            "machine": "2 CPUs", "date": "today", "bootstrap": 10}
+    one = pq.summarise([r for r in _records() if r["seed"] == 42], [*pq.row_options(), pq.NOTEBOOK])
+    tests = {"ema": {"diff": 0.01, "low": -0.002, "high": 0.02, "p": 0.1, "seeds": 1}}
+    text = pq.markdown(one, meta, pq.row_options(), tests)
+    assert "(1 seed only: no seed-to-seed spread)" in text.splitlines()[0]
+    assert "| ema | +0.0100 | [-0.0020, +0.0200] | 0.100 | 1 |" in text
+
+
 def test_an_ensemble_averages_standardised_predictions_of_the_same_rows(tmp_path):
     rng = np.random.default_rng(1)
     rows, target = np.arange(80), rng.random(80)
