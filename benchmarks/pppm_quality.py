@@ -344,6 +344,15 @@ def notebook_files(folder: Path, seed: int) -> tuple[Path, Path]:
     return cache, cache.with_suffix(".json")
 
 
+def checked_options(cfg: TrainConfig, base: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a row's earlier run must have been started with: the options the base or the row sets, and the seed.
+
+    Their values are the row's config's (a row naming another pooler has its own ``pooling_options``, not the base's).
+    """
+    values = cfg.to_dict()
+    return {k: values[k] for k in (*base, *options, "seed")}
+
+
 def _check_saved_options(run: Run, checked: Mapping[str, Any]) -> None:
     saved = run.config().to_dict()
     wanted = TrainConfig(**{**TrainConfig().to_dict(), **checked}).to_dict()  # normalised as the run saved them
@@ -704,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_notebook(base, seed, work / NOTEBOOK, work / BASELINE / f"seed_{seed}"))
                 continue
             cfg = row_config(base, rows[name], seed, work / name / f"seed_{seed}")
-            results.append(run_row(name, cfg, {**base, **rows[name], "seed": seed}))
+            results.append(run_row(name, cfg, checked_options(cfg, base, rows[name])))
         for name, members in args.ensembles.items():
             record = run_ensemble(name, members, seed, results, work / "ensembles" / name)
             if record is not None:

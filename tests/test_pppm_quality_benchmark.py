@@ -252,6 +252,13 @@ def test_a_run_trained_with_other_options_is_refused(tmp_path):
     pq._check_saved_options(run, checked)  # the same options: accepted
     with pytest.raises(SystemExit, match=r"other options.*loss: run 'pearson', row 'mse'.*--work-dir"):
         pq._check_saved_options(run, {**checked, "loss": "mse"})
+    mean = pq.row_config(base, {"pooling": "mean"}, seed=3, output_dir=tmp_path / "mean")
+    other = pq.Run(tmp_path / "mean")  # a row of another pooler: read back with its own (empty) pooling_options
+    other.path.mkdir()
+    other.write_info({"task": "regression"})
+    other.write_config(mean.to_dict())
+    pq._check_saved_options(other, pq.checked_options(mean, base, {"pooling": "mean"}))
+    assert pq.checked_options(mean, base, {"pooling": "mean"})["pooling_options"] == {}
 
 
 def test_an_anchor_subset_keeps_whole_anchors_and_is_rebuilt_identically(tmp_path, monkeypatch):
