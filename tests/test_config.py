@@ -25,6 +25,7 @@ DEFAULTS = {
     "train_file": None, "valid_file": None, "text_cols": [], "template": None, "label": "label", "id_col": "id",
     "task": "regression", "preset": None, "data_dir": None, "limit": None,
     "group_context": None, "group_context_by": [], "group_context_pooling": "all",
+    "group_context_dropout": 0.0,
     "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10, "split_seed": None,
     "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "recurrent": None,
     "recurrent_layers": 1, "head_dropout": 0.1,

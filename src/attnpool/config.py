@@ -108,6 +108,9 @@ class TrainConfig:
     group_context_pooling: str = _data("all", "with group_context, the tokens the pooler weighs: all, or own (the "
                                        "row's own text; the encoder still reads the context after it)",
                                        choices=CONTEXT_POOLING)
+    group_context_dropout: float = _data(0.0, "with group_context, the share of training rows drawn afresh each "
+                                         "epoch (seeded) that go without their context, so that one model learns "
+                                         "both views; validation and prediction keep the context")
 
     # --- validation
     folds: int = _validation(5, "k of k-fold cross-validation (ignored with valid_file)")
@@ -272,8 +275,10 @@ class TrainConfig:
         if self.group_context_pooling == "own" and not self.group_context:
             raise ValueError("group_context_pooling own pools the row's own text apart from its group context: it "
                              "needs --group-context COL (else there is no context to leave out)")
+        if not 0 <= self.group_context_dropout < 1 or (self.group_context_dropout and not self.group_context):
+            raise ValueError(f"group_context_dropout must be in [0, 1) and needs --group-context COL, got "
+                             f"{self.group_context_dropout} with group_context={self.group_context!r}")
         return self
-
 
     def _check_pooler(self) -> None:
         """The pooler's name and option names, before an encoder loads or data is read."""

@@ -221,6 +221,49 @@ def test_without_group_context_the_folds_share_the_one_tokenisation(straddling, 
     assert data.fold_encodings(cfg, train, valid, LOG) is data.encodings and len(data.encodings["input_ids"]) == 12
 
 
+def test_context_dropout_leaves_a_seeded_share_of_training_rows_without_context_each_epoch(straddling):
+    cfg, data, folds = straddling
+    cfg.group_context_dropout = 0.5
+    train, valid = data.split(folds, 0)
+    encodings = data.fold_encodings(cfg, train, valid, LOG)
+    dataset = data.training_set(cfg, encodings, train, LOG)
+    draws = []
+    for epoch in (0, 1, 2, 0):
+        dataset.set_epoch(epoch)
+        bare = [i for i in range(len(train)) if not _context_words(data.tokenizer, dataset[i]["input_ids"])]
+        assert len(bare) == 3, f"epoch {epoch}: half of the 6 training rows go without their context"
+        for i in range(len(train)):
+            own = encodings["input_ids"][train[i]]
+            assert (dataset[i]["input_ids"] == own) == (i not in bare), "the others keep the fold's context text"
+            assert dataset[i]["labels"] == data.labels[train[i]]
+        draws.append(bare)
+    assert draws[0] == draws[3], "the same epoch draws the same rows (a resumed run)"
+    assert draws[0] != draws[1] or draws[1] != draws[2], "the rows are drawn afresh each epoch"
+    again = data.training_set(cfg, encodings, train, LOG)
+    again.set_epoch(1)
+    assert [i for i in range(len(train)) if again.without[i]] == draws[1], "a fresh dataset (or process) draws alike"
+    cfg.seed += 1
+    other = data.training_set(cfg, encodings, train, LOG)
+    assert any((other.set_epoch(e), list(np.flatnonzero(other.without)))[1] != draws[e] for e in (0, 1, 2))
+
+
+def test_without_context_dropout_the_training_set_is_the_plain_one(straddling):
+    cfg, data, folds = straddling
+    train, valid = data.split(folds, 0)
+    dataset = data.training_set(cfg, data.fold_encodings(cfg, train, valid, LOG), train, LOG)
+    assert not hasattr(dataset, "set_epoch") and len(dataset) == len(train)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0])
+def test_context_dropout_outside_0_1_or_without_a_context_is_refused(share):
+    ok = dict(train_file="t.csv", text_cols=["a"], group_context="target", group_context_by=["anchor"])
+    with pytest.raises(ValueError, match=f"^group_context_dropout must be in \\[0, 1\\) and needs --group-context "
+                                          f"COL, got {share} with group_context='target'$"):
+        TrainConfig(**ok, group_context_dropout=share).validate()
+    with pytest.raises(ValueError, match="got 0.5 with group_context=None$"):
+        TrainConfig(train_file="t.csv", text_cols=["a"], group_context_dropout=0.5).validate()
+
+
 # --- prediction: the file's rows, whatever the chunk
 
 

@@ -140,3 +140,41 @@ def test_own_pooling_trains_pools_the_rows_own_text_and_exports(trained, tmp_pat
     expected = np.mean([scores(run / f"fold_{k}" / "model", test) for k in (0, 1)], axis=0)
     np.testing.assert_allclose(pd.read_csv(out.output)["prediction"], expected, atol=1e-5)
     export_onnx(run / "fold_0" / "model", tmp_path / "own.onnx", with_weights=True)  # verified against torch
+
+
+def test_context_dropout_trains_each_epoch_on_a_fresh_half_without_context(trained, tmp_path, monkeypatch):
+    """`--group-context-dropout 0.5`: the Trainer draws each epoch's rows (through accelerate's ``set_epoch``), half
+    of the rows it trains on go without their context, and validation keeps it (the out-of-fold scores)."""
+    from attnpool.data.task import ContextDropoutDataset
+
+    folder, _ = trained
+    fetched: list[tuple[int, bool]] = []  # (epoch drawn, row without its context) per training row fetched
+    draw, fetch = ContextDropoutDataset.set_epoch, ContextDropoutDataset.__getitem__
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        draw(self, epoch)
+
+    def getitem(self, i):
+        fetched.append((self.epoch, bool(self.without[i])))
+        return fetch(self, i)
+
+    monkeypatch.setattr(ContextDropoutDataset, "set_epoch", set_epoch)
+    monkeypatch.setattr(ContextDropoutDataset, "__getitem__", getitem)
+    run = tmp_path / "dropout"
+    fast = [*FAST]
+    fast[1] = "2"  # --epochs 2
+    code = main(["train", "--train-file", str(folder / "train.csv"), "--template", "{anchor} [SEP] {target}",
+                 "--group-context", "target", "--group-context-by", "anchor", "context", "--group-context-dropout",
+                 "0.5", "--folds", "2", "--only-folds", "0", "--model", str(folder / "encoder"),
+                 "--output-dir", str(run), *fast])
+    assert code == 3  # one fold of two: the other is left for later
+    assert TrainConfig.from_dict(load_yaml(run / "config.yaml")).group_context_dropout == 0.5
+    assert "training rows without context: 20 texts" in (run / "train.log").read_text()
+    trained_on = fetched[-40:]  # the two epochs' 20 rows each; the sampler read every row's length before
+    for epoch in (0, 1):
+        assert sum(bare for e, bare in trained_on if e == epoch) == 10, f"epoch {epoch}: half without context"
+    train = pd.read_csv(folder / "train.csv", dtype={"id": str})
+    oof = pd.read_csv(run / "oof.csv")
+    valid = train.iloc[oof.loc[oof.fold == 0, "row"].to_numpy()].reset_index(drop=True)
+    np.testing.assert_allclose(oof["prediction"], scores(run / "fold_0" / "model", valid), atol=1e-5)

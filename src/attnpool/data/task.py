@@ -40,6 +40,34 @@ class EncodedDataset(torch.utils.data.Dataset):
         return item
 
 
+class ContextDropoutDataset(EncodedDataset):
+    """Training rows of which a seeded share goes without its group context, drawn afresh each epoch.
+
+    ``bare`` holds the rows' token lists with an empty context. :meth:`set_epoch` (which the ``Trainer`` calls
+    through accelerate's data loader as each epoch starts, a resumed one included) draws ``round(share * len(rows))``
+    rows from a generator seeded by ``(seed, epoch)``, so every process and a resumed run draw the same rows.
+    """
+
+    def __init__(self, encodings: dict[str, list], bare: dict[str, list], labels: np.ndarray | None,
+                 rows: np.ndarray, share: float, seed: int) -> None:
+        super().__init__(encodings, labels, rows)
+        self.bare, self.share, self.seed = bare, share, seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the rows that go without their context in ``epoch``."""
+        rng = np.random.default_rng([self.seed, int(epoch)])
+        self.without = np.zeros(len(self.rows), dtype=bool)
+        self.without[rng.permutation(len(self.rows))[: round(self.share * len(self.rows))]] = True
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = super().__getitem__(i)
+        if self.without[i]:
+            row = int(self.rows[i])
+            item.update({k: v[row] for k, v in self.bare.items()})
+        return item
+
+
 @dataclass
 class TaskData:
     """A loaded, validated and tokenised data set with everything the recipe needs to know about it."""
@@ -101,6 +129,17 @@ class TaskData:
                 for row, value in zip(rows, values, strict=True):
                     column[row] = value
         return encodings
+
+    def training_set(self, cfg: TrainConfig, encodings: dict[str, list], train_idx: np.ndarray,
+                     log: logging.Logger) -> EncodedDataset:
+        """The training rows of a fold; with ``group_context_dropout`` a :class:`ContextDropoutDataset`."""
+        if not cfg.group_context_dropout:
+            return EncodedDataset(encodings, self.labels, train_idx)
+        part = add_group_context(self.frame.iloc[train_idx], cfg.group_context, cfg.group_context_by)
+        part[CONTEXT_FIELD] = ""
+        bare = {key: dict(zip(train_idx.tolist(), values, strict=True))
+                for key, values in tokenize(self.tokenizer, part, cfg, log, "training rows without context").items()}
+        return ContextDropoutDataset(encodings, bare, self.labels, train_idx, cfg.group_context_dropout, cfg.seed)
 
 
 def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train"):

@@ -185,7 +185,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     """
     model = build_model(cfg, data, fold)
     encodings = data.fold_encodings(cfg, train_idx, valid_idx, logger)  # per fold with group_context
-    train_ds = EncodedDataset(encodings, data.labels, train_idx)
+    train_ds = data.training_set(cfg, encodings, train_idx, logger)  # with context dropout: drawn per epoch
     eval_ds = EncodedDataset(encodings, data.labels, valid_idx)
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
