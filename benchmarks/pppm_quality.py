@@ -24,6 +24,10 @@ Rows (each a dict of :class:`~attnpool.config.TrainConfig` overrides on top of t
   member rows' out-of-fold predictions, each standardised first (a Pearson-loss row predicts on its own scale), e.g.
   a run with the grouped-target context and one without (``--ensemble blend best context_best``). Their time is
   the members' summed; they are never the "best" row, whose targets speak of one model;
+* views, ``--views NAME ROW`` (repeatable): no training of their own; per seed, the ROW run's fold-0 model (trained
+  with ``group_context``, e.g. ``group_context_dropout=0.5``) predicting its validation rows through
+  ``attnpool.predict`` with ``context_view="both"``: the mean of its scores with and without the grouped context.
+  One model, so it may be the best row;
 * ``notebook``: the public PPPM notebook's recipe at equal epochs, ``references.notebook_scores`` (its model, loop,
   optimiser and schedule transcribed; the head of ``notebook_recipe.py``; its own batch of 16), trained on exactly
   the rows of the same seed's fold 0 (the baseline run's ``folds.csv`` when it exists, else the same
@@ -437,6 +441,43 @@ def run_ensemble(name: str, members: Sequence[str], seed: int, results: Sequence
             "status": "ensemble", "members": list(members), "n_valid": len(rows)}
 
 
+def run_views(name: str, row: str, seed: int, results: Sequence[Mapping[str, Any]], folder: Path) -> dict[str, Any]:
+    """The ``row`` run of ``seed`` predicting its validation rows with ``context_view="both"``, as a row of its own.
+
+    The validation rows are the run's out-of-fold rows, written to a CSV in ``folder`` and read by ``attnpool.predict``
+    as any file is (each row's context from the file's rows: the validation rows, as in training); the predictions
+    are kept as ``.npz`` like an ensemble's. The record also holds the run's score with the context only (its
+    out-of-fold file) and without it.
+    """
+    found = next(r for r in results if r["row"] == row and int(r["seed"]) == seed)
+    run = Run(found["run_dir"])
+    cfg = run.config()
+    if not cfg.group_context:
+        raise SystemExit(f"--views {name}: {row} trains without --group-context, so its rows have one view only")
+    rows, target, with_context = predictions(found)
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = folder / f"seed_{seed}_valid.csv"
+    atomic_write_text(inputs, load_task(cfg, log=logger).frame.iloc[rows].to_csv(index=False))
+    score = metric_function("regression", "pearson")
+    views = {}
+    for view in ("both", "without"):
+        out = folder / f"seed_{seed}_{view}.csv"
+        attnpool.predict(run.path, inputs, out, folds=[0], context_view=view, progress=False, precision=cfg.precision)
+        views[view] = pd.read_csv(out)["prediction"].to_numpy(dtype=np.float64)
+    path = folder / f"seed_{seed}.npz"
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, rows=rows, target=target, scores=views["both"])
+    os.replace(tmp, path)
+    record = {"row": name, "seed": seed, "pearson": float(score(target, views["both"])),
+              "pearson_with": float(score(target, with_context)), "pearson_without": float(score(target,
+                                                                                               views["without"])),
+              "train_seconds": found.get("train_seconds"), "run_dir": str(path), "status": "views", "views_of": row,
+              "n_valid": len(rows)}
+    logger.info("%s, seed %d: Pearson %.4f with both views (with the context %.4f, without %.4f)", name, seed,
+                record["pearson"], record["pearson_with"], record["pearson_without"])
+    return record
+
+
 # --------------------------------------------------------------------------------------------------- summary
 
 
@@ -460,7 +501,8 @@ def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dic
                      "delta": float(np.mean(list(paired.values()))) if paired else None, "delta_per_seed": paired,
                      "seconds": float(np.mean(times)) if times else None,
                      "resumed": any(seeds[s].get("status") == "resumed" for s in seeds),
-                     "members": next((seeds[s]["members"] for s in seeds if seeds[s].get("members")), None)})
+                     "members": next((seeds[s]["members"] for s in seeds if seeds[s].get("members")), None),
+                     "views_of": next((seeds[s]["views_of"] for s in seeds if seeds[s].get("views_of")), None)})
     ensembles = {r["row"] for r in results if r.get("members")}
     ours = [r for r in rows if r["name"] != NOTEBOOK and r["name"] not in ensembles and not math.isnan(r["pearson"])]
     best = max(ours, key=lambda r: r["pearson"])["name"] if ours else None
@@ -555,6 +597,8 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
         opts = "notebook recipe (references.notebook_scores)" if name == NOTEBOOK else describe(options.get(name, {}))
         if row.get("members"):
             opts = "ensemble: standardised mean of " + " + ".join(row["members"])
+        if row.get("views_of"):
+            opts = f"{row['views_of']}'s model, predicted with --context-view both (with and without the context)"
         seconds = _f(row["seconds"], 0) + (" (resumed)" if row["resumed"] else "")
         seconds += " (summed)" if row.get("members") else ""
         pearson = f"**{_f(row['pearson'])}** (best)" if best else _f(row["pearson"])
@@ -601,6 +645,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "NAME, then two or more rows whose out-of-fold predictions it averages (standardised), e.g. "
                    "--ensemble blend best context_best; the members run when not done (the plan says so); repeat for "
                    "more")
+    p.add_argument("--views", action="append", nargs=2, default=[], metavar=("NAME", "ROW"), help="a row of "
+                   "ROW's model (trained with a group context) predicting with and without it, averaged "
+                   "(attnpool predict --context-view both), e.g. --views cd05_both cd05; repeat for more")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_ROWS} rows, 1 epoch, 1 seed, rows "
                    f"{' '.join(QUICK_ONLY)} (each unless given)")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "pppm_quality", help="where the runs are kept")
@@ -631,14 +678,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.ensembles = parse_ensembles(args.ensemble, known)
     except ValueError as err:
         p.error(str(err))
+    args.views = dict(args.views)
+    for name, row in args.views.items():
+        if name in known or name in args.ensembles or row not in args.options:
+            p.error(f"--views {name} {row}: give a new name and a row that trains (rows: {', '.join(args.options)})")
     for flag, names in (("--only", args.only), ("--versus", args.versus)):
-        unknown = [n for n in names or [] if n not in known and n not in args.ensembles]
+        unknown = [n for n in names or [] if n not in known and n not in args.ensembles and n not in args.views]
         if unknown:
             p.error(f"{flag}: unknown row(s) {', '.join(unknown)}; rows: {', '.join(known)}")
-    wanted = known if args.only is None else [n for n in args.only if n not in args.ensembles]
-    members = [m for ms in args.ensembles.values() for m in ms]
+    wanted = known if args.only is None else [n for n in args.only if n not in args.ensembles and n not in args.views]
+    members = [m for ms in [*args.ensembles.values(), *([r] for r in args.views.values())] for m in ms]
     args.wanted = list(dict.fromkeys([*wanted, *members]))  # run in the order given, then the members not named
-    args.added = {m: e for e, ms in reversed(args.ensembles.items()) for m in ms if m not in wanted}
+    needs = [*((f"a member of --ensemble {e}", ms) for e, ms in args.ensembles.items()),
+             *((f"the model of --views {v}", [r]) for v, r in args.views.items())]
+    args.added = {m: why for why, ms in reversed(needs) for m in ms if m not in wanted}
     return args
 
 
@@ -706,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
-    order = [*args.options, *args.ensembles, NOTEBOOK]
+    order = [*args.options, *args.ensembles, *args.views, NOTEBOOK]
     for seed in seeds:
         for name in args.wanted:
             if name == NOTEBOOK:
@@ -718,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
             record = run_ensemble(name, members, seed, results, work / "ensembles" / name)
             if record is not None:
                 results.append(record)
+        for name, row in args.views.items():
+            results.append(run_views(name, row, seed, results, work / "views" / name))
         report(results, order, args, meta, work, final=seed == seeds[-1])
     print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0
@@ -726,8 +781,8 @@ def main(argv: list[str] | None = None) -> int:
 def plan(names: Sequence[str], seeds: Sequence[int], work: Path, added: Mapping[str, str]) -> list[str]:
     """One line per (row, seed): whether it trains, resumes or is read back from ``work``, and why it runs.
 
-    ``added`` maps a row that runs only because an ``--ensemble`` needs it to that ensemble's name, so that a
-    member trained for an ensemble (possibly for an hour) is never a surprise.
+    ``added`` maps a row that runs only because an ``--ensemble`` or ``--views`` row needs it to why (``a member of
+    --ensemble blend``), so that a member trained for another row (possibly for an hour) is never a surprise.
     """
     actions = {"trained": "train", "resumed": "resume", "reused": "read back"}
     lines = []
@@ -738,7 +793,7 @@ def plan(names: Sequence[str], seeds: Sequence[int], work: Path, added: Mapping[
                 action = "read back" if done else "train"
             else:
                 action = actions[row_status(work / name / f"seed_{seed}")]
-            why = f" (a member of --ensemble {added[name]}, not in --only)" if name in added else ""
+            why = f" ({added[name]}, not in --only)" if name in added else ""
             lines.append(f"{name}, seed {seed}: {action}{why}")
     return lines
 

@@ -203,7 +203,7 @@ def test_ensemble_arguments_are_checked():
 def test_the_plan_says_what_trains_and_which_rows_an_ensemble_adds(tmp_path, capsys):
     args = pq.parse_args(["--row", "best", "msd", "--row", "ctx", "context", "--ensemble", "blend", "best", "ctx",
                           "--only", "best", "blend", "notebook"])
-    assert args.added == {"ctx": "blend"}  # asked only through the ensemble
+    assert args.added == {"ctx": "a member of --ensemble blend"}  # asked only through the ensemble
     work = tmp_path / "work"
     started = pq.Run(work / "best" / "seed_42")  # a run with a run.json but no finished fold: resumed
     started.path.mkdir(parents=True)
@@ -316,3 +316,54 @@ def test_the_docs_keep_other_runs_sections_and_replace_the_same_commands(tmp_pat
     other = pq.merge_docs(merged, "## One seed\n\n- command: `pppm_quality.py --seeds 1`\n\n| c |\n")
     assert other.startswith(pq.DOCS_HEADER) and other.index("| c |") < other.index("| new |") < other.index("| b |")
     assert pq.merge_docs("", again) == pq.DOCS_HEADER + "\n" + again
+
+
+def test_views_arguments_add_the_row_they_read_and_refuse_a_bad_one():
+    args = pq.parse_args(["--row", "cd", "context", "group_context_dropout=0.5", "--views", "cd_both", "cd",
+                          "--only", "cd_both"])
+    assert args.views == {"cd_both": "cd"} and args.wanted == ["cd"]
+    assert args.added == {"cd": "the model of --views cd_both"}
+    for views in (["baseline", "cd"], ["x", "nope"], ["x", "notebook"]):
+        with pytest.raises(SystemExit):
+            pq.parse_args(["--row", "cd", "context", "--views", *views])
+
+
+def test_views_predict_the_validation_rows_with_and_without_their_context(tmp_path, caplog):
+    """A tiny run with a group context: the views row is the mean of its two views, each what predict writes."""
+    import logging
+
+    import pandas as pd
+
+    import attnpool
+    from model_helpers import save_tiny_encoder
+
+    rng = np.random.default_rng(0)
+    words = ["red", "blue", "green", "tree", "house", "river", "stone", "cloud"]
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(40)], "anchor": rng.choice(words[:3], 40),
+                          "target": [f"{a} {b}" for a, b in rng.choice(words, (40, 2))],
+                          "label": rng.random(40).round(2)})
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), template="{anchor} [SEP] {target}",
+                      group_context="target", group_context_by=["anchor"], group_context_dropout=0.5, folds=2,
+                      only_folds=[0], epochs=1, batch_size=8, max_length=32, precision="fp32",
+                      model=save_tiny_encoder(tmp_path / "encoder"), output_dir=str(tmp_path / "run"),
+                      pooling_options={"attn_size": 8})
+    attnpool.train(cfg)
+    record = pq.run_row("cd", cfg, pq.checked_options(cfg, {}, {}))  # read back: fold 0 is done
+    with caplog.at_level(logging.INFO, logger="attnpool.pppm_quality"):
+        out = pq.run_views("cd_both", "cd", 42, [record], tmp_path / "views")
+    rows, target, scores = pq.predictions(out)
+    assert rows.tolist() == pq.predictions(record)[0].tolist() and out["views_of"] == "cd"
+    valid = pd.read_csv(tmp_path / "views" / "seed_42_valid.csv")
+    assert valid["id"].tolist() == frame["id"].to_numpy()[rows].tolist()  # the run's validation rows, in order
+    with_context = attnpool.predict(tmp_path / "run", tmp_path / "views" / "seed_42_valid.csv", tmp_path / "w.csv",
+                                    progress=False, precision="fp32").output  # the run's precision, as the views
+    without = pd.read_csv(tmp_path / "views" / "seed_42_without.csv")["prediction"].to_numpy()
+    np.testing.assert_allclose(scores, (pd.read_csv(with_context)["prediction"] + without) / 2, atol=1e-6)
+    np.testing.assert_allclose(pd.read_csv(with_context)["prediction"], pq.predictions(record)[2], atol=1e-5)
+    assert out["pearson_with"] == pytest.approx(record["pearson"], abs=1e-3)
+    assert "cd_both, seed 42: Pearson" in caplog.text
+    summary = pq.summarise([record, out], ["cd", "cd_both"])
+    assert "cd's model, predicted with --context-view both" in pq.markdown(
+        summary, {"epochs": 1, "model": "tiny", "command": "c", "date": "d", "machine": "m", "rows": "r",
+                  "combo": "x"}, {"cd": {}})

@@ -127,10 +127,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    options = {k: getattr(args, k) for k in ("batch_size", "ensemble", "device", "chunk_rows", "resume", "precision",
-                                             "folds", "backend", "quantize", "int8_tolerance", "threads")}
+    keys = ("batch_size", "ensemble", "device", "chunk_rows", "resume", "precision", "folds", "backend", "quantize",
+            "int8_tolerance", "threads", "blend_weights", "context_view")
     summary = api.predict(args.run[0] if len(args.run) == 1 else args.run, args.input, args.output,
-                          progress=args.verbosity != "quiet", blend_weights=args.blend_weights, **options)
+                          progress=args.verbosity != "quiet", **{k: getattr(args, k) for k in keys})
     print(f"wrote {summary.rows} predictions to {args.output}")
     return 0
 
@@ -219,6 +219,8 @@ def _add_predict(commands: Any) -> None:
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
     _arg(predict, "--resume", "continue an interrupted prediction to the same --output, keeping its finished chunks",
          default=False, action="store_true")
+    _arg(predict, "--context-view", "with --group-context: each row's context from the file (with), none "
+         "(without), or both views' mean (both)", default="with", choices=["with", "without", "both"])
     _add_engine(predict, "the first rows")
     predict.set_defaults(func=_cmd_predict)
 
@@ -278,8 +280,7 @@ def _add_explain(commands: Any) -> None:
     _arg(explain, "--json", "the JSON file", shown="the HTML path with .json")
     _arg(explain, "--limit", "explain only the first N rows", shown="every row", type=int)
     _arg(explain, "--erasure-k", "remove up to K tokens in the erasure test", default=5, type=int)
-    _arg(explain, "--text-cols", "text column(s), for a model folder (a run uses the columns it was trained on)",
-         shown="the run's", nargs="+")
+    _arg(explain, "--text-cols", "text column(s) of a model folder (a run uses its own)", shown="the run's", nargs="+")
     _arg(explain, "--label", "label column", shown="the run's, else 'label' if present")
     _arg(explain, "--max-length", "truncation", shown="the run's, else 128", type=int)
     _arg(explain, "--fold", "which fold's model of a run", shown="its first trained fold", type=int)
@@ -349,8 +350,7 @@ def _add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
     group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", default=default,
                        help=_help("print only the summary and errors (train.log keeps everything)", "off"))
     group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const="verbose", default=default,
-                       help=_help("also print the Trainer's own progress bars and log dicts and the libraries' "
-                                  "messages", "off"))
+                       help=_help("also print the Trainer's bars and log dicts and the libraries' messages", "off"))
 
 
 def build_parser() -> argparse.ArgumentParser:

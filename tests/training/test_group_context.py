@@ -50,10 +50,12 @@ def contexts(frame: pd.DataFrame) -> list[str]:
             for a, c, own in zip(frame.anchor, frame.context, frame.target, strict=True)]
 
 
-def scores(model_dir, frame: pd.DataFrame) -> np.ndarray:
+def scores(model_dir, frame: pd.DataFrame, context: bool = True) -> np.ndarray:
+    """The model's scores of the rows, each with its context in ``frame`` (or an empty one)."""
     model = AttnPoolForSequenceClassification.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    texts = [f"{a} [SEP] {t} [SEP] {c}" for a, t, c in zip(frame.anchor, frame.target, contexts(frame), strict=True)]
+    joined = contexts(frame) if context else [""] * len(frame)
+    texts = [f"{a} [SEP] {t} [SEP] {c}" for a, t, c in zip(frame.anchor, frame.target, joined, strict=True)]
     batch = tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")
     with torch.no_grad():
         return model(**batch).logits[:, 0].numpy()
@@ -102,6 +104,37 @@ def test_predict_builds_the_context_from_the_file_and_serve_from_the_request(tra
     job = service.encode(test[service.fields].to_dict("records"))
     served = service.run([job], batch_size=8)[0].scores
     np.testing.assert_allclose(np.asarray(served).reshape(-1), pred["prediction"], atol=1e-5)
+
+
+def test_predict_reads_the_rows_with_without_or_both_views_of_their_context(trained, tmp_path):
+    folder, run = trained
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
+    views = {view: scores(run / "fold_0" / "model", test, context=view == "with") for view in ("with", "without")}
+    assert not np.allclose(views["with"], views["without"], atol=1e-4), "the context changes the scores"
+    views["both"] = (views["with"] + views["without"]) / 2
+    for view, expected in views.items():
+        out = tmp_path / f"{view}.csv"
+        assert main(["predict", "--run", str(run), "--input", str(folder / "test.csv"), "--output", str(out),
+                     "--folds", "0", "--context-view", view, "--device", "cpu", "--precision", "fp32", "-q"]) == 0
+        np.testing.assert_allclose(pd.read_csv(out)["prediction"], expected, atol=1e-5, err_msg=view)
+
+
+def test_a_context_view_of_a_run_without_context_is_refused(trained, tmp_path):
+    import shutil
+
+    import yaml
+
+    _, run = trained
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(run / "run.json", plain / "run.json")
+    saved = load_yaml(run / "config.yaml")
+    (plain / "config.yaml").write_text(yaml.safe_dump({**saved, "group_context": None, "group_context_by": []}))
+    with pytest.raises(ValueError, match=r"^context_view both: .*plain trained without a group context "
+                                         r"\(--group-context\), so the rows have one view only; drop --context-view$"):
+        predict(plain, tmp_path / "in.csv", tmp_path / "out.csv", context_view="both")
+    with pytest.raises(ValueError, match="^context_view must be one of with, without, both, got 'neither'$"):
+        predict(plain, tmp_path / "in.csv", tmp_path / "out.csv", context_view="neither")
 
 
 @pytest.mark.parametrize("limit", [None, 5])

@@ -14,7 +14,7 @@ import pandas as pd
 
 from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns
-from attnpool.data.context import add_group_context, context_text_spec
+from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import iter_table
@@ -71,14 +71,17 @@ class PredictionInputs:
     encode_rows = 10_000  # rows tokenised at a time within a chunk
 
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
-                 log: logging.Logger, context_from: str = "file") -> None:
+                 log: logging.Logger, context_from: str = "file", with_context: bool = True) -> None:
         """Inputs of ``path`` with the run's ``cfg`` and ``info``.
 
         ``context_from``: with ``group_context``, the rows a context comes from: ``file``, every row of ``path``
         (read once, its context columns only); ``chunk``, the rows given to :meth:`encode` (a served request).
+        ``with_context=False``: with ``group_context``, every row's context is left empty (the view of the rows
+        ``--group-context-dropout`` trained without it).
         """
         if context_from not in ("file", "chunk"):
             raise ValueError(f"context_from must be 'file' or 'chunk', got {context_from!r}")
+        self.with_context = with_context
         self.cfg = apply_preset(cfg)
         self.info, self.path, self.tokenizer, self.log = info, Path(path), tokenizer, log
         self.counts = {"texts": 0, "empty": 0, "truncated": 0, "tokens": 0, "max_tokens": 0}
@@ -106,8 +109,10 @@ class PredictionInputs:
             frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk)
             self.cfg.template = self.cfg.template or template
         if self.cfg.group_context:
-            pool = frame if self.context_from == "chunk" else self.context_pool()
+            pool = frame if self.context_from == "chunk" or not self.with_context else self.context_pool()
             frame = _with_context(self.cfg, frame, pool, self.path)
+            if not self.with_context:
+                frame[CONTEXT_FIELD] = ""
         _check_prediction_rows(self.cfg, self.info, frame, self.path)
         encodings: dict[str, list] = {}
         for start in range(0, len(frame), self.encode_rows):

@@ -26,10 +26,12 @@ PARTS_FORMAT = 1  # bumped when the layout of OUTPUT.parts/ changes
 
 
 def manifest(input_file: Path, runs: Run | list[Run], folds: list[int] | list[list[int]], chunk_rows: int,
-             ensemble: str, precision: str, weights: list[float] | None = None) -> dict[str, Any]:
+             ensemble: str, precision: str, weights: list[float] | None = None,
+             context_view: str = "with") -> dict[str, Any]:
     """What the parts of a prediction are computed from; resuming needs every entry unchanged.
 
-    One run (and its folds), or a blend: a list of runs, the folds of each, and the blend's ``weights``.
+    One run (and its folds), or a blend: a list of runs, the folds of each, and the blend's ``weights``; the
+    ``context_view`` when it is not the default ``with`` (so that older manifests still resume).
     """
     stat = input_file.stat() if input_file.is_file() else None
 
@@ -47,7 +49,8 @@ def manifest(input_file: Path, runs: Run | list[Run], folds: list[int] | list[li
                  "models": [models(r, f) for r, f in zip(runs, folds, strict=True)], "weights": weights}
     return {"format": PARTS_FORMAT, "input": str(input_file.resolve()), "input_size": stat.st_size if stat else None,
             "input_mtime_ns": stat.st_mtime_ns if stat else None, "chunk_rows": chunk_rows, **where,
-            "ensemble": ensemble, "precision": precision}
+            "ensemble": ensemble, "precision": precision,
+            **({"context_view": context_view} if context_view != "with" else {})}
 
 
 def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -66,7 +69,7 @@ def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         changes.append(f"{what} now {now['run']} (was {saved.get('run')})")
     elif saved.get("models") != now["models"]:
         changes.append(f"the fold models of {now['run']} changed (retrained or replaced)")
-    for key in ("chunk_rows", "ensemble", "precision", "weights"):
+    for key in ("chunk_rows", "ensemble", "precision", "weights", "context_view"):
         if saved.get(key) != now.get(key):
             changes.append(f"{key} is now {now.get(key)} (was {saved.get(key)}; pass the same value to resume)")
     return changes

@@ -48,7 +48,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             chunk_rows: int = 100_000, resume: bool = False, precision: str = "auto",
             folds: int | Sequence[int] | None = None, backend: str = "torch", quantize: str = "none",
             int8_tolerance: float = INT8_TOLERANCE, threads: int | None = None,
-            blend_weights: Sequence[float] | None = None) -> PredictionSummary:
+            blend_weights: Sequence[float] | None = None, context_view: str = "with") -> PredictionSummary:
     """Predict a file with every fold model of a run, ensemble, and write the output atomically, chunk by chunk.
 
     Given several runs, each predicts as its folds' ensemble and the runs are blended into one prediction
@@ -97,6 +97,10 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         threads: CPU threads of the model (PyTorch's or ONNX Runtime's intra-op pool); default: one per physical
             core (:func:`attnpool.threads.set_threads`).
         blend_weights: With several runs, one non-negative weight per run (normalised); default: equal.
+        context_view: For a run trained with ``group_context``: ``with`` (each row's context from the file),
+            ``without`` (every context left empty) or ``both`` (the mean of the two views' scores: test-time
+            augmentation for a run trained with ``group_context_dropout``). Runs without a context read the rows as
+            they were trained.
 
     Returns:
         A :class:`PredictionSummary` (output path, rows, chunks), not the predictions: they may not fit in memory.
@@ -107,7 +111,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             ``resume``; with ``resume``, parts computed from another input, run or options; another process
             writing the same output.
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...).
-        ValueError: Bad ``ensemble``, ``precision`` or ``chunk_rows``.
+        ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
+            for runs trained without a group context).
     """
     sources = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
     blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
@@ -117,6 +122,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
         raise ValueError(LONE_WEIGHTS)
+    views = _context_views(context_view, runs)
     device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
@@ -129,13 +135,14 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         chosen = [m.folds for m in members]
         blend = RunBlend.read(runs, chosen, blend_weights) if blended else None
         info, task = runs[0].info(), members[0].task
-        inputs = [PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger)
+        inputs = [[PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger, with_context=v)
+                   for v in (views if run.config().group_context else (True,))]
                   for run, m in zip(runs, members, strict=True)]
-        streams = [i.chunks(chunk_rows) for i in inputs]  # check the path now; read lazily
+        streams = [i[0].chunks(chunk_rows) for i in inputs]  # check the path now; read lazily
         computed_as = precision if backend == "torch" else f"{backend}-{quantize}"
         parts = Parts(output_file, manifest(input_file, runs if blended else runs[0], chosen if blended else chosen[0],
                                             chunk_rows, ensemble, computed_as,
-                                            None if blend is None else blend.weights.tolist()))
+                                            None if blend is None else blend.weights.tolist(), context_view))
         finished = parts.open(resume)
         bar = _progress_bar(input_file, progress)
         rows = count = 0
@@ -151,14 +158,18 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                     frame, scores = None, []
                     for j, (member, member_inputs, member_chunk) in enumerate(zip(members, inputs, chunks,
                                                                                    strict=True)):
-                        member_frame, encodings = member_inputs.encode(member_chunk)
-                        frame = member_frame if frame is None else frame
-                        if quantize != "none" and not checked:
-                            member.check(encodings, tolerance=int8_tolerance)
-                        last = j == len(members) - 1  # the bar counts each row once, when its last run is done
-                        scores.append(member.scores(encodings, batch_size=batch_size, device=device,
-                                                    precision=precision, on_batch=bar.update if last else None))
-                        del encodings
+                        seen = []  # the member's scores of each view of the rows (one but with context_view both)
+                        for k, view_inputs in enumerate(member_inputs):
+                            member_frame, encodings = view_inputs.encode(member_chunk)
+                            frame = member_frame if frame is None else frame
+                            if quantize != "none" and not checked:
+                                member.check(encodings, tolerance=int8_tolerance)
+                            # the bar counts each row once, when its last run's last view is done
+                            last = j == len(members) - 1 and k == len(member_inputs) - 1
+                            seen.append(member.scores(encodings, batch_size=batch_size, device=device,
+                                                      precision=precision, on_batch=bar.update if last else None))
+                            del encodings
+                        scores.append(seen[0] if len(seen) == 1 else sum(seen) / len(seen))
                     checked = True
                     combined = scores[0] if blend is None else blend.combine(scores)
                     parts.write(index, _output_frame(task, info, frame, combined))
@@ -170,7 +181,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             raise
         parts.finish(count)
     for member_inputs in inputs:
-        member_inputs.log_summary()
+        for view_inputs in member_inputs:
+            view_inputs.log_summary()
     resumed = len([i for i in finished if i < count])
     how = precision if backend == "torch" else f"onnxruntime, {'float32' if quantize == 'none' else quantize}"
     models = sum(len(m.folds) for m in members)
@@ -190,6 +202,17 @@ def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backen
         logger.info("ONNX Runtime (%s); %d CPU threads", "float32" if quantize == "none" else quantize, threads)
         return OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
     raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+
+
+def _context_views(context_view: str, runs: list[Run]) -> tuple[bool, ...]:
+    """The views of the rows to average, as ``with_context`` flags; refuses a view a run cannot take."""
+    views = {"with": (True,), "without": (False,), "both": (True, False)}
+    if context_view not in views:
+        raise ValueError(f"context_view must be one of {', '.join(views)}, got {context_view!r}")
+    if context_view != "with" and not any(run.config().group_context for run in runs):
+        raise ValueError(f"context_view {context_view}: {', '.join(str(r.path) for r in runs)} trained without a "
+                         "group context (--group-context), so the rows have one view only; drop --context-view")
+    return views[context_view]
 
 
 def _output_frame(task: str, info: dict, frame, scores):
