@@ -68,3 +68,22 @@ def test_bad_arguments():
         length_sorted_batches([1, 2], 0)
     with pytest.raises(ValueError, match=r"lengths must be one length per row \(1-D\), got shape \(2, 2\)"):
         length_sorted_batches([[1, 2], [3, 4]], 2)
+
+
+def test_sampler_groups_each_epoch_by_that_epochs_lengths(lengths):
+    """Rows whose length changes per epoch (half of them drop a long context): each epoch groups by its own."""
+    rng = np.random.default_rng(1)
+    per_epoch = {e: np.where(rng.random(len(lengths)) < 0.5, lengths, lengths + 100) for e in (0, 1)}
+    sampler = LengthGroupedSampler(list(per_epoch[0]), global_batch_size=16, seed=0,
+                                   epoch_lengths=lambda e: list(per_epoch[e]))
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        assert sorted(order) == list(range(len(lengths)))
+        batches = [order[i : i + 16] for i in range(0, len(order), 16)]
+        fixed = LengthGroupedSampler(list(per_epoch[0]), global_batch_size=16, seed=0)
+        fixed.set_epoch(epoch)
+        stale = list(fixed)  # grouped by epoch 0's lengths whatever the epoch
+        stale_batches = [stale[i : i + 16] for i in range(0, len(stale), 16)]
+        ratio = padded_tokens(per_epoch[epoch], batches) / padded_tokens(per_epoch[epoch], stale_batches)
+        assert ratio < 0.8 if epoch == 1 else ratio == 1.0

@@ -237,6 +237,7 @@ def test_context_dropout_leaves_a_seeded_share_of_training_rows_without_context_
             assert (dataset[i]["input_ids"] == own) == (i not in bare), "the others keep the fold's context text"
             assert dataset[i]["labels"] == data.labels[train[i]]
         draws.append(bare)
+        assert dataset.epoch_lengths(epoch) == [len(dataset[i]["input_ids"]) for i in range(len(train))]
     assert draws[0] == draws[3], "the same epoch draws the same rows (a resumed run)"
     assert draws[0] != draws[1] or draws[1] != draws[2], "the rows are drawn afresh each epoch"
     again = data.training_set(cfg, encodings, train, LOG)

@@ -11,7 +11,7 @@ lengths vary; grouping rows of similar length and padding per batch (``tokenizer
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,13 +87,18 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         lengths: Token length of each row of the training set.
         global_batch_size: Rows per optimizer step, over all processes.
         seed: The data seed; epoch ``e`` uses ``seed + e``.
+        epoch_lengths: For rows whose length changes from epoch to epoch (a training set that draws each row's view
+            per epoch, :class:`~attnpool.data.task.ContextDropoutDataset`): the lengths of epoch ``e``, grouped by
+            in place of ``lengths``.
     """
 
-    def __init__(self, lengths: list[int], global_batch_size: int, seed: int) -> None:
+    def __init__(self, lengths: list[int], global_batch_size: int, seed: int, *,
+                 epoch_lengths: Callable[[int], list[int]] | None = None) -> None:
         self.lengths = list(lengths)
         self.global_batch_size = global_batch_size
         self.seed = seed
         self.epoch = 0
+        self.epoch_lengths = epoch_lengths
 
     def set_epoch(self, epoch: int) -> None:
         """Called by the ``Trainer`` (through accelerate) at the start of every epoch."""
@@ -104,4 +109,5 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(get_length_grouped_indices(self.lengths, self.global_batch_size, generator=generator))
+        lengths = self.lengths if self.epoch_lengths is None else self.epoch_lengths(self.epoch)
+        return iter(get_length_grouped_indices(lengths, self.global_batch_size, generator=generator))

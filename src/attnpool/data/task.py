@@ -56,9 +56,19 @@ class ContextDropoutDataset(EncodedDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the rows that go without their context in ``epoch``."""
+        self.without = self.drawn(epoch)
+
+    def drawn(self, epoch: int) -> np.ndarray:
+        """Whether each row goes without its context in ``epoch`` (a boolean per row)."""
         rng = np.random.default_rng([self.seed, int(epoch)])
-        self.without = np.zeros(len(self.rows), dtype=bool)
-        self.without[rng.permutation(len(self.rows))[: round(self.share * len(self.rows))]] = True
+        without = np.zeros(len(self.rows), dtype=bool)
+        without[rng.permutation(len(self.rows))[: round(self.share * len(self.rows))]] = True
+        return without
+
+    def epoch_lengths(self, epoch: int) -> list[int]:
+        """The rows' token lengths in ``epoch``, for the length-grouped sampler (a row without context is shorter)."""
+        ids = (self.encodings["input_ids"], self.bare["input_ids"])
+        return [len(ids[int(w)][row]) for row, w in zip(self.rows.tolist(), self.drawn(epoch), strict=True)]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         item = super().__getitem__(i)
