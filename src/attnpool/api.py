@@ -99,7 +99,8 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
           max_body_bytes: int = 1 << 20, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
           max_length: int | None = None, device: str | None = None, precision: str = "auto", backend: str = "torch",
           quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE, calibration_file: str | Path | None = None,
-          threads: int | None = None, blend_weights: Sequence[float] | None = None) -> ServeSummary:
+          threads: int | None = None, blend_weights: Sequence[float] | None = None,
+          context_view: str = "with") -> ServeSummary:
     """Serve a run's fold ensemble, a blend of runs or a saved model over HTTP until SIGTERM or Ctrl+C (``serve``).
 
     ``POST /predict`` answers rows with the numbers ``predict`` writes for them (every fold, ensembled alike; several
@@ -134,6 +135,8 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         threads: CPU threads of the model; default one per physical core. Tokenising (in the request threads)
             runs without a thread pool of its own, so the two do not compete for cores.
         blend_weights: With several runs, one non-negative weight per run (normalised); default: equal.
+        context_view: A run trained with a group context reads each row with the context of the other rows of its
+            request (``with``), without it (``without``), or both, averaged (``both``), as ``predict``.
 
     Returns:
         A :class:`~attnpool.serving.ServeSummary` of what was served, once the server has stopped.
@@ -148,7 +151,7 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
                   max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
                   cors_origins=cors_origins, max_length=max_length, device=device, precision=precision, backend=backend,
                   quantize=quantize, int8_tolerance=int8_tolerance, calibration_file=calibration_file, threads=threads,
-                  blend_weights=blend_weights)
+                  blend_weights=blend_weights, context_view=context_view)
 
 
 def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:

@@ -219,8 +219,6 @@ def _add_predict(commands: Any) -> None:
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
     _arg(predict, "--resume", "continue an interrupted prediction to the same --output, keeping its finished chunks",
          default=False, action="store_true")
-    _arg(predict, "--context-view", "with --group-context: each row's context from the file (with), none "
-         "(without), or both views' mean (both)", default="with", choices=["with", "without", "both"])
     _add_engine(predict, "the first rows")
     predict.set_defaults(func=_cmd_predict)
 
@@ -241,6 +239,8 @@ def _add_engine(parser: Any, calibration: str) -> None:
          default=INT8_TOLERANCE, type=float)
     _arg(parser, "--threads", "CPU threads of the model", shown="one per physical core", type=int)
     _arg(parser, "--blend-weights", "several --run: a weight per run", shown="equal", nargs="+", type=float)
+    _arg(parser, "--context-view", "with --group-context: each row's context from the other rows (with), none "
+         "(without), or both views' mean (both)", default="with", choices=["with", "without", "both"])
 
 
 def _add_compare(commands: Any) -> None:

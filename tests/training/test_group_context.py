@@ -211,3 +211,33 @@ def test_context_dropout_trains_each_epoch_on_a_fresh_half_without_context(train
     oof = pd.read_csv(run / "oof.csv")
     valid = train.iloc[oof.loc[oof.fold == 0, "row"].to_numpy()].reset_index(drop=True)
     np.testing.assert_allclose(oof["prediction"], scores(run / "fold_0" / "model", valid), atol=1e-5)
+
+
+def test_serve_answers_the_context_views_predict_writes(trained, tmp_path):
+    """A request holding the file's rows: each view served is what `predict --context-view` writes for it."""
+    folder, run = trained
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str})
+    for view in ("without", "both"):
+        out = predict(run, folder / "test.csv", tmp_path / f"{view}.csv", progress=False, device="cpu",
+                      precision="fp32", context_view=view).output
+        service = Service.load(run, device="cpu", precision="fp32", context_view=view)
+        assert service.info()["context_view"] == view
+        job = service.encode(test[service.fields].to_dict("records"), texts=True)
+        answer = service.run([job, service.encode(test[service.fields].head(3).to_dict("records"))],
+                             batch_size=8)[0]  # with another request in the batch
+        np.testing.assert_allclose(np.asarray(answer.scores).reshape(-1), pd.read_csv(out)["prediction"], atol=1e-5)
+        assert len(answer.words) == len(test)
+
+
+def test_a_served_context_view_needs_a_run_with_a_context(trained, tmp_path):
+    from attnpool.serving.blend import load_service
+    from model_helpers import add_oof, make_run
+
+    folder, run = trained
+    plain = add_oof(make_run(tmp_path / "plain", str(folder / "encoder"), text_cols=["anchor"]), rows=40)
+    with pytest.raises(ValueError, match="^context_view both: .*plain trained without a group context"):
+        Service.load(plain, device="cpu", context_view="both")
+    blend = load_service([run, plain], device="cpu", precision="fp32", context_view="both")
+    assert [m.context_view for m in blend.members] == ["both", "with"], "the view applies to the run with context"
+    with pytest.raises(ValueError, match="^context_view without: .*plain, .*plain trained without a group context"):
+        load_service([plain, plain], device="cpu", context_view="without")

@@ -21,6 +21,21 @@ from attnpool.data.readers import iter_table
 from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
 
 POOL_CHUNK_ROWS = 100_000  # rows read at a time for the group context's values of a whole file
+CONTEXT_VIEWS = {"with": (True,), "without": (False,), "both": (True, False)}  # --context-view: with_context flags
+
+
+def context_views(context_view: str, has_context: bool, where: str) -> tuple[bool, ...]:
+    """The views of the rows a prediction averages, as ``with_context`` flags (``both``: with, then without).
+
+    Raises:
+        ValueError: An unknown view; a view other than ``with`` for ``where``, run(s) trained without a group context.
+    """
+    if context_view not in CONTEXT_VIEWS:
+        raise ValueError(f"context_view must be one of {', '.join(CONTEXT_VIEWS)}, got {context_view!r}")
+    if context_view != "with" and not has_context:
+        raise ValueError(f"context_view {context_view}: {where} trained without a group context (--group-context), "
+                         "so the rows have one view only; drop --context-view")
+    return CONTEXT_VIEWS[context_view]
 
 
 def load_prediction_inputs(cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,

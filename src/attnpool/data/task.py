@@ -145,8 +145,7 @@ class TaskData:
         """The training rows of a fold; with ``group_context_dropout`` a :class:`ContextDropoutDataset`."""
         if not cfg.group_context_dropout:
             return EncodedDataset(encodings, self.labels, train_idx)
-        part = add_group_context(self.frame.iloc[train_idx], cfg.group_context, cfg.group_context_by)
-        part[CONTEXT_FIELD] = ""
+        part = self.frame.iloc[train_idx].assign(**{CONTEXT_FIELD: ""})  # checked by fold_encodings, which ran first
         bare = {key: dict(zip(train_idx.tolist(), values, strict=True))
                 for key, values in tokenize(self.tokenizer, part, cfg, log, "training rows without context").items()}
         return ContextDropoutDataset(encodings, bare, self.labels, train_idx, cfg.group_context_dropout, cfg.seed)

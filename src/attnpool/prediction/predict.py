@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnpool.data import DataError
-from attnpool.data.prediction import PredictionInputs
+from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
@@ -122,7 +122,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
         raise ValueError(LONE_WEIGHTS)
-    views = _context_views(context_view, runs)
+    views = context_views(context_view, any(run.config().group_context for run in runs),
+                          ", ".join(str(run.path) for run in runs))
     device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
@@ -202,17 +203,6 @@ def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backen
         logger.info("ONNX Runtime (%s); %d CPU threads", "float32" if quantize == "none" else quantize, threads)
         return OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
     raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
-
-
-def _context_views(context_view: str, runs: list[Run]) -> tuple[bool, ...]:
-    """The views of the rows to average, as ``with_context`` flags; refuses a view a run cannot take."""
-    views = {"with": (True,), "without": (False,), "both": (True, False)}
-    if context_view not in views:
-        raise ValueError(f"context_view must be one of {', '.join(views)}, got {context_view!r}")
-    if context_view != "with" and not any(run.config().group_context for run in runs):
-        raise ValueError(f"context_view {context_view}: {', '.join(str(r.path) for r in runs)} trained without a "
-                         "group context (--group-context), so the rows have one view only; drop --context-view")
-    return views[context_view]
 
 
 def _output_frame(task: str, info: dict, frame, scores):

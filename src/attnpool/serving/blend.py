@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnpool.data.prediction import context_views
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.runs.run import Run, RunError
 from attnpool.serving.service import Answer, Job, Service
@@ -48,14 +49,19 @@ class BlendService(Service):
             if not Run.is_run(Path(source)):
                 raise RunError(f"{source} is not a train run: a blend serves the --output-dir of attnpool train (each "
                                "run is standardised by its out-of-fold predictions); serve a model folder alone")
-        members = [Service.load(source, **options) for source in sources]
+        # a context view applies to the runs trained with a group context; the others read their rows as trained
+        view = options.pop("context_view", "with")
+        has_context = [bool(Run.open(source).config().group_context) for source in sources]
+        context_views(view, any(has_context), ", ".join(map(str, sources)))
+        members = [Service.load(source, **options, context_view=view if context else "with")
+                   for source, context in zip(sources, has_context, strict=True)]
         blend = RunBlend.read([Run.open(member.source) for member in members], [member.folds for member in members],
                               blend_weights)
         first = members[0]
         fields = list(dict.fromkeys(name for member in members for name in member.fields))
         id_field = first.id_field if first.id_field not in fields else None
         base = {f.name: getattr(first, f.name) for f in dataclasses.fields(Service) if f.init}
-        base.update(kind="blend", fields=fields, id_field=id_field,
+        base.update(kind="blend", fields=fields, id_field=id_field, context_view=view, _bare=None,
                     max_length=max(member.max_length for member in members),
                     encoder=", ".join(dict.fromkeys(member.encoder for member in members)))
         return cls(**base, members=members, blend=blend)

@@ -37,7 +37,7 @@ from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, text_fields
 from attnpool.data.context import CONTEXT_FIELD
 from attnpool.data.pppm import PPPM_FIELDS
-from attnpool.data.prediction import PredictionInputs
+from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device, precision_reason, resolve_precision
@@ -62,6 +62,7 @@ class Job:
     encodings: dict[str, list]
     texts: list[tuple[str, str | None]] | None = None
     parts: list[Job] | None = None  # a blend's: each run's tokens of the rows
+    bare: dict[str, list] | None = None  # context view both: the rows' tokens without their group context
 
     @property
     def rows(self) -> int:
@@ -97,14 +98,20 @@ class Service:
     _inputs: dict[bool, PredictionInputs] = field(default_factory=dict, repr=False)  # run: {False: ...}; model: both
     _tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     scorer: OnnxFoldEnsemble | None = None  # backend onnx: the scores come from ONNX Runtime, the word weights not
+    context_view: str = "with"  # a run with a group context: with, without, or both (the mean of the two)
+    _bare: PredictionInputs | None = field(default=None, repr=False)  # context view both: the rows without it
 
     # --- loading
     @classmethod
     def load(cls, source: str | Path, *, folds: int | Sequence[int] | None = None, ensemble: str = "mean",
              device: str | None = None, precision: str = "auto", max_length: int | None = None,
              backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE,
-             calibration_file: str | Path | None = None, threads: int | None = None) -> Service:
+             calibration_file: str | Path | None = None, threads: int | None = None,
+             context_view: str = "with") -> Service:
         """Load a train run's folds (or a saved model folder) onto ``device``; nothing is served yet.
+
+        ``context_view``: for a run trained with a group context, as ``predict``'s: each row's context from the
+        other rows of its request (``with``), none (``without``), or the mean of both views' scores (``both``).
 
         With ``backend="onnx"`` (a run only) the scores come from ONNX Runtime sessions of the folds' graphs, as
         ``predict --backend onnx`` runs them; ``quantize="int8"`` is checked now, on the first rows of
@@ -113,7 +120,8 @@ class Service:
         Raises:
             RunError: Not a run nor a model folder, no such trained fold, a fold model or tokenizer that cannot be
                 loaded; ``max_length`` given for a run (it has its own).
-            ValueError: A bad ``ensemble`` or ``precision``.
+            ValueError: A bad ``ensemble``, ``precision`` or ``context_view`` (or one other than ``with`` for a model
+                folder or a run without a group context).
         """
         source = Path(source)
         device_ = inference_device(device)
@@ -129,10 +137,11 @@ class Service:
             if max_length is not None:
                 raise RunError("--max-length is for a model folder; a run truncates as it was trained (its "
                                "config.yaml)")
-            service = cls._load_run(run, folds, ensemble, device_, precision)
+            service = cls._load_run(run, folds, ensemble, device_, precision, context_view)
         elif (source / "config.json").is_file():
             if folds is not None:
                 raise RunError(f"{source} is one saved model: --folds is for a train run")
+            context_views(context_view, False, str(source))
             service = cls._load_model(source, max_length or 128, device_, precision)
         else:
             raise RunError(f"{source} is neither a train run directory nor a saved model folder (no config.json); "
@@ -148,17 +157,21 @@ class Service:
         return service
 
     @classmethod
-    def _load_run(cls, run: Run, folds: Any, how: str, device: torch.device, precision: str) -> Service:
+    def _load_run(cls, run: Run, folds: Any, how: str, device: torch.device, precision: str,
+                  context_view: str = "with") -> Service:
         info, cfg = run.info(), run.config()
+        views = context_views(context_view, bool(cfg.group_context), str(run.path))
         ensemble = FoldEnsemble.load(run, folds, how)
         # group_context: a row's context comes from the other rows of its request, as predict takes it from the file
-        inputs = PredictionInputs(cfg, info, "request", ensemble.tokenizer, log=logger, context_from="chunk")
-        fields = run_fields(inputs.cfg)
+        inputs = [PredictionInputs(run.config(), info, "request", ensemble.tokenizer, log=logger, context_from="chunk",
+                                   with_context=view) for view in views]
+        fields = run_fields(inputs[0].cfg)
         id_field = info.get("id_col") or cfg.id_col
         model = ensemble.models[0]
         return cls(run.path, "run", ensemble, info.get("classes"), fields, [],
-                   id_field if id_field and id_field not in fields else None, inputs.cfg.max_length, cfg.model,
-                   dict(model.config.pooling), device, precision, how, {False: inputs})
+                   id_field if id_field and id_field not in fields else None, inputs[0].cfg.max_length, cfg.model,
+                   dict(model.config.pooling), device, precision, how, {False: inputs[0]}, context_view=context_view,
+                   _bare=inputs[1] if len(inputs) > 1 else None)
 
     @classmethod
     def _load_model(cls, folder: Path, max_length: int, device: torch.device, precision: str) -> Service:
@@ -221,7 +234,7 @@ class Service:
                 "max_length": self.max_length, "fields": list(self.fields),
                 "optional_fields": list(self.optional_fields),
                 "id_field": self.id_field, "max_text_chars": self.max_text_chars, "device": str(self.device),
-                "precision": self.precision, "backend": self.backend}
+                "precision": self.precision, "backend": self.backend, "context_view": self.context_view}
 
     @property
     def backend(self) -> str:
@@ -241,6 +254,7 @@ class Service:
         for i, row in enumerate(rows):
             groups.setdefault(any(row.get(f) is not None for f in self.optional_fields), []).append(i)
         encodings: dict[str, list] = {}
+        bare: dict[str, list] | None = None if self._bare is None else {}
         pairs: list[tuple[str, str | None]] = [("", None)] * len(rows)
         order: list[int] = []
         for pair, members in groups.items():
@@ -250,6 +264,8 @@ class Service:
                                  dtype=object)
             with self._tokenizer_lock:  # a fast tokenizer is not safe for concurrent calls with settings
                 frame, part = inputs.encode(chunk)
+                if bare is not None:  # a run's rows: one group, in request order
+                    bare.update(self._bare.encode(chunk)[1])
             for key, values in part.items():
                 encodings.setdefault(key, []).extend(values)
             order.extend(members)
@@ -261,7 +277,7 @@ class Service:
         if order != sorted(order):  # rows of both kinds (a model folder's texts and pairs): back to request order
             position = np.argsort(order, kind="stable")
             encodings = {k: [v[p] for p in position] for k, v in encodings.items()}
-        return Job(encodings, pairs if texts else None)
+        return Job(encodings, pairs if texts else None, bare=bare)
 
     def run(self, jobs: Sequence[Job], *, batch_size: int) -> list[Answer]:
         """Predict the rows of several requests together (length-sorted batches of ``batch_size`` rows)."""
@@ -269,6 +285,10 @@ class Service:
         merged = {k: [v for job in jobs for v in job.encodings[k]] for k in keys}
         scorer = self.scorer or self.ensemble
         scores = scorer.scores(merged, batch_size=batch_size, device=self.device, precision=self.precision)
+        if self._bare is not None:  # context view both: the mean with the scores of the rows without their context
+            bare = {k: [v for job in jobs for v in (job.bare or {})[k]] for k in keys}
+            scores = (scores + scorer.scores(bare, batch_size=batch_size, device=self.device,
+                                             precision=self.precision)) / 2
         answers, start = [], 0
         for job in jobs:
             answers.append(Answer(scores[start : start + job.rows]))
