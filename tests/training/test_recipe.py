@@ -133,6 +133,20 @@ def test_existing_run_directory_is_refused_without_resume_or_overwrite(run, data
     assert "already exists; pass --resume to continue it, --overwrite to replace it" in capsys.readouterr().err
 
 
+def test_a_bad_option_is_refused_before_the_run_directory_is_made_or_overwritten(encoder, data, tmp_path, capsys):
+    from model_helpers import make_run
+
+    old = make_run(tmp_path / "old", encoder)
+    before = {p.relative_to(old): p.stat().st_mtime_ns for p in old.rglob("*")}
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--label", "label", "--model",
+            encoder, "--pooling", "meen"]
+    assert main([*args, "--output-dir", str(old), "--overwrite"]) == 2
+    assert "Unknown pooler 'meen'. Did you mean 'mean'?" in capsys.readouterr().err
+    assert {p.relative_to(old): p.stat().st_mtime_ns for p in old.rglob("*")} == before, "the old run is kept"
+    assert main([*args, "--output-dir", str(tmp_path / "new")]) == 2
+    assert not (tmp_path / "new").exists(), "no empty run folder is left behind"
+
+
 def test_resume_skips_finished_folds(encoder, data, tmp_path):
     out = tmp_path / "run"
     args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",

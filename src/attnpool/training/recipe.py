@@ -93,6 +93,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
 
     def open_run() -> tuple[Run, TrainConfig]:
         nonlocal lock
+        if not cfg.resume:  # a bad option stops here, before the folder is made or an old run overwritten
+            cfg.validate()
         run = Run.create(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
         lock = run.lock("train --resume" if cfg.resume else "train").acquire()
         try:
