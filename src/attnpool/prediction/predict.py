@@ -122,8 +122,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
         raise ValueError(LONE_WEIGHTS)
-    views = context_views(context_view, any(run.config().group_context for run in runs),
-                          ", ".join(str(run.path) for run in runs))
+    # the runs' configs are read for another view only: an incomplete run is refused below, after the output's lock
+    has_context = context_view == "with" or any(run.config().group_context for run in runs)
+    views = context_views(context_view, has_context, ", ".join(str(run.path) for run in runs))
     device = inference_device(device)
     threads = set_threads(threads)
     if backend == "torch":
