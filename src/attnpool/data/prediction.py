@@ -14,7 +14,7 @@ import pandas as pd
 
 from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns
-from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec
+from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import iter_table
@@ -124,10 +124,11 @@ class PredictionInputs:
             frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk)
             self.cfg.template = self.cfg.template or template
         if self.cfg.group_context:
-            pool = frame if self.context_from == "chunk" or not self.with_context else self.context_pool()
-            frame = _with_context(self.cfg, frame, pool, self.path)
             if not self.with_context:
-                frame[CONTEXT_FIELD] = ""
+                pool = frame.iloc[:0]  # no rows to take values from: every row's context is empty
+            else:
+                pool = frame if self.context_from == "chunk" else self.context_pool()
+            frame = _with_context(self.cfg, frame, pool, self.path)
         _check_prediction_rows(self.cfg, self.info, frame, self.path)
         encodings: dict[str, list] = {}
         for start in range(0, len(frame), self.encode_rows):
