@@ -28,7 +28,7 @@ DEFAULTS = {
     "group_context_dropout": 0.0,
     "folds": 5, "only_folds": None, "group_col": None, "label_bins": 10, "split_seed": None,
     "pooling": "attention", "pooling_options": {}, "pooling_layers": "last", "recurrent": None,
-    "recurrent_layers": 1, "head_dropout": 0.1,
+    "recurrent_layers": 1, "encoder_dropout": None, "head_dropout": 0.1,
     "multi_sample_dropout": 1, "head_hidden_size": None, "output_activation": None, "loss": None,
     "reinit_layers": 0, "freeze_layers": None, "freeze_word_embeddings": None,
     "epochs": 3.0, "batch_size": 16, "eval_batch_size": 64, "grad_accum": 1, "max_length": 128, "lr": 2e-5,

@@ -136,6 +136,9 @@ class TrainConfig:
                                    "multi-layer pooler, no ONNX export", choices=RECURRENT_CELLS,
                                    default_text="none")
     recurrent_layers: int = _model(1, "stacked layers of the recurrent layer (with recurrent)")
+    encoder_dropout: float | None = _model(None, "set every dropout probability inside the encoder (hidden states, "
+                                           "attention) to this, e.g. 0: regression fine-tunes often train better "
+                                           "without it", default_text="the encoder's own, 0.1 for BERT-like models")
     head_dropout: float = _model(0.1, "dropout on the pooled vector before the head")
     multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
     head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
@@ -260,6 +263,8 @@ class TrainConfig:
         if self.recurrent_layers < 1 or (self.recurrent is None and self.recurrent_layers != 1):
             raise ValueError(f"recurrent_layers must be >= 1 and needs recurrent (lstm or gru), got "
                              f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
+        if self.encoder_dropout is not None and not 0 <= self.encoder_dropout < 1:
+            raise ValueError(f"encoder_dropout must be in [0, 1), got {self.encoder_dropout}")
         if not 0 < self.llrd <= 1:
             raise ValueError(f"llrd must be in (0, 1], got {self.llrd}")
         if self.freeze_layers is not None and self.freeze_word_embeddings is False:

@@ -8,6 +8,7 @@ import transformers
 
 import attnpool  # noqa: F401  (registers the Auto classes)
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.model.encoders import ENCODER_DROPOUT_FIELDS, set_encoder_dropout
 from attnpool.pooling import AttentionPooling
 from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config, tiny_tokenizer
 
@@ -246,3 +247,53 @@ def test_from_encoder_loads_pretrained_weights_from_a_local_folder(tmp_path):
     model = AttnPoolForSequenceClassification.from_encoder(str(tmp_path))
     torch.testing.assert_close(model.attnpool.encoder.embeddings.word_embeddings.weight,
                                source.attnpool.encoder.embeddings.word_embeddings.weight)
+
+
+def _train_mode_outputs_agree(model, ids, mask) -> bool:
+    model.train()
+    torch.manual_seed(1)
+    first = model(ids, mask).logits
+    torch.manual_seed(2)
+    return torch.equal(first, model(ids, mask).logits)
+
+
+@pytest.mark.parametrize("family", ["bert", "deberta-v3", "modernbert", "gpt2"])
+def test_encoder_dropout_zero_makes_training_mode_deterministic_and_is_saved(family, tmp_path):
+    ids, mask = batch([6, 4, 7])
+    config = tiny_config(family)
+    if family == "modernbert":  # its defaults are 0 already: give it dropout to take away
+        config.attention_dropout = config.mlp_dropout = config.embedding_dropout = 0.3
+    before = config.to_dict()
+    torch.manual_seed(0)
+    plain = AttnPoolForSequenceClassification.from_encoder(config, head_dropout=0.0)
+    assert not _train_mode_outputs_agree(plain, ids, mask)
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(config, head_dropout=0.0, encoder_dropout=0.0)
+    assert _train_mode_outputs_agree(model, ids, mask)
+    assert config.to_dict() == before, "the caller's config is left as it was"
+    model.save_pretrained(tmp_path)
+    loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
+    fields = [name for name in ENCODER_DROPOUT_FIELDS if hasattr(config, name)]
+    assert fields and all(getattr(loaded.config.encoder, name) == 0.0 for name in fields)
+    assert _train_mode_outputs_agree(loaded, ids, mask)
+
+
+def test_encoder_dropout_applies_to_an_encoder_loaded_from_a_folder(tmp_path):
+    source = build("bert")
+    source.attnpool.encoder.save_pretrained(tmp_path)
+    model = AttnPoolForSequenceClassification.from_encoder(str(tmp_path), encoder_dropout=0.25, head_dropout=0.0)
+    torch.testing.assert_close(model.attnpool.encoder.embeddings.word_embeddings.weight,
+                               source.attnpool.encoder.embeddings.word_embeddings.weight)
+    encoder_config = model.attnpool.encoder.config
+    assert (encoder_config.hidden_dropout_prob, encoder_config.attention_probs_dropout_prob) == (0.25, 0.25)
+    assert model.attnpool.encoder.encoder.layer[0].output.dropout.p == 0.25
+
+
+def test_encoder_dropout_that_cannot_apply_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match=r"encoder_dropout must be in \[0, 1\), got 1.0"):
+        build("bert", encoder_dropout=1.0)
+    encoder = build("bert").attnpool.encoder
+    with pytest.raises(ValueError, match="encoder_dropout needs the encoder as a name, path or config"):
+        AttnPoolForSequenceClassification.from_encoder(encoder, encoder_dropout=0.0)
+    with pytest.raises(ValueError, match="the PreTrainedConfig config has none of the dropout fields attnpool knows"):
+        set_encoder_dropout(transformers.PretrainedConfig(), 0.0)

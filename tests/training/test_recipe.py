@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,6 +146,20 @@ def test_a_bad_option_is_refused_before_the_run_directory_is_made_or_overwritten
     assert {p.relative_to(old): p.stat().st_mtime_ns for p in old.rglob("*")} == before, "the old run is kept"
     assert main([*args, "--output-dir", str(tmp_path / "new")]) == 2
     assert not (tmp_path / "new").exists(), "no empty run folder is left behind"
+
+
+def test_encoder_dropout_is_trained_with_saved_in_the_fold_model_and_checked(encoder, data, tmp_path, capsys):
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--only-folds", "0", "--model", encoder, *FAST]
+    assert main([*args, "--output-dir", str(tmp_path / "bad"), "--encoder-dropout", "1"]) == 2
+    assert "encoder_dropout must be in [0, 1), got 1.0" in capsys.readouterr().err
+    out = tmp_path / "run"
+    assert main([*args, "--output-dir", str(out), "--encoder-dropout", "0"]) == 3  # one fold of two
+    assert "encoder_dropout: 0.0" in (out / "config.yaml").read_text()
+    saved = json.loads((out / "fold_0" / "model" / "config.json").read_text())["encoder"]
+    assert (saved["hidden_dropout_prob"], saved["attention_probs_dropout_prob"]) == (0.0, 0.0)
+    pretrained = json.loads((Path(encoder) / "config.json").read_text())
+    assert pretrained["hidden_dropout_prob"] > 0, "the encoder folder itself is left as it was"
 
 
 def test_resume_skips_finished_folds(encoder, data, tmp_path):

@@ -64,3 +64,32 @@ def encoder_pooling_defaults(spec: dict[str, Any], config: PretrainedConfig, *, 
             and not is_decoder_only(config)):
         return {**spec, "cls_share": PAIR_CLS_SHARE}
     return spec
+
+
+# Config fields of the encoder body's dropout across architectures (BERT, DeBERTa, RoBERTa: the first two; DistilBERT
+# and BART: dropout and attention_dropout; ModernBERT: embedding, attention and mlp; T5: dropout_rate; GPT-2: the
+# *_pdrop). Heads' fields (classifier_dropout, pooler_dropout...) are not here: attnpool's head has its own.
+ENCODER_DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "hidden_dropout", "dropout",
+                          "attention_dropout", "activation_dropout", "embedding_dropout", "mlp_dropout", "dropout_rate",
+                          "resid_pdrop", "embd_pdrop", "attn_pdrop")
+
+
+def set_encoder_dropout(config: PretrainedConfig, p: float) -> list[str]:
+    """Set every dropout probability of the encoder's body in ``config`` to ``p``; returns the fields set.
+
+    Done on the config before the encoder is built, since its modules read the probabilities when they are made.
+
+    Raises:
+        ValueError: ``p`` outside [0, 1), or a config with none of :data:`ENCODER_DROPOUT_FIELDS`.
+    """
+    if not 0 <= p < 1:
+        raise ValueError(f"encoder_dropout must be in [0, 1), got {p}")
+    fields = [name for name in ENCODER_DROPOUT_FIELDS if isinstance(getattr(config, name, None), (int, float))]
+    if not fields:
+        model_type = getattr(config, "model_type", "") or type(config).__name__
+        raise ValueError(f"encoder_dropout: the {model_type} config has none of the dropout fields attnpool knows "
+                         f"({', '.join(ENCODER_DROPOUT_FIELDS)}); leave encoder_dropout unset and set the encoder's "
+                         "own dropout fields in its config.json")
+    for name in fields:
+        setattr(config, name, float(p))
+    return fields

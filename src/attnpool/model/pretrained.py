@@ -5,13 +5,14 @@ Loading (safetensors only), saving with the tokenizer, building from an encoder,
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModel, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 
 from attnpool.model.card import CARD_FILE, write_model_card
 from attnpool.model.card import model_card as config_card
@@ -21,9 +22,13 @@ from attnpool.model.encoders import (
     encoder_layers,
     encoder_pooling_defaults,
     looks_like_local_path,
+    set_encoder_dropout,
 )
 from attnpool.model.heads import PredictionHead
 from attnpool.pooling import Pooler, build_pooler
+
+# ``from_pretrained`` options that say where the encoder's files come from: its config is read with them too.
+HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
 
 
 class AttnPoolPreTrainedModel(PreTrainedModel):
@@ -154,6 +159,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         *,
         paired: bool = False,
         encoder_kwargs: dict[str, Any] | None = None,
+        encoder_dropout: float | None = None,
         reinit_layers: int = 0,
         freeze_layers: int | None = None,
         freeze_word_embeddings: bool = False,
@@ -172,6 +178,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 bidirectional encoder gets ``cls_share=0.9`` unless ``pooling_options`` set it (see
                 :func:`~attnpool.model.encoders.encoder_pooling_defaults`).
             encoder_kwargs: Passed to ``AutoModel.from_pretrained`` (e.g. ``attn_implementation``, ``revision``).
+            encoder_dropout: Set every dropout probability of the encoder's body (hidden states and attention, in
+                its config, saved with the model) to this value; ``None`` keeps the encoder's own. Not with a
+                ``PreTrainedModel``, whose modules are already built.
             reinit_layers: Re-initialise this many top encoder layers.
             freeze_layers: Freeze the embeddings and this many bottom layers (``0``: the embeddings only).
             freeze_word_embeddings: Freeze the input word embeddings (:meth:`freeze_word_embeddings`); the
@@ -186,19 +195,31 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         Raises:
             FileNotFoundError: A local encoder path that does not exist.
             OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
-            ValueError: A pooler instance whose hidden size does not match the encoder.
+            ValueError: A pooler instance whose hidden size does not match the encoder, or an ``encoder_dropout`` that
+                cannot be applied (out of [0, 1), a built encoder, a config without dropout fields).
         """
         pooler_instance = pooling if isinstance(pooling, Pooler) else None
         if isinstance(encoder, PreTrainedModel):
+            if encoder_dropout is not None:
+                raise ValueError("encoder_dropout needs the encoder as a name, path or config: a built encoder's "
+                                 "dropout modules already hold their probabilities; set them in its config instead")
             encoder_model, encoder_config = encoder, encoder.config
         elif isinstance(encoder, PretrainedConfig):
             encoder_config = encoder
+            if encoder_dropout is not None:
+                encoder_config = copy.deepcopy(encoder)  # the caller's config stays as it was
+                set_encoder_dropout(encoder_config, encoder_dropout)
             encoder_model = AutoModel.from_config(encoder_config, **(encoder_kwargs or {}))
         else:
             name = os.fspath(encoder)
             check_encoder_source(name)
             kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
             try:
+                if encoder_dropout is not None:
+                    hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+                    given = kwargs.get("config")
+                    kwargs["config"] = copy.deepcopy(given) if given else AutoConfig.from_pretrained(name, **hub)
+                    set_encoder_dropout(kwargs["config"], encoder_dropout)
                 encoder_model = AutoModel.from_pretrained(name, **kwargs)
             except OSError as err:
                 raise OSError(

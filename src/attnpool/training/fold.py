@@ -74,6 +74,7 @@ def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSeque
         problem_type=problem_type(cfg.task),
         pooling_layers=cfg.pooling_layers,
         recurrent=cfg.recurrent, recurrent_layers=cfg.recurrent_layers,
+        encoder_dropout=cfg.encoder_dropout,
         head_dropout=cfg.head_dropout,
         multi_sample_dropout=cfg.multi_sample_dropout,
         head_hidden_size=cfg.head_hidden_size,
