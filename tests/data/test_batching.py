@@ -87,3 +87,17 @@ def test_sampler_groups_each_epoch_by_that_epochs_lengths(lengths):
         stale_batches = [stale[i : i + 16] for i in range(0, len(stale), 16)]
         ratio = padded_tokens(per_epoch[epoch], batches) / padded_tokens(per_epoch[epoch], stale_batches)
         assert ratio < 0.8 if epoch == 1 else ratio == 1.0
+
+
+def test_sampler_sets_the_data_sets_epoch_as_it_draws_each_order(lengths):
+    """The sampler, not only accelerate (which skips the data set on a resumed epoch), tells the data set its epoch."""
+    told = []
+    sampler = LengthGroupedSampler(list(lengths), global_batch_size=16, seed=0, on_epoch=told.append)
+    sampler.set_epoch(2)
+    assert told == [], "told when the order is drawn, not before"
+    first = list(sampler)
+    sampler.set_epoch(3)
+    list(sampler)
+    assert told == [2, 3]
+    sampler.set_epoch(2)
+    assert list(sampler) == first and told == [2, 3, 2]

@@ -90,15 +90,22 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         epoch_lengths: For rows whose length changes from epoch to epoch (a training set that draws each row's view
             per epoch, :class:`~attnpool.data.task.ContextDropoutDataset`): the lengths of epoch ``e``, grouped by
             in place of ``lengths``.
+        on_epoch: Called with the epoch as each epoch's order is drawn: that training set's ``set_epoch``, so that
+            the rows fetched are the views the order was grouped by. accelerate's data loader does not forward
+            ``set_epoch`` to the data set on a resumed epoch (1.16: ``DataLoaderShard.set_epoch`` reaches either a
+            sampler under a ``SkipBatchSampler`` or the data set), which would train the rest of that epoch on the
+            first epoch's draw.
     """
 
     def __init__(self, lengths: list[int], global_batch_size: int, seed: int, *,
-                 epoch_lengths: Callable[[int], list[int]] | None = None) -> None:
+                 epoch_lengths: Callable[[int], list[int]] | None = None,
+                 on_epoch: Callable[[int], None] | None = None) -> None:
         self.lengths = list(lengths)
         self.global_batch_size = global_batch_size
         self.seed = seed
         self.epoch = 0
         self.epoch_lengths = epoch_lengths
+        self.on_epoch = on_epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Called by the ``Trainer`` (through accelerate) at the start of every epoch."""
@@ -108,6 +115,8 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         return len(self.lengths)
 
     def __iter__(self):
+        if self.on_epoch is not None:
+            self.on_epoch(self.epoch)
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         lengths = self.lengths if self.epoch_lengths is None else self.epoch_lengths(self.epoch)
         return iter(get_length_grouped_indices(lengths, self.global_batch_size, generator=generator))

@@ -43,9 +43,10 @@ class EncodedDataset(torch.utils.data.Dataset):
 class ContextDropoutDataset(EncodedDataset):
     """Training rows of which a seeded share goes without its group context, drawn afresh each epoch.
 
-    ``bare`` holds the rows' token lists with an empty context. :meth:`set_epoch` (which the ``Trainer`` calls
-    through accelerate's data loader as each epoch starts, a resumed one included) draws ``round(share * len(rows))``
-    rows from a generator seeded by ``(seed, epoch)``, so every process and a resumed run draw the same rows.
+    ``bare`` holds the rows' token lists with an empty context. :meth:`set_epoch` (which the length-grouped sampler
+    calls as it draws each epoch's order, a resumed epoch included, and accelerate's data loader as an epoch starts)
+    draws ``round(share * len(rows))`` rows from a generator seeded by ``(seed, epoch)``, so every process and a
+    resumed run draw the same rows.
     """
 
     def __init__(self, encodings: dict[str, list], bare: dict[str, list], labels: np.ndarray | None,
