@@ -297,3 +297,5 @@ def test_encoder_dropout_that_cannot_apply_is_refused_with_the_reason():
         AttnPoolForSequenceClassification.from_encoder(encoder, encoder_dropout=0.0)
     with pytest.raises(ValueError, match="the PreTrainedConfig config has none of the dropout fields attnpool knows"):
         set_encoder_dropout(transformers.PretrainedConfig(), 0.0)
+    flagged = transformers.PretrainedConfig(dropout=True, attention_dropout=0.1)  # a switch is not a probability
+    assert set_encoder_dropout(flagged, 0.0) == ["attention_dropout"] and flagged.dropout is True
