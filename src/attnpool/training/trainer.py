@@ -138,9 +138,9 @@ class RecipeTrainer(transformers.Trainer):
         lengths = [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
         global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        per_epoch = hasattr(dataset, "epoch_lengths")  # rows whose view is drawn per epoch: the sampler sets it
-        return LengthGroupedSampler(lengths, global_batch, seed, epoch_lengths=dataset.epoch_lengths if per_epoch
-                                    else None, on_epoch=dataset.set_epoch if per_epoch else None)
+        # a data set that changes per epoch hears of the epoch from the sampler, a resumed epoch included
+        return LengthGroupedSampler(lengths, global_batch, seed, epoch_lengths=getattr(dataset, "epoch_lengths", None),
+                                    on_epoch=getattr(dataset, "set_epoch", None))
 
 
 def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArguments, train_ds: Any, eval_ds: Any,
