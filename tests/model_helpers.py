@@ -163,3 +163,31 @@ def add_oof(path, task="regression", classes=None, *, center=0.5, scale=0.1, row
         frame = oof_frame(task, classes, all_rows[mine], None, target[mine], scores[mine], fold)
         frame.to_csv(run.fold_dir(fold) / "oof.csv", index=False)
     return path
+
+
+_KILL_AFTER_SAVE = """
+import json, os, signal, sys
+import transformers
+from attnpool import TrainConfig, train
+
+options, fold, step = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+
+class KillAfterSave(transformers.TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        if f"fold_{fold}" in args.output_dir and state.global_step >= step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+train(TrainConfig(**options), callbacks=[KillAfterSave()])
+"""
+
+
+def train_killed_after_save(options: dict, fold: int, step: int):
+    """``attnpool.train(TrainConfig(**options))`` in a subprocess, SIGKILLed after fold ``fold`` saves the checkpoint
+    of step ``step`` or later, as a machine that goes down would leave it; returns the finished process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", _KILL_AFTER_SAVE, json.dumps(options), str(fold), str(step)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -3,23 +3,20 @@ the option saved in the run's config, predict and serve building the context fro
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from transformers import AutoTokenizer
 
+from attnpool import train
 from attnpool.cli import main
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.explanations import explain_file
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.prediction import predict
 from attnpool.serving.service import Service
-from model_helpers import WORDS, save_tiny_encoder
+from model_helpers import WORDS, save_tiny_encoder, train_killed_after_save
 
 FAST = ["--epochs", "1", "--batch-size", "8", "--eval-batch-size", "16", "--max-length", "32", "--pooling-opt",
         "attn_size=8", "--precision", "fp32"]
@@ -247,23 +244,6 @@ def test_a_served_context_view_needs_a_run_with_a_context(trained, tmp_path):
         load_service([plain, plain], device="cpu", context_view="without")
 
 
-KILL_MID_EPOCH = """
-import os, signal, sys
-import transformers
-from attnpool.cli import main
-
-class KillAfterSave(transformers.TrainerCallback):
-    def on_save(self, args, state, control, **kwargs):
-        if state.global_step == 4:  # the first step of the second epoch (3 steps an epoch)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-original = transformers.Trainer.__init__
-def init(self, *args, **kwargs):
-    original(self, *args, **kwargs)
-    self.add_callback(KillAfterSave())
-transformers.Trainer.__init__ = init
-main(sys.argv[1:])
-"""
 
 
 def test_context_dropout_resumed_in_the_middle_of_an_epoch_trains_as_the_uninterrupted_run(trained, tmp_path):
@@ -272,16 +252,15 @@ def test_context_dropout_resumed_in_the_middle_of_an_epoch_trains_as_the_uninter
     (accelerate does not call the data set's ``set_epoch`` on a resumed epoch; before the sampler did, the rest of
     that epoch trained on the first epoch's draw, and the scores differed by 3e-4.)"""
     folder, _ = trained
-    args = ["train", "--train-file", str(folder / "train.csv"), "--template", "{anchor} [SEP] {target}",
-            "--group-context", "target", "--group-context-by", "anchor", "context", "--group-context-dropout", "0.5",
-            "--folds", "2", "--only-folds", "0", "--model", str(folder / "encoder"), "--eval-steps", "2", *FAST]
-    args[args.index("--epochs") + 1] = "2"
-    args += ["--lr", "1e-3", "--head-lr", "3e-3"]  # steps large enough that another draw or order shows
-    once = tmp_path / "once"
-    assert main([*args, "--output-dir", str(once)]) == 3
-    twice = tmp_path / "twice"
-    proc = subprocess.run([sys.executable, "-c", KILL_MID_EPOCH, *args, "--output-dir", str(twice)],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    options = {"train_file": str(folder / "train.csv"), "template": "{anchor} [SEP] {target}",
+               "group_context": "target", "group_context_by": ["anchor", "context"], "group_context_dropout": 0.5,
+               "folds": 2, "only_folds": [0], "model": str(folder / "encoder"), "eval_steps": 2, "epochs": 2,
+               "batch_size": 8, "eval_batch_size": 16, "max_length": 32, "pooling_options": {"attn_size": 8},
+               "precision": "fp32", "lr": 1e-3, "head_lr": 3e-3}  # steps large enough that another draw shows
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    assert not train(TrainConfig(**options, output_dir=str(once))).complete  # one fold of two
+    # the first step of the second epoch (3 steps an epoch)
+    proc = train_killed_after_save({**options, "output_dir": str(twice)}, fold=0, step=4)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert not (twice / "fold_0" / "oof.csv").exists()
     assert main(["train", "--output-dir", str(twice), "--resume", "--only-folds", "0"]) == 3

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ from attnpool.cli import main
 from attnpool.config import TrainConfig
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.training.fold import paired_inputs
-from model_helpers import save_tiny_encoder, write_toy_csv
+from model_helpers import save_tiny_encoder, train_killed_after_save, write_toy_csv
 
 FAST = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "16", "--lr", "1e-3", "--head-lr", "3e-3",
         "--max-length", "16", "--pooling-opt", "attn_size=8", "--precision", "fp32"]  # fp32: exact comparisons
@@ -193,27 +191,14 @@ def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(
     assert not torch.equal(trained["embeddings.word_embeddings.weight"], pretrained)
 
 
-KILL_SCRIPT = """
-import os, signal, sys
-import transformers
-from attnpool import TrainConfig, train
-
-class KillAfterSave(transformers.TrainerCallback):
-    def on_save(self, args, state, control, **kwargs):
-        if "fold_1" in args.output_dir and state.global_step >= 4:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-cfg = TrainConfig(train_file=sys.argv[1], text_cols=["first", "second"], label="label", folds=2, model=sys.argv[2],
-                  output_dir=sys.argv[3], epochs=3, batch_size=8, eval_steps=2, lr=1e-3, head_lr=3e-3, max_length=16,
-                  pooling_options={"attn_size": 8})
-train(cfg, callbacks=[KillAfterSave()])
-"""
 
 
 def test_resume_after_sigkill_mid_fold_continues_from_the_last_checkpoint(encoder, data, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(data / "train.csv"), encoder, str(out)],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = train_killed_after_save(
+        {"train_file": str(data / "train.csv"), "text_cols": ["first", "second"], "label": "label", "folds": 2,
+         "model": encoder, "output_dir": str(out), "epochs": 3, "batch_size": 8, "eval_steps": 2, "lr": 1e-3,
+         "head_lr": 3e-3, "max_length": 16, "pooling_options": {"attn_size": 8}}, fold=1, step=4)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert (out / "fold_0" / "oof.csv").is_file() and not (out / "fold_1" / "oof.csv").exists()
     assert list((out / "fold_1" / "checkpoints").glob("checkpoint-*"))
