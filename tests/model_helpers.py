@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import torch
 from transformers import (
     BertConfig,
@@ -184,10 +189,5 @@ train(TrainConfig(**options), callbacks=[KillAfterSave()])
 def train_killed_after_save(options: dict, fold: int, step: int):
     """``attnpool.train(TrainConfig(**options))`` in a subprocess, SIGKILLed after fold ``fold`` saves the checkpoint
     of step ``step`` or later, as a machine that goes down would leave it; returns the finished process."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     return subprocess.run([sys.executable, "-c", _KILL_AFTER_SAVE, json.dumps(options), str(fold), str(step)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -244,8 +244,6 @@ def test_a_served_context_view_needs_a_run_with_a_context(trained, tmp_path):
         load_service([plain, plain], device="cpu", context_view="without")
 
 
-
-
 def test_context_dropout_resumed_in_the_middle_of_an_epoch_trains_as_the_uninterrupted_run(trained, tmp_path):
     """Killed after the checkpoint of step 4 (inside the second epoch) and resumed: the epoch's draw of the rows
     without context, the sampler's order and the dropout all continue as in one call, so the fold's scores match.

@@ -191,8 +191,6 @@ def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(
     assert not torch.equal(trained["embeddings.word_embeddings.weight"], pretrained)
 
 
-
-
 def test_resume_after_sigkill_mid_fold_continues_from_the_last_checkpoint(encoder, data, tmp_path):
     out = tmp_path / "run"
     proc = train_killed_after_save(

@@ -84,8 +84,8 @@ def set_encoder_dropout(config: PretrainedConfig, p: float) -> list[str]:
     """
     if not 0 <= p < 1:
         raise ValueError(f"encoder_dropout must be in [0, 1), got {p}")
-    fields = [name for name in ENCODER_DROPOUT_FIELDS
-              if isinstance(getattr(config, name, None), (int, float)) and not isinstance(getattr(config, name), bool)]
+    fields = [name for name in ENCODER_DROPOUT_FIELDS  # numbers only: a boolean field named dropout is a switch
+              if isinstance(value := getattr(config, name, None), (int, float)) and not isinstance(value, bool)]
     if not fields:
         model_type = getattr(config, "model_type", "") or type(config).__name__
         raise ValueError(f"encoder_dropout: the {model_type} config has none of the dropout fields attnpool knows "
