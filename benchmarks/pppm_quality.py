@@ -26,7 +26,8 @@ Rows (each a dict of :class:`~attnpool.config.TrainConfig` overrides on top of t
   the members' summed; they are never the "best" row, whose targets speak of one model;
 * views, ``--views NAME ROW`` (repeatable): no training of their own; per seed, the ROW run's fold-0 model (trained
   with ``group_context``, e.g. ``group_context_dropout=0.5``) predicting its validation rows through
-  ``attnpool.predict`` with ``context_view="both"``: the mean of its scores with and without the grouped context.
+  ``attnpool.predict``, once with the grouped context and once without (``context_view`` ``with`` and ``without``):
+  the mean of the two, what ``context_view="both"`` predicts.
   One model, so it may be the best row;
 * ``notebook``: the public PPPM notebook's recipe at equal epochs, ``references.notebook_scores`` (its model, loop,
   optimiser and schedule transcribed; the head of ``notebook_recipe.py``; its own batch of 16), trained on exactly
@@ -445,8 +446,9 @@ def run_views(name: str, row: str, seed: int, results: Sequence[Mapping[str, Any
     """The ``row`` run of ``seed`` predicting its validation rows with ``context_view="both"``, as a row of its own.
 
     The validation rows are the run's out-of-fold rows, written to a CSV in ``folder`` and read by ``attnpool.predict``
-    as any file is (each row's context from the file's rows: the validation rows, as in training); the predictions
-    are kept as ``.npz`` like an ensemble's. The record also holds the run's score with the context only (its
+    as any file is (each row's context from the file's rows: the validation rows, as in training), once per view
+    (``with`` and ``without``), and averaged as ``context_view="both"`` averages them; the predictions are kept as
+    ``.npz`` like an ensemble's. The record also holds the run's score with the context only (its
     out-of-fold file) and without it.
     """
     found = next(r for r in results if r["row"] == row and int(r["seed"]) == seed)
@@ -460,10 +462,11 @@ def run_views(name: str, row: str, seed: int, results: Sequence[Mapping[str, Any
     atomic_write_text(inputs, load_task(cfg, log=logger).frame.iloc[rows].to_csv(index=False))
     score = metric_function("regression", "pearson")
     views = {}
-    for view in ("both", "without"):
+    for view in ("with", "without"):  # each view once; "both" is their mean, as predict(context_view="both") takes it
         out = folder / f"seed_{seed}_{view}.csv"
         attnpool.predict(run.path, inputs, out, folds=[0], context_view=view, progress=False, precision=cfg.precision)
         views[view] = pd.read_csv(out)["prediction"].to_numpy(dtype=np.float64)
+    views["both"] = (views["with"] + views["without"]) / 2
     path = folder / f"seed_{seed}.npz"
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, rows=rows, target=target, scores=views["both"])

@@ -356,11 +356,11 @@ def test_views_predict_the_validation_rows_with_and_without_their_context(tmp_pa
     assert rows.tolist() == pq.predictions(record)[0].tolist() and out["views_of"] == "cd"
     valid = pd.read_csv(tmp_path / "views" / "seed_42_valid.csv")
     assert valid["id"].tolist() == frame["id"].to_numpy()[rows].tolist()  # the run's validation rows, in order
-    with_context = attnpool.predict(tmp_path / "run", tmp_path / "views" / "seed_42_valid.csv", tmp_path / "w.csv",
-                                    progress=False, precision="fp32").output  # the run's precision, as the views
-    without = pd.read_csv(tmp_path / "views" / "seed_42_without.csv")["prediction"].to_numpy()
-    np.testing.assert_allclose(scores, (pd.read_csv(with_context)["prediction"] + without) / 2, atol=1e-6)
-    np.testing.assert_allclose(pd.read_csv(with_context)["prediction"], pq.predictions(record)[2], atol=1e-5)
+    both = attnpool.predict(tmp_path / "run", tmp_path / "views" / "seed_42_valid.csv", tmp_path / "both.csv",
+                            context_view="both", progress=False, precision="fp32").output  # the run's precision
+    np.testing.assert_allclose(scores, pd.read_csv(both)["prediction"], atol=1e-6)  # what predict's "both" writes
+    with_context = pd.read_csv(tmp_path / "views" / "seed_42_with.csv")["prediction"].to_numpy()
+    np.testing.assert_allclose(with_context, pq.predictions(record)[2], atol=1e-5)  # the run's out-of-fold scores
     assert out["pearson_with"] == pytest.approx(record["pearson"], abs=1e-3)
     assert "cd_both, seed 42: Pearson" in caplog.text
     summary = pq.summarise([record, out], ["cd", "cd_both"])

@@ -227,7 +227,12 @@ def test_serve_answers_the_context_views_predict_writes(trained, tmp_path):
         answer = service.run([job, service.encode(test[service.fields].head(3).to_dict("records"))],
                              batch_size=8)[0]  # with another request in the batch
         np.testing.assert_allclose(np.asarray(answer.scores).reshape(-1), pd.read_csv(out)["prediction"], atol=1e-5)
-        assert len(answer.words) == len(test)
+        # the words are those of the input with the context (both) or without it: the row's own words and its group's
+        said = [[w["text"] for w in row if w["kind"] == "word"] for row in answer.words]
+        joined = contexts(test) if view == "both" else [""] * len(test)
+        assert said == [f"{a} {t} {c.replace(';', ' ;')}".split() for a, t, c in
+                        zip(test.anchor, test.target, joined, strict=True)]
+        assert view == "without" or any(joined), "no row of the request has a context: the test would not tell"
 
 
 def test_a_served_context_view_needs_a_run_with_a_context(trained, tmp_path):
