@@ -69,6 +69,10 @@ def test_choices_come_from_the_modules_that_own_them_and_validate_checks_them():
     base = {"train_file": "x.csv", "text_cols": ["a"]}
     TrainConfig(**base).validate()
     TrainConfig(**base, loss="bce", output_activation="sigmoid").validate()
+    with pytest.raises(ValueError, match=r"^output_activation sigmoid is for regression targets in \[0, 1\], got task "
+                                         r"multilabel, whose scores are already probabilities .*; drop "
+                                         "output_activation$"):
+        TrainConfig(**base, task="multilabel", output_activation="sigmoid").validate()
     for name, bad in (("task", "ranking"), ("precision", "fp8"), ("scheduler", "step"), ("loss", "hinge"),
                       ("output_activation", "tanh")):
         with pytest.raises(ValueError, match=f"^{name} must be one of .*, got '{bad}'$"):

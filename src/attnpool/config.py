@@ -143,7 +143,7 @@ class TrainConfig:
     multi_sample_dropout: int = _model(1, "average the loss over this many dropout masks (1: plain dropout)")
     head_hidden_size: int | None = _model(None, "the width of a hidden layer (Linear -> GELU) in the head",
                                           default_text="none, a linear head")
-    output_activation: str | None = _model(None, "sigmoid: for targets in [0, 1] (PPPM)",
+    output_activation: str | None = _model(None, "sigmoid: for regression targets in [0, 1] (PPPM)",
                                            choices=tuple(a for a in OUTPUT_ACTIVATIONS if a))
     loss: str | None = _model(None, "the training loss (pearson: 1 - the batch's Pearson r, regression only; PPPM "
                               "1st place)", choices=LOSSES,
@@ -298,6 +298,10 @@ class TrainConfig:
         """The Pearson loss, the weight average and adversarial training: values that fit."""
         if self.loss == "pearson" and self.task != "regression":
             raise ValueError(f"loss pearson needs task regression, got task {self.task}; use cross_entropy or bce")
+        if self.output_activation is not None and self.task != "regression":
+            raise ValueError(f"output_activation {self.output_activation} is for regression targets in [0, 1], got "
+                             f"task {self.task}, whose scores are already probabilities (softmax, or a sigmoid per "
+                             "label for multilabel); drop output_activation")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in (0, 1), e.g. 0.999, got {self.ema_decay}")
         if self.adversarial is None:

@@ -62,18 +62,18 @@ def default_loss(problem: str, output_activation: str | None = None) -> str:
     return "cross_entropy" if problem == "single_label_classification" else "bce"
 
 
-def scores_from_logits(task: str, logits: Any, output_activation: str | None = None) -> np.ndarray:
+def scores_from_logits(task: str, logits: Any) -> np.ndarray:
     """What is reported for a model's ``logits``: values for regression, probabilities for classification.
 
-    Regression with one target gives a ``(N,)`` vector, otherwise ``(N, num_labels)``. A model whose config has
-    ``output_activation="sigmoid"`` returns logits that are already sigmoid-ed; they are not squashed twice.
+    Regression with one target gives a ``(N,)`` vector (already in [0, 1] for a model with
+    ``output_activation="sigmoid"``, which is for regression only), otherwise ``(N, num_labels)``.
     """
     logits = np.asarray(logits, dtype=np.float64)
     check_task(task)
     if task == "regression":
         return logits[..., 0] if logits.shape[-1] == 1 else logits
     if task == "multilabel":
-        return logits if output_activation == "sigmoid" else 1.0 / (1.0 + np.exp(-logits))
+        return 1.0 / (1.0 + np.exp(-logits))
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
 

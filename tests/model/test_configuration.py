@@ -20,6 +20,10 @@ def test_config_validation():
         AttnPoolConfig(encoder=tiny_config("bert"), pooling_layers="top")
     with pytest.raises(ValueError, match="output_activation must be one of"):
         AttnPoolConfig(encoder=tiny_config("bert"), output_activation="tanh")
+    with pytest.raises(ValueError, match="^output_activation 'sigmoid' is for regression targets in .*, got "
+                                         "problem_type 'multi_label_classification'"):
+        AttnPoolConfig(encoder=tiny_config("bert"), output_activation="sigmoid", num_labels=3,
+                       problem_type="multi_label_classification")
     with pytest.raises(ValueError, match="an encoder config dict needs its 'model_type'"):
         AttnPoolConfig(encoder={"hidden_size": 8})
     with pytest.raises(ValueError, match=r"head_dropout must be in \[0, 1\), got 1.0"):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import torch
 
 pytest.importorskip("onnxruntime")
 
-from attnpool.prediction import predict  # noqa: E402
+from attnpool.prediction import FoldEnsemble, predict  # noqa: E402
 from attnpool.runs import Run, RunError  # noqa: E402
 from model_helpers import make_run, save_tiny_encoder, write_toy_csv  # noqa: E402
 
@@ -56,3 +57,18 @@ def test_bad_backend_options(setup, tmp_path):
         predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, quantize="int8")
     with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx', got 'tf'"):
         predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, backend="tf")
+
+
+def test_the_int8_check_runs_the_float32_models_where_they_are(setup, tmp_path, monkeypatch):
+    """Serve keeps those models on --device for the word weights: the check names their device, never the default."""
+    folder, run = setup
+    devices, scores = [], FoldEnsemble.scores
+
+    def spy(self, encodings, **options):
+        devices.append(options.get("device"))
+        return scores(self, encodings, **options)
+
+    monkeypatch.setattr(FoldEnsemble, "scores", spy)
+    predict(run, folder / "test.csv", tmp_path / "int8.csv", progress=False, backend="onnx", quantize="int8",
+            int8_tolerance=1.0)
+    assert devices == [torch.device("cpu")]  # the check's float32 pass, on the models' device

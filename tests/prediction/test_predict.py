@@ -226,6 +226,19 @@ def test_resume_refuses_when_the_input_or_options_changed(run, frame, tmp_path, 
     assert sorted(p.name for p in parts.glob("part-*")) == ["part-00000.csv", "part-00001.csv"], "parts are kept"
 
 
+def test_a_changed_context_view_is_named_by_the_value_to_pass():
+    """The manifest leaves the default view out, and the refusal still names it: ``with``, not ``None``."""
+    from attnpool.prediction.parts import PARTS_FORMAT, _changes
+
+    same = {"format": PARTS_FORMAT, "input": "in.csv", "input_size": 1, "input_mtime_ns": 1, "run": "run",
+            "models": {}, "chunk_rows": CHUNK, "ensemble": "mean", "precision": "fp32"}
+    assert _changes({**same, "context_view": "both"}, same) == [
+        "context_view is now with (was both; pass the same value to resume)"]
+    assert _changes(same, {**same, "context_view": "without"}) == [
+        "context_view is now without (was with; pass the same value to resume)"]
+    assert _changes(same, same) == []
+
+
 def test_resume_without_parts_starts_from_the_first_chunk(run, frame, tmp_path):
     data = write(frame, tmp_path / "test.csv")
     summary = predict(run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False, resume=True)

@@ -29,11 +29,11 @@ def _problem_type(config: Any) -> str:
     return problem_type_of(task_of(problem, getattr(config, "num_labels", 1)))
 
 
-def _outputs(problem: str, logits: np.ndarray, config: Any) -> np.ndarray:
+def _outputs(problem: str, logits: np.ndarray) -> np.ndarray:
     """``(N, C)``: values for regression, probabilities for classification (see ``tasks.scores_from_logits``)."""
     logits = np.asarray(logits, dtype=np.float64)
     task = task_of(problem, logits.shape[-1])
-    return scores_from_logits(task, logits, getattr(config, "output_activation", None)).reshape(logits.shape)
+    return scores_from_logits(task, logits).reshape(logits.shape)
 
 
 def _find_pooler(model: torch.nn.Module) -> Any:
@@ -226,7 +226,7 @@ def explain(
     try:
         full_rows = [(e.input_ids, np.ones(len(e.input_ids), dtype=np.int64), e.token_type_ids) for e in encoded]
         logits, weights = _run(model, full_rows, pad_id=pad_id, device=device, batch_size=batch_size, weights=True)
-        outputs = _outputs(problem_type, logits, config)  # (N, C)
+        outputs = _outputs(problem_type, logits)  # (N, C)
         erasure = _erasure(model, encoded, weights, outputs, problem_type, erasure_k, seed, pad_id, device,
                            batch_size)
     finally:
@@ -308,7 +308,7 @@ def _erasure(model: torch.nn.Module, encoded: list[_Encoded], weights: list[np.n
     changes: list[dict[str, list[float]]] = [{s: [] for s in STRATEGIES} for _ in encoded]
     if rows:
         logits, _ = _run(model, rows, pad_id=pad_id, device=device, batch_size=batch_size, weights=False)
-        erased = _outputs(problem_type, logits, getattr(model, "config", None))
+        erased = _outputs(problem_type, logits)
         for row, (i, strategy, _k) in enumerate(plans):  # plans are in k order per example and strategy
             delta = prediction_change(problem_type, outputs[i], erased[row : row + 1], int(np.argmax(outputs[i])))
             changes[i][strategy].append(float(delta[0]))

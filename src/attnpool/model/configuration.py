@@ -130,6 +130,10 @@ class AttnPoolConfig(PretrainedConfig):
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:
             kwargs.setdefault("attn_implementation", encoder._attn_implementation)
         super().__init__(**kwargs)
+        if output_activation is not None and self.problem_type not in (None, "regression"):
+            raise ValueError(f"output_activation {output_activation!r} is for regression targets in [0, 1], got "
+                             f"problem_type {self.problem_type!r}, whose scores are already probabilities; leave "
+                             "output_activation None")
 
     @property
     def hidden_size(self) -> int:

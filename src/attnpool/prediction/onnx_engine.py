@@ -152,7 +152,8 @@ class OnnxFoldEnsemble:
             raise ValueError("check() compares a quantized ensemble with its float32 models; this one is float32")
         head = {k: v[:rows] for k, v in encodings.items()}
         ours = self.scores(head, batch_size=64)
-        theirs = self.reference.scores(head, batch_size=64, precision="fp32")
+        where = next(self.reference.models[0].parameters()).device  # the float32 models stay where they are (serve)
+        theirs = self.reference.scores(head, batch_size=64, device=where, precision="fp32")
         diff = float(np.max(np.abs(ours - theirs))) if len(ours) else 0.0
         if diff > tolerance:
             raise RunError(f"the {self.quantize} ONNX models depart from the float32 models by up to {diff:.4g} "

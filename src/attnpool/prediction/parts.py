@@ -70,8 +70,10 @@ def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     elif saved.get("models") != now["models"]:
         changes.append(f"the fold models of {now['run']} changed (retrained or replaced)")
     for key in ("chunk_rows", "ensemble", "precision", "weights", "context_view"):
-        if saved.get(key) != now.get(key):
-            changes.append(f"{key} is now {now.get(key)} (was {saved.get(key)}; pass the same value to resume)")
+        default = "with" if key == "context_view" else None  # a manifest leaves the default view out
+        was, value = saved.get(key, default), now.get(key, default)
+        if was != value:
+            changes.append(f"{key} is now {value} (was {was}; pass the same value to resume)")
     return changes
 
 

@@ -75,6 +75,7 @@ def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: i
     encodings = {k: [list(e[k]) for e in encoded] for k in ENCODING_KEYS if k in encoded[0]}
     out: list[np.ndarray] = [np.zeros(0)] * len(encoded)
     context = autocast(precision, device)
+    left = getattr(ensemble.tokenizer, "padding_side", "right") == "left"  # tokenizer.pad pads on that side
     for batch, features in padded_batches(encodings, batch_size, ensemble.tokenizer):
         features = {k: v.to(device) for k, v in features.items()}
         total = None
@@ -87,7 +88,9 @@ def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: i
             result = result[:, None, :] if result.ndim == 2 else result  # (B, heads, T)
             total = fold_weight * result if total is None else total + fold_weight * result
         for j, i in enumerate(batch):
-            row = total[j, :, : len(encoded[i]["input_ids"])].astype(np.float64)
+            n = len(encoded[i]["input_ids"])
+            row = total[j, :, total.shape[-1] - n :] if left else total[j, :, :n]
+            row = row.astype(np.float64)
             sums = row.sum(axis=-1, keepdims=True)  # bf16 weights sum to 1 only within their rounding
             out[i] = np.divide(row, sums, out=row.copy(), where=sums > 0)
     return out

@@ -1,0 +1,44 @@
+"""The served word weights (``"weights": true``) of rows batched together are each row's own, on either padding side."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.prediction import FoldEnsemble
+from attnpool.serving.weights import word_weights
+from model_helpers import save_tiny_encoder
+
+TEXTS = [("the cat sat on the mat", None), ("dog", None), ("red tree", "big house ran fast")]
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_batched_rows_get_the_weights_they_get_alone(tmp_path, side):
+    """Llama's tokenizers pad on the left: a short row in a batch must not read its weights off the padding."""
+    encoder = save_tiny_encoder(tmp_path / "encoder", family="llama")
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
+                                                           pooling_options={"attn_size": 8}).eval()
+    with torch.no_grad():  # a scorer away from its even start, so that each token's weight is its own
+        for parameter in model.attnpool.pooler.parameters():
+            parameter.normal_(0, 1)
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    tokenizer.padding_side = side
+    ensemble = FoldEnsemble("regression", [0], [model], np.array([1.0]), tokenizer)
+    ids = [tokenizer(first, second)["input_ids"] for first, second in TEXTS]
+
+    def weights(batch_size: int) -> list[list[float]]:
+        rows = word_weights(ensemble, TEXTS, ids, max_length=32, batch_size=batch_size, device=torch.device("cpu"),
+                            precision="fp32", lock=threading.Lock())
+        return [[word["weight"] for word in row] for row in rows]
+
+    alone, together = weights(1), weights(len(TEXTS))
+    assert [len(row) for row in together] == [len(row) for row in alone]
+    for mine, theirs in zip(together, alone, strict=True):
+        np.testing.assert_allclose(mine, theirs, atol=1e-5)
+        assert sum(mine) == pytest.approx(1.0) and len(set(np.round(mine, 4))) > 1  # uneven: the test can tell
