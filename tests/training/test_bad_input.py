@@ -42,6 +42,21 @@ def test_unknown_column_lists_the_columns_present(encoder, tmp_path, capsys):
     assert "score" in err and "first" in err and "second" in err and "label" in err
 
 
+def test_a_start_stopped_by_bad_data_can_be_started_again(encoder, tmp_path, capsys):
+    """The stopped start left its log (and config), but no run: the same command, corrected, starts afresh."""
+    write_toy_csv(tmp_path / "train.csv", n=12)
+    argv = train_args(encoder, tmp_path / "train.csv", tmp_path / "run")
+    run_error(capsys, [*argv, "--label", "scroe"])
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["train.log"]
+    (tmp_path / "run" / "config.yaml").write_text("label: scroe\n")  # as a start stopped by its folds leaves it
+    err = run_error(capsys, [*argv, "--resume"])
+    assert "holds a run that stopped before it started (no run.json, e.g. bad data); start it again without " \
+           "--resume" in err
+    assert main(argv) == 0
+    assert "label: label" in (tmp_path / "run" / "config.yaml").read_text()
+    assert "already exists; pass --resume" in run_error(capsys, argv)  # a run that started is never restarted
+
+
 def test_empty_file(encoder, tmp_path, capsys):
     (tmp_path / "train.csv").write_text("")
     err = run_error(capsys, train_args(encoder, tmp_path / "train.csv", tmp_path / "run"))

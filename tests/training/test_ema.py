@@ -168,3 +168,18 @@ def test_the_saved_fold_model_is_the_averaged_weights_and_keeps_the_recipe_loss(
     assert "attnpool.encoder.embeddings.word_embeddings.weight" in saved.keys() - capture.ema.keys()
     assert all(torch.equal(saved[n], capture.ema[n]) for n in capture.ema)
     assert any(not torch.equal(saved[n], capture.raw[n]) for n in capture.ema)
+
+
+def test_resume_passes_over_a_checkpoint_saved_without_its_average(tmp_path, caplog):
+    """The average is written after the Trainer's files: a checkpoint without it would resume a different run."""
+    from attnpool.training.fold import last_complete_checkpoint
+
+    for step, files in ((2, ["trainer_state.json", EMA_FILE]), (4, ["trainer_state.json"]), (6, ["model.safetensors"])):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        for name in files:
+            (tmp_path / f"checkpoint-{step}" / name).write_text("{}")
+    (tmp_path / "checkpoint-10.tmp").mkdir()  # not a checkpoint's name
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    assert last_complete_checkpoint(tmp_path, ema=True) == str(tmp_path / "checkpoint-2")
+    assert f"checkpoint-4 was not written to the end (no {EMA_FILE}: the run stopped while saving it)" in caplog.text
+    assert last_complete_checkpoint(tmp_path / "none") is None

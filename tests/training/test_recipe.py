@@ -199,12 +199,17 @@ def test_resume_after_sigkill_mid_fold_continues_from_the_last_checkpoint(encode
          "head_lr": 3e-3, "max_length": 16, "pooling_options": {"attn_size": 8}}, fold=1, step=4)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert (out / "fold_0" / "oof.csv").is_file() and not (out / "fold_1" / "oof.csv").exists()
-    assert list((out / "fold_1" / "checkpoints").glob("checkpoint-*"))
+    saved = list((out / "fold_1" / "checkpoints").glob("checkpoint-*"))
+    assert saved
+    torn = out / "fold_1" / "checkpoints" / "checkpoint-99"  # as a kill in the middle of a save leaves one
+    torn.mkdir()
+    (torn / "model.safetensors").write_bytes(b"\0" * 8)
     folds_before = (out / "folds.csv").read_text()
     assert main(["train", "--output-dir", str(out), "--resume"]) == 0
     assert (out / "folds.csv").read_text() == folds_before
     log = (out / "train.log").read_text()
-    assert "fold 0: already done" in log and "fold 1: resuming from" in log
+    assert f"{torn} was not written to the end (no trainer_state.json: the run stopped while saving it)" in log
+    assert "fold 0: already done" in log and f"fold 1: resuming from {max(saved)}" in log
     oof = pd.read_csv(out / "oof.csv")
     assert sorted(oof["row"]) == list(range(48))
 

@@ -92,6 +92,14 @@ class Run:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise RunError(f"output path {path} exists and is a file; choose a folder for the run")
+        if cls.never_started(path):  # a first start stopped by bad data: start afresh (its log is appended to)
+            if resume:
+                raise RunError(f"--resume: {path} holds a run that stopped before it started (no {RUN_FILE}, e.g. "
+                               "bad data); start it again without --resume")
+            with RunLock(path, purpose="train"):  # not from under a start that is still reading its data
+                for name in (CONFIG_FILE, FOLDS_FILE):
+                    (path / name).unlink(missing_ok=True)
+            return cls(path)
         if path.exists() and any(p.name != LOCK_NAME for p in path.iterdir()):  # a lock alone: not a run yet
             if resume:
                 return cls.open(path)
@@ -108,6 +116,19 @@ class Run:
                            "--resume")
         path.mkdir(parents=True, exist_ok=True)
         return cls(path)
+
+    @classmethod
+    def never_started(cls, path: str | Path) -> bool:
+        """Whether ``path`` holds only what a start leaves before ``run.json`` (its log, config, folds, lock).
+
+        ``train`` opens its log and saves its config before the data is fully checked; a start that stops there
+        (a mistyped column, an unreadable file) recorded no run to resume, and nothing but attnpool's own files.
+        """
+        path = Path(path)
+        if not path.is_dir() or cls.is_run(path):
+            return False
+        names = {p.name for p in path.iterdir()} - {LOCK_NAME}
+        return bool(names) and names <= {LOG_FILE, CONFIG_FILE, FOLDS_FILE}
 
     def lock(self, purpose: str) -> RunLock:
         """The lock that keeps one writer at a time on this run (a context manager)."""
