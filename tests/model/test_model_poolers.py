@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attnpool  # noqa: F401  (registers the Auto classes)
+import attnpool  # (importing it registers the Auto classes)
 from attnpool.model import AttnPoolForSequenceClassification
 from model_helpers import batch, tiny_config
 
@@ -86,7 +86,7 @@ def test_ditto_under_sdpa_raises_a_clear_error():
         model(input_ids=ids, attention_mask=mask)
 
 
-@pytest.mark.parametrize("pooling", NEW_POOLERS)
+@pytest.mark.parametrize("pooling", [*attnpool.available_poolers(), "attention+mean", "gem+mean"])
 def test_save_and_load_keep_the_pooler(pooling, tmp_path):
     model = build(pooling).eval()
     model.save_pretrained(tmp_path)
@@ -120,6 +120,32 @@ def test_the_pooler_regulariser_is_added_to_the_training_loss_only():
     penalised.eval()  # evaluation losses stay the task's own, comparable across poolers
     torch.testing.assert_close(penalised(input_ids=ids, attention_mask=mask, labels=labels).loss,
                                plain.eval()(input_ids=ids, attention_mask=mask, labels=labels).loss)
+
+
+def test_the_regulariser_of_a_pooler_inside_weighted_layer_is_kept_and_a_combination_refuses_it():
+    """weighted_layer returns its inner pooler's token weights and passes the regulariser on; a combination cannot."""
+    inner = {"type": "multihead_attention", "num_heads": 2, "attn_size": 8, "init": "xavier", "penalty": 0.5}
+    models = []
+    for penalty in (0.5, 0.0):
+        torch.manual_seed(0)
+        model = AttnPoolForSequenceClassification.from_encoder(
+            tiny_config("bert"), pooling="weighted_layer",
+            pooling_options={"num_layers": 2, "pooler": {**inner, "penalty": penalty}}, num_labels=1).train()
+        model.attnpool.encoder.eval()  # no dropout: the two forwards see the same numbers
+        model.head.eval()
+        models.append(model)
+    penalised, plain = models
+    ids, mask = batch([5, 3])
+    labels = torch.tensor([0.2, 0.7])
+    out = penalised(input_ids=ids, attention_mask=mask, labels=labels, return_pooling_weights=True)
+    expected = penalised.attnpool.pooler.token_pooler.auxiliary_loss(out.pooling_weights)
+    assert penalised.attnpool.pooler.has_auxiliary_loss and expected.item() > 0
+    torch.testing.assert_close(out.loss, plain(input_ids=ids, attention_mask=mask, labels=labels).loss + expected)
+    with pytest.raises(ValueError, match=r"^CombinedPooling: the regulariser of multihead_attention \(penalty > 0\) "
+                                         "needs its token weights, which a combination does not return"):
+        attnpool.build_pooler({"type": "combined", "poolers": [inner, "mean"]}, hidden_size=32)
+    assert not attnpool.build_pooler({"type": "combined", "poolers": [{**inner, "penalty": 0}, "mean"]},
+                                     hidden_size=32).has_auxiliary_loss
 
 
 @pytest.mark.parametrize("family", ["bert", "deberta-v3", "roberta"])

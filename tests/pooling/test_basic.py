@@ -70,7 +70,11 @@ def test_gem_tends_to_the_max_as_p_grows():
 def test_gem_p_is_learnable_or_fixed():
     assert [n for n, _ in GeMPooling(HIDDEN).named_parameters()] == ["p_param"]
     fixed = GeMPooling(HIDDEN, p=2.5, learnable_p=False)
-    assert list(fixed.parameters()) == [] and fixed.p == 2.5
+    assert list(fixed.parameters()) == [] and fixed.p == 2.5 == fixed.learned_p
+    learned = GeMPooling(HIDDEN, p=3.0)
+    with torch.no_grad():
+        learned.p_param.fill_(4.0)
+    assert learned.learned_p == 4.0 and learned.get_config()["p"] == 3.0  # the config keeps the initial value
     with pytest.raises(ValueError, match="p must be positive, got -1"):
         GeMPooling(HIDDEN, p=-1)
 

@@ -196,11 +196,12 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     * ``"project"``: concatenation followed by a Xavier-initialised ``Linear(K * H, H)``, ``output_dim = H``;
     * ``"mean"``: the average of the heads, ``output_dim = H``.
 
-    With ``num_heads=1`` and ``combine`` either way it computes exactly :class:`AttentionPooling`. With
-    ``init="mean"`` (default) the scoring rows start at zero, so every head starts as mean pooling; the heads
-    part as the shared first layer and their rows learn (``init="xavier"``: the heads differ from the start).
-    Heads that start equal get equal gradients wherever nothing downstream tells them apart (``combine="mean"``,
-    or the penalty alone, which is symmetric in the heads): use ``init="xavier"`` there.
+    With ``num_heads=1`` and ``combine`` ``"concat"`` or ``"mean"`` it computes exactly :class:`AttentionPooling`
+    (``"project"`` adds its linear layer). With ``init="mean"`` (default) the scoring rows start at zero, so every
+    head starts as mean pooling; the heads part as the shared first layer and their rows learn (``init="xavier"``:
+    the heads differ from the start). Heads that start equal get equal gradients wherever nothing downstream tells
+    them apart (``combine="mean"``, or the penalty alone, which is symmetric in the heads): use ``init="xavier"``
+    there.
 
     Args:
         hidden_size: ``H``.
@@ -240,6 +241,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         if not penalty >= 0:
             raise ValueError(f"MultiHeadAttentionPooling: penalty must be >= 0, got {penalty}")
         self.penalty = float(penalty)
+        self.has_auxiliary_loss = self.penalty != 0
         if num_heads < 1:
             raise ValueError(f"MultiHeadAttentionPooling: num_heads must be >= 1, got {num_heads}")
         if combine not in ("concat", "project", "mean"):

@@ -30,7 +30,10 @@ class Pooler(nn.Module):
       tensor (both indexed ``attentions[layer]``). The model then requests ``output_attentions``; transformers
       returns them only with ``attn_implementation="eager"``.
 
-    Composite poolers (``weighted_layer``, ``combined``) set these four flags per instance from their parts.
+    * ``has_auxiliary_loss``: :meth:`auxiliary_loss` returns a regulariser (``multihead_attention`` with
+      ``penalty > 0``).
+
+    Composite poolers (``weighted_layer``, ``combined``) set these flags per instance from their parts.
 
     ``removed_parameters`` names parameters that earlier versions had and that had no effect (a bias under a
     softmax, which ignores a constant shift): they are dropped from loaded state dicts, so old checkpoints load
@@ -60,6 +63,7 @@ class Pooler(nn.Module):
     has_weights: ClassVar[bool] = False
     needs_all_layers: ClassVar[bool] = False
     needs_attentions: ClassVar[bool] = False
+    has_auxiliary_loss: ClassVar[bool] = False
     removed_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, hidden_size: int) -> None:

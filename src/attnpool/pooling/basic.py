@@ -147,17 +147,20 @@ class GeMPooling(Pooler):
         super().__init__(hidden_size)
         if p <= 0:
             raise ValueError(f"GeMPooling: p must be positive, got {p}")
+        # The initial value, saved in the config: a plain number, so that get_config never reads a tensor (a model
+        # loaded with from_pretrained is built on the meta device first). The learned value is in the state dict.
+        self.p = float(p)
         self.eps = float(eps)
         self.learnable_p = bool(learnable_p)
-        p_tensor = torch.tensor(float(p))
+        p_tensor = torch.tensor(self.p)
         if self.learnable_p:
             self.p_param = nn.Parameter(p_tensor)
         else:
             self.register_buffer("p_param", p_tensor)
 
     @property
-    def p(self) -> float:
-        """The current exponent (saved by ``get_config`` as the initial value of a rebuilt pooler)."""
+    def learned_p(self) -> float:
+        """The exponent now (``p`` is the initial one)."""
         return float(self.p_param.detach())
 
     @override

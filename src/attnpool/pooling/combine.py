@@ -70,6 +70,11 @@ class CombinedPooling(Pooler):
         for spec in poolers:
             layered = num_layers is not None and _spec_class(spec).needs_all_layers and not isinstance(spec, Pooler)
             parts.append(build_pooler(spec, hidden_size, **({"num_layers": num_layers} if layered else {})))
+        regularised = [p.name for p in parts if p.has_auxiliary_loss]
+        if regularised:  # computed from a part's token weights, which a combination does not return
+            raise ValueError(f"CombinedPooling: the regulariser of {', '.join(regularised)} (penalty > 0) needs its "
+                             "token weights, which a combination does not return; use it alone (or inside "
+                             "weighted_layer), or set its penalty to 0")
         self.parts = nn.ModuleList(parts)
         layer_counts = sorted({p.num_layers for p in parts if p.needs_all_layers})
         if len(layer_counts) > 1:

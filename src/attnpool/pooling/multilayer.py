@@ -37,7 +37,8 @@ class WeightedLayerPooling(Pooler):
 
     The softmax keeps the mixture convex whatever ``w`` becomes (a raw ``w / sum(w)`` can divide by ~0). ``w``
     starts at zero: the mixture starts as the plain average of the layers. The flags (``has_weights``,
-    ``permutation_invariant``, ``needs_attentions``) and the token weights are those of the inner pooler.
+    ``permutation_invariant``, ``needs_attentions``, ``has_auxiliary_loss``), the token weights and the regulariser
+    are those of the inner pooler.
 
     Args:
         hidden_size: ``H``.
@@ -64,6 +65,7 @@ class WeightedLayerPooling(Pooler):
         self.has_weights = inner.has_weights
         self.permutation_invariant = inner.permutation_invariant
         self.needs_attentions = inner.needs_attentions
+        self.has_auxiliary_loss = inner.has_auxiliary_loss
 
     @property
     def pooler(self) -> dict[str, Any]:
@@ -78,6 +80,11 @@ class WeightedLayerPooling(Pooler):
     def layer_weights(self) -> Tensor:
         """The current mixture weights (the softmax of the layer logits), ``(L,)`` in float32, summing to 1."""
         return torch.softmax(self.layer_logits.float(), dim=0)
+
+    @override
+    def auxiliary_loss(self, weights: Tensor | None) -> Tensor | None:
+        """The inner pooler's regulariser, of the token weights this pooler returned (the inner pooler's)."""
+        return self.token_pooler.auxiliary_loss(weights)
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor, attentions: Any = None) -> tuple[Tensor, Tensor | None]:
