@@ -205,3 +205,25 @@ def test_a_pooler_name_or_option_that_cannot_build_is_refused_by_validate_with_t
     with pytest.raises(ValueError, match=r"pooler 'attention' got unknown option\(s\) atn_size; valid options: .*"
                                          r"attn_size"):
         TrainConfig(**base, pooling="attention", pooling_options={"atn_size": 128}).validate()
+
+
+def test_one_value_where_a_list_is_expected_is_a_list_of_one(tmp_path):
+    """YAML's `text_cols: review` is the column review, not the columns r, e, v, i, w."""
+    (tmp_path / "c.yaml").write_text("text_cols: review\ngroup_context_by: anchor\nonly_folds: 1\ntrain_file: x.csv\n")
+    cfg = TrainConfig.from_dict(load_yaml(tmp_path / "c.yaml"))
+    assert (cfg.text_cols, cfg.group_context_by, cfg.only_folds) == (["review"], ["anchor"], [1])
+    assert TrainConfig(text_cols=["a", "b"], only_folds=[0, 2]).only_folds == [0, 2]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"only_folds": [5]}, r"^only_folds names folds \[5\]; the folds are numbered 0 to 4 \(folds=5\)$"),
+    ({"only_folds": [-1, 0]}, r"^only_folds names folds \[-1, 0\]; the folds are numbered 0 to 4"),
+    ({"only_folds": []}, r"^only_folds names folds \[\]"),
+    ({"only_folds": [1], "valid_file": "v.csv"}, r"numbered 0 to 0 \(valid_file: one fold\)$"),
+    ({"warmup_ratio": 1.0}, r"^warmup_ratio is a share of the training steps, in \[0, 1\), got 1.0$"),
+    ({"warmup_ratio": -0.1}, r"^warmup_ratio is a share"),
+])
+def test_folds_to_train_and_the_warm_up_share_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(train_file="x.csv", text_cols=["a"], **options).validate()
+    TrainConfig(train_file="x.csv", text_cols=["a"], only_folds=[0, 4], warmup_ratio=0.99).validate()

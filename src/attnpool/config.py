@@ -64,11 +64,7 @@ def _option(group: str, default: Any, text: str, **more: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
-_data = functools.partial(_option, "data")
-_validation = functools.partial(_option, "validation")
-_model = functools.partial(_option, "model")
-_recipe = functools.partial(_option, "recipe")
-_output = functools.partial(_option, "output")
+_data, _validation, _model, _recipe, _output = (functools.partial(_option, group) for group in GROUPS)
 
 
 def _columns_hint(path: str | Path) -> str:
@@ -205,6 +201,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.pooling_layers = parse_pooling_layers(self.pooling_layers)
+        for name in ("text_cols", "group_context_by", "only_folds"):  # one value (YAML `text_cols: review`): a list
+            if isinstance(getattr(self, name), str | int) and not isinstance(getattr(self, name), bool):
+                setattr(self, name, [getattr(self, name)])
 
     def resolved_adversarial_eps(self) -> float | None:
         """The perturbation's size: ``adversarial_eps``, or the default of ``adversarial`` (``None`` without it)."""
@@ -240,11 +239,10 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], where: str = "config") -> TrainConfig:
         """Build from a dict, rejecting unknown keys with the list of valid ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        known = sorted(f.name for f in dataclasses.fields(cls))
+        unknown = sorted(set(values) - set(known))
         if unknown:
-            valid = ", ".join(sorted(known))
-            raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {valid}")
+            raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {', '.join(known)}")
         return cls(**values)
 
     def validate(self) -> TrainConfig:
@@ -265,6 +263,12 @@ class TrainConfig:
                              f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
         if self.encoder_dropout is not None and not 0 <= self.encoder_dropout < 1:
             raise ValueError(f"encoder_dropout must be in [0, 1), got {self.encoder_dropout}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio is a share of the training steps, in [0, 1), got {self.warmup_ratio}")
+        count = 1 if self.valid_file else self.folds  # a valid_file is fold 0, the only one
+        if self.only_folds is not None and not set(self.only_folds) <= set(range(count)) or self.only_folds == []:
+            raise ValueError(f"only_folds names folds {self.only_folds}; the folds are numbered 0 to {count - 1}"
+                             + (" (valid_file: one fold)" if self.valid_file else f" (folds={self.folds})"))
         if not 0 < self.llrd <= 1:
             raise ValueError(f"llrd must be in (0, 1], got {self.llrd}")
         if self.freeze_layers is not None and self.freeze_word_embeddings is False:

@@ -66,3 +66,17 @@ def test_pickle_weights_are_never_loaded(tmp_path):
 def test_model_without_encoder_config():
     with pytest.raises(ValueError, match="AttnPoolConfig has no encoder config; build the model with from_encoder"):
         AttnPoolForSequenceClassification(AttnPoolConfig())
+
+
+def test_an_encoder_without_a_findable_layer_list_names_every_option_that_needs_one():
+    """llrd below 1 needs the layer list too: the message must not speak of freezing alone."""
+    from transformers import AutoModel
+
+    from attnpool.model.encoders import encoder_layers
+
+    encoder = AutoModel.from_config(tiny_config("bert"))
+    assert len(encoder_layers(encoder)) == encoder.config.num_hidden_layers
+    encoder.config.num_hidden_layers += 1  # as an architecture whose blocks are not one list of that length
+    with pytest.raises(ValueError, match=r"^cannot find the list of 3 transformer layers in BertModel; what works per "
+                                         r"layer \(freeze_layers, reinit_layers, llrd below 1\) is not supported"):
+        encoder_layers(encoder)

@@ -148,6 +148,18 @@ def test_a_bad_chunk_leaves_no_output_and_no_parts(binary_run, frame, tmp_path):
     assert not (tmp_path / "pred.csv").exists() and not (tmp_path / "pred.csv.parts").exists()
 
 
+def test_integer_labels_with_a_blank_cell_are_the_labels_the_run_knows(encoder, tmp_path):
+    """A blank cell makes the reader take the column as floats: 1.0 is still the class 1."""
+    run = make_run(tmp_path / "run", encoder, task="binary", classes=[0, 1])
+    labelled = write_toy_csv(tmp_path / "toy.csv", n=6, seed=2).assign(label=[1, 0, None, 1, 0, 0])
+    data = write(labelled, tmp_path / "test.csv")
+    assert read_table(data)["label"].dtype.kind == "f"  # what the check sees
+    predict(run, data, tmp_path / "pred.csv", progress=False)
+    write(labelled.assign(label=[1, 0, None, 2, 0, 0]), data)
+    with pytest.raises(DataError, match=r"labels the model never saw in training: 2; known labels: 0, 1$"):
+        predict(run, data, tmp_path / "again.csv", progress=False)
+
+
 def test_pppm_preset_chunks_get_their_context_titles(encoder, tmp_path):
     pppm = tmp_path / "pppm"
     pppm.mkdir()

@@ -68,11 +68,16 @@ def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: 
     check_columns(frame, list(cfg.text_cols or []), str(path))
     classes = info.get("classes")
     if classes and cfg.task in ("binary", "multiclass") and cfg.label in frame.columns:
-        known = {str(c) for c in classes}
-        unseen = sorted({str(v) for v in frame[cfg.label].dropna()} - known)
+        known = {_label_text(c) for c in classes}
+        unseen = sorted({_label_text(v) for v in frame[cfg.label].dropna()} - known)
         if unseen:
             raise DataError(f"{path}: column {cfg.label!r} has labels the model never saw in training: "
                             f"{', '.join(unseen[:10])}; known labels: {', '.join(sorted(known))}")
+
+
+def _label_text(value: Any) -> str:
+    """A label as text, ``1.0`` as ``1``: a column of integer labels with a blank cell is read as floats."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 class PredictionInputs:

@@ -37,8 +37,8 @@ def encoder_layers(encoder: PreTrainedModel) -> nn.ModuleList:
         if isinstance(module, nn.ModuleList) and len(module) == num_layers:
             return module
     raise ValueError(
-        f"cannot find the list of {num_layers} transformer layers in {type(encoder).__name__}; freezing or "
-        "re-initialising layers is not supported for this encoder"
+        f"cannot find the list of {num_layers} transformer layers in {type(encoder).__name__}; what works per "
+        "layer (freeze_layers, reinit_layers, llrd below 1) is not supported for this encoder: leave it out"
     )
 
 

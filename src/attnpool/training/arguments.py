@@ -34,7 +34,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "learning_rate": cfg.lr,
         "weight_decay": cfg.weight_decay,
         "lr_scheduler_type": {"constant": "constant_with_warmup"}.get(cfg.scheduler, cfg.scheduler),
-        "warmup_steps": cfg.warmup_ratio if cfg.warmup_ratio < 1 else int(cfg.warmup_ratio),
+        "warmup_steps": cfg.warmup_ratio,  # below 1: a share of the training steps (validate keeps it there)
         "eval_strategy": strategy,
         "save_strategy": strategy,
         "eval_steps": cfg.eval_steps,
