@@ -20,14 +20,15 @@ from typing import Any
 from attnpool import api
 from attnpool._version import __version__
 from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
+from attnpool.explanations.svg import fmt_number
 from attnpool.precision import PRECISIONS
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, QUANTIZE
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
 
 _TYPES = typing.get_type_hints(TrainConfig)
-# compare's own --output-dir and --overwrite (the comparison folder), in place of the train run's.
-_COMPARE_OWN = ("output_dir", "overwrite")
+# compare's own --output-dir and --overwrite (the comparison folder); no --resume: it keeps finished runs by itself
+_COMPARE_OWN = ("output_dir", "overwrite", "resume")
 
 
 def _shown(value: Any) -> str:
@@ -55,9 +56,8 @@ _API_DEFAULTS = {name: _defaults(getattr(api, name)) for name in ("compare", "de
 
 def _default_text(f: dataclasses.Field) -> str:
     """How ``--help`` states a ``TrainConfig`` field's default: its ``default_text``, else the value."""
-    if "default_text" in f.metadata:
-        return f.metadata["default_text"]
-    return _shown(f.default_factory() if f.default is dataclasses.MISSING else f.default)
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return f.metadata.get("default_text", _shown(value))
 
 
 def _members(f: dataclasses.Field) -> list[Any]:
@@ -155,9 +155,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     keys = ("limit", "erasure_k", "text_cols", "label", "max_length", "fold", "seed", "batch_size", "device")
     explanation = api.explain_file(args.run, args.input, args.output, json_path=args.json,
                                    **{k: getattr(args, k) for k in keys})
-    aopc = explanation.erasure.aopc
-    print(f"explained {len(explanation.examples)} examples; erasure AOPC: most-weighted {aopc['top'] or 0:.4g}, "
-          f"random {aopc['random'] or 0:.4g}, least-weighted {aopc['bottom'] or 0:.4g}")
+    top, shuffled, bottom = (fmt_number(explanation.erasure.aopc[k], 4) for k in ("top", "random", "bottom"))
+    print(f"explained {len(explanation.examples)} examples; erasure AOPC (– without a test): most-weighted {top}, "
+          f"random {shuffled}, least-weighted {bottom}")
     print(f"wrote {args.output} and {args.json or Path(args.output).with_suffix('.json')}")
     return 0
 

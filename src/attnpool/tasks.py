@@ -78,6 +78,11 @@ def scores_from_logits(task: str, logits: Any) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+def label_text(value: Any) -> str:
+    """A class label as text, ``1.0`` as ``1``: a column of integer labels with a blank cell is read as floats."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def class_names(id2label: Mapping[Any, Any] | None, num_labels: int) -> list[str]:
     """A model config's class names in output order (``id2label``, keys as ints or strings), ``LABEL_i`` where unset."""
     names = {int(k): str(v) for k, v in (id2label or {}).items()}

@@ -106,6 +106,18 @@ def test_pooler_specs_parse_and_fail_clearly():
         PoolerSpec.parse("atention")
     with pytest.raises(ValueError, match="option 'attn_size' of 'attention:attn_size' is not key=value"):
         PoolerSpec.parse("attention:attn_size")
+    nested = PoolerSpec.parse('weighted_layer:num_layers=4,pooler={"type":"attention","attn_size":64}')
+    assert nested.options == {"num_layers": 4, "pooler": {"type": "attention", "attn_size": 64}}
+    both = PoolerSpec.parse('combined:poolers=[{"type":"attention","cls_share":0.9},"mean"],combine=concat')
+    assert both.options == {"poolers": [{"type": "attention", "cls_share": 0.9}, "mean"], "combine": "concat"}
+
+
+def test_compare_has_no_resume_flag_since_it_keeps_finished_runs_by_itself(capsys):
+    from attnpool.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["compare", "--poolings", "mean", "attention", "--resume"])
+    assert "unrecognized arguments: --resume" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- end to end

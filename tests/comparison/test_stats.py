@@ -203,3 +203,17 @@ def test_the_plot_axis_of_wide_correlation_intervals_stops_at_minus_one_and_one(
             {"mean": 0.1, "ci_low": float("nan"), "ci_high": float("nan"), "per_seed": {"1": -1.0, "2": 1.0}}]
     low, high = summary.plot_limits(rows, metric_range("pearson"))
     assert low == -1.0 and high == 1.0
+
+
+def test_a_seed_without_a_score_gives_no_p_value_and_no_interval():
+    """A run that predicted a constant has a NaN Pearson: no test may call that significant (p 0) or bound it."""
+    a, b = [0.81, math.nan, 0.79], [0.8, 0.8, 0.8]
+    exact, paired, interval = sign_flip_test(a, b), paired_t_test(a, b, bounds=(-1, 1)), score_interval(a, (-1, 1))
+    assert math.isnan(exact.p) and math.isnan(paired.p) and math.isnan(paired.low) and math.isnan(paired.high)
+    assert math.isnan(interval.low) and math.isnan(interval.high) and interval.method == "none"
+
+
+def test_differences_that_cancel_out_are_no_difference():
+    """Per-seed differences of +0.1, -0.1, +0.1, -0.1 have mean ~1e-17 in floating point, not a signed effect."""
+    test = sign_flip_test([0.3, 0.1, 0.3, 0.1], [0.2] * 4)
+    assert test.p == 1.0 and abs(test.diff) < 1e-12

@@ -55,6 +55,15 @@ def test_classification_prediction_label_and_error():
         assert x.error == (None if x.label is None else float(x.prediction != x.label))
 
 
+def test_integer_classes_read_as_floats_keep_their_right_or_wrong():
+    """A label column with a blank cell is read as floats: 1.0 is the class "1" of a run trained on 0/1/2."""
+    model = tiny_model(num_labels=3)
+    model.config.id2label, model.config.label2id = {i: str(i) for i in range(3)}, {str(i): i for i in range(3)}
+    result = attnpool.explain(model, wordpiece_tokenizer(), TEXTS, labels=[1.0, 0.0, float("nan"), 2.0], erasure_k=0)
+    assert [x.label for x in result.examples] == ["1", "0", None, "2"]
+    assert all(x.error in (0.0, 1.0) for x in result.examples if x.label is not None)
+
+
 def test_regression_error_and_text_pairs_are_recorded():
     result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), TEXTS, text_pairs=PAIRS,
                               labels=[0.5, 1.0, None, 0.0], erasure_k=1)

@@ -138,6 +138,8 @@ def score_interval(values: Sequence[float], bounds: tuple[float, float] = (-math
     if x.size == 0:
         raise ValueError("score_interval needs at least one value")
     mean = float(x.mean())
+    if not np.all(np.isfinite(x)):  # a seed without a score (a constant prediction has no Pearson): no interval
+        return Interval(mean, float("nan"), float("nan"), float("nan"), int(x.size), "none")
     if x.size < 2 or _no_spread(x):
         std = float(x.std(ddof=1)) if x.size > 1 else float("nan")
         return Interval(mean, std, float("nan"), float("nan"), int(x.size), "none")
@@ -176,7 +178,7 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
         raise ValueError("paired_t_test needs at least one pair")
     d = a - b
     diff = float(d.mean())
-    if d.size < 2:
+    if d.size < 2 or not np.all(np.isfinite(d)):  # one pair, or a seed without a score: nothing to test
         return PairedTest(diff, float("nan"), float("nan"), float("nan"))
     if _no_spread(d):
         return PairedTest(diff, float("nan"), float("nan"), 1.0 if not np.any(d) else float("nan"))
@@ -206,11 +208,11 @@ def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int =
     if n == 0:
         raise ValueError("sign_flip_test needs at least one pair")
     min_p = float(2.0 ** (1 - n))
+    if n < 2 or not np.all(np.isfinite(d)):  # one pair, or a seed without a score (NaN): no p-value, not 0
+        return ExactTest(float(d.mean()), float("nan"), min_p, n, _no_spread(d))
     equal = _no_spread(d)
-    if n < 2:
-        return ExactTest(float(d.mean()), float("nan"), min_p, n, equal)
-    if not np.any(d):
-        return ExactTest(0.0, 1.0, min_p, n, equal)
+    if abs(d.mean()) <= 1e-12 * np.abs(d).max(initial=0.0):  # no difference, or differences that cancel out
+        return ExactTest(float(d.mean()), 1.0, min_p, n, equal)
     result = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
                                     n_resamples=num_samples, vectorized=True, rng=np.random.default_rng(seed))
     return ExactTest(float(d.mean()), float(min(1.0, result.pvalue)), min_p, n, equal)

@@ -19,6 +19,7 @@ from attnpool.data.errors import DataError
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import iter_table
 from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
+from attnpool.tasks import label_text
 
 POOL_CHUNK_ROWS = 100_000  # rows read at a time for the group context's values of a whole file
 CONTEXT_VIEWS = {"with": (True,), "without": (False,), "both": (True, False)}  # --context-view: with_context flags
@@ -68,16 +69,11 @@ def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: 
     check_columns(frame, list(cfg.text_cols or []), str(path))
     classes = info.get("classes")
     if classes and cfg.task in ("binary", "multiclass") and cfg.label in frame.columns:
-        known = {_label_text(c) for c in classes}
-        unseen = sorted({_label_text(v) for v in frame[cfg.label].dropna()} - known)
+        known = {label_text(c) for c in classes}
+        unseen = sorted({label_text(v) for v in frame[cfg.label].dropna()} - known)
         if unseen:
             raise DataError(f"{path}: column {cfg.label!r} has labels the model never saw in training: "
                             f"{', '.join(unseen[:10])}; known labels: {', '.join(sorted(known))}")
-
-
-def _label_text(value: Any) -> str:
-    """A label as text, ``1.0`` as ``1``: a column of integer labels with a blank cell is read as floats."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 class PredictionInputs:

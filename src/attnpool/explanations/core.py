@@ -20,7 +20,7 @@ from attnpool.explanations.faithfulness import (
 )
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation, jsonable
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
-from attnpool.tasks import class_names, scores_from_logits, task_of
+from attnpool.tasks import class_names, label_text, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 
 
@@ -150,11 +150,11 @@ def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, name
                 float(np.abs(prediction.ravel() - target).mean()))
     if problem_type == "single_label_classification":
         label2id = {str(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
-        index = label2id.get(str(label))
+        index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
         if index is None and isinstance(label, int | np.integer) and 0 <= int(label) < len(names or []):
             index = int(label)
         if index is None:
-            return str(label), None
+            return label_text(label), None
         return (names[index] if names else index), float(index != int(np.argmax(prediction)))
     return jsonable(label.tolist() if isinstance(label, np.ndarray) else label), None
 
