@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 from attnpool.cli import _train_config, build_parser, main
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.pooling import AttentionPooling, build_pooler
+from attnpool.precision import cuda_native_bf16
 from attnpool.prediction.engine import load_fold_models, predict_encoded
 from attnpool.runs import Run
 from attnpool.training.arguments import training_arguments
@@ -221,7 +222,7 @@ def test_precision_auto_on_cuda_picks_bf16_when_supported(tmp_path):
     assert cfg.precision == "auto"
     args = training_arguments(cfg, tmp_path / "checkpoints", steps_per_epoch=4)
     assert args.device.type == "cuda" and not args.use_cpu
-    assert args.bf16 == torch.cuda.is_bf16_supported() and not args.fp16
+    assert args.bf16 == cuda_native_bf16() and not args.fp16
     cfg.precision = "fp16"
     args = training_arguments(cfg, tmp_path / "checkpoints", steps_per_epoch=4)
     assert args.fp16 and not args.bf16
@@ -259,7 +260,7 @@ def cuda_run(files, tmp_path_factory):
 
 def test_train_on_cuda_with_precision_auto_writes_a_complete_run(cuda_run):
     out, result, recorder = cuda_run
-    bf16 = torch.cuda.is_bf16_supported()
+    bf16 = cuda_native_bf16()
     assert recorder.folds == [{"bf16": bf16, "fp16": False, "device": "cuda", "params": {"cuda"}}] * 2
     assert result.metrics["complete"]
     for fold in result.metrics["folds"]:

@@ -68,3 +68,15 @@ def test_a_torch_without_the_probes_means_no_native_bf16(monkeypatch):
 def test_unknown_precision_names_the_valid_ones():
     with pytest.raises(ValueError, match="precision must be one of auto, fp32, bf16, fp16, got 'fp8'"):
         check_precision("fp8")
+
+
+@pytest.mark.parametrize(("capability", "expected"), [((7, 5), "fp32"), ((7, 0), "fp32"), ((8, 0), "bf16"),
+                                                      ((9, 0), "bf16")])
+def test_auto_on_a_gpu_is_bf16_only_where_it_is_native(monkeypatch, capability, expected):
+    """A T4 (7.5) or V100 (7.0) emulates bf16, and torch.cuda.is_bf16_supported() says yes there: auto says fp32."""
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_precision("auto", "cuda") == expected
+    native = "this GPU has native bf16" if expected == "bf16" else "this GPU has no native bf16"
+    assert f"(auto: {native}; --precision " in precision_reason("auto", "cuda")

@@ -39,7 +39,7 @@ def inference_device(device: str | torch.device | None = None) -> torch.device:
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """The precision that ``precision`` means on ``device``: ``fp32``, ``bf16`` or ``fp16``.
 
-    ``auto`` is bf16 on a CUDA device that supports it and on a CPU with native bf16 instructions
+    ``auto`` is bf16 on a GPU with native bf16 (:func:`cuda_native_bf16`) and on a CPU with native bf16 instructions
     (:func:`cpu_bf16_instructions`), else fp32. bf16 and fp16 run the forward pass under ``torch.autocast``; the
     weights, gradients and optimiser state stay float32. :func:`precision_reason` says why in words.
 
@@ -50,8 +50,19 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
         return precision
     device = torch.device(device)
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if cuda_native_bf16(device) else "fp32"
     return "bf16" if device.type == "cpu" and cpu_bf16_instructions() else "fp32"
+
+
+def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
+    """Whether the GPU computes in bf16 natively (compute capability 8.0 on: A100, RTX 30xx, H100...).
+
+    ``torch.cuda.is_bf16_supported()`` also says yes where bf16 is only emulated (T4, V100, P100), where it is
+    slower than fp32; ``auto`` does not pick it there, as on a CPU without bf16 instructions.
+    """
+    if torch.version.hip:  # ROCm: what torch reports (capabilities are numbered otherwise)
+        return torch.cuda.is_bf16_supported()
+    return torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def precision_reason(precision: str, device: str | torch.device) -> str:
@@ -66,7 +77,7 @@ def precision_reason(precision: str, device: str | torch.device) -> str:
         return f"{name} (asked for)"
     device = torch.device(device)
     if device.type == "cuda":
-        why = "this GPU supports bf16" if resolved == "bf16" else "this GPU has no bf16"
+        why = "this GPU has native bf16" if resolved == "bf16" else "this GPU has no native bf16"
     elif resolved == "bf16":
         why = f"this CPU has native bf16: {', '.join(cpu_bf16_instructions())}"
     else:

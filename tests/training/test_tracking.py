@@ -80,6 +80,30 @@ def test_mlflow_gets_one_experiment_per_run_with_a_run_per_fold_and_the_cv_score
     assert cv.data.params["attnpool.report_to"] == "mlflow"
 
 
+def test_mlflow_folds_nest_in_a_run_the_caller_opened(recipe, tmp_path, monkeypatch):
+    """Without nesting, transformers logs every fold into the caller's run, their curves interleaved at equal steps."""
+    mlflow = pytest.importorskip("mlflow")
+    folder, values = recipe
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("MLFLOW_NESTED_RUN", raising=False)
+    # the fluent API's own URI and experiment, for this test only (restored after it)
+    monkeypatch.setattr(mlflow.tracking._tracking_service.utils, "_tracking_uri", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    mlflow.set_experiment("outer")
+    with mlflow.start_run(run_name="outer") as outer:
+        result = attnpool.train(values, output_dir=str(folder / "nested"), report_to="mlflow")
+        assert mlflow.active_run().info.run_id == outer.info.run_id, "the caller's run is still the active one"
+    assert "MLFLOW_NESTED_RUN" not in os.environ
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    name = Run.open(result.run_dir).path.as_posix()
+    children = {r.info.run_name: r for r in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], f"tags.mlflow.parentRunId = '{outer.info.run_id}'")}
+    assert set(children) == {f"{name}/fold_0", f"{name}/fold_1"}
+    assert all(client.get_metric_history(r.info.run_id, "eval_pearson") for r in children.values())
+    assert not client.get_metric_history(outer.info.run_id, "eval_pearson"), "no fold logged into the caller's run"
+
+
 def test_a_tracker_that_is_not_installed_is_refused_before_anything_is_written(recipe, monkeypatch):
     folder, values = recipe
     monkeypatch.setitem(tracking._INSTALLED, "wandb", lambda: False)

@@ -102,5 +102,15 @@ def oof_targets(frame: pd.DataFrame, task: str, classes: Sequence[Any] | None) -
 
 
 def read_oof(path: Any) -> pd.DataFrame:
-    """Read an out-of-fold file back, sorted by row; ids stay strings (``0001`` is not the number 1)."""
-    return pd.read_csv(path, dtype={"id": str}).sort_values("row").reset_index(drop=True)
+    """Read an out-of-fold file back, sorted by row; ids stay strings (``0001`` is not the number 1).
+
+    A classification file (``prob_*`` columns) keeps its labels as the text they were trained as, as the training
+    data is read: the classes ``01`` and ``NA`` are not the number 1 and a missing value.
+    """
+    header = pd.read_csv(path, nrows=0).columns
+    if any(str(c).startswith("prob_") for c in header):
+        labels = {c: str for c in ("target", "prediction") if c in header}
+        frame = pd.read_csv(path, dtype={"id": str, **labels}, keep_default_na=False)
+    else:
+        frame = pd.read_csv(path, dtype={"id": str})
+    return frame.sort_values("row").reset_index(drop=True)

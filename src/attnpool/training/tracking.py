@@ -9,7 +9,8 @@ cross-validation scores of the out-of-fold predictions (``cv/<metric>``):
   RUN_DIR/tensorboard`` shows the folds side by side.
 - MLflow: one experiment per run directory (named as given, e.g. ``runs/attnpool``, unless
   ``MLFLOW_EXPERIMENT_NAME`` is set), runs ``runs/attnpool/fold_K`` and ``runs/attnpool/cv``; ``MLFLOW_TRACKING_URI``
-  says where (MLflow's default otherwise).
+  says where (MLflow's default otherwise). Called inside an MLflow run of the caller's, the folds are runs nested
+  in it (``MLFLOW_NESTED_RUN``), and it stays open.
 - Weights & Biases: project ``WANDB_PROJECT`` (default ``attnpool``), one group per run directory
   (``WANDB_RUN_GROUP``), one run per fold plus the ``cv`` run.
 """
@@ -96,9 +97,11 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
     name = experiment_name(run)
     values: dict[str, str] = {}
     if "mlflow" in used:
-        import mlflow  # noqa: F401  (imported now: its loggers exist before the run quiets them)
+        import mlflow  # imported now: its loggers exist before the run quiets them
 
         values["MLFLOW_EXPERIMENT_NAME"] = os.environ.get("MLFLOW_EXPERIMENT_NAME") or name
+        if mlflow.active_run() is not None:  # the caller's run: each fold a run nested in it, not all folds in it
+            values["MLFLOW_NESTED_RUN"] = os.environ.get("MLFLOW_NESTED_RUN") or "TRUE"
     if "wandb" in used:
         values["WANDB_PROJECT"] = os.environ.get("WANDB_PROJECT") or "attnpool"
         values["WANDB_RUN_GROUP"] = os.environ.get("WANDB_RUN_GROUP") or name
@@ -120,19 +123,32 @@ def fold_environment(run: Run | None, fold: int | None) -> Iterator[None]:
 
 
 class FoldTracking(transformers.TrainerCallback):
-    """Ends a fold's W&B run when the fold ends (the integration keeps it open), so that each fold is a run."""
+    """Each fold a tracker run of its own, and a run the caller opened left open.
+
+    Ends a fold's W&B run when the fold ends (the integration keeps it open). Transformers' MLflow callback ends
+    *the active run* when it is garbage collected if it started one: after a fold nested in the caller's MLflow run,
+    that is the caller's run. :meth:`watch` finds it among the Trainer's callbacks; once it has ended its own run
+    (its ``on_train_end`` comes before this one's), it is told it has none left to end.
+    """
 
     def __init__(self, used: list[str]) -> None:
         self._wandb = None
+        self._mlflow: Any = None
         if "wandb" in used:
             import wandb
 
             self._wandb = wandb if wandb.run is None else None  # a run the caller opened is theirs to finish
 
+    def watch(self, callbacks: list[transformers.TrainerCallback]) -> None:
+        """Remember the Trainer's MLflow callback, if any."""
+        self._mlflow = next((c for c in callbacks if isinstance(c, hf_integrations.MLflowCallback)), None)
+
     def on_train_end(self, args, state, control, **kwargs):
-        """Finish the fold's W&B run (main process)."""
+        """Finish the fold's W&B run (main process); disarm the MLflow callback that has ended its own run."""
         if self._wandb is not None and state.is_world_process_zero and self._wandb.run is not None:
             self._wandb.finish()
+        if getattr(self._mlflow, "_auto_end_run", False):
+            self._mlflow._auto_end_run = False
 
 
 def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, float]:

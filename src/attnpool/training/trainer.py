@@ -159,8 +159,9 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
         return task_metrics(cfg.task, eval_pred.label_ids, scores_from_logits(cfg.task, logits))
 
+    tracking = FoldTracking(integrations(cfg.report_to))
     callbacks: list[transformers.TrainerCallback] = [FoldProgress("training" if fold is None else f"fold {fold}"),
-                                                     FoldTracking(integrations(cfg.report_to))]
+                                                     tracking]
     ema = WeightEMA(cfg.ema_decay) if cfg.ema_decay is not None else None
     if ema is not None:
         callbacks.append(ema)
@@ -174,6 +175,7 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
                                 data_collator=transformers.DataCollatorWithPadding(tokenizer),
                                 compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor,
                                 ema=ema, adversary=adversary)
+    tracking.watch(trainer.callback_handler.callbacks)
     if get_verbosity() != "verbose":
         trainer.remove_callback(transformers.PrinterCallback)  # print(logs): the dicts go to train.log instead
     return trainer

@@ -1,0 +1,30 @@
+"""Out-of-fold files read back as they were written: ids and class labels stay the text they were trained as."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnpool.runs.tables import oof_frame, oof_scores, oof_targets, read_oof
+
+
+@pytest.mark.parametrize("classes", [["01", "02", "NA"], ["None", "nan", "1.0"]])
+def test_class_labels_that_look_like_numbers_or_missing_values_round_trip(tmp_path, classes):
+    scores = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.2, 0.6, 0.2]])
+    frame = oof_frame("multiclass", classes, np.array([2, 0, 1]), np.array(["007", "", "10"]), np.array([0, 2, 1]),
+                      scores, fold=1)
+    frame.to_csv(tmp_path / "oof.csv", index=False)
+    back = read_oof(tmp_path / "oof.csv")
+    assert back["target"].tolist() == [classes[2], classes[1], classes[0]]  # sorted by row
+    assert back["prediction"].tolist() == [classes[2], classes[1], classes[0]]
+    assert back["id"].tolist() == ["", "10", "007"]
+    np.testing.assert_array_equal(oof_targets(back, "multiclass", classes), [2, 1, 0])
+    np.testing.assert_allclose(oof_scores(back, "multiclass", classes), scores[[1, 2, 0]])
+
+
+def test_regression_files_read_numbers(tmp_path):
+    oof_frame("regression", None, np.arange(3), None, np.array([0.5, 1.0, 0.0]), np.array([0.4, 0.9, 0.1]),
+              fold=0).to_csv(tmp_path / "oof.csv", index=False)
+    back = read_oof(tmp_path / "oof.csv")
+    np.testing.assert_allclose(oof_targets(back, "regression", None), [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(oof_scores(back, "regression", None), [0.4, 0.9, 0.1])
