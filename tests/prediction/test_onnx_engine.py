@@ -72,3 +72,28 @@ def test_the_int8_check_runs_the_float32_models_where_they_are(setup, tmp_path, 
     predict(run, folder / "test.csv", tmp_path / "int8.csv", progress=False, backend="onnx", quantize="int8",
             int8_tolerance=1.0)
     assert devices == [torch.device("cpu")]  # the check's float32 pass, on the models' device
+
+
+def test_int8_of_a_graph_with_external_weights_prepares_it_with_external_weights(setup, tmp_path, monkeypatch):
+    """Past 1.5 GB the export keeps the weights in GRAPH.data; the prepared float32 copy must too (2 GB protobufs)."""
+    import onnxruntime
+
+    from attnpool.exporters import export_onnx
+    from attnpool.prediction import onnx_engine
+
+    folder, run = setup
+    source = tmp_path / "big.onnx"
+    export_onnx(Run(run).model_dir(0), source, external_data=True)  # as a large model's graph is written
+    assert source.with_name("big.onnx.data").is_file()
+    seen, prepare = [], onnx_engine.quant_pre_process
+
+    def spy(*args, **options):
+        seen.append(options["save_as_external_data"])
+        return prepare(*args, **options)
+
+    monkeypatch.setattr(onnx_engine, "quant_pre_process", spy)
+    onnx_engine._quantize(source, tmp_path / "big.int8.onnx")
+    onnx_engine._quantize(onnx_engine.graph_file(Run(run), 0), tmp_path / "small.int8.onnx")  # exported if missing
+    assert seen == [True, False]
+    names = {i.name for i in onnxruntime.InferenceSession(str(tmp_path / "big.int8.onnx")).get_inputs()}
+    assert "input_ids" in names and not list(tmp_path.glob(".int8.*")), "no temporary folder left"

@@ -114,3 +114,36 @@ def test_predict_is_refused_while_another_process_writes_the_output(holder, tmp_
     with pytest.raises(LockedError, match=f"predictions.csv is in use by another attnpool process \\(predict, PID "
                                           f"{proc.pid}"):
         attnpool.predict(run.path, tmp_path / "test.csv", output)
+
+
+def test_overwrite_holds_the_lock_while_it_deletes_the_old_run(tmp_path, monkeypatch):
+    """A `train --resume` started by another process in the meantime must be refused, not have its files deleted."""
+    import shutil
+    import subprocess
+    import sys
+
+    from attnpool.runs import lock
+
+    run = Run.create(tmp_path / "r")
+    run.write_info({"task": "regression"})
+    (tmp_path / "r" / "fold_0").mkdir()
+    probe = ("import importlib.util, sys\n"
+             "spec = importlib.util.spec_from_file_location('lock', sys.argv[1])\n"
+             "lock = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(lock)\n"
+             "try:\n    lock.RunLock(sys.argv[2], purpose='train').acquire()\n    print('taken')\n"
+             "except lock.LockedError:\n    print('refused')\n")
+    seen, rmtree = [], shutil.rmtree
+
+    def deleting(path, *args, **kwargs):
+        seen.append(subprocess.run([sys.executable, "-c", probe, lock.__file__, str(tmp_path / "r")],
+                                   capture_output=True, text=True, timeout=60).stdout.strip())
+        rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", deleting)
+    assert not Run.create(tmp_path / "r", overwrite=True).has_info()
+    assert seen == ["refused"] and not (tmp_path / "r" / "fold_0").exists()
+
+
+def test_a_run_in_use_is_a_run_error():
+    """`except RunError` (the documented error of train, predict and compare) catches a run another process holds."""
+    assert issubclass(LockedError, RunError) and issubclass(RunError, ValueError)

@@ -58,9 +58,13 @@ def _stale(target: Path, model_dir: Path) -> bool:
 
 def _quantize(source: Path, target: Path) -> None:
     """Pre-process and dynamically quantize ``source`` into ``target`` (atomically, through a temporary folder)."""
+    # A graph whose weights passed the export's threshold keeps them in SOURCE.data: the prepared float32 graph
+    # must too (a protobuf stops at 2 GB); the int8 one is a quarter of it.
+    external = source.with_name(source.name + ".data").is_file()
     with tempfile.TemporaryDirectory(prefix=".int8.", dir=target.parent) as tmp:
         prepared, quantized = Path(tmp) / "prepared.onnx", Path(tmp) / target.name
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True, save_as_external_data=external,
+                          all_tensors_to_one_file=True)
         quantize_dynamic(str(prepared), str(quantized), weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=["MatMul"])
         os.replace(quantized, target)

@@ -36,8 +36,12 @@ _held: dict[str, list[int]] = {}  # resolved lock file -> [fd, depth], for this 
 _guard = threading.Lock()
 
 
-class LockedError(ValueError):
-    """Another live process holds the lock; the message names it and says how to proceed."""
+class RunError(ValueError):
+    """A run directory that cannot be used as asked (exists, wrong version, incomplete, corrupt, in use)."""
+
+
+class LockedError(RunError):
+    """Another live process holds the lock (a run in use); the message names it and says how to proceed."""
 
 
 class RunLock:

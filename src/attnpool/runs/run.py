@@ -34,7 +34,7 @@ import yaml
 from attnpool._version import __version__
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
-from attnpool.runs.lock import LOCK_NAME, RunLock
+from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.tables import read_oof
 
 RUN_FORMAT = 1  # bumped when the layout of a run directory changes incompatibly
@@ -50,10 +50,6 @@ ONNX_DIR = "onnx"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 SUMMARY_RUN = "cv"  # the name of the run-level (cross-validation) entry of a tracker
-
-
-class RunError(ValueError):
-    """A run directory that cannot be used as asked (exists, wrong version, incomplete, corrupt, in use)."""
 
 
 class Run:
@@ -108,9 +104,14 @@ class Run:
                                "replace it, or choose another --output-dir")
             if not cls.is_run(path):
                 raise RunError(f"--overwrite refuses to delete {path}: it is not an attnpool run (no {RUN_FILE})")
-            with RunLock(path, purpose="overwrite"):  # refuse to delete a run another process is writing
-                pass
-            shutil.rmtree(path)
+            with RunLock(path, purpose="overwrite"):  # held while deleting: no other process can start on it
+                for entry in path.iterdir():
+                    if entry.name == LOCK_NAME:
+                        continue
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
         elif resume:
             raise RunError(f"--resume: run directory {path} does not exist or is empty; start the run without "
                            "--resume")
