@@ -210,6 +210,17 @@ def test_a_second_call_trains_nothing_and_a_new_pooler_only_itself(compared, cap
     assert [r["pooler"] for r in rows] == ["mean", "attention:attn_size=8", "max"]
 
 
+def test_a_pooler_in_the_recipe_is_said_to_be_replaced_by_the_specs(compared, tmp_path, caplog):
+    """A train config reused for compare: its pooler would silently give way to each --poolings spec."""
+    out, common = compared
+    (tmp_path / "train.yaml").write_text("pooling: gem\npooling_options: {p: 2}\n")
+    with caplog.at_level("WARNING", logger="attnpool"):
+        assert main(["compare", "--config", str(tmp_path / "train.yaml"), *common, "--poolings",
+                     "attention:attn_size=8", "--seeds", "2", "--output-dir", str(out)]) == 0
+    assert "compare: the recipe's pooling=gem and pooling_options={'p': 2} are replaced by each --poolings spec" \
+        in caplog.text
+
+
 def test_compare_refuses_another_recipe_in_the_same_folder(compared, capsys):
     out, common = compared
     changed = [*common, "--lr", "5e-4"]

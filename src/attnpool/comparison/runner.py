@@ -178,13 +178,16 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         raise ValueError(f"--seeds must be distinct seeds (or one count), got {seeds}")
     if len(specs) < 2:
         raise ValueError("compare needs at least one pooler besides the baseline: --poolings attention ...")
+    if cfg.pooling != TrainConfig.pooling or cfg.pooling_options:  # e.g. a train config reused: say they go
+        logger.warning("compare: the recipe's pooling=%s and pooling_options=%s are replaced by each --poolings spec",
+                       cfg.pooling, cfg.pooling_options)
     cfg.validate()
     out = Path(output_dir)
     _refuse_foreign(out)
-    with RunLock(out, purpose="compare"):
+    with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere
         _check_recipe(out, cfg, overwrite)
         trained = _train_missing(out, cfg, specs, seeds)
-    result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed)
+        result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed)
     result.trained = trained
     return result
 
