@@ -153,7 +153,7 @@ def export_onnx(
             :class:`~attnpool.AttnPoolModel`, a folder saved with ``save_pretrained`` (loaded in float32 from
             safetensors), or the output directory of ``attnpool train`` (with ``fold``).
         output: The ``.onnx`` file to write; its folder is created.
-        fold: Which fold's model of a train run; needed when the run has several.
+        fold: Which fold's model of a train run; default: its first trained fold.
         with_weights: Add the pooler's token weights as a second output ``pooling_weights``, ``(B, T)`` or
             ``(B, heads, T)``.
         opset: The ONNX opset; ``None``: the exporter's default (18 or newer; older ones are converted to).
