@@ -48,3 +48,4 @@ def test_defaults():
     assert default_loss("multi_label_classification") == "bce"
     assert num_labels("regression", 0) == 1 and num_labels("multiclass", 4) == 4
     assert primary_metric("regression") == ("pearson", True) and primary_metric("binary") == ("accuracy", True)
+    assert primary_metric("multiclass") == ("accuracy", True) and primary_metric("multilabel") == ("macro_f1", True)

@@ -90,5 +90,12 @@ def class_names(id2label: Mapping[Any, Any] | None, num_labels: int) -> list[str
 
 
 def primary_metric(task: str) -> tuple[str, bool]:
-    """The metric that selects the best checkpoint and ranks poolers, and whether greater is better."""
-    return ("pearson", True) if check_task(task) == "regression" else ("accuracy", True)
+    """The metric that selects the best checkpoint and ranks poolers, and whether greater is better.
+
+    Pearson for regression, accuracy for single-label classification, macro-F1 for multi-label (its accuracy is the
+    exact match of the whole label set, which stays flat, often at 0, while the labels improve one by one).
+    """
+    task = check_task(task)
+    if task == "regression":
+        return "pearson", True
+    return ("macro_f1", True) if task == "multilabel" else ("accuracy", True)

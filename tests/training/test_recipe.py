@@ -222,3 +222,29 @@ def test_resume_after_sigkill_mid_fold_continues_from_the_last_checkpoint(encode
 )
 def test_paired_inputs_says_whether_an_input_joins_two_texts(options, paired):
     assert paired_inputs(TrainConfig(**options)) is paired
+
+
+def test_multilabel_trains_keeps_the_best_macro_f1_and_predicts_a_probability_per_label(encoder, tmp_path):
+    """Multi-label end to end: "a|b" cells, checkpoints chosen by macro-F1 (exact-match accuracy stays flat)."""
+    frame = write_toy_csv(tmp_path / "toy.csv", n=32, seed=4)
+    frame["tags"] = ["|".join(t for t, on in (("cat", "cat" in f), ("dog", "dog" in s), ("red", "red" in s)) if on)
+                     or "none" for f, s in zip(frame["first"], frame["second"], strict=True)]
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    out = tmp_path / "run"
+    assert main(["train", "--train-file", str(tmp_path / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "tags", "--task", "multilabel", "--folds", "2", "--model", encoder, "--output-dir", str(out),
+                 *FAST]) == 0
+    for fold in (0, 1):
+        history = json.loads((out / f"fold_{fold}" / "log_history.json").read_text())
+        scores = {e["step"]: e["eval_macro_f1"] for e in history if "eval_macro_f1" in e}
+        kept = json.loads((out / f"fold_{fold}" / "metrics.json").read_text())
+        assert len(scores) == 2 and scores[int(kept["best_checkpoint"].split("-")[1])] == max(scores.values())
+        assert kept["macro_f1"] == pytest.approx(max(scores.values()))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"accuracy", "macro_f1"} <= set(metrics["overall"])
+    assert main(["predict", "--run", str(out), "--input", str(tmp_path / "train.csv"), "--output",
+                 str(tmp_path / "pred.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    probabilities = pred[[c for c in pred.columns if c.startswith("prob_")]]
+    assert sorted(probabilities.columns) == ["prob_cat", "prob_dog", "prob_none", "prob_red"]
+    assert ((probabilities >= 0) & (probabilities <= 1)).all().all()
