@@ -266,7 +266,7 @@ class TrainConfig:
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio is a share of the training steps, in [0, 1), got {self.warmup_ratio}")
         count = 1 if self.valid_file else self.folds  # a valid_file is fold 0, the only one
-        if self.only_folds is not None and not set(self.only_folds) <= set(range(count)) or self.only_folds == []:
+        if self.only_folds is not None and (not self.only_folds or not set(self.only_folds) <= set(range(count))):
             raise ValueError(f"only_folds names folds {self.only_folds}; the folds are numbered 0 to {count - 1}"
                              + (" (valid_file: one fold)" if self.valid_file else f" (folds={self.folds})"))
         if not 0 < self.llrd <= 1:

@@ -29,7 +29,6 @@ class Pooler(nn.Module):
       of per-layer ``(B, heads, T, T)`` tensors as transformers returns them, or one ``(L, B, heads, T, T)``
       tensor (both indexed ``attentions[layer]``). The model then requests ``output_attentions``; transformers
       returns them only with ``attn_implementation="eager"``.
-
     * ``has_auxiliary_loss``: :meth:`auxiliary_loss` returns a regulariser (``multihead_attention`` with
       ``penalty > 0``).
 
