@@ -117,3 +117,25 @@ def test_stopping_runs_what_is_queued_at_once():
 def test_options_are_checked():
     with pytest.raises(ValueError, match="max_batch >= 1"):
         Batcher(Model(), max_batch=0, max_wait_ms=1, max_queue_rows=1)
+
+
+def test_a_batcher_stopped_and_started_again_serves_again():
+    """An app's lifespan may run twice (tests, an embedding app): the second start must not refuse as draining."""
+    model = Model()
+
+    async def twice():
+        batcher = Batcher(model, max_batch=4, max_wait_ms=0, max_queue_rows=100)
+        answers = []
+        for _ in range(2):
+            await batcher.start()
+            answers.append(await batcher.submit("x", rows=1))
+            await batcher.stop()
+        return answers
+
+    assert asyncio.run(twice()) == ["answer x", "answer x"]
+
+
+@pytest.mark.parametrize("wait", [float("inf"), float("nan"), -1.0])
+def test_a_wait_that_is_not_a_finite_number_of_milliseconds_is_refused(wait):
+    with pytest.raises(ValueError, match="need max_batch >= 1, max_wait_ms >= 0"):
+        Batcher(Model(), max_batch=4, max_wait_ms=wait, max_queue_rows=100)

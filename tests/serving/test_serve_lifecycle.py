@@ -45,6 +45,7 @@ def test_a_fold_model_that_fails_to_load_stops_the_start_up(recipe, tmp_path, ca
     (["--folds", "5"], "has no trained fold 5; trained folds: 0, 1"),
     (["--api-key-env", "ATTNPOOL_SURELY_UNSET"], "the environment variable ATTNPOOL_SURELY_UNSET is not set"),
     (["--max-batch", "0"], "max_batch must be an integer >= 1"),
+    (["--max-wait-ms", "inf"], "max_wait_ms must be a finite number >= 0, got inf"),
     (["--max-length", "32"], "--max-length is for a model folder"),
 ])
 def test_bad_options_stop_the_start_up(recipe, capsys, never_listen, args, message):

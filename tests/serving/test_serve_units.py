@@ -56,3 +56,23 @@ def test_the_page_escapes_what_it_shows():
     assert "<script>x</script>" not in html and "<b>enc</b>" not in html
     assert html.count("<script") == 2 and "\\u003cscript\\u003e" in html  # the config block cannot close early
     assert "script-src 'sha256-" in csp
+
+
+@pytest.mark.parametrize(("host", "url"), [("127.0.0.1", "http://127.0.0.1:8000"), ("::1", "http://[::1]:8000"),
+                                           ("[::1]", "http://[::1]:8000")])
+def test_the_url_brackets_an_ipv6_host_once(host, url):
+    from attnpool.serving.app import Settings
+
+    assert Settings(host=host, port=8000).url == url
+
+
+@pytest.mark.parametrize("key", ["", "   ", "clé"])
+def test_an_api_key_must_be_set_and_ascii(monkeypatch, key):
+    """HTTP headers are read as latin-1: a UTF-8 key beyond ASCII could never match X-API-Key or Bearer."""
+    from attnpool.serving.server import read_api_key
+
+    monkeypatch.setenv("ATTNPOOL_TEST_KEY", key)
+    with pytest.raises(ValueError, match="ATTNPOOL_TEST_KEY is not set, empty or not ASCII; set it to the key"):
+        read_api_key("ATTNPOOL_TEST_KEY")
+    monkeypatch.setenv("ATTNPOOL_TEST_KEY", " k3y ")
+    assert read_api_key("ATTNPOOL_TEST_KEY") == "k3y"

@@ -56,7 +56,8 @@ class Settings:
     @property
     def url(self) -> str:
         """``http://host:port``."""
-        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
+        host = self.host.strip("[]")  # given bracketed or not
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
     def max_queue_rows(self) -> int:
@@ -85,6 +86,7 @@ def create_app(service: Service, settings: Settings) -> Any:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any):
+        app.state.draining = False  # a second lifespan of the same app (tests, embedding) serves again
         await batcher.start()
         watcher = asyncio.get_running_loop().create_task(watch())
         metrics.started = time.monotonic()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,7 @@ class Batcher:
 
     def __init__(self, run: Callable[[Sequence[Any]], Sequence[Any]], *, max_batch: int, max_wait_ms: float,
                  max_queue_rows: int, on_batch: Callable[[int, int], object] | None = None) -> None:
-        if max_batch < 1 or max_wait_ms < 0 or max_queue_rows < 1:
+        if max_batch < 1 or not 0 <= max_wait_ms < math.inf or max_queue_rows < 1:  # NaN fails too
             raise ValueError(f"need max_batch >= 1, max_wait_ms >= 0 and max_queue_rows >= 1, got {max_batch}, "
                              f"{max_wait_ms} and {max_queue_rows}")
         self.run, self.max_batch, self.max_wait = run, max_batch, max_wait_ms / 1000
@@ -69,7 +70,8 @@ class Batcher:
         return len(self._queue)
 
     async def start(self) -> None:
-        """Start the worker on the running loop."""
+        """Start the worker on the running loop (again after :meth:`stop`: an app's lifespan may run twice)."""
+        self._flushing = self._stopping = False
         self._arrived = asyncio.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnpool-batch")
         self._worker = asyncio.get_running_loop().create_task(self._work(), name="attnpool-batcher")

@@ -127,7 +127,7 @@ def describe(errors: Sequence[dict[str, Any]], service: Service) -> tuple[int, l
     for error in errors:
         kind, ctx, value = error.get("type", ""), error.get("ctx") or {}, error.get("input")
         loc = tuple(error.get("loc", ()))
-        if kind in ("string_type", "int_type") and loc and loc[-1] in _UNION_TAGS:  # the id: a string or a number
+        if kind in ("string_type", "int_type") and loc and loc[-1] in _UNION_TAGS:  # the id: a string or an integer
             loc, kind = loc[:-1], "id_type"
         place = where(loc)
         if (place, kind) in seen:
@@ -137,7 +137,8 @@ def describe(errors: Sequence[dict[str, Any]], service: Service) -> tuple[int, l
             status, place = 400, "body"
             what = f"malformed JSON ({ctx.get('error', 'decode error')} at character {loc[-1]})"
         elif kind == "id_type":
-            what = f"must be a string or a number, got {_JSON_TYPES.get(type(value), type(value).__name__)}"
+            got = "a decimal number" if isinstance(value, float) else _JSON_TYPES.get(type(value), type(value).__name__)
+            what = f"must be a string or an integer, got {got}"
         elif kind == "extra_forbidden" and len(loc) <= 2:  # ("body", name): a field of the body, not of a row
             what = "unknown field; a body takes rows and weights"
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -78,9 +79,9 @@ def read_api_key(variable: str | None) -> str | None:
     if variable is None:
         return None
     key = os.environ.get(variable, "")
-    if not key.strip():
-        raise ValueError(f"--api-key-env {variable}: the environment variable {variable} is not set or empty; set "
-                         f"it to the key clients must send (e.g. export {variable}=$(openssl rand -hex 24))")
+    if not key.strip() or not key.isascii():  # HTTP headers carry latin-1: a non-ASCII key could never match
+        raise ValueError(f"--api-key-env {variable}: the environment variable {variable} is not set, empty or not "
+                         f"ASCII; set it to the key clients must send (e.g. export {variable}=$(openssl rand -hex 24))")
     return key.strip()
 
 
@@ -101,8 +102,8 @@ def _check_options(**values: float) -> None:
     port = values.pop("port")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be 0 (any free port) to 65535, got {port!r}")
-    if values["max_wait_ms"] < 0:
-        raise ValueError(f"max_wait_ms must be >= 0, got {values['max_wait_ms']}")
+    if not 0 <= values["max_wait_ms"] < math.inf:  # inf would keep a lone request waiting for company forever
+        raise ValueError(f"max_wait_ms must be a finite number >= 0, got {values['max_wait_ms']}")
     for name in ("max_batch", "max_rows", "max_body_bytes"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
