@@ -94,8 +94,10 @@ def test_an_error_reaches_only_its_batch_and_the_worker_goes_on():
                                         return_exceptions=True)
         return together, await batcher.submit("later", 1)
 
-    together, later = serve(model, mixed)
+    counted = []
+    together, later = serve(model, mixed, on_batch=lambda rows, requests: counted.append((rows, requests)))
     assert all(isinstance(e, RuntimeError) for e in together) and later == "answer later"
+    assert counted == [(1, 1)], "rows predicted: the failed batch's rows are not among them"
 
 
 def test_stopping_runs_what_is_queued_at_once():

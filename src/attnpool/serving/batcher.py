@@ -42,7 +42,7 @@ class Batcher:
         max_batch: Rows per call, at most (a single larger request runs alone).
         max_wait_ms: How long the oldest queued request waits for others to join it.
         max_queue_rows: Rows that may wait at once; more raise :class:`Busy`.
-        on_batch: Called with ``(rows, requests)`` of every call, from the event loop.
+        on_batch: Called with ``(rows, requests)`` of every call that succeeded, from the event loop.
     """
 
     def __init__(self, run: Callable[[Sequence[Any]], Sequence[Any]], *, max_batch: int, max_wait_ms: float,
@@ -131,9 +131,6 @@ class Batcher:
             batch = self._take()
             if not batch:
                 continue
-            rows = sum(p.rows for p in batch)
-            if self.on_batch is not None:
-                self.on_batch(rows, len(batch))
             try:
                 results = await loop.run_in_executor(self._executor, self.run, [p.payload for p in batch])
             except Exception as err:  # noqa: BLE001 - the batch's requests get the error; the worker goes on
@@ -141,6 +138,8 @@ class Batcher:
                     if not p.future.done():
                         p.future.set_exception(err)
                 continue
+            if self.on_batch is not None:  # rows predicted: a failed call is counted as the requests' errors
+                self.on_batch(sum(p.rows for p in batch), len(batch))
             for p, result in zip(batch, results, strict=True):
                 if not p.future.done():  # a request cancelled meanwhile (its client left) takes no result
                     p.future.set_result(result)
