@@ -139,5 +139,5 @@ def test_a_batcher_stopped_and_started_again_serves_again():
 
 @pytest.mark.parametrize("wait", [float("inf"), float("nan"), -1.0])
 def test_a_wait_that_is_not_a_finite_number_of_milliseconds_is_refused(wait):
-    with pytest.raises(ValueError, match="need max_batch >= 1, max_wait_ms >= 0"):
+    with pytest.raises(ValueError, match="need max_batch >= 1, a finite max_wait_ms >= 0"):
         Batcher(Model(), max_batch=4, max_wait_ms=wait, max_queue_rows=100)

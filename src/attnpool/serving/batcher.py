@@ -48,8 +48,8 @@ class Batcher:
     def __init__(self, run: Callable[[Sequence[Any]], Sequence[Any]], *, max_batch: int, max_wait_ms: float,
                  max_queue_rows: int, on_batch: Callable[[int, int], object] | None = None) -> None:
         if max_batch < 1 or not 0 <= max_wait_ms < math.inf or max_queue_rows < 1:  # NaN fails too
-            raise ValueError(f"need max_batch >= 1, max_wait_ms >= 0 and max_queue_rows >= 1, got {max_batch}, "
-                             f"{max_wait_ms} and {max_queue_rows}")
+            raise ValueError(f"need max_batch >= 1, a finite max_wait_ms >= 0 and max_queue_rows >= 1, got "
+                             f"{max_batch}, {max_wait_ms} and {max_queue_rows}")
         self.run, self.max_batch, self.max_wait = run, max_batch, max_wait_ms / 1000
         self.max_queue_rows, self.on_batch = max_queue_rows, on_batch
         self._queue: collections.deque[_Pending] = collections.deque()
