@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import math
 import os
-import re
 import shutil
 import sys
 import time
@@ -21,8 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import set_seed
-from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from attnpool.config import TrainConfig
 from attnpool.data.columns import template_fields
@@ -38,10 +35,9 @@ from attnpool.runs.tables import oof_frame
 from attnpool.tasks import num_labels, problem_type, scores_from_logits
 from attnpool.training.arguments import training_arguments
 from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard
-from attnpool.training.ema import EMA_FILE
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.tracking import run_name
-from attnpool.training.trainer import make_trainer, weights_sharded
+from attnpool.training.trainer import last_complete_checkpoint, make_trainer, weights_sharded
 
 try:
     import resource
@@ -88,28 +84,6 @@ def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSeque
         freeze_word_embeddings=cfg.resolved_freeze_word_embeddings(),
         **extra,
     )
-
-
-def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
-    """The newest checkpoint in ``folder`` that was written to the end, or ``None``.
-
-    The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
-    ``ema.safetensors`` comes after it, from :class:`~attnpool.training.ema.WeightAverage`): a run killed in the
-    middle of a save leaves a folder without them, which the Trainer cannot resume from. Such a folder is passed
-    over (and rewritten when training reaches its step again).
-    """
-    if not folder.is_dir():
-        return None
-    needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
-    found = sorted(((int(m.group(1)), p) for p in folder.iterdir()
-                    if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
-    for _, checkpoint in found:
-        missing = [name for name in needed if not (checkpoint / name).is_file()]
-        if not missing:
-            return str(checkpoint)
-        logger.warning("%s was not written to the end (no %s: the run stopped while saving it); resuming from an "
-                       "earlier checkpoint", checkpoint, " or ".join(missing))
-    return None
 
 
 def _check_engine(trainer) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
+from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from attnpool.allocator import keep_freed_memory, largest_parameter_bytes
 from attnpool.config import TrainConfig
@@ -17,16 +21,40 @@ from attnpool.model.dropout import use_cpu_dropout
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.adversarial import Adversary, make_adversary, perturbed
-from attnpool.training.ema import WeightEMA
+from attnpool.training.ema import EMA_FILE, WeightEMA
 from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
 from attnpool.training.tracking import FoldTracking, fold_environment, integrations
 
+logger = logging.getLogger("attnpool.train")
+
 
 def weights_sharded(trainer: transformers.Trainer) -> bool:
     """Whether the trained weights are spread over the processes (FSDP, DeepSpeed), so no process holds them all."""
     return bool(getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False))
+
+
+def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
+    """The newest checkpoint in ``folder`` that was written to the end, or ``None``.
+
+    The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
+    ``ema.safetensors`` comes after it, from :class:`~attnpool.training.ema.WeightEMA`): a run killed in the
+    middle of a save leaves a folder without them, which the Trainer cannot resume from. Such a folder is passed
+    over (and rewritten when training reaches its step again).
+    """
+    if not folder.is_dir():
+        return None
+    needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
+    found = sorted(((int(m.group(1)), p) for p in folder.iterdir()
+                    if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
+    for _, checkpoint in found:
+        missing = [name for name in needed if not (checkpoint / name).is_file()]
+        if not missing:
+            return str(checkpoint)
+        logger.warning("%s was not written to the end (no %s: the run stopped while saving it); resuming from an "
+                       "earlier checkpoint", checkpoint, " or ".join(missing))
+    return None
 
 
 class RecipeTrainer(transformers.Trainer):
@@ -71,11 +99,11 @@ class RecipeTrainer(transformers.Trainer):
         if self.args.device.type == "cpu":
             keep_freed_memory(largest_parameter_bytes(self.model))  # attnpool.train logs the setting
             use_cpu_dropout(self.model)
+        if resume_from_checkpoint is True:  # the newest complete one (the Trainer's own choice takes a torn one)
+            resume_from_checkpoint = last_complete_checkpoint(Path(self.args.output_dir), self.ema is not None) or True
         if self.ema is not None:
-            folder = resume_from_checkpoint
-            if folder is True:
-                folder = get_last_checkpoint(self.args.output_dir)
-            self.ema.resume_from = str(folder) if folder else None
+            found = resume_from_checkpoint not in (None, False, True)
+            self.ema.resume_from = str(resume_from_checkpoint) if found else None
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any],
