@@ -76,3 +76,64 @@ def test_an_api_key_must_be_set_and_ascii(monkeypatch, key):
         read_api_key("ATTNPOOL_TEST_KEY")
     monkeypatch.setenv("ATTNPOOL_TEST_KEY", " k3y ")
     assert read_api_key("ATTNPOOL_TEST_KEY") == "k3y"
+
+
+def _asgi(app, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None):
+    """One request to an ASGI app in this process: (status, headers, body, the exception it raised or None)."""
+    import asyncio
+
+    sent: list[dict] = []
+    all_headers = {"host": "127.0.0.1:8000", "content-type": "application/json", **(headers or {})}
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(k.encode(), v.encode()) for k, v in all_headers.items()],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    try:
+        asyncio.run(app(scope, receive, send))
+        raised = None
+    except Exception as exc:  # Starlette re-raises what it answered in its outermost layer
+        raised = exc
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    answer = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, answer, raised
+
+
+def test_an_error_inside_the_model_is_a_500_with_the_security_and_cors_headers(classifier, monkeypatch):
+    """Starlette answers unhandled errors outside the middleware: a CORS page could not read them, no nosniff."""
+    import json
+
+    import torch
+
+    from attnpool.serving.app import Settings, create_app
+    from attnpool.serving.service import Service
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    service = Service.load(classifier, device="cpu", precision="fp32", threads=torch.get_num_threads())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the model fell over")
+
+    monkeypatch.setattr(service, "encode", broken)
+    app = create_app(service, Settings(cors_origins=["http://app.example"]))
+    status, headers, body, raised = _asgi(app, "POST", "/predict", json.dumps({"rows": [{"text": "a"}]}).encode(),
+                                          {"origin": "http://app.example"})
+    assert raised is None
+    assert status == 500 and json.loads(body)["error"] == "internal error: RuntimeError: the model fell over"
+    assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
+    assert headers["access-control-allow-origin"] == "http://app.example"
+    metrics = _asgi(app, "GET", "/metrics")[2].decode()
+    assert 'attnpool_requests_total{path="/predict",status="500"} 1' in metrics
+    # a POST to another path is routed (404, 405), not refused for its body type (415)
+    status, _, body, _ = _asgi(app, "POST", "/predictions", b"rows=1", {"content-type": "text/plain"})
+    assert status == 404 and "no such endpoint: /predictions" in json.loads(body)["error"]
+    status, _, body, _ = _asgi(app, "POST", "/health", b"", {"content-type": "text/plain"})
+    assert status == 405 and "POST is not allowed on /health" in json.loads(body)["error"]
+    status, _, body, _ = _asgi(app, "POST", "/predict", b"rows=1", {"content-type": "text/plain"})
+    assert status == 415 and "application/json" in json.loads(body)["error"]

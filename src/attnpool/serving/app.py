@@ -162,10 +162,11 @@ def create_app(service: Service, settings: Settings) -> Any:
         return _error(exc.status_code, message, dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
-    async def crashed(request: Any, exc: Exception) -> Any:
+    async def crashed(request: Any, exc: Exception) -> Any:  # a failure of the middleware itself (see Crashes)
         logger.exception("attnpool serve: %s %s failed", request.method, request.url.path)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
+    app.add_middleware(Crashes)  # innermost: its 500 passes through the others (headers, CORS, counted)
     app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes,
                        loopback_only=is_loopback(settings.host))
     if settings.cors_origins:  # off unless asked: other web sites' pages cannot read the answers
@@ -173,6 +174,37 @@ def create_app(service: Service, settings: Settings) -> Any:
                            allow_headers=["Authorization", "Content-Type", "X-API-Key"])
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts refused requests too
     return app
+
+
+class Crashes:
+    """ASGI middleware answering an exception of a handler with a JSON 500 that names it, and logging it.
+
+    Starlette answers an unhandled exception in its outermost layer, outside the application's middleware: that
+    answer would lack the security headers (:class:`~attnpool.serving.guard.Guard`) and the CORS headers, so that a
+    browser page allowed by ``--cors-origin`` could not read the error. This layer sits inside them.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        """Pass the request on; if it fails before its answer began, answer 500."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = [False]
+
+        async def send_tracked(message: dict) -> None:
+            started[0] = started[0] or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            if started[0]:
+                raise  # too late to answer: the server closes the connection
+            logger.exception("attnpool serve: %s %s failed", scope["method"], scope["path"])
+            await _error(500, f"internal error: {type(exc).__name__}: {exc}")(scope, receive, send)
 
 
 def begin_drain(app: Any) -> None:

@@ -7,8 +7,9 @@
 * **Host**: a server bound to a loopback address answers only requests whose ``Host`` is a loopback name, so that
   a web page cannot reach it by pointing its own domain name at 127.0.0.1 (DNS rebinding); 400 otherwise.
 * **Body**: a body over ``max_body_bytes`` is refused with 413 (by its ``Content-Length`` at once, else while it
-  arrives, before it is parsed); ``POST`` bodies must be ``application/json`` (415), which also keeps other web
-  sites' plain form posts out (a cross-site JSON post needs CORS, which is off unless ``--cors-origin``).
+  arrives, before it is parsed); ``POST /predict`` bodies must be ``application/json`` (415), which also keeps
+  other web sites' plain form posts out (a cross-site JSON post needs CORS, which is off unless ``--cors-origin``).
+  A ``POST`` elsewhere goes on to the router, which answers 404 (no such endpoint) or 405 (no such method).
 * Every answer gets ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store``.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 from attnpool.serving import web
 
 OPEN_PATHS = ("/health",)  # answered without the API key
+JSON_PATHS = ("/predict",)  # their POST bodies must be JSON
 LOOPBACK_NAMES = ("localhost", "localhost.")
 _HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
 
@@ -102,7 +104,7 @@ class Guard:
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return _error(413, f"the body is {length} bytes, over the limit of {self.max_body_bytes} "
                           "(--max-body-bytes)")
-        if scope["method"] == "POST" and not _is_json(headers.get("content-type", "")):
+        if scope["method"] == "POST" and path in JSON_PATHS and not _is_json(headers.get("content-type", "")):
             return _error(415, f"the body must be JSON (Content-Type: application/json), got Content-Type "
                           f"{headers.get('content-type', '(none)')!r}")
         return None
