@@ -43,9 +43,11 @@ are in, the model loading and the final prediction are not); the notebook's is t
 function (its model loading and per-epoch evaluations included). A resumed run records only its resumed part; the
 table marks it.
 
-Significance (2 seeds or more): a paired bootstrap over the validation rows (``attnpool.comparison.
-paired_bootstrap``, rows resampled within each seed, the difference averaged over seeds) of the best row against
-the baseline and against the notebook: the difference in Pearson, its 95% percentile interval and p-value.
+Significance (2 seeds or more): a paired bootstrap over the validation anchors (``attnpool.comparison.
+paired_bootstrap`` with the anchors as clusters: whole anchors resampled within each seed, the difference averaged
+over seeds) of the best row against the baseline and against the notebook: the difference in Pearson, its 95%
+percentile interval and p-value. The rows of one anchor share its targets and their errors, so resampling rows one
+by one (``--bootstrap-by row``, the rule of the tables dated before 2026-12-05 12:00 UTC) gives too narrow intervals.
 ``--versus ROW ...`` tests it against those rows instead, from one seed on (e.g. one technique's variants).
 
 Resumable: runs live in ``--work-dir`` (default ``runs/pppm_quality``) under a folder named after the model, epochs
@@ -513,15 +515,20 @@ def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dic
 
 
 def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequence[str], bootstrap: int,
-                 seed: int = 0) -> dict[str, dict[str, float]]:
-    """Paired bootstrap over validation rows of ``best`` against each of ``versus``, over the seeds both have."""
+                 seed: int = 0, anchors: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+    """Paired bootstrap of ``best`` against each of ``versus``, over the seeds both have.
+
+    ``anchors``: the anchor of every row of the training file, by row number: whole anchors are resampled (the
+    validation rows of one anchor share its targets and errors, and the folds are grouped by it); ``None``: rows
+    one by one.
+    """
     score = metric_function("regression", "pearson")
     by_key = {(r["row"], int(r["seed"])): r for r in results}
     out = {}
     for other in versus:
         if other == best:
             continue
-        groups = []
+        groups, clusters = [], []
         for s in sorted({s for row, s in by_key if row == best}):
             if (other, s) not in by_key:
                 continue
@@ -533,9 +540,11 @@ def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequen
                                best, other, s, len(common))
             ia, ib = np.searchsorted(rows_a, common), np.searchsorted(rows_b, common)
             groups.append((target[ia], a[ia], b[ib]))
+            clusters.append(anchors[common] if anchors is not None else None)
         if groups:
-            test = paired_bootstrap(groups, score, num_samples=bootstrap, seed=seed)
-            out[other] = {"diff": test.diff, "low": test.low, "high": test.high, "p": test.p, "seeds": len(groups)}
+            test = paired_bootstrap(groups, score, num_samples=bootstrap, seed=seed, clusters=clusters)
+            out[other] = {"diff": test.diff, "low": test.low, "high": test.high, "p": test.p, "seeds": len(groups),
+                          "by": "anchor" if anchors is not None else "row"}
     return out
 
 
@@ -608,7 +617,9 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
         lines.append(f"| {'**' + label + '**' if best else label} | {opts} | {pearson} | {per_seed} | {delta} | "
                      f"{seconds} |")
     if tests:
-        lines += ["", f"Paired bootstrap over the validation rows ({meta.get('bootstrap', '?')} replicates), "
+        by_anchor = all(t.get("by") == "anchor" for t in tests.values())
+        over = "anchors (whole anchors resampled)" if by_anchor else "rows"
+        lines += ["", f"Paired bootstrap over the validation {over} ({meta.get('bootstrap', '?')} replicates), "
                   f"{summary['best']} minus:", "", "| versus | Δ Pearson | 95% interval | p | seeds |",
                   "|---|---:|---|---:|---:|"]
         for other, t in tests.items():
@@ -660,6 +671,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(paired bootstrap over the validation rows, on the seeds both have; also with one seed) "
                    "(default: the baseline and the notebook, from 2 seeds on)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (2 seeds or more)")
+    p.add_argument("--bootstrap-by", choices=("anchor", "row"), default="anchor", help="resample whole anchors "
+                   "(the validation rows of an anchor are not independent) or rows one by one (the figures of "
+                   "docs/pppm_quality.md dated before 2026-12-05 12:00 UTC); with --rows, always rows")
     p.add_argument("--list", action="store_true", help="print the rows and their options, then exit")
     p.add_argument("--plan", action="store_true", help="print what each (row, seed) would do (train, resume or "
                    "read back), then exit")
@@ -755,7 +769,8 @@ def main(argv: list[str] | None = None) -> int:
             "rows": described or "every row of train.csv",
             "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})"
                        + (f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
-            "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base)}
+            "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base),
+            "data_dir": str(data_dir)}
     steps = plan(args.wanted, seeds, work, args.added)
     print("plan:\n" + "\n".join(f"  {line}" for line in steps), flush=True)
     if args.plan:
@@ -807,7 +822,12 @@ def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.N
     meta = {**meta, "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
     summary = summarise(results, order)
     versus = versus_rows(args.versus, len(summary["seeds"]))
-    tests = significance(results, summary["best"], versus, args.bootstrap) if summary["best"] and versus else None
+    anchors = None
+    if args.bootstrap_by == "anchor" and not args.rows:  # with --rows, run rows are not the file's rows
+        anchors = pd.read_csv(Path(meta["data_dir"]) / "train.csv", dtype=str, keep_default_na=False)["anchor"]
+        anchors = anchors.to_numpy()
+    tests = (significance(results, summary["best"], versus, args.bootstrap, anchors=anchors)
+             if summary["best"] and versus else None)
     targets = check_targets(summary, args.epochs, full_data=args.rows is None and args.anchors is None)
     text = markdown(summary, meta, args.options, tests, targets)
     print("\n" + text, flush=True)

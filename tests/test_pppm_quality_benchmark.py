@@ -144,6 +144,18 @@ def test_significance_pairs_the_validation_rows(tmp_path):
     expected = np.mean([pearson(*pq.predictions(records[i + 2])[1:]) - pearson(*pq.predictions(records[i])[1:])
                         for i in (0, 1)])
     assert test["diff"] == pytest.approx(expected) and test["diff"] > 0 and test["p"] < 0.05
+    assert test["by"] == "row"
+    # resampled as whole anchors (5 of 12 rows; the widening is tested on paired_bootstrap itself)
+    anchors = np.repeat([f"a{i}" for i in range(5)], 12)
+    grouped = pq.significance(records, "pearson", ["baseline"], bootstrap=200, anchors=anchors)["baseline"]
+    assert grouped["by"] == "anchor" and grouped["diff"] == pytest.approx(test["diff"])
+    assert (grouped["low"], grouped["high"]) != (test["low"], test["high"])
+    meta = {"command": "c", "model": "m", "epochs": 3, "combo": pq.DEFAULT_COMBO, "rows": "every row",
+            "machine": "2 CPUs", "date": "today", "bootstrap": 200}
+    summary = pq.summarise(_records(), [*pq.row_options(), pq.NOTEBOOK])
+    assert "over the validation anchors (whole anchors resampled)" in pq.markdown(
+        summary, meta, pq.row_options(), {"baseline": grouped})
+    assert "over the validation rows (200" in pq.markdown(summary, meta, pq.row_options(), {"baseline": test})
 
 
 def test_versus_names_the_rows_the_best_is_tested_against_even_on_one_seed(tmp_path):

@@ -62,6 +62,27 @@ def test_a_planted_difference_is_found_and_noise_is_not():
     assert seeds_better.diff == pytest.approx(0.055) and seeds_better.p < 0.01 and seeds_better.low > 0
 
 
+def test_the_cluster_bootstrap_widens_the_interval_when_rows_of_a_group_share_their_errors():
+    """PPPM's rows of one anchor err together: resampled one by one they look like 25 times more evidence."""
+    rng = np.random.default_rng(2)
+    pearson = metric_function("regression", "pearson")
+    clusters = np.repeat(np.arange(40), 25)
+    target = rng.random(1000)
+    a = target + rng.normal(0, 0.3, 40)[clusters] + rng.normal(0, 0.05, 1000)
+    b = target + rng.normal(0, 0.3, 40)[clusters] + rng.normal(0, 0.05, 1000)
+    by_row = paired_bootstrap([(target, a, b)], pearson, num_samples=400)
+    by_group = paired_bootstrap([(target, a, b)], pearson, num_samples=400, clusters=[clusters.astype(str)])
+    assert by_group.diff == by_row.diff
+    assert by_group.high - by_group.low > 2 * (by_row.high - by_row.low)
+    # one row per cluster is the example bootstrap again (the same kind of interval, not the same draws)
+    alone = paired_bootstrap([(target, a, b)], pearson, num_samples=400, clusters=[np.arange(1000)])
+    assert 0.7 < (alone.high - alone.low) / (by_row.high - by_row.low) < 1.4
+    with pytest.raises(ValueError, match="2 cluster arrays for 1 groups; give one per group"):
+        paired_bootstrap([(target, a, b)], pearson, clusters=[clusters, clusters])
+    with pytest.raises(ValueError, match="999 cluster keys for 1000 rows; give one per row"):
+        paired_bootstrap([(target, a, b)], pearson, clusters=[clusters[1:]])
+
+
 def test_paired_t_test_matches_scipy_and_needs_pairs():
     from scipy import stats
 
@@ -180,6 +201,20 @@ def test_compare_writes_its_table_and_files(compared):
     assert f"| {attention['pooling_entropy']:.3f} | {100 * attention['pooling_special_share']:.1f}% |" in table
     frame = pd.read_csv(out / "compare.csv")
     assert list(frame["pooler"]) == ["mean", "attention:attn_size=8"]
+    assert report["bootstrap_by"] == "example" and "resamples of the out-of-fold examples" in table
+
+
+def test_grouped_folds_are_compared_by_resampling_whole_groups(setup, tmp_path):
+    root, common = setup
+    out = tmp_path / "grouped"
+    code = main(["compare", *common, "--group-col", "first", "--poolings", "attention:attn_size=8", "--seeds", "1",
+                 "--output-dir", str(out)])
+    assert code == 0
+    oof = pd.read_csv(out / "runs" / "mean" / "seed_42" / "oof.csv")
+    train = pd.read_csv(root / "train.csv")
+    assert list(oof["group"]) == list(train["first"].iloc[oof["row"]])  # each row's key of the grouped folds
+    assert json.loads((out / "compare.json").read_text())["bootstrap_by"] == "group"
+    assert "resamples of whole groups of out-of-fold examples" in (out / "compare.md").read_text()
 
 
 def test_same_seed_gives_identical_folds_and_data_order_across_poolers(compared):

@@ -29,6 +29,7 @@ def test_pppm_preset_trains_grouped_folds_and_predicts_the_test_file(tmp_path):
     assert len(oof) == 240 and oof["id"].is_unique
     anchors = train.loc[oof["id"], "anchor"].to_numpy()
     assert (pd.Series(oof["fold"].to_numpy()).groupby(anchors).nunique() == 1).all(), "an anchor leaked across folds"
+    assert list(oof["group"]) == list(anchors)  # kept for the comparisons' cluster bootstrap
     assert oof["prediction"].between(0, 1).all()  # sigmoid output
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["complete"] and -1 <= metrics["overall"]["pearson"] <= 1

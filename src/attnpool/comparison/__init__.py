@@ -14,7 +14,7 @@ from attnpool.comparison.stats import (
     sign_flip_test,
     t_interval,
 )
-from attnpool.comparison.summary import CompareResult, run_predictions, summarise
+from attnpool.comparison.summary import CompareResult, run_groups, run_predictions, summarise
 
 __all__ = [
     "CompareResult",
@@ -27,6 +27,7 @@ __all__ = [
     "metric_range",
     "paired_bootstrap",
     "paired_t_test",
+    "run_groups",
     "run_predictions",
     "score_interval",
     "sign_flip_test",

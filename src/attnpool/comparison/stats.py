@@ -219,12 +219,17 @@ def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int =
 
 
 def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], score: ScoreFn, *,
-                     num_samples: int = 1000, confidence: float = 0.95, seed: int = 0) -> PairedTest:
+                     num_samples: int = 1000, confidence: float = 0.95, seed: int = 0,
+                     clusters: Sequence[np.ndarray | None] | None = None) -> PairedTest:
     """Paired bootstrap over examples of ``score(a) - score(b)``, averaged over groups (seeds).
 
     Each replicate draws the examples of every group with replacement (the same draw for ``a`` and ``b``: paired),
     scores both predictions on the draw, and averages the difference over the groups. Groups are resampled
     separately because different seeds may hold different rows (a seeded ``--limit`` subset).
+
+    With ``clusters`` the draw is of whole clusters (a cluster bootstrap): examples that share a key (PPPM's rows of
+    one anchor) are not independent, and resampling them one by one makes the interval too narrow and the p-value
+    too small. Each replicate draws as many clusters as there are, with replacement, and keeps all their examples.
 
     Args:
         groups: One ``(target, prediction_a, prediction_b)`` per seed; rows aligned.
@@ -233,6 +238,8 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
         num_samples: Bootstrap replicates.
         confidence: Of the percentile interval.
         seed: Of the resampling.
+        clusters: One array of cluster keys per group, aligned with its rows (``None`` for a group resampled by
+            example); ``None``: every group by example.
 
     Returns:
         The observed difference, the percentile interval and the two-sided bootstrap p-value
@@ -240,13 +247,26 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
     """
     if not groups:
         raise ValueError("paired_bootstrap needs at least one group of predictions")
+    clusters = list(clusters) if clusters is not None else [None] * len(groups)
+    if len(clusters) != len(groups):
+        raise ValueError(f"paired_bootstrap: {len(clusters)} cluster arrays for {len(groups)} groups; give one per "
+                         "group (None for a group resampled by example)")
     rng = np.random.default_rng(seed)
     observed = float(np.mean([score(t, a) - score(t, b) for t, a, b in groups]))
     replicates = np.zeros(num_samples)
-    for t, a, b in groups:
+    for (t, a, b), keys in zip(groups, clusters, strict=True):
         n = len(t)
+        if keys is not None:
+            if len(keys) != n:
+                raise ValueError(f"paired_bootstrap: {len(keys)} cluster keys for {n} rows; give one per row")
+            _, codes = np.unique(np.asarray(keys), return_inverse=True)
+            codes = codes.reshape(-1)
+            k = int(codes.max()) + 1 if n else 0
         for r in range(num_samples):
-            idx = rng.integers(0, n, n)
+            if keys is None:
+                idx = rng.integers(0, n, n)
+            else:  # each row as many times as its cluster was drawn
+                idx = np.repeat(np.arange(n), np.bincount(rng.integers(0, k, k), minlength=k)[codes])
             replicates[r] += score(t[idx], a[idx]) - score(t[idx], b[idx])
     replicates /= len(groups)
     replicates = replicates[np.isfinite(replicates)]

@@ -56,6 +56,15 @@ def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, n
     return oof["row"].to_numpy(), oof_targets(oof, task, classes), oof_scores(oof, task, classes)
 
 
+def run_groups(run_dir: Path) -> np.ndarray | None:
+    """The group key of every row of a run's out-of-fold file (sorted by row), or ``None`` for ungrouped folds.
+
+    Runs with grouped folds (``group_col``, e.g. PPPM's anchor) record each row's group; older runs did not.
+    """
+    oof = Run.open(run_dir).oof()
+    return oof["group"].astype(str).to_numpy() if "group" in oof.columns else None
+
+
 def _parameter_count(run_dir: Path) -> int | None:
     """Parameters of the run's first fold model, read from its safetensors header (no weights loaded)."""
     run = Run(run_dir)
@@ -103,6 +112,8 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     runs = {(s.label, seed): out / "runs" / s.slug / f"seed_{seed}" for s in specs for seed in seeds}
     scores = {key: run_score(path, task) for key, path in runs.items()}
     predictions = {key: run_predictions(path, task) for key, path in runs.items()}
+    clusters = {key: run_groups(path) for key, path in runs.items()}
+    by_group = all(c is not None for c in clusters.values())  # resample whole groups: rows of one are not independent
     costs = {key: _cost(path) for key, path in runs.items()}
     pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}
@@ -133,7 +144,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
         if spec.label != base.label:
             test = paired_t_test(values, base_scores, bounds=bounds)
             exact = sign_flip_test(values, base_scores)
-            groups = []
+            groups, keys = [], []
             for seed in seeds:
                 rows_a, target, a = predictions[(spec.label, seed)]
                 rows_b, _, b = predictions[(base.label, seed)]
@@ -141,7 +152,8 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
                     raise RunError(f"{spec.label} and {base.label} with seed {seed} predicted different rows; the "
                                    "runs are not paired (was the data changed during the comparison?)")
                 groups.append((target, a, b))
-            boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
+                keys.append(clusters[(spec.label, seed)] if by_group else None)
+            boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=keys)
             row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
                         "p_signflip": exact.p, "p_signflip_min": exact.min_p, "diff_equal_over_seeds": exact.equal,
                         "diff_per_seed": dict(zip(map(str, seeds), np.subtract(values, base_scores).tolist(),
@@ -152,8 +164,8 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     for key in ("p_ttest", "p_signflip", "p_bootstrap"):
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
-    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed)
-    _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds)
+    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group)
+    _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds, by_group)
     return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
 
 
@@ -208,8 +220,10 @@ def _bootstrap(r: dict[str, Any]) -> str:
 
 
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
-              split_seed: int | None = None) -> str:
+              split_seed: int | None = None, by_group: bool = False) -> str:
     n = len(seeds)
+    resampled = ("whole groups of out-of-fold examples (the folds' group_col: the examples of a group are not "
+                 "independent)" if by_group else "the out-of-fold examples")
     lines = [
         f"# Pooler comparison: {metric}, {n} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
         "",
@@ -245,7 +259,7 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
         "seeds can exclude 0 at 95% by the exact "
         "test, so the per-seed differences are listed instead). p over seeds: the exact sign-flip permutation test "
         "of the paired differences (all 2^n sign patterns, no normality assumed); with n seeds it cannot go below "
-        f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of the out-of-fold examples, per seed, "
+        f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of {resampled}, per seed, "
         "averaged over seeds; it asks whether these trained runs differ on these examples, not whether a new seed "
         "would. p-values are Holm-corrected over the poolers compared to the baseline. The paired t-test over seeds "
         "is in compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go "
@@ -269,12 +283,13 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
 
 
 def _write_outputs(out: Path, rows: list[dict[str, Any]], markdown: str, metric: str, baseline: str,
-                   seeds: list[int], bootstrap: int, bounds: tuple[float, float]) -> None:
+                   seeds: list[int], bootstrap: int, bounds: tuple[float, float], by_group: bool) -> None:
     atomic_write_text(out / "compare.md", markdown)
     flat = pd.DataFrame([{k: v for k, v in r.items() if k not in ("per_seed", "diff_per_seed")} for r in rows])
     atomic_write(out / "compare.csv", lambda tmp: flat.to_csv(tmp, index=False))
     atomic_write_json(out / "compare.json", {"metric": metric, "baseline": baseline, "seeds": seeds,
-                                             "bootstrap": bootstrap, "metric_range": list(bounds),
+                                             "bootstrap": bootstrap, "bootstrap_by": "group" if by_group else "example",
+                                             "metric_range": list(bounds),
                                              "poolers": rows})
     _plot(out / "compare.png", rows, metric, bounds)
 

@@ -59,8 +59,12 @@ def prediction_columns(task: str, classes: Sequence[Any] | None, scores: np.ndar
 
 
 def oof_frame(task: str, classes: Sequence[Any] | None, rows: np.ndarray, ids: np.ndarray | None,
-              target: np.ndarray, scores: np.ndarray, fold: int) -> pd.DataFrame:
-    """Out-of-fold predictions of ``rows``: row, id, target(s), prediction(s) or probabilities, fold."""
+              target: np.ndarray, scores: np.ndarray, fold: int, groups: np.ndarray | None = None) -> pd.DataFrame:
+    """Out-of-fold predictions of ``rows``: row, id, target(s), prediction(s) or probabilities, fold, group.
+
+    ``groups``: the rows' keys of the grouped folds (``group_col``), kept so that a comparison can resample whole
+    groups (:func:`attnpool.comparison.paired_bootstrap`); no ``group`` column without them.
+    """
     out = pd.DataFrame({"row": np.asarray(rows)})
     if ids is not None:
         out["id"] = ids
@@ -81,6 +85,8 @@ def oof_frame(task: str, classes: Sequence[Any] | None, rows: np.ndarray, ids: n
         for key, column in prediction_columns(task, classes, scores, with_labels=False).items():
             out[key] = column
     out["fold"] = fold
+    if groups is not None:
+        out["group"] = np.asarray(groups).astype(str)
     return out
 
 
@@ -102,7 +108,7 @@ def oof_targets(frame: pd.DataFrame, task: str, classes: Sequence[Any] | None) -
 
 
 def read_oof(path: Any) -> pd.DataFrame:
-    """Read an out-of-fold file back, sorted by row; ids stay strings (``0001`` is not the number 1).
+    """Read an out-of-fold file back, sorted by row; ids and group keys stay strings (``0001`` is not the number 1).
 
     A classification file (``prob_*`` columns) keeps its labels as the text they were trained as, as the training
     data is read: the classes ``01`` and ``NA`` are not the number 1 and a missing value.
@@ -110,7 +116,7 @@ def read_oof(path: Any) -> pd.DataFrame:
     header = pd.read_csv(path, nrows=0).columns
     if any(str(c).startswith("prob_") for c in header):
         labels = {c: str for c in ("target", "prediction") if c in header}
-        frame = pd.read_csv(path, dtype={"id": str, **labels}, keep_default_na=False)
+        frame = pd.read_csv(path, dtype={"id": str, "group": str, **labels}, keep_default_na=False)
     else:
-        frame = pd.read_csv(path, dtype={"id": str})
+        frame = pd.read_csv(path, dtype={"id": str, "group": str})
     return frame.sort_values("row").reset_index(drop=True)

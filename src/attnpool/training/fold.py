@@ -236,7 +236,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
                                               train_seconds=round(train_seconds, 2), device=args.device.type))
     on_main(lambda: atomic_write_text(run.model_dir(fold) / CARD_FILE, card))
     ids = data.frame[data.id_col].to_numpy()[valid_idx] if data.id_col else None
-    oof = oof_frame(cfg.task, data.classes, valid_idx, ids, data.labels[valid_idx], scores, fold)
+    groups = data.groups[valid_idx] if data.groups is not None else None
+    oof = oof_frame(cfg.task, data.classes, valid_idx, ids, data.labels[valid_idx], scores, fold, groups)
 
     on_main(lambda: run.write_fold_results(fold, metrics, trainer.state.log_history, oof))
     return oof
