@@ -82,6 +82,10 @@ def _asgi(app, method: str, path: str, body: bytes = b"", headers: dict[str, str
     """One request to an ASGI app in this process: (status, headers, body, the exception it raised or None)."""
     import asyncio
 
+    return asyncio.run(_asgi_call(app, method, path, body, headers))
+
+
+async def _asgi_call(app, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None):
     sent: list[dict] = []
     all_headers = {"host": "127.0.0.1:8000", "content-type": "application/json", **(headers or {})}
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
@@ -96,7 +100,7 @@ def _asgi(app, method: str, path: str, body: bytes = b"", headers: dict[str, str
         sent.append(message)
 
     try:
-        asyncio.run(app(scope, receive, send))
+        await app(scope, receive, send)
         raised = None
     except Exception as exc:  # Starlette re-raises what it answered in its outermost layer
         raised = exc
@@ -137,3 +141,46 @@ def test_an_error_inside_the_model_is_a_500_with_the_security_and_cors_headers(c
     assert status == 405 and "POST is not allowed on /health" in json.loads(body)["error"]
     status, _, body, _ = _asgi(app, "POST", "/predict", b"rows=1", {"content-type": "text/plain"})
     assert status == 415 and "application/json" in json.loads(body)["error"]
+
+
+def test_a_second_lifespan_of_the_same_app_serves_again(classifier, monkeypatch):
+    """Tests and apps that mount this one run its lifespan more than once: the second must not answer as draining."""
+    import asyncio
+    import json
+
+    import torch
+
+    from attnpool.serving.app import Settings, begin_drain, create_app
+    from attnpool.serving.service import Service
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    service = Service.load(classifier, device="cpu", precision="fp32", threads=torch.get_num_threads())
+    app = create_app(service, Settings(max_wait_ms=0))
+    body = json.dumps({"rows": [{"text": "a cat"}]}).encode()
+
+    async def lifespan_once(drain: bool):
+        events: asyncio.Queue = asyncio.Queue()
+        await events.put({"type": "lifespan.startup"})
+        sent: list[str] = []
+
+        async def send(message):
+            sent.append(message["type"])
+
+        task = asyncio.ensure_future(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
+                                         events.get, send))
+        while "lifespan.startup.complete" not in sent:
+            assert not task.done(), sent
+            await asyncio.sleep(0.01)
+        health = (await _asgi_call(app, "GET", "/health"))[0]
+        predicted = await _asgi_call(app, "POST", "/predict", body)
+        if drain:
+            begin_drain(app)  # what a SIGTERM does
+            assert (await _asgi_call(app, "GET", "/health"))[0] == 503
+        await events.put({"type": "lifespan.shutdown"})
+        await task
+        return health, predicted[0], json.loads(predicted[2])
+
+    first = asyncio.run(lifespan_once(drain=True))
+    second = asyncio.run(lifespan_once(drain=False))
+    assert first[:2] == (200, 200) and second[:2] == (200, 200), (first, second)
+    assert second[2] == first[2]
