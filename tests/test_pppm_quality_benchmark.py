@@ -379,3 +379,27 @@ def test_views_predict_the_validation_rows_with_and_without_their_context(tmp_pa
     assert "cd's model, predicted with --context-view both" in pq.markdown(
         summary, {"epochs": 1, "model": "tiny", "command": "c", "date": "d", "machine": "m", "rows": "r",
                   "combo": "x"}, {"cd": {}})
+
+
+def test_the_bootstrap_by_rows_and_anchors_table_reads_kept_runs(tmp_path, capsys):
+    import pppm_bootstrap_by as by
+
+    rng = np.random.default_rng(3)
+    target, anchors = rng.random(80), np.repeat([f"a{i}" for i in range(8)], 10)
+    records = []
+    for name, noise in (("good", 0.1), ("bad", 0.8)):
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, rows=np.arange(80), target=target, scores=target + noise * rng.random(80))
+        records.append({"row": name, "seed": 42, "run_dir": str(path)})
+    text = by.table(records, [("good", "bad"), ("good", "absent")], anchors, bootstrap=100)
+    lines = text.splitlines()
+    assert len(lines) == 3 and lines[2].startswith("| good − bad | 1 | +")
+    assert "good and absent: no seed with both runs kept; left out" in capsys.readouterr().err
+    for row, seed in (("good", 42), ("good", 43), ("bad", 42)):
+        (tmp_path / "runs" / row / f"seed_{seed}").mkdir(parents=True)
+        (tmp_path / "runs" / row / f"seed_{seed}" / "oof.csv").write_text("row\n")
+    (tmp_path / "runs" / "bad" / "seed_43").mkdir()  # no out-of-fold file: not finished
+    kept = by.kept_records(tmp_path / "runs")
+    assert [(r["row"], r["seed"]) for r in kept] == [("bad", 42), ("good", 42), ("good", 43)]
+    with pytest.raises(SystemExit, match="no PPPM train.csv in"):
+        by.main(["--data-dir", str(tmp_path), "--pair", "good", "bad"])
