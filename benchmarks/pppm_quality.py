@@ -520,7 +520,7 @@ def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequen
 
     ``anchors``: the anchor of every row of the training file, by row number: whole anchors are resampled (the
     validation rows of one anchor share its targets and errors, and the folds are grouped by it); ``None``: rows
-    one by one.
+    one by one. Either is drawn once for all seeds (a row or anchor two seeds validated on counts once).
     """
     score = metric_function("regression", "pearson")
     by_key = {(r["row"], int(r["seed"])): r for r in results}
@@ -540,7 +540,7 @@ def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequen
                                best, other, s, len(common))
             ia, ib = np.searchsorted(rows_a, common), np.searchsorted(rows_b, common)
             groups.append((target[ia], a[ia], b[ib]))
-            clusters.append(anchors[common] if anchors is not None else None)
+            clusters.append(anchors[common] if anchors is not None else common)  # a row shared by seeds: one draw
         if groups:
             test = paired_bootstrap(groups, score, num_samples=bootstrap, seed=seed, clusters=clusters)
             out[other] = {"diff": test.diff, "low": test.low, "high": test.high, "p": test.p, "seeds": len(groups),

@@ -52,7 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from attnpool.comparison import PoolerSpec, compare, holm, paired_bootstrap, paired_t_test, run_predictions, t_interval
+from attnpool.comparison import (
+    PoolerSpec,
+    compare,
+    holm,
+    paired_bootstrap,
+    paired_t_test,
+    run_groups,
+    run_predictions,
+    t_interval,
+)
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.config import TrainConfig
 from attnpool.runs.files import atomic_write, atomic_write_text
@@ -172,6 +181,9 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
     task = cfg.task  # the PPPM preset's is regression, TrainConfig's default
     runs = {p: {s: out / "runs" / PoolerSpec.parse(p).slug / f"seed_{s}" for s in seeds} for p in POOLERS}
     predictions = {p: {s: run_predictions(runs[p][s], task) for s in seeds} for p in POOLERS}
+    # what the bootstrap draws: whole groups of grouped folds (PPPM's anchors), else the rows, shared by the seeds
+    units = {s: next((g for g in [run_groups(runs["attention"][s])] if g is not None), predictions["attention"][s][0])
+             for s in seeds}
     per_seed = {p: [rows[p]["per_seed"][str(s)] for s in seeds] for p in POOLERS}
     score_fn = metric_function(task, primary_metric(task)[0])
     ref_seeds = seeds[:reference_seeds] if reference_seeds else seeds
@@ -190,7 +202,7 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
         t = paired_t_test(x, per_seed[b])  # p NaN when the differences are equal over seeds
         exact = sign_flip_test(x, per_seed[b])  # never below 2 ** (1 - seeds)
         groups = [(predictions[a][s][1], predictions[a][s][2], predictions[b][s][2]) for s in common]
-        boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
+        boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=[units[s] for s in common])
         return {"diff": t.diff, "p_ttest": t.p, "p_signflip": exact.p, "boot_low": boot.low, "boot_high": boot.high,
                 "p_bootstrap": boot.p, "seeds": common}
 

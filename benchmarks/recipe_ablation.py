@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from attnpool.comparison import PoolerSpec, paired_bootstrap, paired_t_test, run_predictions, t_interval
+from attnpool.comparison import PoolerSpec, paired_bootstrap, paired_t_test, run_groups, run_predictions, t_interval
 from attnpool.comparison.runner import _run_one, _wanted_folds
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.comparison.summary import run_score
@@ -74,7 +74,7 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
     seconds = {s: json.loads(run.with_name(f"{run.name}.cost.json").read_text())["wall_seconds"]
                for s, run in runs.items()}
     return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions,
-            "seconds": seconds}
+            "groups": {s: run_groups(runs[s]) for s in seeds}, "seconds": seconds}
 
 
 def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int], bootstrap: int) -> dict[str, Any]:
@@ -84,14 +84,15 @@ def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int
     score_fn = metric_function(cfg.task, metric)
     t = paired_t_test(changed["scores"], base["scores"])
     exact = sign_flip_test(changed["scores"], base["scores"])
-    groups = []
+    groups, units = [], []
     for s in seeds:
         rows_a, target, pred_a = base["predictions"][s]
         rows_b, _, pred_b = changed["predictions"][s]
         if list(rows_a) != list(rows_b):
             raise SystemExit(f"{name}, seed {s}: the two sides validated on different rows; same split expected")
         groups.append((target, pred_b, pred_a))
-    boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0)
+        units.append(rows_a if base["groups"][s] is None else base["groups"][s])  # whole groups of grouped folds
+    boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
     base_stats, changed_stats = t_interval(base["scores"]), t_interval(changed["scores"])
     within = bool(boot.high >= 0 and t.diff >= -base_stats.std)
     return {"set": name, "metric": metric, "seeds": seeds, "changes": changes,

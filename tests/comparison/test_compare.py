@@ -77,6 +77,14 @@ def test_the_cluster_bootstrap_widens_the_interval_when_rows_of_a_group_share_th
     # one row per cluster is the example bootstrap again (the same kind of interval, not the same draws)
     alone = paired_bootstrap([(target, a, b)], pearson, num_samples=400, clusters=[np.arange(1000)])
     assert 0.7 < (alone.high - alone.low) / (by_row.high - by_row.low) < 1.4
+    # seeds that validated on the same rows share one draw of them: 4 copies of a seed are no more evidence than one
+    one = paired_bootstrap([(target, a, b)], pearson, num_samples=200, clusters=[np.arange(1000)])
+    four = paired_bootstrap([(target, a, b)] * 4, pearson, num_samples=200, clusters=[np.arange(1000)] * 4)
+    assert (four.low, four.high, four.p) == pytest.approx((one.low, one.high, one.p))
+    # too few clusters to draw (here 1 and 2 anchors): no interval, no p-value, rather than p = 0.002
+    for few in (np.zeros(1000), np.repeat([0, 1], 500)):
+        test = paired_bootstrap([(target, a, b)], pearson, num_samples=200, clusters=[few])
+        assert np.isnan(test.p) and np.isnan(test.low) and test.diff == by_row.diff
     with pytest.raises(ValueError, match="2 cluster arrays for 1 groups; give one per group"):
         paired_bootstrap([(target, a, b)], pearson, clusters=[clusters, clusters])
     with pytest.raises(ValueError, match="999 cluster keys for 1000 rows; give one per row"):

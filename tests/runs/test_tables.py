@@ -28,3 +28,14 @@ def test_regression_files_read_numbers(tmp_path):
     back = read_oof(tmp_path / "oof.csv")
     np.testing.assert_allclose(oof_targets(back, "regression", None), [0.5, 1.0, 0.0])
     np.testing.assert_allclose(oof_scores(back, "regression", None), [0.4, 0.9, 0.1])
+
+
+def test_group_keys_and_ids_that_look_missing_stay_distinct(tmp_path):
+    """The folds kept the groups NA, None and "" apart; the bootstrap over groups must too."""
+    groups = np.array(["NA", "None", "", "nan", "null", "abc"])
+    oof_frame("regression", None, np.arange(6), np.array(["NA", "1", "", "002", "x", "y"]), np.linspace(0, 1, 6),
+              np.linspace(0, 1, 6), fold=0, groups=groups).to_csv(tmp_path / "oof.csv", index=False)
+    back = read_oof(tmp_path / "oof.csv")
+    assert back["group"].tolist() == groups.tolist()
+    assert back["id"].tolist() == ["NA", "1", "", "002", "x", "y"]
+    np.testing.assert_allclose(oof_scores(back, "regression", None), np.linspace(0, 1, 6))

@@ -28,6 +28,7 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 }
 # The fewest seeds with which the exact sign-flip test can reach p < 0.05 (2 ** (1 - 6) = 0.031).
 MIN_SEEDS_FOR_5_PERCENT = 6
+MIN_BOOTSTRAP_UNITS = 10  # fewer examples (or clusters) to draw: no bootstrap interval, p NaN
 
 
 @dataclass(frozen=True)
@@ -220,16 +221,23 @@ def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int =
 
 def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], score: ScoreFn, *,
                      num_samples: int = 1000, confidence: float = 0.95, seed: int = 0,
-                     clusters: Sequence[np.ndarray | None] | None = None) -> PairedTest:
+                     clusters: Sequence[np.ndarray] | None = None) -> PairedTest:
     """Paired bootstrap over examples of ``score(a) - score(b)``, averaged over groups (seeds).
 
-    Each replicate draws the examples of every group with replacement (the same draw for ``a`` and ``b``: paired),
-    scores both predictions on the draw, and averages the difference over the groups. Groups are resampled
-    separately because different seeds may hold different rows (a seeded ``--limit`` subset).
+    Each replicate draws examples with replacement (the same draw for ``a`` and ``b``: paired), scores both
+    predictions on the draw, and averages the difference over the groups.
 
-    With ``clusters`` the draw is of whole clusters (a cluster bootstrap): examples that share a key (PPPM's rows of
-    one anchor) are not independent, and resampling them one by one makes the interval too narrow and the p-value
-    too small. Each replicate draws as many clusters as there are, with replacement, and keeps all their examples.
+    ``clusters`` names what is drawn: one key per row of every group. A replicate draws as many keys as there are
+    (over all groups) and keeps, in every group, the rows of the drawn keys, as many times as each was drawn. Keys
+    shared between groups are drawn once for all of them: seeds that validated on the same examples (the rows of a
+    k-fold run, a fixed split) share one sample of examples, and drawing it separately per seed would shrink the
+    interval by about the number of seeds. Give the row numbers as keys for a bootstrap over examples, or the rows'
+    groups (PPPM's anchors) for a cluster bootstrap: rows of one group are not independent, and resampling them one
+    by one makes the interval too narrow. Without ``clusters`` every group's rows are drawn on their own (groups of
+    unrelated rows).
+
+    No interval and a NaN p-value when there are fewer than :data:`MIN_BOOTSTRAP_UNITS` keys to draw (a bootstrap
+    over two anchors is no evidence), or when the replicates do not vary while the observed difference is not 0.
 
     Args:
         groups: One ``(target, prediction_a, prediction_b)`` per seed; rows aligned.
@@ -238,8 +246,7 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
         num_samples: Bootstrap replicates.
         confidence: Of the percentile interval.
         seed: Of the resampling.
-        clusters: One array of cluster keys per group, aligned with its rows (``None`` for a group resampled by
-            example); ``None``: every group by example.
+        clusters: One array of keys per group, aligned with its rows; ``None``: each group's rows on their own.
 
     Returns:
         The observed difference, the percentile interval and the two-sided bootstrap p-value
@@ -247,31 +254,43 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
     """
     if not groups:
         raise ValueError("paired_bootstrap needs at least one group of predictions")
-    clusters = list(clusters) if clusters is not None else [None] * len(groups)
-    if len(clusters) != len(groups):
-        raise ValueError(f"paired_bootstrap: {len(clusters)} cluster arrays for {len(groups)} groups; give one per "
-                         "group (None for a group resampled by example)")
+    if clusters is not None:
+        clusters = [np.asarray(keys).reshape(-1) for keys in clusters]
+        if len(clusters) != len(groups):
+            raise ValueError(f"paired_bootstrap: {len(clusters)} cluster arrays for {len(groups)} groups; give one "
+                             "per group")
+        for keys, (t, _, _) in zip(clusters, groups, strict=True):
+            if len(keys) != len(t):
+                raise ValueError(f"paired_bootstrap: {len(keys)} cluster keys for {len(t)} rows; give one per row")
     rng = np.random.default_rng(seed)
     observed = float(np.mean([score(t, a) - score(t, b) for t, a, b in groups]))
+    nan = PairedTest(observed, float("nan"), float("nan"), float("nan"))
     replicates = np.zeros(num_samples)
-    for (t, a, b), keys in zip(groups, clusters, strict=True):
-        n = len(t)
-        if keys is not None:
-            if len(keys) != n:
-                raise ValueError(f"paired_bootstrap: {len(keys)} cluster keys for {n} rows; give one per row")
-            _, codes = np.unique(np.asarray(keys), return_inverse=True)
-            codes = codes.reshape(-1)
-            k = int(codes.max()) + 1 if n else 0
-        for r in range(num_samples):
-            if keys is None:
+    if clusters is None:
+        if min(len(t) for t, _, _ in groups) < MIN_BOOTSTRAP_UNITS:
+            return nan
+        for t, a, b in groups:
+            n = len(t)
+            for r in range(num_samples):
                 idx = rng.integers(0, n, n)
-            else:  # each row as many times as its cluster was drawn
-                idx = np.repeat(np.arange(n), np.bincount(rng.integers(0, k, k), minlength=k)[codes])
-            replicates[r] += score(t[idx], a[idx]) - score(t[idx], b[idx])
+                replicates[r] += score(t[idx], a[idx]) - score(t[idx], b[idx])
+    else:
+        keys, codes = np.unique(np.concatenate(clusters), return_inverse=True)
+        if len(keys) < MIN_BOOTSTRAP_UNITS:
+            return nan
+        codes = np.split(codes.reshape(-1), np.cumsum([len(c) for c in clusters])[:-1])
+        rows = [np.arange(len(t)) for t, _, _ in groups]
+        for r in range(num_samples):
+            drawn = np.bincount(rng.integers(0, len(keys), len(keys)), minlength=len(keys))
+            for (t, a, b), code, row in zip(groups, codes, rows, strict=True):
+                idx = np.repeat(row, drawn[code])  # each row as many times as its key was drawn
+                replicates[r] += score(t[idx], a[idx]) - score(t[idx], b[idx]) if len(idx) else np.nan
     replicates /= len(groups)
     replicates = replicates[np.isfinite(replicates)]
     if replicates.size == 0:
-        return PairedTest(observed, float("nan"), float("nan"), float("nan"))
+        return nan
+    if np.ptp(replicates) == 0 and observed != 0:  # e.g. every drawn example favours a: no spread to test
+        return nan
     tail = (1 - confidence) / 2
     low, high = np.quantile(replicates, [tail, 1 - tail])
     far = min(np.sum(replicates <= 0), np.sum(replicates >= 0))

@@ -14,6 +14,7 @@ from safetensors import safe_open
 
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.stats import (
+    MIN_BOOTSTRAP_UNITS,
     MIN_SEEDS_FOR_5_PERCENT,
     holm,
     metric_function,
@@ -152,7 +153,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
                     raise RunError(f"{spec.label} and {base.label} with seed {seed} predicted different rows; the "
                                    "runs are not paired (was the data changed during the comparison?)")
                 groups.append((target, a, b))
-                keys.append(clusters[(spec.label, seed)] if by_group else None)
+                keys.append(clusters[(spec.label, seed)] if by_group else rows_a)  # seeds share their rows
             boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=keys)
             row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
                         "p_signflip": exact.p, "p_signflip_min": exact.min_p, "diff_equal_over_seeds": exact.equal,
@@ -259,9 +260,11 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
         "seeds can exclude 0 at 95% by the exact "
         "test, so the per-seed differences are listed instead). p over seeds: the exact sign-flip permutation test "
         "of the paired differences (all 2^n sign patterns, no normality assumed); with n seeds it cannot go below "
-        f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of {resampled}, per seed, "
-        "averaged over seeds; it asks whether these trained runs differ on these examples, not whether a new seed "
-        "would. p-values are Holm-corrected over the poolers compared to the baseline. The paired t-test over seeds "
+        f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of {resampled}, "
+        "drawn once for all seeds (an example two seeds validated on counts once) and averaged over seeds; "
+        f"n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw; it asks whether these trained runs differ on these "
+        "examples, not whether a new seed would. p-values are Holm-corrected over the poolers compared to the "
+        "baseline. The paired t-test over seeds "
         "is in compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go "
         "far below what the seeds allow. Weight entropy: the normalised entropy of the pooling weights on the "
         "validation rows (1: mean pooling, 0: all weight on one token; '-': the pooler has no token weights), and "

@@ -119,4 +119,7 @@ def read_oof(path: Any) -> pd.DataFrame:
         frame = pd.read_csv(path, dtype={"id": str, "group": str, **labels}, keep_default_na=False)
     else:
         frame = pd.read_csv(path, dtype={"id": str, "group": str})
+        keys = [c for c in ("id", "group") if c in header]
+        if keys:  # as written: the id or group "NA", "null" or "" is not a missing value (groups NA and None differ)
+            frame[keys] = pd.read_csv(path, usecols=keys, dtype=str, keep_default_na=False)[keys]
     return frame.sort_values("row").reset_index(drop=True)
