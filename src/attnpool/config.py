@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from attnpool.data.errors import DataError
 from attnpool.data.readers import table_columns
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
-from attnpool.options import ConfigError, parse_options, parse_pooling_layers, parse_value
+from attnpool.options import ConfigError, load_yaml, parse_options, parse_pooling_layers, parse_value
 from attnpool.pooling import check_pooler_options
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
@@ -302,6 +301,11 @@ class TrainConfig:
         """The Pearson loss, the weight average and adversarial training: values that fit."""
         if self.loss == "pearson" and self.task != "regression":
             raise ValueError(f"loss pearson needs task regression, got task {self.task}; use cross_entropy or bce")
+        allowed = {"regression": ("mse", "bce", "pearson"), "multilabel": ("bce", "mse")}.get(self.task,
+                                                                                            ("cross_entropy",))
+        if self.loss is not None and self.loss not in allowed:
+            raise ValueError(f"loss {self.loss} does not train task {self.task}: use {' or '.join(allowed)}, or leave "
+                             "loss unset for the task's own")
         if self.output_activation is not None and self.task != "regression":
             raise ValueError(f"output_activation {self.output_activation} is for regression targets in [0, 1], got "
                              f"task {self.task}, whose scores are already probabilities (softmax, or a sigmoid per "
@@ -309,15 +313,15 @@ class TrainConfig:
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in (0, 1), e.g. 0.999, got {self.ema_decay}")
         if self.adversarial is None:
-            if self.adversarial_eps is not None or self.adversarial_lr != 1.0:
-                raise ValueError("adversarial_eps and adversarial_lr need adversarial (fgm or awp)")
+            if self.adversarial_eps is not None or self.adversarial_lr != 1.0 or self.adversarial_start != 1.0:
+                raise ValueError("adversarial_eps, adversarial_lr and adversarial_start need adversarial (fgm or awp)")
             return
         if not 0 <= self.adversarial_start < self.epochs:
             raise ValueError(f"adversarial_start must be in [0, epochs={self.epochs}) so that adversarial training "
                              f"runs, got {self.adversarial_start}")
         if self.resolved_adversarial_eps() <= 0 or self.adversarial_lr <= 0:
-            raise ValueError(f"adversarial_eps and adversarial_lr must be positive, got {self.adversarial_eps} and "
-                             f"{self.adversarial_lr}")
+            raise ValueError(f"adversarial_eps and adversarial_lr must be positive, got "
+                             f"{self.resolved_adversarial_eps()} and {self.adversarial_lr}")
         if self.adversarial == "fgm" and self.adversarial_lr != 1.0:
             raise ValueError("adversarial_lr applies to adversarial awp only (fgm steps by adversarial_eps)")
         if self.adversarial == "fgm" and self.resolved_freeze_word_embeddings():
@@ -349,51 +353,6 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
             value = {**values[key], **value}
         values[key] = value
     return TrainConfig.from_dict(values, where=where)
-
-
-def _yaml_problem(path: Path, err: Any) -> str:
-    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: problem (context at line L, column C)``."""
-    mark = err.problem_mark or err.context_mark
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-    text = err.problem or err.context or "invalid YAML"
-    if err.context and err.problem and err.context_mark is not None:
-        text += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
-    return f"{where}: {' '.join(text.split())}"
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options.
-
-    Raises:
-        FileNotFoundError: There is no such file.
-        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), or does not
-            hold a mapping of option names.
-    """
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    try:
-        values = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}:{err.lineno}:{err.colno}: {err.msg}") from None
-    except yaml.MarkedYAMLError as err:
-        raise ConfigError(_yaml_problem(path, err)) from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: {' '.join(str(err).split())}") from None
-    if values is None:
-        return {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: expected a mapping of option: value, got {type(values).__name__}")
-    bad = [k for k in values if not isinstance(k, str)]
-    if bad:
-        raise ConfigError(f"{path}: option names must be text, got {bad[0]!r}")
-    return {k.replace("-", "_"): v for k, v in values.items()}
 
 
 __all__ = ["ADVERSARIAL", "GROUPS", "PRECISIONS", "REPORT_TO", "SCHEDULERS", "TASKS", "ConfigError", "TrainConfig",

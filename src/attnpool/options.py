@@ -1,10 +1,11 @@
-"""Option values written as text (command-line flags, pooler specs), turned into what :class:`TrainConfig` holds."""
+"""Option values written as text (flags, pooler specs, YAML config files), turned into what TrainConfig holds."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 
@@ -68,3 +69,48 @@ def parse_pooling_layers(value: Any) -> Any:
         else:
             raise ConfigError(f"pooling_layers must be last, all or layer indices (e.g. 0 -1), got {list(value)!r}")
     return layers
+
+
+def _yaml_problem(path: Path, err: Any) -> str:
+    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: problem (context at line L, column C)``."""
+    mark = err.problem_mark or err.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    text = err.problem or err.context or "invalid YAML"
+    if err.context and err.problem and err.context_mark is not None:
+        text += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
+    return f"{where}: {' '.join(text.split())}"
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), or does not
+            hold a mapping of option names.
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        values = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}:{err.colno}: {err.msg}") from None
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(_yaml_problem(path, err)) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: {' '.join(str(err).split())}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of option: value, got {type(values).__name__}")
+    bad = [k for k in values if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"{path}: option names must be text, got {bad[0]!r}")
+    return {k.replace("-", "_"): v for k, v in values.items()}

@@ -239,6 +239,11 @@ def test_reinit_top_layers_changes_only_the_top_layers(tmp_path):
     assert not torch.equal(top_plain, top_reinit)
     assert abs(top_reinit.std().item() - 0.02) < 0.005  # BERT's initializer_range
     assert torch.equal(layers_reinit[1].output.LayerNorm.weight, torch.ones(32))
+    # the top layer re-initialised and the bottom 1 frozen fit in 2 layers; frozen 2 would keep a random layer fixed
+    both = AttnPoolForSequenceClassification.from_encoder(str(tmp_path), reinit_layers=1, freeze_layers=1)
+    assert all(p.requires_grad for p in both.attnpool.encoder.encoder.layer[1].parameters())
+    with pytest.raises(ValueError, match="reinit_layers=1 and freeze_layers=2 overlap on this 2-layer encoder"):
+        AttnPoolForSequenceClassification.from_encoder(str(tmp_path), reinit_layers=1, freeze_layers=2)
 
 
 def test_from_encoder_loads_pretrained_weights_from_a_local_folder(tmp_path):

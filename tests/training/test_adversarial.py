@@ -153,8 +153,15 @@ def test_config_checks():
         ({"adversarial": "fgm", "epochs": 1.0}, r"adversarial_start must be in \[0, epochs=1.0\)"),
         ({"adversarial": "awp", "adversarial_eps": 0.0}, "adversarial_eps and adversarial_lr must be positive"),
         ({"adversarial": "fgm", "adversarial_lr": 0.5}, "adversarial_lr applies to adversarial awp only"),
-        ({"adversarial_eps": 0.1}, "adversarial_eps and adversarial_lr need adversarial"),
+        ({"adversarial_eps": 0.1}, "adversarial_eps, adversarial_lr and adversarial_start need adversarial"),
+        ({"adversarial_start": 0.5}, "adversarial_eps, adversarial_lr and adversarial_start need adversarial"),
+        ({"adversarial": "fgm", "adversarial_eps": -1.0}, "must be positive, got -1.0 and 1.0"),
         ({"loss": "pearson", "task": "binary"}, "loss pearson needs task regression"),
+        # a loss the task's training ignores (classification always trains cross-entropy) or cannot train
+        ({"loss": "bce", "task": "multiclass"}, "loss bce does not train task multiclass: use cross_entropy"),
+        ({"loss": "mse", "task": "binary"}, "loss mse does not train task binary: use cross_entropy"),
+        ({"loss": "cross_entropy"}, "loss cross_entropy does not train task regression: use mse or bce or pearson"),
+        ({"loss": "cross_entropy", "task": "multilabel"}, "does not train task multilabel: use bce or mse"),
     ):
         with pytest.raises(ValueError, match=message):
             TrainConfig(**base, **options).validate()

@@ -244,6 +244,12 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         model = cls(config, encoder=encoder_model)
         if pooler_instance is not None:
             model._base().pooler.load_state_dict(pooler_instance.state_dict())
+        if reinit_layers and freeze_layers is not None:
+            count = len(encoder_layers(model._base().encoder))
+            if reinit_layers + freeze_layers > count:
+                raise ValueError(f"reinit_layers={reinit_layers} and freeze_layers={freeze_layers} overlap on this "
+                                 f"{count}-layer encoder: a re-initialised layer would stay random, frozen; keep "
+                                 f"reinit_layers + freeze_layers <= {count}")
         if reinit_layers:
             model.reinit_top_layers(reinit_layers)
         if freeze_layers is not None:
