@@ -208,3 +208,24 @@ def test_unknown_task_and_column():
         validate_labels(df, "y", "ordinal")
     with pytest.raises(DataError, match=re.escape("labels: missing column(s) 'score'; the columns present are: y")):
         validate_labels(df, "score", "regression")
+
+
+def test_a_template_s_columns_are_read_as_text_in_training_and_in_every_chunk_of_a_prediction(tmp_path):
+    """A numeric-looking column in a template: "4" must not become "4.0" in a chunk that also holds a blank."""
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.prediction import PredictionInputs
+    from attnpool.data.readers import iter_table
+    from attnpool.data.task import frame_and_template
+
+    path = tmp_path / "reviews.csv"
+    path.write_text("title,rating,label\ngood,4,1\nbad,,0\nfine,9.90,1\nmeh,5,0\n")
+    cfg = TrainConfig(train_file=str(path), template="{title} ({rating})", label="label")
+    frame, template = frame_and_template(cfg, str(path))
+    assert build_texts(frame, template=template).first == ["good (4)", "bad ()", "fine (9.90)", "meh (5)"]
+    inputs = PredictionInputs(cfg, {}, path, tokenizer=None, log=logging.getLogger("test"))
+    assert "rating" in inputs.text_columns
+    chunks = [build_texts(chunk, template=template).first for chunk in iter_table(path, 2,
+                                                                           text_columns=inputs.text_columns)]
+    assert chunks == [["good (4)", "bad ()"], ["fine (9.90)", "meh (5)"]]

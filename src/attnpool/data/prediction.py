@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from attnpool.config import TrainConfig
-from attnpool.data.columns import check_columns
+from attnpool.data.columns import check_columns, text_fields
 from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
@@ -110,7 +110,8 @@ class PredictionInputs:
         if self.cfg.preset == "pppm":
             keep = ["id", *PPPM_FIELDS]
         else:
-            keep = [*(self.cfg.text_cols or []), *([self.cfg.group_col] if self.cfg.group_col else [])]
+            keep = [*(self.cfg.text_cols or []), *text_fields(None, self.cfg.template),
+                    *([self.cfg.group_col] if self.cfg.group_col else [])]
         keep = [*keep, *context_columns(self.cfg)]
         return [c for c in dict.fromkeys([self.cfg.id_col, self.info.get("id_col"), *keep]) if c]
 

@@ -162,7 +162,8 @@ def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train")
         return frame, template
     if path is None:
         raise DataError("no training file: give --train-file FILE")
-    keep_text = [c for c in (cfg.id_col, *(cfg.text_cols or []), cfg.group_col, *context_columns(cfg)) if c]
+    keep_text = [c for c in (cfg.id_col, *(cfg.text_cols or []), *text_fields(None, cfg.template), cfg.group_col,
+                             *context_columns(cfg)) if c]  # a template's "4" stays "4", not 4.0 in a chunk with a blank
     return read_table(path, text_columns=keep_text), cfg.template
 
 
