@@ -374,3 +374,25 @@ def test_iter_table_decodes_characters_cut_by_block_ends(tmp_path):
     path.write_bytes("\ufeffa,b\n1,caf\u00e9 \u2603\n".encode())
     with _Utf8Stream(path, block=1) as stream:
         assert stream.read() == "a,b\n1,caf\u00e9 \u2603\n"
+
+
+def test_a_fold_that_reads_but_does_not_build_is_not_called_corrupt(run, monkeypatch):
+    """An unknown model type or a missing package says what to check, not 'delete the fold and re-train'."""
+    from attnpool.model import AttnPoolForSequenceClassification
+    from attnpool.prediction.engine import load_fold_models
+
+    def unknown(*args, **kwargs):
+        raise ValueError("model type 'newbert' is not recognised")
+
+    monkeypatch.setattr(AttnPoolForSequenceClassification, "from_pretrained", unknown)
+    with pytest.raises(RunError, match="ValueError: model type 'newbert' is not recognised. Its files are readable, "
+                                       "so keep them: check that this environment can build it") as caught:
+        load_fold_models(Run.open(run))
+    assert "delete" not in str(caught.value) and "corrupt" not in str(caught.value)
+
+    def truncated(*args, **kwargs):
+        raise OSError("Unable to load weights from model.safetensors")
+
+    monkeypatch.setattr(AttnPoolForSequenceClassification, "from_pretrained", truncated)
+    with pytest.raises(RunError, match="The checkpoint is corrupt or incomplete; re-train that fold"):
+        load_fold_models(Run.open(run))

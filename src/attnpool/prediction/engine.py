@@ -8,12 +8,15 @@ the output is put back in the input order.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+import transformers
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
@@ -98,9 +101,14 @@ def load_fold_models(run: Run, folds: int | Sequence[int] | None = None
         folder = run.model_dir(fold)
         try:
             models.append(AttnPoolForSequenceClassification.from_pretrained(folder))
-        except Exception as err:  # noqa: BLE001 - any failure to load means a corrupt checkpoint
+        except (OSError, json.JSONDecodeError, SafetensorError) as err:  # missing, truncated or unreadable files
             raise RunError(f"cannot load the fold model in {folder}: {err}. The checkpoint is corrupt or incomplete; "
                            "re-train that fold (delete the fold folder and run train --resume)") from err
+        except Exception as err:  # noqa: BLE001 - the files read, the model did not build: the environment
+            raise RunError(f"cannot load the fold model in {folder}: {type(err).__name__}: {err}. Its files are "
+                           f"readable, so keep them: check that this environment can build it (transformers "
+                           f"{transformers.__version__} knows its encoder, the packages it needs are installed, "
+                           "there is memory for it)") from err
     tokenizer = AutoTokenizer.from_pretrained(run.model_dir(fold_ids[0]))
     return fold_ids, models, tokenizer, [run.fold_metrics(f) for f in fold_ids]
 
