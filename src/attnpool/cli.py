@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
             return args.func(args)
-    except (ValueError, FileNotFoundError, OSError) as err:
+    except (ValueError, FileNotFoundError, OSError, ImportError) as err:  # ImportError: an optional extra missing
         print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
         return 2
     finally:

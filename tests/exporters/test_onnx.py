@@ -255,6 +255,16 @@ def test_cli_errors_say_what_where_and_how(saved, tmp_path, capsys):
     assert not (tmp_path / "m.onnx").exists()
 
 
+def test_without_the_onnx_extra_export_says_what_to_install(saved, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    message = _cli_error(["--model", str(saved), "--output", str(tmp_path / "m.onnx")], capsys)
+    assert message == "attnpool export: error: the ONNX export needs onnxruntime: pip install 'attnpool[onnx]'"
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_cli_rejects_an_unknown_format(saved, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--model", str(saved), "--format", "tflite", "--output", str(tmp_path / "m.onnx")])

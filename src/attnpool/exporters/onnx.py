@@ -9,6 +9,7 @@ tokenizer of the model folder is saved beside the ``.onnx`` file, so that the fo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -171,11 +172,16 @@ def export_onnx(
         :class:`OnnxExport`: the path, the graph's input and output names, the verified difference.
 
     Raises:
+        ImportError: onnx or onnxscript (or, with ``verify``, onnxruntime) is not installed.
         FileNotFoundError: A path that is not a model folder or run (see :func:`resolve_model_dir`).
         ValueError: A bad ``fold``; :class:`ExportError` (a ``ValueError``): ``with_weights`` for a pooler without
             token weights, a model the exporter cannot trace (one with ``recurrent``), or a verification above
             ``atol``.
     """
+    needed = ["onnx", "onnxscript", *(["onnxruntime"] if verify else [])]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"the ONNX export needs {', '.join(missing)}: pip install 'attnpool[onnx]'")
     output = Path(os.fspath(output)).expanduser()
     if output.suffix != ".onnx":
         raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
