@@ -97,3 +97,22 @@ def test_int8_of_a_graph_with_external_weights_prepares_it_with_external_weights
     assert seen == [True, False]
     names = {i.name for i in onnxruntime.InferenceSession(str(tmp_path / "big.int8.onnx")).get_inputs()}
     assert "input_ids" in names and not list(tmp_path.glob(".int8.*")), "no temporary folder left"
+
+
+def test_a_graph_that_fails_its_check_says_how_to_export_it_from_predict(tmp_path, monkeypatch):
+    """The exporter's advice names export's options (--no-verify); predict has none: say which command takes them."""
+    from attnpool.exporters import ExportError
+    from attnpool.prediction import onnx_engine
+
+    run = make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), folds=1)
+
+    def disagrees(*args, **kwargs):
+        raise ExportError("the exported graph disagrees with PyTorch on 'logits' by up to 0.01 (tolerance 0.0001)")
+
+    monkeypatch.setattr(onnx_engine, "export_onnx", disagrees)
+    with pytest.raises(ExportError) as caught:
+        onnx_engine.graph_file(Run.open(tmp_path / "run"), 0)
+    message = str(caught.value)
+    assert message.startswith("fold 0: the exported graph disagrees with PyTorch")
+    assert f"attnpool export --model {run} --fold 0 --output {Run.open(run).onnx_file(0)}" in message
+    assert "--no-verify" in message and "--backend torch" in message

@@ -30,7 +30,7 @@ import numpy as np
 from transformers import AutoTokenizer
 
 from attnpool.data.batching import padded_batches
-from attnpool.exporters import export_onnx
+from attnpool.exporters import ExportError, export_onnx
 from attnpool.prediction.engine import FoldEnsemble, fold_weights
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import scores_from_logits
@@ -75,7 +75,12 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
     fp32 = run.onnx_file(fold)
     if _stale(fp32, run.model_dir(fold)):
         logger.info("fold %d: exporting the ONNX graph to %s (once; reused by later predictions)", fold, fp32)
-        export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
+        try:
+            export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
+        except ExportError as err:  # its advice names export's options; say how to get there from predict
+            raise ExportError(f"fold {fold}: {err}. To use the graph anyway, export it yourself: attnpool export "
+                              f"--model {run.path} --fold {fold} --output {fp32} (with --opset N or --no-verify), "
+                              "then predict again; or predict with --backend torch") from err
     if quantize == "none":
         return fp32
     target = run.onnx_file(fold, quantize)
