@@ -396,3 +396,12 @@ def test_a_fold_that_reads_but_does_not_build_is_not_called_corrupt(run, monkeyp
     monkeypatch.setattr(AttnPoolForSequenceClassification, "from_pretrained", truncated)
     with pytest.raises(RunError, match="The checkpoint is corrupt or incomplete; re-train that fold"):
         load_fold_models(Run.open(run))
+
+
+@pytest.mark.parametrize("name", ["predictions.xlsx", "predictions"])
+def test_an_output_whose_format_is_unknown_is_refused_before_anything_runs(run, frame, tmp_path, name):
+    source = write(frame, tmp_path / "in.csv")
+    with pytest.raises(DataError, match=r"unsupported output extension '(\.xlsx|\(none\))'; the output's format "
+                                        r"follows its extension: \.csv, \.tsv, \.jsonl, \.parquet"):
+        predict(run, source, tmp_path / name, progress=False)
+    assert list(tmp_path.iterdir()) == [source]

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from attnpool.data import DataError
+from attnpool.data import SUPPORTED_EXTENSIONS, DataError
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
@@ -110,7 +110,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             other classes, a fold without its out-of-fold file); parts of an interrupted prediction without
             ``resume``; with ``resume``, parts computed from another input, run or options; another process
             writing the same output.
-        attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...).
+        attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...), an output
+            extension other than .csv, .tsv, .jsonl or .parquet.
         ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
             for runs trained without a group context).
     """
@@ -132,6 +133,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     precision = resolve_precision(precision, device)
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    if output_file.suffix.lower() not in SUPPORTED_EXTENSIONS:  # else CSV bytes under another format's name
+        raise DataError(f"{output_file}: unsupported output extension {output_file.suffix or '(none)'!r}; the "
+                        f"output's format follows its extension: {', '.join(SUPPORTED_EXTENSIONS)}")
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
         members = [_load_ensemble(run, folds, ensemble, backend, quantize, threads) for run in runs]
         chosen = [m.folds for m in members]
