@@ -108,6 +108,25 @@ def test_run_errors_are_one_clear_line(run, data, tmp_path, capsys, args, messag
     assert code == 2 and message in capsys.readouterr().err
 
 
+def test_label_errors_come_before_the_model_runs(run, data, tmp_path, capsys, monkeypatch):
+    from attnpool.explanations import files
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model ran before the labels were checked")
+
+    monkeypatch.setattr(files, "explain", never)
+    common = ["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(tmp_path / "r.html")]
+    assert main([*common, "--label", "lable"]) == 2  # a typo of an explicit --label: not silently no labels
+    assert "lable" in capsys.readouterr().err
+    bad = pd.read_csv(data / "test.csv")
+    bad["label"] = bad["label"].astype(object)
+    bad.loc[4, "label"] = "?"
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    assert main([*common[:4], str(tmp_path / "bad.csv"), *common[5:]]) == 2
+    assert "column 'label', row 4: '?' is not a number" in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_source_errors_are_one_clear_line(run, data, tmp_path, capsys):
     common = ["--input", str(data / "test.csv"), "--output", str(tmp_path / "r.html")]
     assert main(["explain", "--run", str(run / "fold_0" / "model"), *common]) == 2

@@ -9,7 +9,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from attnpool.data import build_texts, check_columns, read_table
+from attnpool.data import DataError, build_texts, check_columns, read_table
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.explanations.core import Explanation, explain
 from attnpool.explanations.page import write_report
@@ -38,6 +38,17 @@ def _column_values(frame, column: str | None, n: int) -> list[Any] | None:
         missing = v is None or (isinstance(v, float) and math.isnan(v))
         values.append(None if missing else v)
     return values
+
+
+def _check_numeric(labels: list[Any], column: str, path: str | Path) -> None:
+    """Refuse the first label that is not a number (a regression model's labels are numbers)."""
+    for row, value in enumerate(labels):
+        try:
+            if value is not None:
+                float(value)
+        except (TypeError, ValueError):
+            raise DataError(f"{path}: column {column!r}, row {row}: {value!r} is not a number; this model's labels "
+                            "are numbers: fix the value, leave the cell empty, or give another --label") from None
 
 
 def explain_file(
@@ -109,8 +120,13 @@ def explain_file(
     device = inference_device(device)
     model.to(device)
     ids = _column_values(frame, id_col, n)
+    if label is not None:  # asked for by name: a typo must not silently explain without labels
+        check_columns(frame, [label], str(input_file))
+    labels = _column_values(frame, label_col, n)
+    if labels is not None and model.config.problem_type == "regression":
+        _check_numeric(labels, label_col, input_file)  # before the forward and erasure passes, not after
     explanation = explain(model, tokenizer, first[:n], text_pairs=None if second is None else second[:n],
-                          labels=_column_values(frame, label_col, n), max_length=length, erasure_k=erasure_k,
+                          labels=labels, max_length=length, erasure_k=erasure_k,
                           seed=seed, batch_size=batch_size)
     explanation.source = str(model_dir)
     for example, row_id in zip(explanation.examples, ids or [None] * n, strict=True):
