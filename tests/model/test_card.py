@@ -158,6 +158,11 @@ def test_an_onnx_export_gets_a_card_with_the_graph_and_the_training(trained, tmp
     (tmp_path / "mine" / CARD_FILE).write_text("# serving notes\n")
     export_onnx(trained, tmp_path / "mine" / "model.onnx", fold=0, verify=False)
     assert (tmp_path / "mine" / CARD_FILE).read_text() == "# serving notes\n"
+    # ... also when its YAML header does not parse (it is not attnpool's card): kept, and the export goes through
+    for header in ("---\ntags: [serving\n---\n# notes\n", "---\n- a list\n---\n# notes\n"):
+        (tmp_path / "mine" / CARD_FILE).write_text(header)
+        export_onnx(trained, tmp_path / "mine" / "model.onnx", fold=0, verify=False)
+        assert (tmp_path / "mine" / CARD_FILE).read_text() == header
 
 
 def test_a_sharded_fold_save_writes_the_card_it_is_given(tmp_path):

@@ -21,6 +21,7 @@ from pathlib import Path
 import huggingface_hub
 import torch
 import transformers
+import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.constants import REPOCARD_NAME
 
@@ -151,9 +152,18 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
 
 
 def read_card(folder: str | os.PathLike) -> ModelCard | None:
-    """The model card in ``folder``, or ``None`` when it has none."""
+    """The model card in ``folder``, or ``None`` when it has none.
+
+    A ``README.md`` whose metadata header does not parse is not attnpool's: it reads as a card without metadata,
+    so that it is kept as the user's text (never overwritten, no training facts read from it).
+    """
     path = Path(os.fspath(folder)) / CARD_FILE
-    return ModelCard.load(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return ModelCard.load(path)
+    except (yaml.YAMLError, ValueError):  # bad YAML, or a header that is not a mapping
+        return ModelCard("---\n{}\n---\n")  # no metadata: not attnpool's
 
 
 def is_attnpool_card(card: ModelCard | None) -> bool:
