@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -167,8 +168,22 @@ class RecipeTrainer(transformers.Trainer):
         global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         # a data set that changes per epoch hears of the epoch from the sampler, a resumed epoch included
-        return LengthGroupedSampler(lengths, global_batch, seed, epoch_lengths=getattr(dataset, "epoch_lengths", None),
-                                    on_epoch=getattr(dataset, "set_epoch", None))
+        self._length_sampler = LengthGroupedSampler(lengths, global_batch, seed,
+                                                    epoch_lengths=getattr(dataset, "epoch_lengths", None),
+                                                    on_epoch=getattr(dataset, "set_epoch", None))
+        return self._length_sampler
+
+    def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
+        """The Trainer's loader that skips the batches a resumed epoch already trained, on that epoch's order.
+
+        Under DDP the skipping wraps the sampler three levels deep (``SkipBatchSampler(BatchSamplerShard(
+        BatchSampler(sampler)))``), where neither accelerate's ``set_epoch`` nor the Trainer's reaches it: the
+        sampler would replay the first epoch's order (and context-dropout draw), skipping batches never trained.
+        """
+        sampler = getattr(self, "_length_sampler", None)
+        if sampler is not None:
+            sampler.set_epoch(math.floor(self.state.epoch))  # the checkpoint's epoch, e.g. 1.4 -> 1
+        return super().get_resumed_dataloader(dataloader, num_batches)
 
 
 def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArguments, train_ds: Any, eval_ds: Any,
