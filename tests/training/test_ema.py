@@ -94,6 +94,24 @@ def test_training_evaluates_and_ends_with_the_shadow_of_the_best_checkpoint(tmp_
     assert not trainer.ema.training
 
 
+def test_the_average_is_in_each_checkpoint_before_the_file_that_marks_it_complete(tmp_path, monkeypatch):
+    """trainer_state.json is written last and marks a checkpoint complete; older ones are rotated away after it."""
+    from pathlib import Path
+
+    seen = []
+    original = transformers.TrainerState.save_to_json
+
+    def spy(self, path):
+        folder = Path(path).parent
+        if folder.name.startswith("checkpoint-"):
+            seen.append((folder.name, (folder / EMA_FILE).is_file()))
+        return original(self, path)
+
+    monkeypatch.setattr(transformers.TrainerState, "save_to_json", spy)
+    tiny_trainer(tmp_path / "checkpoints", epochs=1.0, eval_steps=2, ema_decay=0.9).train()
+    assert len(seen) == 2 and all(written for _, written in seen), seen
+
+
 def test_resume_reads_the_shadow_back_from_the_checkpoint(tmp_path):
     class StopAt2(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

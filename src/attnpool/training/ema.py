@@ -157,13 +157,18 @@ class WeightEMA(transformers.TrainerCallback):
         self.update(model)
 
     def on_save(self, args, state, control, **kwargs):
-        """Write the shadow into the checkpoint the Trainer has just saved (main process only)."""
+        """Write the shadow into the checkpoint the Trainer has just saved, unless there already (main process only).
+
+        attnpool's Trainer writes it with the weights, before the checkpoint is marked complete; this is for a
+        plain ``transformers.Trainer`` given this callback.
+        """
         if not args.should_save:
             return
         folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         if not os.path.isdir(folder):
             raise RuntimeError(f"ema: no checkpoint folder {folder} to save the weight average in")
-        self.save(folder, state.global_step)
+        if not os.path.isfile(os.path.join(folder, EMA_FILE)):
+            self.save(folder, state.global_step)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         """Leave the model holding the average: the best checkpoint's (as the Trainer loaded its weights), else ours."""

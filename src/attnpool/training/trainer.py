@@ -40,9 +40,9 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
     """The newest checkpoint in ``folder`` that was written to the end, or ``None``.
 
     The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
-    ``ema.safetensors`` comes after it, from :class:`~attnpool.training.ema.WeightEMA`): a run killed in the
-    middle of a save leaves a folder without them, which the Trainer cannot resume from. Such a folder is passed
-    over (and rewritten when training reaches its step again).
+    ``ema.safetensors`` with the weights, before it; checkpoints of earlier versions got it after): a run killed
+    in the middle of a save leaves a folder without them, which the Trainer cannot resume from. Such a folder is
+    passed over (and rewritten when training reaches its step again).
     """
     if not folder.is_dir():
         return None
@@ -130,6 +130,17 @@ class RecipeTrainer(transformers.Trainer):
         """The Trainer's evaluation, of the weight average while training with one."""
         with self.ema.applied(self.model) if self.ema is not None else contextlib.nullcontext():
             return super().evaluate(*args, **kwargs)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The Trainer's save; into a checkpoint, the weight average is written right after the weights.
+
+        So that ``trainer_state.json``, which the Trainer writes last, still marks a complete checkpoint
+        (:func:`last_complete_checkpoint`) and the older checkpoints are rotated away only once it is (the average
+        used to be written by :class:`~attnpool.training.ema.WeightEMA`'s ``on_save``, after the rotation).
+        """
+        super().save_model(output_dir, _internal_call)
+        if _internal_call and output_dir is not None and self.ema is not None and self.args.should_save:
+            self.ema.save(output_dir, self.state.global_step)
 
     def create_optimizer(self, *args: Any, **kwargs: Any):
         """AdamW over the recipe's parameter groups."""
