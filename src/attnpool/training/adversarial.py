@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnpool.config import ADVERSARIAL
 from attnpool.model import AttnPoolModel
+from attnpool.model.encoders import encoder_layers
 
 _TINY = 1e-6  # keeps ||g|| and ||W|| away from 0 in AWP's ratio (the 1st-place code's e)
 
@@ -77,7 +78,7 @@ class FGM:
 
 
 def awp_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The weights AWP perturbs: the trained weight matrices of the encoder, not its embeddings, norms or biases.
+    """The weights AWP perturbs: the trained weight matrices of the encoder's layers, not embeddings, norms or biases.
 
     Raises:
         ValueError: The model is no attnpool model, or none of its encoder's weight matrices is trained.
@@ -86,9 +87,15 @@ def awp_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     if base is None:
         raise ValueError(f"adversarial=awp perturbs an attnpool model's encoder, got {type(model).__name__}")
     encoder = base.encoder
-    embeddings = {id(p) for m in encoder.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    # the transformer layers only: an encoder's own pooler (BERT's pooler.dense) is trained but never used here, so
+    # it never gets a gradient and would hide that every layer is frozen
+    try:
+        inside = {id(p) for p in encoder_layers(encoder).parameters()}
+    except ValueError:  # layers not found by their number: every weight matrix but the embeddings
+        embeddings = {id(p) for m in encoder.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+        inside = {id(p) for p in encoder.parameters() if id(p) not in embeddings}
     params = {name: p for name, p in encoder.named_parameters()
-              if p.requires_grad and p.dim() >= 2 and id(p) not in embeddings}  # norms and biases are 1-d
+              if p.requires_grad and p.dim() >= 2 and id(p) in inside}  # norms and biases are 1-d
     if not params:
         raise ValueError("adversarial=awp: no encoder weight matrix is trained (freeze_layers freezes them all)")
     return params
