@@ -171,3 +171,25 @@ def test_prediction_change_per_problem_type():
     np.testing.assert_allclose(prediction_change("regression", np.array([2.0]), np.array([[1.5], [3.0]]), 0),
                                [0.5, 1.0])
     assert summarize([], 2).top == [None, None]
+
+
+def test_an_erased_token_does_not_move_the_others_on_a_decoder_only_encoder():
+    """Llama-like encoders get positions counted over the mask: erasing a token must keep the later ones in place."""
+    import torch
+
+    from attnpool.explanations.core import _run
+    from attnpool.model import AttnPoolForSequenceClassification
+    from model_helpers import tiny_config
+
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("llama"), pooling="attention",
+                                                           pooling_options={"attn_size": 8}).eval()
+    assert model.attnpool.positions_from_mask
+    ids, erased = [5, 9, 12, 7, 3], np.array([1, 0, 1, 1, 1])  # the second token erased
+    logits, _ = _run(model, [(ids, erased, None)], pad_id=0, device=torch.device("cpu"), batch_size=4, weights=False)
+    inputs = {"input_ids": torch.tensor([ids]), "attention_mask": torch.from_numpy(erased)[None]}
+    with torch.inference_mode():
+        in_place = model(**inputs, position_ids=torch.arange(5)[None]).logits.numpy()
+        shifted = model(**inputs).logits.numpy()  # positions from the mask: 0, 0, 1, 2, 3
+    np.testing.assert_allclose(logits, in_place, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(logits, shifted, rtol=1e-5, atol=1e-6)

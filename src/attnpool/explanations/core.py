@@ -20,6 +20,7 @@ from attnpool.explanations.faithfulness import (
 )
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation, jsonable
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
+from attnpool.model import AttnPoolModel
 from attnpool.tasks import class_names, label_text, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 
@@ -104,6 +105,8 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
     ``weights``, one ``(heads, len)`` float32 array per row.
     """
     order = np.argsort([-len(r[0]) for r in rows], kind="stable")
+    base = next((m for m in model.modules() if isinstance(m, AttnPoolModel)), None)
+    positions_from_mask = base is not None and base.positions_from_mask
     logits: np.ndarray | None = None
     out_weights: list[np.ndarray | None] = [None] * len(rows)
     for start in range(0, len(rows), batch_size):
@@ -122,6 +125,8 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
         kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
         if types is not None:
             kwargs["token_type_ids"] = types.to(device)
+        if positions_from_mask:  # an erased token keeps the others where they were: positions of the full row
+            kwargs["position_ids"] = torch.arange(width, device=device).expand(len(chosen), width)
         out = model(**kwargs, return_pooling_weights=weights)
         batch_logits = out.logits.float().cpu().numpy().reshape(len(chosen), -1)
         if logits is None:

@@ -56,6 +56,15 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         self._positions_from_mask = (is_decoder_only(config.encoder) if use_positions is None else use_positions)
         self.post_init()
 
+    @property
+    def positions_from_mask(self) -> bool:
+        """Whether :meth:`forward` gives the encoder ``position_ids`` counted over the mask (decoder-only encoders).
+
+        Then a token masked out in the middle of a row (the erasure test) moves the later ones back one position,
+        unless the caller passes the row's own positions.
+        """
+        return self._positions_from_mask and self._accepts_position_ids
+
     def get_input_embeddings(self) -> nn.Module:
         """The encoder's token embeddings."""
         return self.encoder.get_input_embeddings()
