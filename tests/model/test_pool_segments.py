@@ -109,3 +109,24 @@ def test_own_pooling_needs_a_group_context():
         TrainConfig(train_file="x.csv", text_cols=["a"], group_context_pooling="own").validate()
     with pytest.raises(ValueError, match="group_context_pooling must be one of all, own"):
         TrainConfig(train_file="x.csv", text_cols=["a"], group_context="b", group_context_pooling="mine").validate()
+
+
+def test_explain_erases_and_measures_only_the_tokens_the_pooler_may_weigh(model, tokenizer):
+    """Context tokens have weight 0 by construction: erasing them, or spreading the entropy over them, says nothing."""
+    import numpy as np
+
+    from attnpool.explanations import explain
+
+    explanation = explain(model, tokenizer, TEXTS[:2], erasure_k=20)
+    for text, example in zip(TEXTS[:2], explanation.examples, strict=True):
+        ids = tokenizer(text)["input_ids"]
+        pooled = model.attnpool.pooling_mask(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+        specials = set(tokenizer.all_special_ids)
+        erasable = sum(1 for i, keep in zip(ids, pooled.tolist(), strict=True) if keep and i not in specials)
+        for strategy in ("top", "bottom", "random"):  # no more steps than pooled, non-special tokens
+            removed = example.erasure.removed[strategy]
+            assert len(removed) == erasable and all(pooled[j] for j in removed), (strategy, removed)
+        weights = np.asarray(example.token_weights[0])[pooled.numpy().astype(bool)]
+        p = weights / weights.sum()
+        expected = -(p[p > 0] * np.log(p[p > 0])).sum() / np.log(len(p))
+        assert example.normalized_entropy[0] == pytest.approx(expected, abs=1e-6)

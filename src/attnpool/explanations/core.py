@@ -232,8 +232,9 @@ def explain(
         full_rows = [(e.input_ids, np.ones(len(e.input_ids), dtype=np.int64), e.token_type_ids) for e in encoded]
         logits, weights = _run(model, full_rows, pad_id=pad_id, device=device, batch_size=batch_size, weights=True)
         outputs = _outputs(problem_type, logits)  # (N, C)
+        pooled = [_pooled(model, enc.input_ids) for enc in encoded]
         erasure = _erasure(model, encoded, weights, outputs, problem_type, erasure_k, seed, pad_id, device,
-                           batch_size)
+                           batch_size, pooled)
     finally:
         model.train(was_training)
     names = class_names(getattr(config, "id2label", None), outputs.shape[1]) if problem_type != "regression" else None
@@ -241,7 +242,7 @@ def explain(
     examples = []
     for i, enc in enumerate(encoded):
         w = np.asarray(weights[i], dtype=np.float64)  # (heads, n)
-        ent = [entropy(head) for head in w]
+        ent = [entropy(head[pooled[i]]) for head in w]  # over the tokens the pooler may weigh
         predicted = int(np.argmax(outputs[i]))
         if problem_type == "regression":
             prediction: Any = float(outputs[i][0]) if outputs.shape[1] == 1 else outputs[i].tolist()
@@ -292,16 +293,29 @@ def explain(
     )
 
 
+def _pooled(model: torch.nn.Module, input_ids: list[int]) -> np.ndarray:
+    """Which tokens of a row the pooler may weigh: all, or those of the first ``pool_segments`` segments."""
+    base = next((m for m in model.modules() if isinstance(m, AttnPoolModel)), None)
+    if base is None or getattr(base.config, "pool_segments", None) is None:
+        return np.ones(len(input_ids), dtype=bool)
+    ids = torch.as_tensor([input_ids])
+    return base.pooling_mask(ids, torch.ones_like(ids)).numpy()[0].astype(bool)
+
+
 def _erasure(model: torch.nn.Module, encoded: list[_Encoded], weights: list[np.ndarray], outputs: np.ndarray,
              problem_type: str, max_k: int, seed: int, pad_id: int, device: torch.device,
-             batch_size: int) -> list[ErasureCurves]:
-    """Run every example's erased variants in one batched pass and turn them into curves."""
+             batch_size: int, pooled: list[np.ndarray]) -> list[ErasureCurves]:
+    """Run every example's erased variants in one batched pass and turn them into curves.
+
+    Only tokens the pooler may weigh are erased (``pooled``): with ``pool_segments`` the others have weight 0 by
+    construction, and erasing them would test the encoder's context, not the pooler's ranking.
+    """
     rows: list[tuple[list[int], np.ndarray, list[int] | None]] = []
     plans = []  # (example, strategy, k) per row
     orders = []
     for i, enc in enumerate(encoded):
         importance = weights[i].mean(axis=0)  # (n,), the heads' mean
-        candidates = ~np.asarray(enc.special, dtype=bool)
+        candidates = ~np.asarray(enc.special, dtype=bool) & pooled[i]
         order = removal_orders(importance, candidates, np.random.default_rng([seed, i]), max_k)
         orders.append(order)
         for strategy in STRATEGIES:
