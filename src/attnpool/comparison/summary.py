@@ -248,6 +248,9 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
     methods = sorted({r["ci_method"] for r in rows if r["ci_method"] in _SCALES})
     min_p = 2.0 ** (1 - n)
     scales = "; ".join(_SCALES[m] for m in methods) or "none (one seed, or no spread over seeds)"
+    if any(m in ("fisher_z", "logit", "log") for m in methods):  # centred on the transformed mean, not the mean
+        scales += (" (an interval of the mean on that scale: a seed far from the others, e.g. one that collapsed, "
+                   "can leave the plain mean outside it)")
     lines += [
         "",
         "Each pooler was trained once per seed with the same folds, data order and recipe (paired). "
