@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnpool.data import SUPPORTED_EXTENSIONS, DataError, read_table, table_columns
+from attnpool.data import SUPPORTED_EXTENSIONS, DataError, iter_table, read_table, table_columns
 
 FRAME = pd.DataFrame(
     {
@@ -186,3 +186,13 @@ def test_text_columns_of_a_parquet_file(tmp_path):
     out = read_table(tmp_path / "t.parquet", text_columns=(c for c in ["id"]))
     assert out["id"].tolist() == ["7", "8"]
     assert [list(t) for t in out["tags"]] == [["a"], ["b", "c"]]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_unquoted_tsv_whose_text_starts_with_a_quote_is_refused_not_merged(tmp_path, chunked):
+    """GLUE-style TSV has no quoting: a leading " opened a quoted section that swallowed the next rows silently."""
+    path = tmp_path / "reviews.tsv"
+    path.write_text('text\tlabel\nok\t0\nfine\t1\n"Great film\t1\nmeh\t0\n"bad" one\t1\nlast\t0\n')
+    with pytest.raises(DataError, match=r"reviews.tsv: column 'text', row 2 holds a tab: a double quote at the "
+                                        r"start of a field opened a quoted section"):
+        list(iter_table(path, 2, text_columns={"text"})) if chunked else read_table(path)

@@ -176,15 +176,37 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
         frame = pd.read_csv(io.StringIO(text), sep=sep, **_CSV_OPTIONS)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
         raise _csv_error(path, sep, e) from None
-    return _with_numbers(frame, text_columns)
+    return _with_numbers(_check_tsv(frame, path, sep, 0), text_columns)
+
+
+def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.DataFrame:
+    """Refuse a TSV field holding a tab: a double quote opening a field ran it over the next rows (quoting).
+
+    TSV is read with CSV quoting, as pandas writes it; a file without quoting (GLUE style) whose text starts with
+    ``"`` would otherwise lose rows silently, merged into one field.
+    """
+    if sep != "\t":
+        return frame
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype == object or pd.api.types.is_string_dtype(column):
+            found = column.str.contains("\t", regex=False, na=False)
+            if found.any():
+                row = first_row + int(np.flatnonzero(found.to_numpy())[0])
+                raise DataError(
+                    f"{path}: column {name!r}, row {row} holds a tab: a double quote at the start of a field opened "
+                    "a quoted section that ran over the next rows. TSV is read with CSV quoting (as pandas writes "
+                    'it): enclose such fields in double quotes and double the quotes inside ("" for "), or convert '
+                    "the file to CSV or JSONL")
+    return frame
 
 
 def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
     with Utf8Stream(path) as stream:
         try:
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
-                for frame in reader:
-                    yield _with_numbers(frame, text_columns)
+                for index, frame in enumerate(reader):
+                    yield _with_numbers(_check_tsv(frame, path, sep, index * chunk_rows), text_columns)
         except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
             raise _csv_error(path, sep, e) from None
 
