@@ -249,15 +249,21 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     frame, template = frame_and_template(cfg, cfg.train_file)
     cfg.template = cfg.template or template
     valid_rows = None
-    if cfg.valid_file:
+    needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
+    if cfg.valid_file:  # each file checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
+        check_columns(frame, needed, str(cfg.train_file))
+        check_columns(valid_frame, needed, str(cfg.valid_file))
+        missing = np.flatnonzero(valid_frame[cfg.label].isna().to_numpy())
+        if len(missing):
+            raise DataError(f"{cfg.valid_file}: column {cfg.label!r} has missing labels in data rows "
+                            f"{', '.join(map(str, missing[:10]))}; every validation row needs its label")
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
     elif cfg.limit and cfg.limit < len(frame):
         frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
-    check_columns(frame, [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []),
-                          *context_columns(cfg)], where)
+    check_columns(frame, needed, where)
     labels = validate_labels(frame, cfg.label, cfg.task)
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
