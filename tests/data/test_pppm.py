@@ -109,3 +109,17 @@ def test_real_pppm_with_folds_grouped_by_anchor():
     assert (pd.Series(folds).groupby(frame["anchor"].to_numpy()).nunique() == 1).all()  # no anchor in two folds
     means = pd.Series(labels.values).groupby(folds).mean()
     assert np.abs(means - labels.values.mean()).max() < 0.01
+
+
+def test_a_pppm_file_given_to_the_preset_reads_its_texts_as_written(pppm_dir):
+    """--preset pppm --train-file F: a target "1.50" must stay "1.50" (predict reads it so), not become 1.5."""
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import frame_and_template
+
+    path = pppm_dir / "mine.csv"
+    path.write_text("id,anchor,target,context,score\n007,abc,1.50,A47,0.5\n008,abd,2e3,G02,0.25\n")
+    cfg = TrainConfig(preset="pppm", data_dir=str(pppm_dir), train_file=str(path))
+    frame, template = frame_and_template(cfg, str(path))
+    assert frame["target"].tolist() == ["1.50", "2e3"] and frame["id"].tolist() == ["007", "008"]
+    assert build_texts(frame, template=template).first[0] == "abc [SEP] 1.50 [SEP] HUMAN NECESSITIES. FURNITURE; " \
+                                                             "DOMESTIC ARTICLES"

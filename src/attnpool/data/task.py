@@ -17,7 +17,7 @@ from attnpool.data.columns import build_texts, check_columns, text_fields, valid
 from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
-from attnpool.data.pppm import load_pppm
+from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import read_table
 
 
@@ -158,7 +158,8 @@ def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train")
     if cfg.preset == "pppm":
         if path is None:
             return load_pppm(cfg.data_dir, split=split)
-        frame, template = load_pppm(cfg.data_dir, split=split, frame=read_table(path))
+        frame, template = load_pppm(cfg.data_dir, split=split,  # its text fields as text, as predict reads them
+                                    frame=read_table(path, text_columns=["id", *PPPM_FIELDS, *context_columns(cfg)]))
         return frame, template
     if path is None:
         raise DataError("no training file: give --train-file FILE")
