@@ -196,3 +196,22 @@ def test_an_unquoted_tsv_whose_text_starts_with_a_quote_is_refused_not_merged(tm
     with pytest.raises(DataError, match=r"reviews.tsv: column 'text', row 2 holds a tab: a double quote at the "
                                         r"start of a field opened a quoted section"):
         list(iter_table(path, 2, text_columns={"text"})) if chunked else read_table(path)
+
+
+def test_parquet_integers_with_a_null_read_as_text_like_csv(tmp_path):
+    """pyarrow made int64 with nulls float64: the id 4112 became "4112.0" as text, unlike the same CSV or JSONL."""
+    pytest.importorskip("pyarrow")
+    frame = pd.DataFrame({"id": pd.array([4112, None, 7], dtype="Int64"), "text": ["a", "b", "c"], "label": [1, 0, 1]})
+    frame.to_parquet(tmp_path / "t.parquet", index=False)
+    out = read_table(tmp_path / "t.parquet", text_columns=["id"])
+    assert out["id"].tolist()[0::2] == ["4112", "7"] and pd.isna(out["id"].tolist()[1])
+    chunks = list(iter_table(tmp_path / "t.parquet", 2, text_columns=["id"]))
+    assert [v for c in chunks for v in c["id"].tolist() if not pd.isna(v)] == ["4112", "7"]
+    assert out["label"].dtype == np.int64
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": pa.array([4112, None, 7], pa.int64()), "text": ["a", "b", "c"]}),
+                   tmp_path / "plain.parquet")  # written by pyarrow, without pandas' metadata
+    ids = read_table(tmp_path / "plain.parquet", text_columns=["id"])["id"].tolist()
+    assert ids[0::2] == ["4112", "7"] and pd.isna(ids[1])

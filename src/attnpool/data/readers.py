@@ -165,7 +165,7 @@ def _no_rows(path: Path, columns: Iterable) -> DataError:
 
 
 def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 _CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""]}  # every field text; only "" is missing
@@ -332,10 +332,14 @@ def _parquet_error(path: Path, error: Exception) -> DataError:
     )
 
 
+# Integers with nulls stay Python ints (and None), not floats: an id 4112 is "4112" as text, as in CSV, not "4112.0".
+_TO_PANDAS = {"integer_object_nulls": True}
+
+
 def _read_parquet(path: Path) -> pd.DataFrame:
-    _require_pyarrow(path)
+    pq = _require_pyarrow(path)
     try:
-        return pd.read_parquet(path)
+        return pq.read_table(path).to_pandas(**_TO_PANDAS)
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
         raise _parquet_error(path, e) from e
 
@@ -348,7 +352,7 @@ def _iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
         file = pq.ParquetFile(path)
         schema = file.schema_arrow
         if file.metadata.num_rows == 0:
-            yield schema.empty_table().to_pandas()
+            yield schema.empty_table().to_pandas(**_TO_PANDAS)
             return
         pending: list = []
         rows = 0
@@ -357,9 +361,9 @@ def _iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
             rows += batch.num_rows
             while rows >= chunk_rows:
                 table = pa.Table.from_batches(pending, schema=batch.schema)
-                yield table.slice(0, chunk_rows).to_pandas()
+                yield table.slice(0, chunk_rows).to_pandas(**_TO_PANDAS)
                 pending, rows = table.slice(chunk_rows).to_batches(), rows - chunk_rows
         if rows:
-            yield pa.Table.from_batches(pending, schema=schema).to_pandas()
+            yield pa.Table.from_batches(pending, schema=schema).to_pandas(**_TO_PANDAS)
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
         raise _parquet_error(path, e) from e
