@@ -79,8 +79,11 @@ def scores_from_logits(task: str, logits: Any) -> np.ndarray:
 
 
 def label_text(value: Any) -> str:
-    """A class label as text, ``1.0`` as ``1``: a column of integer labels with a blank cell is read as floats."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    """A class label as text as training reads it: ``1.0`` as ``1``, ``"cat "`` as ``cat``.
+
+    A column of integer labels with a blank cell is read as floats; spaces around a class name are not part of it.
+    """
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value).strip()
 
 
 def class_names(id2label: Mapping[Any, Any] | None, num_labels: int) -> list[str]:

@@ -185,6 +185,14 @@ def test_classification_missing_labels_name_rows():
         validate_labels(pd.DataFrame({"y": ["a", None, "b"]}), "y", "multiclass")
 
 
+def test_class_names_lose_their_surrounding_spaces_and_a_blank_label_is_missing():
+    """"cat " was a class apart from "cat", and a cell of spaces a class of its own."""
+    labels = validate_labels(pd.DataFrame({"y": ["cat", "cat ", " dog", "cat"]}), "y", "binary")
+    assert labels.classes == ["cat", "dog"] and labels.values.tolist() == [0, 0, 1, 0]
+    with pytest.raises(DataError, match="missing labels in data rows 4; every row of a multiclass task"):
+        validate_labels(pd.DataFrame({"y": ["cat", "cat ", "dog", "  "]}), "y", "multiclass")
+
+
 def test_multilabel_from_strings_and_lists():
     df = pd.DataFrame({"tags": ["b|a", "c", "", None, " a | c "]})
     labels = validate_labels(df, "tags", "multilabel")

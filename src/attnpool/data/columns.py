@@ -211,6 +211,8 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
         return Labels(_regression_values(column, label_col))
     if task == "multilabel":
         return _multilabel(column, delimiter)
+    # "cat " is the class "cat", and a label of spaces is a missing one (not a class of its own)
+    column = column.map(lambda v: (v.strip() or None) if isinstance(v, str) else v)
     missing = np.flatnonzero(column.isna().to_numpy())
     if len(missing):
         raise DataError(

@@ -70,7 +70,7 @@ def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: 
     classes = info.get("classes")
     if classes and cfg.task in ("binary", "multiclass") and cfg.label in frame.columns:
         known = {label_text(c) for c in classes}
-        unseen = sorted({label_text(v) for v in frame[cfg.label].dropna()} - known)
+        unseen = sorted({label_text(v) for v in frame[cfg.label].dropna()} - known - {""})  # "": a blank label
         if unseen:
             raise DataError(f"{path}: column {cfg.label!r} has labels the model never saw in training: "
                             f"{', '.join(unseen[:10])}; known labels: {', '.join(sorted(known))}")
