@@ -129,6 +129,13 @@ def test_fewer_rows_than_folds():
         make_folds(3, 5)
 
 
+def test_classes_all_rarer_than_the_folds_say_so():
+    with pytest.raises(DataError, match=re.escape("cannot stratify 3 folds: every class has fewer than 3 rows "
+                                                  "('a': 2, 'b': 2, 'c': 2); use k <= 2")):
+        make_folds(6, 3, labels=["a", "a", "b", "b", "c", "c"], task="multiclass")
+    assert len(set(make_folds(6, 2, labels=["a", "a", "b", "b", "c", "c"], task="multiclass"))) == 2
+
+
 def test_fewer_groups_than_folds():
     msg = "cannot make 5 grouped folds from 3 distinct groups: a group never spans two folds"
     with pytest.raises(DataError, match=re.escape(msg) + ".*use k <= 3"):

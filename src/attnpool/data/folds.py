@@ -157,10 +157,16 @@ def _strata(labels: Any, task: str, k: int, n_bins: int | None, n_rows: int) -> 
                 f"({len(bad)} in all) are missing or not numbers: run validate_labels first, or pass labels=None"
             )
         return _bins(numbers, k, n_bins)
-    codes, _ = pd.factorize(values)
+    codes, uniques = pd.factorize(values)
     if (codes < 0).any():
         rows = ", ".join(str(r + 1) for r in np.flatnonzero(codes < 0)[:5])
         raise DataError(f"labels are missing in rows {rows}; fill them in or drop those rows before making folds")
+    counts = np.bincount(codes)
+    if counts.max() < k:  # scikit-learn refuses; a class rarer than k alone only lacks in some folds (a warning)
+        names = [u.item() if isinstance(u, np.generic) else u for u in uniques]
+        shown = ", ".join(f"{names[i]!r}: {counts[i]}" for i in np.argsort(-counts, kind="stable")[:10])
+        raise DataError(f"cannot stratify {k} folds: every class has fewer than {k} rows ({shown}); use k <= "
+                        f"{max(2, int(counts.max()))}, or more rows per class")
     return codes.astype(np.int64)
 
 
