@@ -203,6 +203,8 @@ def test_multilabel_from_strings_and_lists():
     assert validate_labels(lists, "tags", "multilabel").values.tolist() == [[1, 0], [1, 1], [0, 1]]
     semi = validate_labels(pd.DataFrame({"tags": ["a;b"]}), "tags", "multilabel", delimiter=";")
     assert semi.classes == ["a", "b"]
+    numbers = validate_labels(pd.DataFrame({"tags": [1.0, np.nan, 2.0]}), "tags", "multilabel")  # a blank cell
+    assert numbers.classes == ["1", "2"]  # as the same column without the blank reads them, not "1.0"
 
 
 def test_multilabel_without_any_label():

@@ -289,10 +289,13 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
 
 
 def _label_set(value: Any, delimiter: str) -> set[str]:
+    def text(v: Any) -> str:  # 1.0 is the label 1: a column of single numbers with a blank cell is read as floats
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else _to_text(v)
+
     if isinstance(value, (list, tuple, np.ndarray)):
-        parts = [_to_text(v) for v in value]
+        parts = [text(v) for v in value]
     else:
-        parts = _to_text(value).split(delimiter)
+        parts = text(value).split(delimiter)
     return {p.strip() for p in parts if p.strip()}
 
 
