@@ -239,3 +239,12 @@ def test_a_template_s_columns_are_read_as_text_in_training_and_in_every_chunk_of
     chunks = [build_texts(chunk, template=template).first for chunk in iter_table(path, 2,
                                                                            text_columns=inputs.text_columns)]
     assert chunks == [["good (4)", "bad ()"], ["fine (9.90)", "meh (5)"]]
+
+
+def test_a_column_name_with_spaces_is_shown_with_them():
+    """'text, label' as a header names the column ' label': the message must make the space visible."""
+    frame = pd.DataFrame({"text": ["a"], " label": [1]})
+    with pytest.raises(DataError, match=re.escape("train.csv: missing column(s) 'label'; the columns present are: "
+                                                  "text, ' label' (' label' in the header: the spaces around a name "
+                                                  "are part of it")):
+        check_columns(frame, ["text", "label"], "train.csv")

@@ -28,12 +28,15 @@ def check_columns(df: pd.DataFrame, required: Iterable[str | None], where: str) 
     Raises:
         DataError: Naming the missing columns and the columns present.
     """
-    present = [str(c) for c in df.columns]
+    present = [repr(str(c)) if str(c) != str(c).strip() else str(c) for c in df.columns]  # spaces made visible
     missing = list(dict.fromkeys(c for c in required if c is not None and c not in df.columns))
     if missing:
+        spaced = [repr(str(c)) for c in df.columns if str(c) != str(c).strip() and str(c).strip() in missing]
+        hint = (f" ({', '.join(spaced)} in the header: the spaces around a name are part of it, e.g. after the "
+                "commas of 'text, label'; remove them)" if spaced else "")
         raise DataError(
             f"{where}: missing column(s) {', '.join(map(repr, missing))}; the columns present are: "
-            f"{', '.join(present) or '(none)'}. Fix the column names in the options or in the file header"
+            f"{', '.join(present) or '(none)'}{hint}. Fix the column names in the options or in the file header"
         )
 
 
