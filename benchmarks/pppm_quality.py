@@ -44,8 +44,8 @@ function (its model loading and per-epoch evaluations included). A resumed run r
 table marks it.
 
 Significance (2 seeds or more): a paired bootstrap over the validation anchors (``attnpool.comparison.
-paired_bootstrap`` with the anchors as clusters: whole anchors resampled within each seed, the difference averaged
-over seeds) of the best row against the baseline and against the notebook: the difference in Pearson, its 95%
+paired_bootstrap`` with the anchors as clusters: whole anchors resampled, one draw for all seeds, the difference
+averaged over seeds) of the best row against the baseline and against the notebook: the difference in Pearson, its 95%
 percentile interval and p-value. The rows of one anchor share its targets and their errors, so resampling rows one
 by one (``--bootstrap-by row``, the rule of the tables dated before 2026-12-05 12:00 UTC) gives too narrow intervals.
 ``--versus ROW ...`` tests it against those rows instead, from one seed on (e.g. one technique's variants).
@@ -515,12 +515,14 @@ def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dic
 
 
 def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequence[str], bootstrap: int,
-                 seed: int = 0, anchors: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+                 seed: int = 0, anchors: np.ndarray | None = None, rows_per_seed: bool = False
+                 ) -> dict[str, dict[str, Any]]:
     """Paired bootstrap of ``best`` against each of ``versus``, over the seeds both have.
 
     ``anchors``: the anchor of every row of the training file, by row number: whole anchors are resampled (the
     validation rows of one anchor share its targets and errors, and the folds are grouped by it); ``None``: rows
-    one by one. Either is drawn once for all seeds (a row or anchor two seeds validated on counts once).
+    one by one. Either is drawn once for all seeds (a row or anchor two seeds validated on counts once), except the
+    rows of ``rows_per_seed`` (``--rows``: each seed drew its own rows, so a row number is the seed's own).
     """
     score = metric_function("regression", "pearson")
     by_key = {(r["row"], int(r["seed"])): r for r in results}
@@ -540,7 +542,8 @@ def significance(results: Sequence[Mapping[str, Any]], best: str, versus: Sequen
                                best, other, s, len(common))
             ia, ib = np.searchsorted(rows_a, common), np.searchsorted(rows_b, common)
             groups.append((target[ia], a[ia], b[ib]))
-            clusters.append(anchors[common] if anchors is not None else common)  # a row shared by seeds: one draw
+            keys = common.astype(str) if not rows_per_seed else np.char.add(f"seed {s} row ", common.astype(str))
+            clusters.append(anchors[common] if anchors is not None else keys)  # a row shared by seeds: one draw
         if groups:
             test = paired_bootstrap(groups, score, num_samples=bootstrap, seed=seed, clusters=clusters)
             out[other] = {"diff": test.diff, "low": test.low, "high": test.high, "p": test.p, "seeds": len(groups),
@@ -668,7 +671,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--docs", default=None, help="the markdown file (default: docs/pppm_quality.md; none with "
                    "--quick); '-' for none")
     p.add_argument("--versus", nargs="+", default=None, metavar="NAME", help="test the best row against these rows "
-                   "(paired bootstrap over the validation rows, on the seeds both have; also with one seed) "
+                   "(paired bootstrap over the validation anchors, --bootstrap-by, on the seeds both have; also with "
+                   "one seed) "
                    "(default: the baseline and the notebook, from 2 seeds on)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (2 seeds or more)")
     p.add_argument("--bootstrap-by", choices=("anchor", "row"), default="anchor", help="resample whole anchors "
@@ -826,7 +830,8 @@ def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.N
     if args.bootstrap_by == "anchor" and not args.rows:  # with --rows, run rows are not the file's rows
         anchors = pd.read_csv(Path(meta["data_dir"]) / "train.csv", dtype=str, keep_default_na=False)["anchor"]
         anchors = anchors.to_numpy()
-    tests = (significance(results, summary["best"], versus, args.bootstrap, anchors=anchors)
+    tests = (significance(results, summary["best"], versus, args.bootstrap, anchors=anchors,
+                          rows_per_seed=bool(args.rows))
              if summary["best"] and versus else None)
     targets = check_targets(summary, args.epochs, full_data=args.rows is None and args.anchors is None)
     text = markdown(summary, meta, args.options, tests, targets)

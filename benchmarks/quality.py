@@ -54,6 +54,7 @@ import numpy as np
 
 from attnpool.comparison import (
     PoolerSpec,
+    bootstrap_keys,
     compare,
     holm,
     paired_bootstrap,
@@ -181,8 +182,10 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
     task = cfg.task  # the PPPM preset's is regression, TrainConfig's default
     runs = {p: {s: out / "runs" / PoolerSpec.parse(p).slug / f"seed_{s}" for s in seeds} for p in POOLERS}
     predictions = {p: {s: run_predictions(runs[p][s], task) for s in seeds} for p in POOLERS}
-    # what the bootstrap draws: whole groups of grouped folds (PPPM's anchors), else the rows, shared by the seeds
-    units = {s: next((g for g in [run_groups(runs["attention"][s])] if g is not None), predictions["attention"][s][0])
+    # what the bootstrap draws (whole groups of grouped folds, PPPM's anchors; else ids or rows), shared by the seeds
+    by_group = all(run_groups(runs["attention"][s]) is not None for s in seeds)
+    per_seed_rows = cfg.limit is not None and cfg.split_seed is None
+    units = {s: bootstrap_keys(runs["attention"][s], s, groups=by_group, per_seed_rows=per_seed_rows)[0]
              for s in seeds}
     per_seed = {p: [rows[p]["per_seed"][str(s)] for s in seeds] for p in POOLERS}
     score_fn = metric_function(task, primary_metric(task)[0])

@@ -29,7 +29,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from attnpool.comparison import PoolerSpec, paired_bootstrap, paired_t_test, run_groups, run_predictions, t_interval
+from attnpool.comparison import (
+    PoolerSpec,
+    bootstrap_keys,
+    paired_bootstrap,
+    paired_t_test,
+    run_groups,
+    run_predictions,
+    t_interval,
+)
 from attnpool.comparison.runner import _run_one, _wanted_folds
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.comparison.summary import run_score
@@ -73,8 +81,11 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
     predictions = {s: run_predictions(runs[s], cfg.task) for s in seeds}
     seconds = {s: json.loads(run.with_name(f"{run.name}.cost.json").read_text())["wall_seconds"]
                for s, run in runs.items()}
-    return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions,
-            "groups": {s: run_groups(runs[s]) for s in seeds}, "seconds": seconds}
+    by_group = all(run_groups(runs[s]) is not None for s in seeds)  # whole groups of grouped folds, else ids or rows
+    per_seed_rows = cfg.limit is not None and cfg.split_seed is None
+    keys = {s: bootstrap_keys(runs[s], s, groups=by_group, per_seed_rows=per_seed_rows)[0] for s in seeds}
+    return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions, "keys": keys,
+            "seconds": seconds}
 
 
 def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int], bootstrap: int) -> dict[str, Any]:
@@ -91,10 +102,10 @@ def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int
         if list(rows_a) != list(rows_b):
             raise SystemExit(f"{name}, seed {s}: the two sides validated on different rows; same split expected")
         groups.append((target, pred_b, pred_a))
-        units.append(rows_a if base["groups"][s] is None else base["groups"][s])  # whole groups of grouped folds
+        units.append(base["keys"][s])
     boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
     base_stats, changed_stats = t_interval(base["scores"]), t_interval(changed["scores"])
-    within = bool(boot.high >= 0 and t.diff >= -base_stats.std)
+    within = bool(not boot.high < 0 and t.diff >= -base_stats.std)  # an n/a bootstrap (NaN) is no evidence of a loss
     return {"set": name, "metric": metric, "seeds": seeds, "changes": changes,
             "default": base["scores"], "changed": changed["scores"],
             "mean": [base_stats.mean, changed_stats.mean], "std": [base_stats.std, changed_stats.std],

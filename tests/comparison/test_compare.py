@@ -307,3 +307,34 @@ def test_a_failed_run_is_reported_with_its_log(setup, tmp_path, capsys):
     assert main(["compare", *bad, "--poolings", "max", "--seeds", "1", "--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "training mean with seed 42 failed (exit 2)" in err and "seed_42.log" in err and "nothere" in err
+
+
+def test_bootstrap_keys_name_the_same_example_in_every_seed(tmp_path):
+    """Groups when every row has one; else ids (stable whatever rows a seed drew); else row numbers, which are a
+    seed's own when each seed drew its own rows (a limit without split_seed)."""
+    from attnpool.comparison import bootstrap_keys
+    from attnpool.runs import Run
+    from attnpool.runs.tables import oof_frame
+    from model_helpers import make_run
+
+    run = make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), folds=2)
+
+    def write(ids, groups):
+        frame = oof_frame("regression", None, np.arange(4), ids, np.linspace(0, 1, 4), np.linspace(0, 1, 4), 0, groups)
+        Run(run).write_oof(frame)
+
+    write(np.array(["a", "b", "c", "d"]), np.array(["g1", "g1", "g2", "g2"]))
+    keys, kind = bootstrap_keys(run, 42)
+    assert kind == "group" and keys.tolist() == ["g1", "g1", "g2", "g2"]
+    keys, kind = bootstrap_keys(run, 42, groups=False)
+    assert kind == "id" and keys.tolist() == ["id:a", "id:b", "id:c", "id:d"]
+    # a fold finished before groups were recorded (resumed across versions): no group column for its rows
+    frame = oof_frame("regression", None, np.arange(4), None, np.linspace(0, 1, 4), np.linspace(0, 1, 4), 0)
+    frame["group"] = ["g1", "g1", None, None]
+    Run(run).write_oof(frame)
+    keys, kind = bootstrap_keys(run, 42)
+    assert kind == "row" and keys.tolist() == ["row:0", "row:1", "row:2", "row:3"]
+    assert bootstrap_keys(run, 43, per_seed_rows=True)[0].tolist()[0] == "seed 43 row:0"
+    with pytest.raises(ValueError, match="cluster keys are missing at rows \\[1\\]"):
+        paired_bootstrap([(np.arange(12.0), np.arange(12.0), np.arange(12.0))], metric_function("regression",
+                         "pearson"), clusters=[np.array(["a", None, *"bcdefghijk"], dtype=object)])

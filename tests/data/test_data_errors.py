@@ -55,6 +55,6 @@ def test_a_validation_file_is_checked_on_its_own(tmp_path):
     with pytest.raises(DataError, match=r"valid.csv.*'text'"):
         load_task(cfg, logging.getLogger("test"))
     (tmp_path / "valid.csv").write_text("text,label\nthe cat,0.5\na dog,\nred,0.2\n")
-    with pytest.raises(DataError, match=r"valid.csv: column 'label' has missing labels in data rows 1; every "
+    with pytest.raises(DataError, match=r"valid.csv: column 'label' has missing labels in data rows 2; every "
                                         "validation row needs its label"):
         load_task(cfg, logging.getLogger("test"))

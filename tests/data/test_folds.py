@@ -134,6 +134,8 @@ def test_classes_all_rarer_than_the_folds_say_so():
                                                   "('a': 2, 'b': 2, 'c': 2); use k <= 2")):
         make_folds(6, 3, labels=["a", "a", "b", "b", "c", "c"], task="multiclass")
     assert len(set(make_folds(6, 2, labels=["a", "a", "b", "b", "c", "c"], task="multiclass"))) == 2
+    with pytest.raises(DataError, match="no stratified split exists with one row per class"):
+        make_folds(4, 2, labels=["a", "b", "c", "d"], task="multiclass")
 
 
 def test_fewer_groups_than_folds():

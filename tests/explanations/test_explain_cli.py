@@ -123,7 +123,7 @@ def test_label_errors_come_before_the_model_runs(run, data, tmp_path, capsys, mo
     bad.loc[4, "label"] = "?"
     bad.to_csv(tmp_path / "bad.csv", index=False)
     assert main([*common[:4], str(tmp_path / "bad.csv"), *common[5:]]) == 2
-    assert "column 'label', row 4: '?' is not a number" in capsys.readouterr().err
+    assert "column 'label', data row 5: '?' is not a number" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
 
 

@@ -248,3 +248,23 @@ def test_multilabel_trains_keeps_the_best_macro_f1_and_predicts_a_probability_pe
     probabilities = pred[[c for c in pred.columns if c.startswith("prob_")]]
     assert sorted(probabilities.columns) == ["prob_cat", "prob_dog", "prob_none", "prob_red"]
     assert ((probabilities >= 0) & (probabilities <= 1)).all().all()
+
+
+def test_a_run_saved_with_options_now_refused_resumes_without_them(tmp_path, caplog):
+    """Classification ignored --loss bce and adversarial_start without adversarial: both are refused now, but a run
+    that trained so must still resume (it trained without them), not ask for its config.yaml to be edited."""
+    import yaml
+
+    from attnpool.config import TrainConfig
+    from attnpool.runs import Run
+    from attnpool.training.recipe import _resumed_config
+
+    saved = TrainConfig(train_file="train.csv", text_cols=["text"], task="multiclass").to_dict()
+    saved.update({"loss": "bce", "adversarial_start": 0.5})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ValueError, match="loss bce does not train task multiclass"):
+        TrainConfig.from_dict(saved).validate()
+    cfg = _resumed_config(Run(tmp_path / "run"), TrainConfig(resume=True, output_dir=str(tmp_path / "run")))
+    assert (cfg.loss, cfg.adversarial_start) == (None, 1.0) and cfg.validate() is cfg
+    assert "loss bce was ignored by this classification run" in caplog.text

@@ -14,7 +14,7 @@ from attnpool.comparison.stats import (
     sign_flip_test,
     t_interval,
 )
-from attnpool.comparison.summary import CompareResult, run_groups, run_predictions, summarise
+from attnpool.comparison.summary import CompareResult, bootstrap_keys, run_groups, run_predictions, summarise
 
 __all__ = [
     "CompareResult",
@@ -22,6 +22,7 @@ __all__ = [
     "Interval",
     "PairedTest",
     "PoolerSpec",
+    "bootstrap_keys",
     "compare",
     "holm",
     "metric_range",

@@ -187,7 +187,8 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere
         _check_recipe(out, cfg, overwrite)
         trained = _train_missing(out, cfg, specs, seeds)
-        result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed)
+        result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
+                           per_seed_rows=cfg.limit is not None and cfg.split_seed is None)
     result.trained = trained
     return result
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from attnpool.metrics import task_metrics
 
@@ -255,7 +257,7 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
     if not groups:
         raise ValueError("paired_bootstrap needs at least one group of predictions")
     if clusters is not None:
-        clusters = [np.asarray(keys).reshape(-1) for keys in clusters]
+        clusters = [_keys(keys) for keys in clusters]
         if len(clusters) != len(groups):
             raise ValueError(f"paired_bootstrap: {len(clusters)} cluster arrays for {len(groups)} groups; give one "
                              "per group")
@@ -289,13 +291,22 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
     replicates = replicates[np.isfinite(replicates)]
     if replicates.size == 0:
         return nan
-    if np.ptp(replicates) == 0 and observed != 0:  # e.g. every drawn example favours a: no spread to test
+    if _no_spread(replicates) and observed != 0:  # e.g. every drawn example favours a: no spread to test
         return nan
     tail = (1 - confidence) / 2
     low, high = np.quantile(replicates, [tail, 1 - tail])
     far = min(np.sum(replicates <= 0), np.sum(replicates >= 0))
     p = min(1.0, 2 * (1 + far) / (1 + replicates.size))
     return PairedTest(observed, float(low), float(high), float(p))
+
+
+def _keys(keys: Any) -> np.ndarray:
+    """Cluster keys as text (one type for all groups: 5 and "5" are one key), none of them missing."""
+    values = np.asarray(keys, dtype=object).reshape(-1)
+    missing = [i for i, v in enumerate(values) if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))]
+    if missing:
+        raise ValueError(f"paired_bootstrap: cluster keys are missing at rows {missing[:5]}; every row needs a key")
+    return values.astype(str)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -60,10 +60,32 @@ def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, n
 def run_groups(run_dir: Path) -> np.ndarray | None:
     """The group key of every row of a run's out-of-fold file (sorted by row), or ``None`` for ungrouped folds.
 
-    Runs with grouped folds (``group_col``, e.g. PPPM's anchor) record each row's group; older runs did not.
+    Runs with grouped folds (``group_col``, e.g. PPPM's anchor) record each row's group; older runs did not, nor
+    the folds of a run finished before and resumed after they started to (their rows have no group: ``None``).
     """
     oof = Run.open(run_dir).oof()
-    return oof["group"].astype(str).to_numpy() if "group" in oof.columns else None
+    if "group" not in oof.columns or oof["group"].isna().any() or (oof["group"].astype(str) == "").any():
+        return None
+    return oof["group"].astype(str).to_numpy()
+
+
+def bootstrap_keys(run_dir: Path, seed: int, *, groups: bool = True, per_seed_rows: bool = False
+                   ) -> tuple[np.ndarray, str]:
+    """What the paired bootstrap draws for a run's out-of-fold rows, and which kind: ``group``, ``id`` or ``row``.
+
+    Its groups (``groups`` and grouped folds: rows of one group are not independent); else its ids, when unique
+    (they name an example whatever rows a seed drew); else its row numbers, which name the same example in every
+    seed unless each seed drew its own rows (``per_seed_rows``: a ``limit`` without ``split_seed``), and are then
+    the seed's own. Keys are text, one kind per call, so that seeds share the examples they share.
+    """
+    found = run_groups(run_dir) if groups else None
+    if found is not None:
+        return found, "group"
+    oof = Run.open(run_dir).oof()
+    if "id" in oof.columns and oof["id"].notna().all() and oof["id"].is_unique:
+        return ("id:" + oof["id"].astype(str)).to_numpy(), "id"
+    prefix = f"seed {seed} row:" if per_seed_rows else "row:"
+    return (prefix + oof["row"].astype(str)).to_numpy(), "row"
 
 
 def _parameter_count(run_dir: Path) -> int | None:
@@ -102,10 +124,11 @@ def _pooling_stats(run_dir: Path) -> dict[str, float]:
 
 
 def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, seeds: list[int], *,
-              bootstrap: int = 1000, split_seed: int | None = None) -> CompareResult:
+              bootstrap: int = 1000, split_seed: int | None = None, per_seed_rows: bool = False) -> CompareResult:
     """Compute the comparison table from the finished runs in ``out`` and write its four files.
 
     ``split_seed`` is the recipe's: when set, every seed trained on one split, which the table says.
+    ``per_seed_rows``: each seed drew its own rows (a ``limit`` without ``split_seed``; see :func:`bootstrap_keys`).
     """
     metric, _ = primary_metric(task)
     score_fn = metric_function(task, metric)
@@ -113,8 +136,9 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     runs = {(s.label, seed): out / "runs" / s.slug / f"seed_{seed}" for s in specs for seed in seeds}
     scores = {key: run_score(path, task) for key, path in runs.items()}
     predictions = {key: run_predictions(path, task) for key, path in runs.items()}
-    clusters = {key: run_groups(path) for key, path in runs.items()}
-    by_group = all(c is not None for c in clusters.values())  # resample whole groups: rows of one are not independent
+    by_group = all(run_groups(path) is not None for path in runs.values())  # whole groups: not independent rows
+    keys = {(label, seed): bootstrap_keys(path, seed, groups=by_group, per_seed_rows=per_seed_rows)[0]
+            for (label, seed), path in runs.items()}
     costs = {key: _cost(path) for key, path in runs.items()}
     pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}
@@ -145,7 +169,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
         if spec.label != base.label:
             test = paired_t_test(values, base_scores, bounds=bounds)
             exact = sign_flip_test(values, base_scores)
-            groups, keys = [], []
+            groups, units = [], []
             for seed in seeds:
                 rows_a, target, a = predictions[(spec.label, seed)]
                 rows_b, _, b = predictions[(base.label, seed)]
@@ -153,8 +177,8 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
                     raise RunError(f"{spec.label} and {base.label} with seed {seed} predicted different rows; the "
                                    "runs are not paired (was the data changed during the comparison?)")
                 groups.append((target, a, b))
-                keys.append(clusters[(spec.label, seed)] if by_group else rows_a)  # seeds share their rows
-            boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=keys)
+                units.append(keys[(spec.label, seed)])  # what seeds share, drawn once for all of them
+            boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
             row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
                         "p_signflip": exact.p, "p_signflip_min": exact.min_p, "diff_equal_over_seeds": exact.equal,
                         "diff_per_seed": dict(zip(map(str, seeds), np.subtract(values, base_scores).tolist(),
@@ -265,9 +289,9 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
         "of the paired differences (all 2^n sign patterns, no normality assumed); with n seeds it cannot go below "
         f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of {resampled}, "
         "drawn once for all seeds (an example two seeds validated on counts once) and averaged over seeds; "
-        f"n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw; it asks whether these trained runs differ on these "
-        "examples, not whether a new seed would. p-values are Holm-corrected over the poolers compared to the "
-        "baseline. The paired t-test over seeds "
+        f"n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread over the resamples; it asks whether "
+        "these trained runs differ on these examples, not whether a new seed would. p-values are Holm-corrected "
+        "over the poolers compared to the baseline. The paired t-test over seeds "
         "is in compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go "
         "far below what the seeds allow. Weight entropy: the normalised entropy of the pooling weights on the "
         "validation rows (1: mean pooling, 0: all weight on one token; '-': the pooler has no token weights), and "

@@ -165,8 +165,9 @@ def _strata(labels: Any, task: str, k: int, n_bins: int | None, n_rows: int) -> 
     if counts.max() < k:  # scikit-learn refuses; a class rarer than k alone only lacks in some folds (a warning)
         names = [u.item() if isinstance(u, np.generic) else u for u in uniques]
         shown = ", ".join(f"{names[i]!r}: {counts[i]}" for i in np.argsort(-counts, kind="stable")[:10])
-        raise DataError(f"cannot stratify {k} folds: every class has fewer than {k} rows ({shown}); use k <= "
-                        f"{max(2, int(counts.max()))}, or more rows per class")
+        fix = (f"use k <= {int(counts.max())}, or more rows per class" if counts.max() >= 2 else
+               "no stratified split exists with one row per class: give each class at least 2 rows")
+        raise DataError(f"cannot stratify {k} folds: every class has fewer than {k} rows ({shown}); {fix}")
     return codes.astype(np.int64)
 
 

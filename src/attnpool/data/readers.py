@@ -180,21 +180,24 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
 
 
 def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.DataFrame:
-    """Refuse a TSV field holding a tab: a double quote opening a field ran it over the next rows (quoting).
+    """Refuse a TSV field holding a tab and a line break: a double quote opening a field ran it over the next rows.
 
-    TSV is read with CSV quoting, as pandas writes it; a file without quoting (GLUE style) whose text starts with
-    ``"`` would otherwise lose rows silently, merged into one field.
+    TSV is read with CSV quoting, as pandas writes it (a quoted field may hold a tab, or a line break); a file
+    without quoting (GLUE style) whose text starts with ``"`` would otherwise lose rows silently, merged into one
+    field that holds both.
     """
     if sep != "\t":
         return frame
     for name in frame.columns:
         column = frame[name]
         if column.dtype == object or pd.api.types.is_string_dtype(column):
-            found = column.str.contains("\t", regex=False, na=False)
+            found = (column.str.contains("\t", regex=False, na=False)
+                     & column.str.contains("\n", regex=False, na=False))
             if found.any():
-                row = first_row + int(np.flatnonzero(found.to_numpy())[0])
+                row = first_row + int(np.flatnonzero(found.to_numpy())[0]) + 1  # 1-based, as data rows are named
                 raise DataError(
-                    f"{path}: column {name!r}, row {row} holds a tab: a double quote at the start of a field opened "
+                    f"{path}: column {name!r}, data row {row} holds a tab and a line break: a double quote at the "
+                    "start of a field opened "
                     "a quoted section that ran over the next rows. TSV is read with CSV quoting (as pandas writes "
                     'it): enclose such fields in double quotes and double the quotes inside ("" for "), or convert '
                     "the file to CSV or JSONL")

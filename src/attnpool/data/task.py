@@ -253,12 +253,12 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
     if cfg.valid_file:  # each file checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
-        check_columns(frame, needed, str(cfg.train_file))
+        check_columns(frame, needed, str(cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"))
         check_columns(valid_frame, needed, str(cfg.valid_file))
         missing = np.flatnonzero(valid_frame[cfg.label].isna().to_numpy())
-        if len(missing):
+        if len(missing) and cfg.task != "multilabel":  # a blank multilabel cell is a row without classes
             raise DataError(f"{cfg.valid_file}: column {cfg.label!r} has missing labels in data rows "
-                            f"{', '.join(map(str, missing[:10]))}; every validation row needs its label")
+                            f"{', '.join(str(r + 1) for r in missing[:10])}; every validation row needs its label")
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
     elif cfg.limit and cfg.limit < len(frame):

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from transformers import AutoTokenizer
 
 from attnpool.data import DataError, build_texts, check_columns, read_table
@@ -35,7 +36,7 @@ def _column_values(frame, column: str | None, n: int) -> list[Any] | None:
         return None
     values = []
     for v in frame[column].iloc[:n].tolist():
-        missing = v is None or (isinstance(v, float) and math.isnan(v))
+        missing = v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
         values.append(None if missing else v)
     return values
 
@@ -47,8 +48,9 @@ def _check_numeric(labels: list[Any], column: str, path: str | Path) -> None:
             if value is not None:
                 float(value)
         except (TypeError, ValueError):
-            raise DataError(f"{path}: column {column!r}, row {row}: {value!r} is not a number; this model's labels "
-                            "are numbers: fix the value, leave the cell empty, or give another --label") from None
+            raise DataError(f"{path}: column {column!r}, data row {row + 1}: {value!r} is not a number; this model's "
+                            "labels are numbers: fix the value, leave the cell empty, or give another --label"
+                            ) from None
 
 
 def explain_file(

@@ -154,6 +154,13 @@ def _resumed_config(run: Run, cfg: TrainConfig) -> TrainConfig:
     values = load_yaml(run.config_file)
     # A run started before freeze_word_embeddings existed trained them: its checkpoints' optimizer state has them.
     values.setdefault("freeze_word_embeddings", values.get("freeze_layers") is not None)
+    # Options earlier versions accepted and ignored, now refused: the run trained without them, and resumes so.
+    if values.get("task") in ("binary", "multiclass") and values.get("loss") not in (None, "cross_entropy"):
+        logger.warning("%s: loss %s was ignored by this classification run (it trains cross_entropy); resuming "
+                       "without it", run.config_file, values["loss"])
+        values["loss"] = None
+    if values.get("adversarial") is None and values.get("adversarial_start", 1.0) != 1.0:
+        values["adversarial_start"] = 1.0  # without adversarial training it never applied
     values.update({"resume": True, "overwrite": False, "output_dir": cfg.output_dir, "only_folds": cfg.only_folds})
     return TrainConfig.from_dict(values, where=str(run.config_file))
 
