@@ -249,6 +249,12 @@ def test_a_changed_context_view_is_named_by_the_value_to_pass():
     assert _changes(same, {**same, "context_view": "without"}) == [
         "context_view is now without (was with; pass the same value to resume)"]
     assert _changes(same, same) == []
+    # training finished another fold since: say which folds, not "retrained"
+    assert _changes({**same, "models": {"fold_0": [1, 2], "fold_1": [3, 4]}},
+                    {**same, "models": {"fold_0": [1, 2], "fold_1": [3, 4], "fold_2": [5, 6]}}) == [
+        "the folds are now 0 1 2 (were 0 1); pass --folds with the earlier ones to resume"]
+    assert _changes({**same, "models": {"fold_0": [1, 2]}}, {**same, "models": {"fold_0": [1, 3]}}) == [
+        "the fold models of run changed (retrained or replaced)"]
 
 
 def test_resume_without_parts_starts_from_the_first_chunk(run, frame, tmp_path):

@@ -35,3 +35,19 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         atomic_write(path, fail)
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_a_folder_swap_keeps_a_whole_folder_and_sweeps_the_leftovers_of_a_killed_save(tmp_path):
+    old = atomic_save_dir(tmp_path / "model", lambda tmp: (tmp / "w").write_text("old"))
+    (tmp_path / ".model.k1ll3d").mkdir()  # a save killed before: a full copy nothing else would delete
+    (tmp_path / ".model.k1ll3d" / "w").write_text("half")
+
+    def fail(tmp):
+        (tmp / "w").write_text("new, half")
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        atomic_save_dir(old, fail)
+    assert (old / "w").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    atomic_save_dir(old, lambda tmp: (tmp / "w").write_text("new"))
+    assert (old / "w").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -147,3 +147,15 @@ def test_overwrite_holds_the_lock_while_it_deletes_the_old_run(tmp_path, monkeyp
 def test_a_run_in_use_is_a_run_error():
     """`except RunError` (the documented error of train, predict and compare) catches a run another process holds."""
     assert issubclass(LockedError, RunError) and issubclass(RunError, ValueError)
+
+
+def test_a_start_killed_while_writing_its_folds_counts_as_never_started(tmp_path):
+    """Its temporary file is attnpool's own: the same command starts afresh instead of every option refusing."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text("...")
+    (tmp_path / "run" / ".folds.csv.abc123.tmp").write_text("row,fold\n0,")
+    assert Run.never_started(tmp_path / "run")
+    Run.create(tmp_path / "run")  # the same command again: starts afresh, the leftover gone
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != ".lock") == ["train.log"]
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    assert not Run.never_started(tmp_path / "run")  # a file of the user's: not ours to delete

@@ -39,3 +39,14 @@ def test_group_keys_and_ids_that_look_missing_stay_distinct(tmp_path):
     assert back["group"].tolist() == groups.tolist()
     assert back["id"].tolist() == ["NA", "1", "", "002", "x", "y"]
     np.testing.assert_allclose(oof_scores(back, "regression", None), np.linspace(0, 1, 6))
+
+
+def test_a_diverged_fold_s_nan_probabilities_read_back_as_nan(tmp_path):
+    """Written as empty cells; read as text "" they made every later read of the run fail (summary, resume, blend)."""
+    scores = np.array([[np.nan, np.nan], [0.3, 0.7]])
+    oof_frame("binary", ["NA", "b"], np.array([0, 1]), None, np.array([0, 1]), scores, fold=0).to_csv(
+        tmp_path / "oof.csv", index=False)
+    back = read_oof(tmp_path / "oof.csv")
+    assert back["target"].tolist() == ["NA", "b"]  # a class named NA stays a class
+    got = oof_scores(back, "binary", ["NA", "b"])
+    assert np.isnan(got[0]).all() and got[1].tolist() == [0.3, 0.7]

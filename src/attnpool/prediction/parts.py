@@ -53,6 +53,12 @@ def manifest(input_file: Path, runs: Run | list[Run], folds: list[int] | list[li
             **({"context_view": context_view} if context_view != "with" else {})}
 
 
+def _folds(models: Any) -> str:
+    """The folds of a manifest's ``models`` (one run's dict, or one per blended run), e.g. ``0 1`` or ``0 1; 0 2``."""
+    runs = models if isinstance(models, list) else [models or {}]
+    return "; ".join(" ".join(name.removeprefix("fold_") for name in run) for run in runs)
+
+
 def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """What differs between two manifests, in words."""
     changes = []
@@ -68,7 +74,11 @@ def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         what = "the runs are" if isinstance(now["run"], list) else "the run is"
         changes.append(f"{what} now {now['run']} (was {saved.get('run')})")
     elif saved.get("models") != now["models"]:
-        changes.append(f"the fold models of {now['run']} changed (retrained or replaced)")
+        was, is_ = _folds(saved.get("models")), _folds(now["models"])
+        if was != is_:  # e.g. training finished another fold since: the parts used the folds they used
+            changes.append(f"the folds are now {is_} (were {was}); pass --folds with the earlier ones to resume")
+        else:
+            changes.append(f"the fold models of {now['run']} changed (retrained or replaced)")
     for key in ("chunk_rows", "ensemble", "precision", "weights", "context_view"):
         default = "with" if key == "context_view" else None  # a manifest leaves the default view out
         was, value = saved.get(key, default), now.get(key, default)

@@ -12,9 +12,34 @@ from typing import Any
 
 
 def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (``/proc/self/status``).
+
+    Elsewhere it is set and restored: for that moment, a file another thread creates would get mode 0666.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _sync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to the disk: a renamed file must not come back empty after a crash."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # e.g. folders cannot be opened on Windows: nothing to flush there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # file systems without fsync (some network mounts)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -26,7 +51,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     try:
         write(Path(tmp))
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the outputs from the rest of a team
+        _sync(Path(tmp))  # on disk before the name: a "finished" part or fold is never an empty file after a crash
         os.replace(tmp, path)
+        _sync(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -44,19 +71,38 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
 
 
 def atomic_save_dir(path: str | Path, save: Callable[[Path], None]) -> Path:
-    """Fill a temporary sibling folder through ``save(tmp_dir)``, then swap it in place of ``path``."""
+    """Fill a temporary sibling folder through ``save(tmp_dir)``, then swap it in place of ``path``.
+
+    The old folder is renamed aside, the new one renamed in, then the old one deleted: at every moment one of them
+    is whole under a name. Leftovers of a save killed before (``.NAME.*`` siblings, full copies of a model) are
+    deleted first; call it under the run's lock.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*"):
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    old = None
     try:
         save(tmp)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700, as for files
+        for item in tmp.iterdir():
+            if item.is_file():
+                _sync(item)
         if path.exists():
-            shutil.rmtree(path)
+            old = path.with_name(f".{path.name}.old")
+            os.replace(path, old)
         os.replace(tmp, path)
+        _sync(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not path.exists():
+            os.replace(old, path)  # the save failed after the old folder moved aside: put it back
+            old = None
         raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return path
 
 

@@ -95,6 +95,8 @@ class Run:
             with RunLock(path, purpose="train"):  # not from under a start that is still reading its data
                 for name in (CONFIG_FILE, FOLDS_FILE):
                     (path / name).unlink(missing_ok=True)
+                    for leftover in path.glob(f".{name}.*.tmp"):  # written when the start was killed
+                        leftover.unlink(missing_ok=True)
             return cls(path)
         if path.exists() and any(p.name != LOCK_NAME for p in path.iterdir()):  # a lock alone: not a run yet
             if resume:
@@ -128,8 +130,11 @@ class Run:
         path = Path(path)
         if not path.is_dir() or cls.is_run(path):
             return False
+        own = {LOG_FILE, CONFIG_FILE, FOLDS_FILE}
         names = {p.name for p in path.iterdir()} - {LOCK_NAME}
-        return bool(names) and names <= {LOG_FILE, CONFIG_FILE, FOLDS_FILE}
+        # ... and the temporary file of one of them, when the start was killed while writing it (.folds.csv.x.tmp)
+        temporary = {n for n in names if n.endswith(".tmp") and any(n.startswith(f".{o}.") for o in own)}
+        return bool(names) and names - temporary <= own
 
     def lock(self, purpose: str) -> RunLock:
         """The lock that keeps one writer at a time on this run (a context manager)."""

@@ -116,7 +116,9 @@ def read_oof(path: Any) -> pd.DataFrame:
     header = pd.read_csv(path, nrows=0).columns
     if any(str(c).startswith("prob_") for c in header):
         labels = {c: str for c in ("target", "prediction") if c in header}
-        frame = pd.read_csv(path, dtype={"id": str, "group": str, **labels}, keep_default_na=False)
+        numbers = {c: [""] for c in header if c not in ("id", "group", *labels)}  # a NaN probability is written ""
+        frame = pd.read_csv(path, dtype={"id": str, "group": str, **labels}, keep_default_na=False,
+                            na_values=numbers)
     else:
         frame = pd.read_csv(path, dtype={"id": str, "group": str})
         keys = [c for c in ("id", "group") if c in header]
