@@ -162,6 +162,13 @@ def test_attention_on_paired_inputs_starts_with_most_weight_on_the_first_token(f
     assert AttnPoolForSequenceClassification.from_pretrained(tmp_path).attnpool.pooler.cls_share == 0.9
 
 
+@pytest.mark.parametrize("spelling", ["Attention", "attention_pooling", "attention-pooling"])
+def test_the_paired_start_follows_the_registered_name_not_the_spelling(spelling):
+    """The registry takes these spellings for the attention pooler; the paired default must follow it."""
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=spelling, paired=True)
+    assert model.attnpool.pooler.cls_share == 0.9
+
+
 @pytest.mark.parametrize(
     ("family", "pooling", "options", "paired"),
     [("bert", "attention", None, False), ("bert", "attention", {"cls_share": 0.0}, True),

@@ -69,3 +69,11 @@ def test_trains_with_the_sentence_transformers_trainer(tmp_path):
     SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=CosineSimilarityLoss(model)).train()
     after = model[1].pooler.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before), "the pooler was not trained"
+
+
+@pytest.mark.parametrize("pooling", ["weighted_layer", "ditto"])
+def test_poolers_a_pipeline_cannot_feed_are_refused_when_built(pooling):
+    """They read several layers or the attention maps; a sentence-transformers pooling module gets the last layer."""
+    with pytest.raises(ValueError, match=f"AttnPooling: pooler '{pooling}' reads several layers or the encoder's "
+                                         "attention maps"):
+        AttnPooling(pooling, 16)

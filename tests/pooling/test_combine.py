@@ -61,3 +61,12 @@ def test_combination_errors():
         build_pooler("combined", HIDDEN, poolers="mean")
     with pytest.raises(ValueError, match="names its poolers already"):
         build_pooler("mean+max", HIDDEN, poolers=["cls"])
+
+
+def test_a_part_s_own_num_layers_is_not_silently_replaced():
+    from attnpool.pooling import build_pooler
+
+    with pytest.raises(ValueError, match="part 'weighted_layer' takes num_layers=3, but the combination reads 2"):
+        build_pooler("combined", 16, poolers=[{"type": "weighted_layer", "num_layers": 3}, "mean"], num_layers=2)
+    same = build_pooler("combined", 16, poolers=[{"type": "weighted_layer", "num_layers": 2}, "mean"], num_layers=2)
+    assert same.parts[0].num_layers == 2

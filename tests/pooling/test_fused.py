@@ -126,3 +126,14 @@ def test_a_batch_without_padding_is_read_in_place_and_left_unchanged(contiguous)
     fast, plain = grads(pooler, before, mask, True), grads(pooler, before, mask, False)
     for a, b in zip(fast, plain, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_mask_that_is_a_strided_view_goes_through_the_fused_path():
+    """A transposed (non-contiguous) mask without padding failed in the fused pass's .view; the plain one took it."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, HIDDEN, requires_grad=True)
+    mask = torch.ones(5, 2, dtype=torch.bool).t()
+    assert not mask.is_contiguous()
+    fused, plain = AttentionPooling(HIDDEN, fused=True), AttentionPooling(HIDDEN, fused=False)
+    plain.load_state_dict(fused.state_dict())
+    torch.testing.assert_close(fused(x, mask), plain(x, mask.contiguous()))

@@ -58,6 +58,11 @@ class AttnPooling(Module):
                  **options: Any) -> None:
         super().__init__()
         self.pooler = build_pooler(pooling, embedding_dimension, **options)
+        if self.pooler.needs_all_layers or self.pooler.needs_attentions:  # forward gets the last layer's tokens only
+            raise ValueError(f"AttnPooling: pooler {self.pooler.name!r} reads several layers or the encoder's "
+                             "attention maps, which a sentence-transformers pipeline does not hand to its pooling "
+                             "module; use it in attnpool's own model (AttnPoolForSequenceClassification), or a "
+                             "pooler of the last layer's tokens here")
 
     @property
     def pooling(self) -> dict[str, Any]:

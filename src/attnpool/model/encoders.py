@@ -9,6 +9,8 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
+from attnpool.pooling import get_pooler_class
+
 
 def is_decoder_only(config: PretrainedConfig) -> bool:
     """Whether an encoder config describes a causal (decoder-only) architecture rather than a bidirectional one."""
@@ -60,8 +62,11 @@ def encoder_pooling_defaults(spec: dict[str, Any], config: PretrainedConfig, *, 
     weight to other tokens as far as the loss pays for it. Single texts keep the mean-pooling start.
     ``cls_share`` in the options (``0``: the mean-pooling start) always wins.
     """
-    if (paired and spec.get("type") in CLS_PRIOR_POOLERS and "cls_share" not in spec
-            and not is_decoder_only(config)):
+    try:  # by the registered name: "Attention" and "attention_pooling" are the attention pooler too
+        name = get_pooler_class(str(spec.get("type", ""))).name
+    except ValueError:
+        return spec  # an unknown name: refused, with the valid ones, when the pooler is built
+    if paired and name in CLS_PRIOR_POOLERS and "cls_share" not in spec and not is_decoder_only(config):
         return {**spec, "cls_share": PAIR_CLS_SHARE}
     return spec
 

@@ -69,6 +69,11 @@ class CombinedPooling(Pooler):
         parts = []
         for spec in poolers:
             layered = num_layers is not None and _spec_class(spec).needs_all_layers and not isinstance(spec, Pooler)
+            given = spec.get("num_layers") if layered and isinstance(spec, Mapping) else None
+            if given is not None and given != num_layers:  # a part's own option is not silently replaced
+                raise ValueError(f"CombinedPooling: part {spec.get('type')!r} takes num_layers={given}, but the "
+                                 f"combination reads {num_layers} layers (pooling_layers); drop num_layers from the "
+                                 "part or make them agree")
             parts.append(build_pooler(spec, hidden_size, **({"num_layers": num_layers} if layered else {})))
         regularised = [p.name for p in parts if p.has_auxiliary_loss]
         if regularised:  # computed from a part's token weights, which a combination does not return

@@ -109,7 +109,7 @@ def _clear_padding(hidden: Tensor, mask: Tensor) -> tuple[Tensor, bool]:
     size = hidden.shape[-1]
     if hidden.device.type != "cpu":
         return torch.where(mask.unsqueeze(-1), hidden, 0.0).contiguous(), True
-    pad_rows = (~mask).view(-1).nonzero().squeeze(1)  # (P,) indices into B*T
+    pad_rows = (~mask).reshape(-1).nonzero().squeeze(1)  # (P,) indices into B*T (a mask may be a strided view)
     if pad_rows.numel() == 0:
         return (hidden, False) if hidden.is_contiguous() else (hidden.contiguous(), True)
     clean = hidden.clone(memory_format=torch.contiguous_format)
