@@ -51,15 +51,15 @@ def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.
         logger.warning("attnpool serve: listening on %s without --api-key-env: anyone who can reach this address "
                        "can use the model", host)
     sock = listen(host, port)
-    settings = Settings(host=host, port=sock.getsockname()[1], max_batch=max_batch, max_wait_ms=max_wait_ms,
-                        max_rows=max_rows, max_body_bytes=max_body_bytes, api_key=api_key,
-                        cors_origins=tuple(cors_origins))
-    app = create_app(service, settings)
-    server = web.uvicorn.Server(web.uvicorn.Config(
-        app, lifespan="on", log_level="info", access_log=False, server_header=False,
-        timeout_graceful_shutdown=GRACEFUL_SECONDS, limit_concurrency=1000))
-    settings.stopping = lambda: server.should_exit  # uvicorn sets it on SIGTERM or Ctrl+C; the app then drains
-    try:
+    try:  # the port is released whatever fails from here (serve() called from Python goes on running)
+        settings = Settings(host=host, port=sock.getsockname()[1], max_batch=max_batch, max_wait_ms=max_wait_ms,
+                            max_rows=max_rows, max_body_bytes=max_body_bytes, api_key=api_key,
+                            cors_origins=tuple(cors_origins))
+        app = create_app(service, settings)
+        server = web.uvicorn.Server(web.uvicorn.Config(
+            app, lifespan="on", log_level="info", access_log=False, server_header=False,
+            timeout_graceful_shutdown=GRACEFUL_SECONDS, limit_concurrency=1000))
+        settings.stopping = lambda: server.should_exit  # uvicorn sets it on SIGTERM or Ctrl+C; the app then drains
         with _signals_kept():
             server.run(sockets=[sock])
     finally:
