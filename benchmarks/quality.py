@@ -54,13 +54,12 @@ import numpy as np
 
 from attnpool.comparison import (
     PoolerSpec,
-    bootstrap_keys,
     compare,
     holm,
     paired_bootstrap,
     paired_t_test,
-    run_groups,
     run_predictions,
+    shared_bootstrap_keys,
     t_interval,
 )
 from attnpool.comparison.stats import metric_function, sign_flip_test
@@ -183,10 +182,8 @@ def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], r
     runs = {p: {s: out / "runs" / PoolerSpec.parse(p).slug / f"seed_{s}" for s in seeds} for p in POOLERS}
     predictions = {p: {s: run_predictions(runs[p][s], task) for s in seeds} for p in POOLERS}
     # what the bootstrap draws (whole groups of grouped folds, PPPM's anchors; else ids or rows), shared by the seeds
-    by_group = all(run_groups(runs["attention"][s]) is not None for s in seeds)
-    per_seed_rows = cfg.limit is not None and cfg.split_seed is None
-    units = {s: bootstrap_keys(runs["attention"][s], s, groups=by_group, per_seed_rows=per_seed_rows)[0]
-             for s in seeds}
+    units, _ = shared_bootstrap_keys({s: (runs["attention"][s], s) for s in seeds},
+                                     per_seed_rows=cfg.limit is not None and cfg.split_seed is None)
     per_seed = {p: [rows[p]["per_seed"][str(s)] for s in seeds] for p in POOLERS}
     score_fn = metric_function(task, primary_metric(task)[0])
     ref_seeds = seeds[:reference_seeds] if reference_seeds else seeds

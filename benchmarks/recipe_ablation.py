@@ -31,11 +31,10 @@ from typing import Any
 
 from attnpool.comparison import (
     PoolerSpec,
-    bootstrap_keys,
     paired_bootstrap,
     paired_t_test,
-    run_groups,
     run_predictions,
+    shared_bootstrap_keys,
     t_interval,
 )
 from attnpool.comparison.runner import _run_one, _wanted_folds
@@ -81,9 +80,8 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
     predictions = {s: run_predictions(runs[s], cfg.task) for s in seeds}
     seconds = {s: json.loads(run.with_name(f"{run.name}.cost.json").read_text())["wall_seconds"]
                for s, run in runs.items()}
-    by_group = all(run_groups(runs[s]) is not None for s in seeds)  # whole groups of grouped folds, else ids or rows
-    per_seed_rows = cfg.limit is not None and cfg.split_seed is None
-    keys = {s: bootstrap_keys(runs[s], s, groups=by_group, per_seed_rows=per_seed_rows)[0] for s in seeds}
+    keys, _ = shared_bootstrap_keys({s: (runs[s], s) for s in seeds},  # whole groups of grouped folds, else ids/rows
+                                    per_seed_rows=cfg.limit is not None and cfg.split_seed is None)
     return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions, "keys": keys,
             "seconds": seconds}
 

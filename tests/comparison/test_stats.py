@@ -147,8 +147,8 @@ def two_seeds(tmp_path, monkeypatch):
     monkeypatch.setattr(summary, "_cost", lambda run_dir: (10.0, 1e9))
     monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})
     monkeypatch.setattr(summary, "_parameter_count", lambda run_dir: 1000)
-    monkeypatch.setattr(summary, "run_groups", lambda run_dir: None)  # ungrouped folds: the rows are drawn
-    monkeypatch.setattr(summary, "bootstrap_keys", lambda run_dir, seed, **kw: (np.arange(N).astype(str), "row"))
+    monkeypatch.setattr(summary, "shared_bootstrap_keys",  # ungrouped folds: the rows are drawn
+                        lambda runs, **kw: ({key: np.arange(N).astype(str) for key in runs}, False))
     specs = [PoolerSpec.parse(name) for name in ("mean", "attention", "cls")]
     result = summary.summarise(tmp_path, "binary", specs, specs[0], SEEDS, bootstrap=200)
     return result, tmp_path

@@ -14,7 +14,14 @@ from attnpool.comparison.stats import (
     sign_flip_test,
     t_interval,
 )
-from attnpool.comparison.summary import CompareResult, bootstrap_keys, run_groups, run_predictions, summarise
+from attnpool.comparison.summary import (
+    CompareResult,
+    bootstrap_keys,
+    run_groups,
+    run_predictions,
+    shared_bootstrap_keys,
+    summarise,
+)
 
 __all__ = [
     "CompareResult",
@@ -31,6 +38,7 @@ __all__ = [
     "run_groups",
     "run_predictions",
     "score_interval",
+    "shared_bootstrap_keys",
     "sign_flip_test",
     "summarise",
     "t_interval",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,16 +58,30 @@ def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, n
     return oof["row"].to_numpy(), oof_targets(oof, task, classes), oof_scores(oof, task, classes)
 
 
+def _groups(oof: pd.DataFrame) -> np.ndarray | None:
+    """The ``group`` of every row of an out-of-fold frame, or ``None`` when a row has none."""
+    if "group" not in oof.columns or oof["group"].isna().any() or (oof["group"].astype(str) == "").any():
+        return None
+    return oof["group"].astype(str).to_numpy()
+
+
 def run_groups(run_dir: Path) -> np.ndarray | None:
     """The group key of every row of a run's out-of-fold file (sorted by row), or ``None`` for ungrouped folds.
 
     Runs with grouped folds (``group_col``, e.g. PPPM's anchor) record each row's group; older runs did not, nor
     the folds of a run finished before and resumed after they started to (their rows have no group: ``None``).
     """
-    oof = Run.open(run_dir).oof()
-    if "group" not in oof.columns or oof["group"].isna().any() or (oof["group"].astype(str) == "").any():
-        return None
-    return oof["group"].astype(str).to_numpy()
+    return _groups(Run.open(run_dir).oof())
+
+
+def _keys(oof: pd.DataFrame, seed: int, groups: bool, per_seed_rows: bool) -> tuple[np.ndarray, str]:
+    found = _groups(oof) if groups else None
+    if found is not None:
+        return found, "group"
+    if "id" in oof.columns and oof["id"].notna().all() and oof["id"].is_unique:
+        return ("id:" + oof["id"].astype(str)).to_numpy(), "id"
+    prefix = f"seed {seed} row:" if per_seed_rows else "row:"
+    return (prefix + oof["row"].astype(str)).to_numpy(), "row"
 
 
 def bootstrap_keys(run_dir: Path, seed: int, *, groups: bool = True, per_seed_rows: bool = False
@@ -78,14 +93,19 @@ def bootstrap_keys(run_dir: Path, seed: int, *, groups: bool = True, per_seed_ro
     seed unless each seed drew its own rows (``per_seed_rows``: a ``limit`` without ``split_seed``), and are then
     the seed's own. Keys are text, one kind per call, so that seeds share the examples they share.
     """
-    found = run_groups(run_dir) if groups else None
-    if found is not None:
-        return found, "group"
-    oof = Run.open(run_dir).oof()
-    if "id" in oof.columns and oof["id"].notna().all() and oof["id"].is_unique:
-        return ("id:" + oof["id"].astype(str)).to_numpy(), "id"
-    prefix = f"seed {seed} row:" if per_seed_rows else "row:"
-    return (prefix + oof["row"].astype(str)).to_numpy(), "row"
+    return _keys(Run.open(run_dir).oof(), seed, groups, per_seed_rows)
+
+
+def shared_bootstrap_keys(runs: Mapping[Any, tuple[Path, int]], *, per_seed_rows: bool = False
+                          ) -> tuple[dict[Any, np.ndarray], bool]:
+    """:func:`bootstrap_keys` of several ``(run_dir, seed)``, of one kind for all: groups only if every run has them.
+
+    Returns the keys by the same keys as ``runs``, and whether they are groups. Each out-of-fold file is read once.
+    """
+    oofs = {key: Run.open(path).oof() for key, (path, _) in runs.items()}
+    by_group = all(_groups(oof) is not None for oof in oofs.values())
+    keys = {key: _keys(oofs[key], seed, by_group, per_seed_rows)[0] for key, (_, seed) in runs.items()}
+    return keys, by_group
 
 
 def _parameter_count(run_dir: Path) -> int | None:
@@ -136,9 +156,8 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     runs = {(s.label, seed): out / "runs" / s.slug / f"seed_{seed}" for s in specs for seed in seeds}
     scores = {key: run_score(path, task) for key, path in runs.items()}
     predictions = {key: run_predictions(path, task) for key, path in runs.items()}
-    by_group = all(run_groups(path) is not None for path in runs.values())  # whole groups: not independent rows
-    keys = {(label, seed): bootstrap_keys(path, seed, groups=by_group, per_seed_rows=per_seed_rows)[0]
-            for (label, seed), path in runs.items()}
+    keys, by_group = shared_bootstrap_keys({key: (path, key[1]) for key, path in runs.items()},
+                                           per_seed_rows=per_seed_rows)  # whole groups: not independent rows
     costs = {key: _cost(path) for key, path in runs.items()}
     pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}

@@ -197,10 +197,9 @@ def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.
                 row = first_row + int(np.flatnonzero(found.to_numpy())[0]) + 1  # 1-based, as data rows are named
                 raise DataError(
                     f"{path}: column {name!r}, data row {row} holds a tab and a line break: a double quote at the "
-                    "start of a field opened "
-                    "a quoted section that ran over the next rows. TSV is read with CSV quoting (as pandas writes "
-                    'it): enclose such fields in double quotes and double the quotes inside ("" for "), or convert '
-                    "the file to CSV or JSONL")
+                    "start of a field opened a quoted section that ran over the next rows. TSV is read with CSV "
+                    'quoting (as pandas writes it): enclose such fields in double quotes and double the quotes inside '
+                    '("" for "), or convert the file to CSV or JSONL')
     return frame
 
 

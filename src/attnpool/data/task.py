@@ -251,9 +251,10 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     cfg.template = cfg.template or template
     valid_rows = None
     needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
-    if cfg.valid_file:  # each file checked on its own, before the join would fill a missing column with blanks
+    where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
+    check_columns(frame, needed, where)
+    if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
-        check_columns(frame, needed, str(cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"))
         check_columns(valid_frame, needed, str(cfg.valid_file))
         missing = np.flatnonzero(valid_frame[cfg.label].isna().to_numpy())
         if len(missing) and cfg.task != "multilabel":  # a blank multilabel cell is a row without classes
@@ -263,8 +264,6 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
         frame = pd.concat([frame, valid_frame], ignore_index=True)
     elif cfg.limit and cfg.limit < len(frame):
         frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
-    where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
-    check_columns(frame, needed, where)
     labels = validate_labels(frame, cfg.label, cfg.task)
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)

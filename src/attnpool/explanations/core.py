@@ -20,7 +20,6 @@ from attnpool.explanations.faithfulness import (
 )
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation, jsonable
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
-from attnpool.model import AttnPoolModel
 from attnpool.tasks import class_names, label_text, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 
@@ -37,9 +36,13 @@ def _outputs(problem: str, logits: np.ndarray) -> np.ndarray:
     return scores_from_logits(task, logits).reshape(logits.shape)
 
 
+def _base(model: torch.nn.Module) -> Any:
+    """The :class:`~attnpool.AttnPoolModel` of an attnpool model (``model`` itself for the bare one)."""
+    return getattr(model, "attnpool", model)
+
+
 def _find_pooler(model: torch.nn.Module) -> Any:
-    base = getattr(model, "attnpool", model)
-    return getattr(base, "pooler", None)
+    return getattr(_base(model), "pooler", None)
 
 
 def _check_pooler(model: torch.nn.Module) -> Any:
@@ -105,8 +108,7 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
     ``weights``, one ``(heads, len)`` float32 array per row.
     """
     order = np.argsort([-len(r[0]) for r in rows], kind="stable")
-    base = next((m for m in model.modules() if isinstance(m, AttnPoolModel)), None)
-    positions_from_mask = base is not None and base.positions_from_mask
+    positions_from_mask = getattr(_base(model), "positions_from_mask", False)
     logits: np.ndarray | None = None
     out_weights: list[np.ndarray | None] = [None] * len(rows)
     for start in range(0, len(rows), batch_size):
@@ -295,8 +297,8 @@ def explain(
 
 def _pooled(model: torch.nn.Module, input_ids: list[int]) -> np.ndarray:
     """Which tokens of a row the pooler may weigh: all, or those of the first ``pool_segments`` segments."""
-    base = next((m for m in model.modules() if isinstance(m, AttnPoolModel)), None)
-    if base is None or getattr(base.config, "pool_segments", None) is None:
+    base = _base(model)
+    if getattr(getattr(base, "config", None), "pool_segments", None) is None:
         return np.ones(len(input_ids), dtype=bool)
     ids = torch.as_tensor([input_ids])
     return base.pooling_mask(ids, torch.ones_like(ids)).numpy()[0].astype(bool)

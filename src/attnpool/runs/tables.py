@@ -114,14 +114,9 @@ def read_oof(path: Any) -> pd.DataFrame:
     data is read: the classes ``01`` and ``NA`` are not the number 1 and a missing value.
     """
     header = pd.read_csv(path, nrows=0).columns
+    text = ["id", "group"]  # as written: the id or group "NA", "null" or "" is not a missing value
     if any(str(c).startswith("prob_") for c in header):
-        labels = {c: str for c in ("target", "prediction") if c in header}
-        numbers = {c: [""] for c in header if c not in ("id", "group", *labels)}  # a NaN probability is written ""
-        frame = pd.read_csv(path, dtype={"id": str, "group": str, **labels}, keep_default_na=False,
-                            na_values=numbers)
-    else:
-        frame = pd.read_csv(path, dtype={"id": str, "group": str})
-        keys = [c for c in ("id", "group") if c in header]
-        if keys:  # as written: the id or group "NA", "null" or "" is not a missing value (groups NA and None differ)
-            frame[keys] = pd.read_csv(path, usecols=keys, dtype=str, keep_default_na=False)[keys]
+        text += ["target", "prediction"]  # class labels
+    numbers = {c: [""] for c in header if c not in text}  # a NaN (a diverged fold's score) is written ""
+    frame = pd.read_csv(path, dtype={c: str for c in text if c in header}, keep_default_na=False, na_values=numbers)
     return frame.sort_values("row").reset_index(drop=True)
