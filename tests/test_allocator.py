@@ -12,9 +12,10 @@ from attnpool.allocator import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, keep_freed_me
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
-# The backward pass of a MiniLM-sized word embedding (a dense 47 MB gradient per pass), 4 + 6 times: prints the
-# page faults of the last six passes (about 11,450 each when every gradient is a fresh mapping). With the setting,
-# glibc may still grow its heap once more after the warm-up (one pass's worth: CI saw 11,446 once), never every pass.
+# The backward pass of a MiniLM-sized word embedding (a dense 47 MB gradient per pass), 4 + 12 times: prints the
+# page faults of each of the last twelve passes (about 11,450 each when every gradient is a fresh mapping). With the
+# setting glibc may still grow its heap a few times after the warm-up (CI saw two growths in six passes once), so
+# the test reads the typical pass, the median, not the sum.
 FAULTS = """
 import resource, sys, torch
 from attnpool.allocator import keep_freed_memory
@@ -26,10 +27,12 @@ def backward():
     embedding(ids).sum().backward()
 for _ in range(4):
     backward()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(6):
+faults = []
+for _ in range(12):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     backward()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(*faults)
 """
 
 
@@ -58,12 +61,13 @@ def test_freed_blocks_are_reused_without_page_faults():
     def faults(mode):
         done = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True,
                               text=True, check=True, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
-        return int(done.stdout.strip()), done.stderr
+        return sorted(map(int, done.stdout.split())), done.stderr
 
     off, _ = faults("off")
     on, log = faults("on")
-    assert off > 6 * 11_000  # every pass maps its gradient anew
-    assert on < 2 * 11_000, log  # at most one heap growth in six passes: the freed pages are written again
+    assert off[0] > 10_000  # every pass maps its gradient anew
+    assert on[len(on) // 2] < 1_000, (on, log)  # the typical pass writes the freed pages again: no new mapping
+    assert sum(count > 11_000 for count in on) <= 4, (on, log)  # a few heap growths at most, never every pass
     assert "kept for reuse" in log
 
 
