@@ -218,3 +218,17 @@ def test_parquet_integers_with_a_null_read_as_text_like_csv(tmp_path):
                    tmp_path / "plain.parquet")  # written by pyarrow, without pandas' metadata
     ids = read_table(tmp_path / "plain.parquet", text_columns=["id"])["id"].tolist()
     assert ids[0::2] == ["4112", "7"] and pd.isna(ids[1])
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("name", ["t.csv", "t.tsv"])
+def test_a_column_named_twice_is_refused_not_renamed(tmp_path, name, chunked):
+    """pandas renamed the second 'text' to 'text.1' and training read the first one without a word."""
+    sep = "\t" if name.endswith(".tsv") else ","
+    path = tmp_path / name
+    path.write_text(sep.join(["text", "label", "text"]) + "\n" + sep.join(["a", "1", "b"]) + "\n")
+    with pytest.raises(DataError, match=rf"{name}: the header names column 'text' twice \(columns 1 and 3\); which "
+                                        r"one holds the data is ambiguous. Rename or drop one of them"):
+        list(iter_table(path, 1)) if chunked else read_table(path)
+    path.write_text(sep.join(["", "text", ""]) + "\n" + sep.join(["0", "a", "1"]) + "\n")  # unnamed: kept apart
+    assert read_table(path)["text"].tolist() == ["a"]

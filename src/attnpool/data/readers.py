@@ -48,7 +48,8 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
     Raises:
         DataError: The file is missing, has an unsupported extension, has no data rows, is not UTF-8 (the message
             gives the byte offset and line), a JSONL line is not a JSON object (the message gives the line), the
-            CSV/TSV cannot be parsed, or Parquet support (``pyarrow``) is missing.
+            CSV/TSV cannot be parsed or its header names a column twice, or Parquet support (``pyarrow``) is
+            missing.
     """
     p = _checked_path(path)
     suffix = p.suffix.lower()
@@ -176,7 +177,20 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
         frame = pd.read_csv(io.StringIO(text), sep=sep, **_CSV_OPTIONS)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
         raise _csv_error(path, sep, e) from None
+    _check_header(io.StringIO(text), path, sep)
     return _with_numbers(_check_tsv(frame, path, sep, 0), text_columns)
+
+
+def _check_header(source, path: Path, sep: str) -> None:
+    """Refuse a header that names a column twice: pandas would rename the second ``name.1`` and read the first."""
+    header = pd.read_csv(source, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
+    first: dict[str, int] = {}
+    for position, name in enumerate(header, 1):
+        if name.strip() and name in first:
+            raise DataError(
+                f"{path}: the header names column {name!r} twice (columns {first[name]} and {position}); which one "
+                f"holds the data is ambiguous. Rename or drop one of them")
+        first.setdefault(name, position)
 
 
 def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.DataFrame:
@@ -206,6 +220,8 @@ def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.
 def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
     with Utf8Stream(path) as stream:
         try:
+            with Utf8Stream(path) as header:
+                _check_header(header, path, sep)
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
                 for index, frame in enumerate(reader):
                     yield _with_numbers(_check_tsv(frame, path, sep, index * chunk_rows), text_columns)
