@@ -111,7 +111,8 @@ class TrainConfig:
     folds: int = _validation(5, "k of k-fold cross-validation (ignored with valid_file)")
     only_folds: list[int] | None = _validation(None, "train only these folds (the others are left for later calls)",
                                                default_text="every fold", metavar="FOLD")
-    group_col: str | None = _validation(None, "grouped folds: no value of this column in two folds (PPPM: anchor)")
+    group_col: str | None = _validation(
+        None, "grouped folds: no value of this column (spaces around it ignored) in two folds (PPPM: anchor)")
     label_bins: int = _validation(10, "regression labels are binned into at most this many bins to stratify folds")
     split_seed: int | None = _validation(None, "seed of the folds and of the limit draw; fixed, it keeps one split "
                                          "while seeds vary the training only (compare --seeds)",

@@ -292,3 +292,17 @@ def test_prediction_refuses_a_file_without_the_context_columns(straddling, tmp_p
     inputs = PredictionInputs(TrainConfig(**{**cfg.to_dict(), "train_file": None}), {}, path, data.tokenizer, LOG)
     with pytest.raises(DataError, match=re.escape(f"{path}: missing column(s) 'anchor'")):
         inputs.encode(next(iter(inputs.chunks(5))))
+
+
+def test_grouped_folds_join_keys_that_differ_only_by_spaces_as_the_context_does(tmp_path):
+    """'ga' and 'ga ' were two fold groups but one context group: the same anchor in training and validation."""
+    anchors = [name + pad for name in ("ga", "gb", "gc", "gd", "ge", "gf") for pad in ("", " ", "  ")]
+    frame = pd.DataFrame({"anchor": anchors, "target": [f"t{i}" for i in range(18)], "label": np.linspace(0, 1, 18)})
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    _tokenizer(frame).save_pretrained(tmp_path / "tok")
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), template="{anchor} [SEP] {target}", model=str(
+        tmp_path / "tok"), group_col="anchor", folds=3)
+    data = load_task(cfg, LOG)
+    folds = data.make_folds(cfg)
+    for name in ("ga", "gb", "gc", "gd", "ge", "gf"):
+        assert len(set(folds[data.frame["anchor"].str.strip() == name])) == 1, (name, folds.tolist())

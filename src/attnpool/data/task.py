@@ -269,7 +269,8 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     # with group_context the texts depend on the fold: each fold tokenises its rows (TaskData.fold_encodings)
     encodings = {} if cfg.group_context else tokenize(tokenizer, frame, cfg, log, str(where))
-    groups = frame[cfg.group_col].astype(str).to_numpy() if cfg.group_col else None
+    # stripped, as the group context compares its keys: "ga" and "ga " are one group on both counts
+    groups = frame[cfg.group_col].astype(str).str.strip().to_numpy() if cfg.group_col else None
     values = np.asarray(labels.values)
     values = values.astype(np.float32) if cfg.task in ("regression", "multilabel") else values.astype(np.int64)
     return TaskData(frame=frame, encodings=encodings, labels=values, classes=labels.classes, label_name=cfg.label,
