@@ -67,6 +67,24 @@ def test_a_port_in_use_is_a_clear_error(recipe, capsys):
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
+def test_a_failure_after_listening_closes_the_port(recipe, monkeypatch):
+    """serve() called from Python goes on running after an error: the port it opened must not stay bound."""
+    opened = []
+
+    def listen(host, port):
+        opened.append(server_module.socket.create_server((host, port)))
+        return opened[-1]
+
+    def broken_server(config):
+        raise RuntimeError("uvicorn could not start")
+
+    monkeypatch.setattr(server_module, "listen", listen)
+    monkeypatch.setattr(server_module.web.uvicorn, "Server", broken_server)
+    with pytest.raises(RuntimeError, match="uvicorn could not start"):
+        attnpool.serve(recipe["run"], port=0, device="cpu")
+    assert len(opened) == 1 and opened[0].fileno() == -1, "the listening socket was left open"
+
+
 def test_the_cli_defaults_are_the_api_defaults():
     parser = cli.build_parser()
     args = parser.parse_args(["serve", "--run", "r"])
