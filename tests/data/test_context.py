@@ -306,3 +306,18 @@ def test_grouped_folds_join_keys_that_differ_only_by_spaces_as_the_context_does(
     folds = data.make_folds(cfg)
     for name in ("ga", "gb", "gc", "gd", "ge", "gf"):
         assert len(set(folds[data.frame["anchor"].str.strip() == name])) == 1, (name, folds.tolist())
+
+
+def test_groups_split_across_training_and_validation_are_warned_about(straddling, caplog):
+    """Ungrouped folds gave a validation row the validation side's context only: not what training or predict see."""
+    cfg, data, folds = straddling
+    train, valid = data.split(folds, 0)
+    with caplog.at_level(logging.WARNING):
+        data.fold_encodings(cfg, train, valid, LOG)
+    assert ("group context: 2 of 2 groups of the validation rows (by anchor) also have training rows" in caplog.text
+            and "Keep each group in one fold: --group-col anchor" in caplog.text)
+    caplog.clear()
+    whole = np.array([0] * 6 + [1] * 6)  # each anchor in one fold: nothing to say
+    with caplog.at_level(logging.WARNING):
+        data.fold_encodings(cfg, *data.split(whole, 0), LOG)
+    assert "group context" not in caplog.text

@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from attnpool.data.columns import build_texts, check_columns, template_fields, text_fields
@@ -85,6 +86,17 @@ def add_group_context(rows: pd.DataFrame, column: str, by: Sequence[str], *,
     out = rows.copy()
     out[CONTEXT_FIELD] = group_context(rows, column, by, pool=pool)
     return out
+
+
+def split_groups(frame: pd.DataFrame, by: Sequence[str], train: np.ndarray, valid: np.ndarray) -> tuple[int, int]:
+    """``(groups with rows on both sides, groups among the validation rows)`` for the ``by`` key.
+
+    A group split across training and validation gives its validation rows the context of the validation side only:
+    shorter than its training rows' and than prediction's on a file that holds the whole group.
+    """
+    seen = {key for key in _keys(frame.iloc[train], list(by)) if key is not None}
+    groups = {key for key in _keys(frame.iloc[valid], list(by)) if key is not None}
+    return len(groups & seen), len(groups)
 
 
 def context_text_spec(text_cols: Sequence[str] | None, template: str | None) -> tuple[list[str] | None, str | None]:

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, check_columns, text_fields, validate_labels
-from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec
+from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec, split_groups
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
@@ -132,6 +132,8 @@ class TaskData:
         """
         if not cfg.group_context:
             return self.encodings
+        if self.valid_rows is None:
+            _warn_split_groups(self.frame, cfg, train_idx, valid_idx, log)
         encodings: dict[str, list] = {}
         for rows, side in ((train_idx, "training"), (valid_idx, "validation")):
             part = add_group_context(self.frame.iloc[rows], cfg.group_context, cfg.group_context_by)
@@ -242,6 +244,17 @@ def log_counts(log: logging.Logger, where: str, counts: dict[str, int], max_leng
     if counts["texts"]:
         log.info("%s: %d texts, tokens per text: mean %.1f, max %d", where, counts["texts"],
                  counts["tokens"] / counts["texts"], counts["max_tokens"])
+
+
+def _warn_split_groups(frame: pd.DataFrame, cfg: TrainConfig, train: np.ndarray, valid: np.ndarray,
+                       log: logging.Logger) -> None:
+    shared, total = split_groups(frame, cfg.group_context_by, train, valid)
+    if shared:
+        log.warning("group context: %d of %d groups of the validation rows (by %s) also have training rows, so their "
+                    "validation rows see only the validation side's values: shorter contexts than in training and in "
+                    "prediction, and a validation score that does not measure what predict does. Keep each group in "
+                    "one fold: --group-col %s", shared, total, ", ".join(cfg.group_context_by),
+                    cfg.group_context_by[0])
 
 
 def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
