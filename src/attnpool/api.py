@@ -61,7 +61,8 @@ def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, outp
     Options (see :func:`attnpool.prediction.predict`): ``folds`` (default: every trained fold), ``batch_size``,
     ``ensemble`` (``mean`` | ``score``), ``device``, ``chunk_rows``, ``resume``, ``precision``, ``progress``,
     ``blend_weights`` (several runs: one weight per run; default equal), ``context_view`` (``with`` | ``without``
-    | ``both``, for a run trained with a group context).
+    | ``both``, for a run trained with a group context), ``backend`` (``torch`` | ``onnx``), ``quantize``
+    (``none`` | ``int8``, with ``onnx``), ``int8_tolerance``, ``threads``.
     """
     return _predict(run, input_file, output_file, **options)
 

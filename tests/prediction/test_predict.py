@@ -353,7 +353,8 @@ def test_iter_table_errors_name_the_file_and_where(tmp_path):
 def test_iter_table_without_pyarrow_says_how_to_get_it(tmp_path, monkeypatch):
     write(TABLE, tmp_path / "t.parquet")
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails as if pyarrow were not installed
-    with pytest.raises(DataError, match=r"t\.parquet: reading Parquet needs the pyarrow package; install it"):
+    with pytest.raises(DataError, match=r"t\.parquet: reading Parquet needs the pyarrow package; install it "
+                                        r"\(`pip install 'attnpool\[parquet\]'`\)"):
         iter_table(tmp_path / "t.parquet", 2)
 
 

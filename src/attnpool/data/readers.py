@@ -337,8 +337,8 @@ def _require_pyarrow(path: Path):
         import pyarrow.parquet
     except ImportError:
         raise DataError(
-            f"{path}: reading Parquet needs the pyarrow package; install it (`pip install pyarrow`) or convert the "
-            "file to CSV"
+            f"{path}: reading Parquet needs the pyarrow package; install it (`pip install 'attnpool[parquet]'`) "
+            "or convert the file to CSV"
         ) from None
     return pyarrow.parquet
 
