@@ -321,3 +321,17 @@ def test_groups_split_across_training_and_validation_are_warned_about(straddling
     with caplog.at_level(logging.WARNING):
         data.fold_encodings(cfg, *data.split(whole, 0), LOG)
     assert "group context" not in caplog.text
+
+
+def test_a_pppm_key_the_preset_adds_is_found_when_predicting_a_file(tmp_path):
+    """--group-context-by anchor context_text trained (load_pppm adds context_text) but predict's pool lacked it."""
+    (tmp_path / "cpc_texts.csv").write_text("context,text\nA47,FURNITURE\nG02,OPTICS\n")
+    test = pd.DataFrame({"id": ["a", "b", "c"], "anchor": ["wood", "wood", "wood"], "target": ["timber", "log", "tree"],
+                         "context": ["A47", "G02", "A47"]})
+    test.to_csv(tmp_path / "test.csv", index=False)
+    tokenizer = _tokenizer(test.assign(text="FURNITURE OPTICS"))
+    cfg = TrainConfig(preset="pppm", data_dir=str(tmp_path), group_context="target",
+                      group_context_by=["anchor", "context_text"])
+    inputs = PredictionInputs(cfg, {}, tmp_path / "test.csv", tokenizer, LOG)
+    frame, _ = inputs.encode(next(inputs.chunks(2)))
+    assert frame[CONTEXT_FIELD].tolist() == ["tree", ""]  # the rows of the same anchor and CPC text, file-wide

@@ -149,6 +149,8 @@ class PredictionInputs:
             columns = context_columns(self.cfg)
             parts = []
             for chunk in iter_table(self.path, POOL_CHUNK_ROWS, text_columns=self.text_columns):
+                if self.cfg.preset == "pppm":  # a key may be a column the preset adds (context_text), as in encode
+                    chunk, _ = load_pppm(self.cfg.data_dir, split="test", frame=chunk)
                 check_columns(chunk, columns, str(self.path))
                 parts.append(chunk[columns])
             self._pool = pd.concat(parts, ignore_index=True)
