@@ -1,4 +1,4 @@
-"""A resumed epoch trains the batches it had not trained yet, in that epoch's order, also under DDP's wrappers."""
+"""Resume: an epoch goes on in its own order (also under DDP's wrappers), and early stopping counts on."""
 
 from __future__ import annotations
 
@@ -25,3 +25,33 @@ def test_a_resumed_epoch_under_ddp_wrappers_keeps_its_epoch_order(tmp_path):
     second_epoch = list(sampler)
     sampler.set_epoch(0)
     assert list(sampler) != second_epoch  # the epochs' orders differ: replaying epoch 0 would skip other rows
+
+
+def test_a_resumed_fold_keeps_counting_evaluations_without_improvement(tmp_path):
+    """The Trainer restarted EarlyStoppingCallback's count at 0 on resume: a fold killed one evaluation short of
+    stopping trained on for `patience` more evaluations, and could pick another best checkpoint."""
+    import json
+
+    import transformers
+
+    class StopAt2(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step >= 2
+
+    tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, early_stopping_patience=3, callbacks=[StopAt2()]).train()
+    state_file = tmp_path / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["stateful_callbacks"]["EarlyStoppingCallback"]["attributes"]["early_stopping_patience_counter"] = 2
+    state_file.write_text(json.dumps(state))  # as if the last two evaluations had not improved
+
+    counts = []
+
+    class Count(transformers.TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            stopper = [c for c in resumed.callback_handler.callbacks
+                       if isinstance(c, transformers.EarlyStoppingCallback)]
+            counts.append([c.early_stopping_patience_counter for c in stopper])
+
+    resumed = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, early_stopping_patience=3, callbacks=[Count()])
+    resumed.train(resume_from_checkpoint=True)
+    assert counts == [[2]]

@@ -44,6 +44,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "metric_for_best_model": metric,
         "greater_is_better": greater,
         "save_total_limit": 1,  # the best checkpoint is kept in addition
+        "restore_callback_states_from_checkpoint": True,  # --resume: early stopping's count of evaluations goes on
         "seed": cfg.seed,
         "data_seed": cfg.seed,
         "report_to": integrations(cfg.report_to),
