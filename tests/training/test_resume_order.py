@@ -55,3 +55,25 @@ def test_a_resumed_fold_keeps_counting_evaluations_without_improvement(tmp_path)
     resumed = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, early_stopping_patience=3, callbacks=[Count()])
     resumed.train(resume_from_checkpoint=True)
     assert counts == [[2]]
+
+
+def test_a_cut_short_state_is_passed_over_and_a_moved_best_checkpoint_is_found(tmp_path, caplog):
+    """A power loss left trainer_state.json cut short (resume crashed on it); a run moved, or resumed from another
+    working directory, named its best checkpoint by a path that no longer exists, so the last weights were kept."""
+    import json
+
+    from attnpool.training.trainer import last_complete_checkpoint
+
+    for step in (2, 4, 6):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    state = {"global_step": 4, "best_model_checkpoint": "elsewhere/fold_0/checkpoints/checkpoint-2"}
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps(state))
+    (tmp_path / "checkpoint-6" / "trainer_state.json").write_text('{"global_step": 6, "best_mod')
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    assert "checkpoint-6 was not written to the end (its trainer_state.json is cut short" in caplog.text
+    saved = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
+    assert saved == {**state, "best_model_checkpoint": str(tmp_path / "checkpoint-2")}
+    state["best_model_checkpoint"] = str(tmp_path / "checkpoint-4")  # where it is: left alone
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps(state))
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    assert json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text()) == state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import re
@@ -19,6 +20,7 @@ from attnpool.config import TrainConfig
 from attnpool.data.batching import LengthGroupedSampler
 from attnpool.metrics import task_metrics
 from attnpool.model.dropout import use_cpu_dropout
+from attnpool.runs.files import atomic_write_json
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.adversarial import Adversary, make_adversary, perturbed
@@ -41,8 +43,10 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
 
     The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
     ``ema.safetensors`` with the weights, before it; checkpoints of earlier versions got it after): a run killed
-    in the middle of a save leaves a folder without them, which the Trainer cannot resume from. Such a folder is
-    passed over (and rewritten when training reaches its step again).
+    in the middle of a save leaves a folder without them, which the Trainer cannot resume from; a machine that lost
+    power may leave ``trainer_state.json`` cut short. Such a folder is passed over (and rewritten when training
+    reaches its step again). The best checkpoint the state names is pointed back into ``folder`` when the run was
+    moved or is resumed from another working directory (the Trainer would ignore it and keep the last weights).
     """
     if not folder.is_dir():
         return None
@@ -51,11 +55,31 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
                     if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
     for _, checkpoint in found:
         missing = [name for name in needed if not (checkpoint / name).is_file()]
-        if not missing:
+        state = None if missing else _read_state(checkpoint / TRAINER_STATE_NAME)
+        if state is not None:
+            _relocate_best(checkpoint, state)
             return str(checkpoint)
-        logger.warning("%s was not written to the end (no %s: the run stopped while saving it); resuming from an "
-                       "earlier checkpoint", checkpoint, " or ".join(missing))
+        what = f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"
+        logger.warning("%s was not written to the end (%s: the run stopped while saving it); resuming from an "
+                       "earlier checkpoint", checkpoint, what)
     return None
+
+
+def _read_state(path: Path) -> dict | None:
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _relocate_best(checkpoint: Path, state: dict) -> None:
+    """Point the state's best checkpoint at the folder of that name beside ``checkpoint``, when it moved."""
+    best = state.get("best_model_checkpoint")
+    here = checkpoint.parent / Path(best).name if best else None
+    if here is not None and not Path(best).is_dir() and here.is_dir():
+        state["best_model_checkpoint"] = str(here)
+        atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
 
 
 class RecipeTrainer(transformers.Trainer):
