@@ -175,6 +175,18 @@ def test_resume_skips_finished_folds(encoder, data, tmp_path):
     assert metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0, 1]
 
 
+def test_a_fold_killed_between_its_metrics_and_its_predictions_does_not_count_as_done(encoder, data, tmp_path):
+    """metrics.json is written before oof.csv: its metrics alone made the run 'complete' with a fold missing."""
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--only-folds", "1"]) == 3
+    (out / "fold_1" / "oof.csv").unlink()  # killed after the fold's metrics.json, before its oof.csv
+    assert main(["train", "--output-dir", str(out), "--resume", "--only-folds", "0"]) == 3
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert not metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0]
+
+
 def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(encoder, data, tmp_path):
     import yaml
 
