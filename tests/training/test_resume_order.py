@@ -77,3 +77,23 @@ def test_a_cut_short_state_is_passed_over_and_a_moved_best_checkpoint_is_found(t
     (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps(state))
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
     assert json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text()) == state
+
+
+def test_a_fold_resumed_with_another_process_count_is_refused(tmp_path):
+    """A fold started on 2 processes and resumed on 1 has twice the steps per epoch: the Trainer only warned in
+    train.log, then skipped the wrong batches and stretched the learning-rate schedule."""
+    import re
+
+    import pytest
+    import transformers
+
+    class StopAt2(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step >= 2
+
+    tiny_trainer(tmp_path, n=24, epochs=1.0, eval_steps=2, callbacks=[StopAt2()]).train()
+    more_steps = tiny_trainer(tmp_path, n=48, epochs=1.0, eval_steps=2)  # as many more batches per process
+    with pytest.raises(ValueError, match=re.escape(f"cannot resume from {tmp_path / 'checkpoint-2'}: it was trained "
+                                                   "for 4 steps in all and this run would train 8")):
+        more_steps.train(resume_from_checkpoint=True)
+    assert tiny_trainer(tmp_path, n=24, epochs=1.0, eval_steps=2).train(resume_from_checkpoint=True).global_step == 4

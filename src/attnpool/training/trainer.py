@@ -82,6 +82,24 @@ def _relocate_best(checkpoint: Path, state: dict) -> None:
         atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
 
 
+class SameSchedule(transformers.TrainerCallback):
+    """Refuses to resume a checkpoint trained for another number of steps in all (another process count)."""
+
+    def __init__(self) -> None:
+        self.checkpoint: str | None = None
+        self.max_steps: int | None = None  # the checkpoint's total, read by RecipeTrainer.train
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """Raise before the first step when the resumed run's total differs from the checkpoint's."""
+        if self.max_steps is not None and state.max_steps != self.max_steps:
+            raise ValueError(
+                f"cannot resume from {self.checkpoint}: it was trained for {self.max_steps} steps in all and this "
+                f"run would train {state.max_steps}, so the number of processes changed since the fold started (the "
+                "batch size is the saved config's); where the epoch resumes and the learning-rate schedule would no "
+                "longer match. Resume with as many processes as the fold started with, or delete "
+                f"{Path(self.checkpoint).parent} to train the fold again from its start")
+
+
 class RecipeTrainer(transformers.Trainer):
     """The ``Trainer`` with the recipe's optimiser, sampler and pooling-weight statistics in the logs.
 
@@ -109,7 +127,9 @@ class RecipeTrainer(transformers.Trainer):
         self.monitor = monitor
         self.ema = ema
         self.adversary = adversary
+        self.schedule = SameSchedule()
         super().__init__(*args, **kwargs)
+        self.add_callback(self.schedule)
         if weights_sharded(self) and (ema is not None or adversary is not None):
             raise ValueError("ema_decay and adversarial need every process to hold the whole weights: they do not "
                              "work with FSDP or DeepSpeed; train with DDP (torchrun) or leave them off")
@@ -126,8 +146,11 @@ class RecipeTrainer(transformers.Trainer):
             use_cpu_dropout(self.model)
         if resume_from_checkpoint is True:  # the newest complete one (the Trainer's own choice takes a torn one)
             resume_from_checkpoint = last_complete_checkpoint(Path(self.args.output_dir), self.ema is not None) or True
+        found = resume_from_checkpoint not in (None, False, True)
+        saved = _read_state(Path(str(resume_from_checkpoint)) / TRAINER_STATE_NAME) if found else None
+        self.schedule.checkpoint = str(resume_from_checkpoint) if found else None
+        self.schedule.max_steps = (saved or {}).get("max_steps") or None
         if self.ema is not None:
-            found = resume_from_checkpoint not in (None, False, True)
             self.ema.resume_from = str(resume_from_checkpoint) if found else None
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
