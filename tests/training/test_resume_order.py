@@ -97,3 +97,26 @@ def test_a_fold_resumed_with_another_process_count_is_refused(tmp_path):
                                                    "for 4 steps in all and this run would train 8")):
         more_steps.train(resume_from_checkpoint=True)
     assert tiny_trainer(tmp_path, n=24, epochs=1.0, eval_steps=2).train(resume_from_checkpoint=True).global_step == 4
+
+
+def test_a_resumed_folds_training_time_counts_the_calls_before_it(tmp_path):
+    """train_seconds measured only the resumed call: an interrupted pooler looked cheaper in compare's time ratio."""
+    import json
+
+    import transformers
+
+    class StopAt2(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step >= 2
+
+    first = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, callbacks=[StopAt2()])
+    first.train()
+    state_file = tmp_path / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    saved = state["stateful_callbacks"]["TrainingClock"]["attributes"]["seconds_before"]
+    assert 0 < saved <= first.train_seconds()
+    state["stateful_callbacks"]["TrainingClock"]["attributes"]["seconds_before"] = 1000.0  # a long first call
+    state_file.write_text(json.dumps(state))
+    resumed = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2)
+    resumed.train(resume_from_checkpoint=True)
+    assert 1000 < resumed.train_seconds() < 1000 + first.train_seconds() + 60

@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -195,9 +194,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     if resume_from:
         logger.info("fold %d: resuming from %s", fold, resume_from)
     _peak_memory_start(args.device)
-    started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_from)
-    train_seconds = time.perf_counter() - started
+    train_seconds = trainer.train_seconds()  # a resumed fold's included, up to the checkpoint it resumed from
     peak_memory = _peak_memory_bytes(args.device)
     # the card so far (data, split, recipe); the validation scores are added below, once measured
     draft = model_card(trainer.model.config, architecture=type(trainer.model).__name__,
@@ -222,7 +220,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     known_peaks = [p for p in peaks if p is not None]
     metrics.update({"fold": fold, "n_train": len(train_idx), "n_valid": len(valid_idx),
                     "best_checkpoint": Path(trainer.state.best_model_checkpoint or "").name,
-                    "train_seconds": round(train_seconds, 2),  # trainer.train() of this call (the resumed part)
+                    "train_seconds": round(train_seconds, 2),
                     "peak_memory_bytes": max(known_peaks) if known_peaks else None,  # the largest over processes
                     "device": args.device.type,  # cuda: peak of the tensors; cpu: the process's peak RSS
                     "processes": state.num_processes,

@@ -7,12 +7,14 @@ import json
 import logging
 import math
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from attnpool.allocator import keep_freed_memory, largest_parameter_bytes
@@ -82,6 +84,38 @@ def _relocate_best(checkpoint: Path, state: dict) -> None:
         atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
 
 
+class TrainingClock(transformers.TrainerCallback, ExportableState):
+    """The fold's training seconds over every resume: each checkpoint keeps those spent before it was saved.
+
+    Its state goes into ``trainer_state.json`` and comes back on resume (``restore_callback_states_from_checkpoint``),
+    as a new instance in the Trainer's callbacks: read it through :meth:`RecipeTrainer.train_seconds`.
+    """
+
+    def __init__(self) -> None:
+        self.seconds_before = 0.0  # spent by the calls before this one, up to the checkpoint resumed from
+        self._started: float | None = None
+        self._ended: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of training so far, the resumed calls' included."""
+        if self._started is None:
+            return self.seconds_before
+        return self.seconds_before + ((self._ended or time.perf_counter()) - self._started)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """Start this call's clock."""
+        self._started, self._ended = time.perf_counter(), None
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """Stop it (the model's save and the out-of-fold predictions are not training)."""
+        self._ended = time.perf_counter()
+
+    def state(self) -> dict:
+        """What a checkpoint keeps: the seconds spent until it was saved."""
+        return {"args": {}, "attributes": {"seconds_before": round(self.seconds, 3)}}
+
+
 class SameSchedule(transformers.TrainerCallback):
     """Refuses to resume a checkpoint trained for another number of steps in all (another process count)."""
 
@@ -130,9 +164,14 @@ class RecipeTrainer(transformers.Trainer):
         self.schedule = SameSchedule()
         super().__init__(*args, **kwargs)
         self.add_callback(self.schedule)
+        self.add_callback(TrainingClock())
         if weights_sharded(self) and (ema is not None or adversary is not None):
             raise ValueError("ema_decay and adversarial need every process to hold the whole weights: they do not "
                              "work with FSDP or DeepSpeed; train with DDP (torchrun) or leave them off")
+
+    def train_seconds(self) -> float:
+        """Seconds of training of this fold, the calls before a resume included (up to their last checkpoint)."""
+        return next(c for c in self.callback_handler.callbacks if isinstance(c, TrainingClock)).seconds
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """The Trainer's ``train``; the weight average is read back from the checkpoint it resumes from.
