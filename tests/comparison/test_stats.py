@@ -168,7 +168,11 @@ def test_equal_paired_differences_on_two_seeds_are_not_evidence(two_seeds):
     attention = rows["attention"]
     assert attention["diff"] == pytest.approx(0.004) and attention["diff_equal_over_seeds"]
     assert attention["p_signflip"] == 0.5 and attention["p_signflip_min"] == 0.5
-    assert attention["p_signflip_holm"] >= 0.5  # Holm over attention and cls
+    # Holm over attention (p 0.5) and cls (p 1.0): the smaller p doubles, the larger keeps the running maximum
+    assert attention["p_signflip_holm"] == 1.0 and rows["cls"]["p_signflip_holm"] == 1.0
+    # the bootstrap pairs each run with the baseline of its own seed: +4 rows right on both seeds, none wrong
+    assert attention["boot_diff"] == pytest.approx(0.004) and 0 <= attention["boot_low"] <= 0.004
+    assert rows["cls"]["boot_diff"] == pytest.approx(0.01)  # -0.01 and +0.03 over the two seeds
     assert math.isnan(attention["p_ttest"]) and math.isnan(attention["diff_low"])
     saved = {r["pooler"]: r for r in json.loads((out / "compare.json").read_text())["poolers"]}
     for name in ("attention", "cls"):  # the old keys are all still there, with the new ones beside them

@@ -22,14 +22,16 @@ def build(family="bert", **kwargs):
 
 @pytest.mark.parametrize("family", ENCODER_FAMILIES + DECODER_FAMILIES)
 def test_forward_backward_for_each_family(family):
-    model = build(family).train()
+    # xavier: the default start zeroes the scoring layer, so the first layer's gradient would be exactly zero
+    model = build(family, pooling_options={"attn_size": 16, "init": "xavier"}).train()
     ids, mask = batch([5, 3, 7])
     out = model(input_ids=ids, attention_mask=mask, labels=torch.rand(3), return_pooling_weights=True)
     assert out.logits.shape == (3, 1)
     assert torch.isfinite(out.loss)
     out.loss.backward()
     pooler = model.attnpool.pooler
-    assert pooler.proj.weight.grad is not None and torch.isfinite(pooler.proj.weight.grad).all()
+    for grad in (pooler.proj.weight.grad, pooler.score.weight.grad):  # both layers of the scorer learn
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
     grads = [p.grad for p in model.attnpool.encoder.parameters() if p.requires_grad]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
     weights = out.pooling_weights

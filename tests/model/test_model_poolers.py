@@ -88,10 +88,16 @@ def test_ditto_under_sdpa_raises_a_clear_error():
 
 @pytest.mark.parametrize("pooling", [*attnpool.available_poolers(), "attention+mean", "gem+mean"])
 def test_save_and_load_keep_the_pooler(pooling, tmp_path):
+    """Trained pooler weights come back: a fresh pooler (zeroed scoring layer, default p) would hide a reset."""
     model = build(pooling).eval()
+    with torch.no_grad():  # as training leaves them: away from their starting values
+        for parameter in model.attnpool.pooler.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
     model.save_pretrained(tmp_path)
     loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path).eval()
     assert loaded.config.pooling == model.config.pooling
+    saved, restored = model.state_dict(), loaded.state_dict()
+    assert saved.keys() == restored.keys() and all(torch.equal(saved[k], restored[k]) for k in saved)
     ids, mask = batch([5, 2])
     torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits,
                                model(input_ids=ids, attention_mask=mask).logits)

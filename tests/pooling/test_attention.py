@@ -154,11 +154,13 @@ def test_temperature_sharpens_or_flattens_the_weights():
     assert entropies[0] < entropies[1] < entropies[2]
 
 
-def test_fp16_padding_gets_zero_weight_where_a_minus_1e9_fill_would_overflow():
+@pytest.mark.parametrize("grad", [True, False], ids=["fused", "inference"])
+def test_fp16_padding_gets_zero_weight_where_a_minus_1e9_fill_would_overflow(grad):
     # The popular head fills with -1e9, which is -inf in fp16 and gives NaN on a fully padded row.
     pooler = AttentionPooling(HIDDEN).half()
     hidden, mask, _ = ragged_batch([0, 3], seq_len=5, pad_value=100.0)
-    pooled, weights = pooler(hidden.half(), mask, return_weights=True)
+    with torch.set_grad_enabled(grad):
+        pooled, weights = pooler(hidden.half(), mask, return_weights=True)
     assert torch.isfinite(pooled).all() and torch.isfinite(weights).all()
     assert weights[1, 3:].eq(0).all()
 

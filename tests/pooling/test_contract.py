@@ -233,14 +233,16 @@ def test_nan_and_inf_in_padding_reach_neither_output_nor_gradient(variant, poiso
         torch.testing.assert_close(grad, ref[3][name], atol=1e-6, rtol=1e-5, msg=f"{name} differs")
 
 
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])  # attention: fused path or not
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_is_finite_and_close_to_float32(variant, dtype):
+def test_half_precision_is_finite_and_close_to_float32(variant, dtype, grad):
     pooler = make(variant)
     # Large magnitude (x ** 3 alone overflows fp16 here), with padding as large as fp16 can hold.
     hidden, mask, _ = batch_for(pooler, [5, 12, 3], seq_len=14, pad_value=HUGE / 120)
     hidden = hidden * 30
     ref = call(pooler, hidden, mask)
-    low = call(pooler.to(dtype), hidden.to(dtype), mask)
+    with torch.set_grad_enabled(grad):
+        low = call(pooler.to(dtype), hidden.to(dtype), mask)
     assert low.dtype == dtype
     assert torch.isfinite(low).all()
     scale = ref.abs().max()

@@ -92,14 +92,21 @@ def test_multilayer_attention_summarises_each_layer_by_its_token(token):
     pooler = perturb_parameters(MultiLayerAttentionPooling(HIDDEN, num_layers=2, token=token)).eval()
     hidden, mask, tokens = ragged_batch([5, 3], layers=2, seq_len=6, pad_value=1e3)
     pooled = pooler(hidden, mask)
+    torch.manual_seed(0)
     for i, t in enumerate(tokens):
-        # Only the summarised token matters: changing the others leaves last/first pooling unchanged.
+        # Only each layer's summary matters: the other tokens (last/first), or moves that keep the mean (mean).
         changed = t.clone()
-        keep = {"mean": None, "last": -1, "first": 0}[token]
-        if keep is not None:
-            others = [j for j in range(t.shape[1]) if j != keep % t.shape[1]]
-            changed[:, others] += 5.0
-            torch.testing.assert_close(pooler(changed.unsqueeze(0))[0], pooled[i], atol=1e-5, rtol=1e-5)
+        keep = {"mean": 0, "last": t.shape[1] - 1, "first": 0}[token]
+        if token == "mean":
+            shift = torch.randn(HIDDEN)
+            changed[:, 0] += shift
+            changed[:, 1] -= shift
+        else:
+            changed[:, [j for j in range(t.shape[1]) if j != keep]] += 5.0
+        torch.testing.assert_close(pooler(changed.unsqueeze(0))[0], pooled[i], atol=1e-5, rtol=1e-5)
+        moved = t.clone()
+        moved[:, keep] += torch.randn(HIDDEN)  # the summarised token itself (for mean: the mean moves)
+        assert not torch.allclose(pooler(moved.unsqueeze(0))[0], pooled[i], atol=1e-3), "the summary is ignored"
     assert pooler.permutation_invariant == (token == "mean")
 
 
