@@ -189,7 +189,7 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
 
 def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], seconds: float) -> TrainResult:
     """Gather the finished folds into the run's out-of-fold file, metrics and plot (main process)."""
-    finished = [f for f in fold_ids if run.fold_done(f)]  # a fold's metrics.json is written before its oof.csv
+    finished = [f for f in fold_ids if run.fold_done(f)]  # a fold writes its metrics before its predictions
     fold_metrics = [m for m in (run.fold_metrics(f) for f in finished) if m]
     frames = [run.fold_oof(f) for f in finished]
     oof = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
