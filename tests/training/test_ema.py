@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
-from trainer_helpers import tiny_model, tiny_trainer, weights
+from trainer_helpers import StopAt2, tiny_model, tiny_trainer, weights
 
 from attnpool import train
 from attnpool.config import TrainConfig
@@ -113,10 +113,6 @@ def test_the_average_is_in_each_checkpoint_before_the_file_that_marks_it_complet
 
 
 def test_resume_reads_the_shadow_back_from_the_checkpoint(tmp_path):
-    class StopAt2(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            control.should_training_stop = state.global_step >= 2
-
     first = tiny_trainer(tmp_path / "checkpoints", epochs=1.0, eval_steps=2, ema_decay=0.9, callbacks=[StopAt2()])
     first.train()
     checkpoint = tmp_path / "checkpoints" / "checkpoint-2"

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+
+import pytest
+import transformers
+from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
 from torch.utils.data import BatchSampler
-from trainer_helpers import tiny_trainer
+from trainer_helpers import StopAt2, tiny_trainer
+
+from attnpool.training.trainer import last_complete_checkpoint
 
 
 def test_a_resumed_epoch_under_ddp_wrappers_keeps_its_epoch_order(tmp_path):
@@ -12,8 +20,6 @@ def test_a_resumed_epoch_under_ddp_wrappers_keeps_its_epoch_order(tmp_path):
     Neither accelerate's DataLoaderShard.set_epoch nor the Trainer's reaches that deep, so the sampler (created
     afresh on resume) replayed epoch 0's order: the skipped batches were not the ones trained.
     """
-    from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
-
     trainer = tiny_trainer(tmp_path, n=48)
     sampler = trainer._get_train_sampler()
     shard = BatchSamplerShard(BatchSampler(sampler, batch_size=4, drop_last=False), num_processes=2, process_index=0)
@@ -30,14 +36,6 @@ def test_a_resumed_epoch_under_ddp_wrappers_keeps_its_epoch_order(tmp_path):
 def test_a_resumed_fold_keeps_counting_evaluations_without_improvement(tmp_path):
     """The Trainer restarted EarlyStoppingCallback's count at 0 on resume: a fold killed one evaluation short of
     stopping trained on for `patience` more evaluations, and could pick another best checkpoint."""
-    import json
-
-    import transformers
-
-    class StopAt2(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            control.should_training_stop = state.global_step >= 2
-
     tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, early_stopping_patience=3, callbacks=[StopAt2()]).train()
     state_file = tmp_path / "checkpoint-2" / "trainer_state.json"
     state = json.loads(state_file.read_text())
@@ -60,10 +58,6 @@ def test_a_resumed_fold_keeps_counting_evaluations_without_improvement(tmp_path)
 def test_a_cut_short_state_is_passed_over_and_a_moved_best_checkpoint_is_found(tmp_path, caplog):
     """A power loss left trainer_state.json cut short (resume crashed on it); a run moved, or resumed from another
     working directory, named its best checkpoint by a path that no longer exists, so the last weights were kept."""
-    import json
-
-    from attnpool.training.trainer import last_complete_checkpoint
-
     for step in (2, 4, 6):
         (tmp_path / f"checkpoint-{step}").mkdir()
     state = {"global_step": 4, "best_model_checkpoint": "elsewhere/fold_0/checkpoints/checkpoint-2"}
@@ -82,15 +76,6 @@ def test_a_cut_short_state_is_passed_over_and_a_moved_best_checkpoint_is_found(t
 def test_a_fold_resumed_with_another_process_count_is_refused(tmp_path):
     """A fold started on 2 processes and resumed on 1 has twice the steps per epoch: the Trainer only warned in
     train.log, then skipped the wrong batches and stretched the learning-rate schedule."""
-    import re
-
-    import pytest
-    import transformers
-
-    class StopAt2(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            control.should_training_stop = state.global_step >= 2
-
     tiny_trainer(tmp_path, n=24, epochs=1.0, eval_steps=2, callbacks=[StopAt2()]).train()
     more_steps = tiny_trainer(tmp_path, n=48, epochs=1.0, eval_steps=2)  # as many more batches per process
     with pytest.raises(ValueError, match=re.escape(f"cannot resume from {tmp_path / 'checkpoint-2'}: it was trained "
@@ -101,14 +86,6 @@ def test_a_fold_resumed_with_another_process_count_is_refused(tmp_path):
 
 def test_a_resumed_folds_training_time_counts_the_calls_before_it(tmp_path):
     """train_seconds measured only the resumed call: an interrupted pooler looked cheaper in compare's time ratio."""
-    import json
-
-    import transformers
-
-    class StopAt2(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            control.should_training_stop = state.global_step >= 2
-
     first = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, callbacks=[StopAt2()])
     first.train()
     state_file = tmp_path / "checkpoint-2" / "trainer_state.json"

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import torch
+import transformers
 
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
@@ -59,3 +60,10 @@ def tiny_trainer(out_dir, *, model=None, n=24, monitor=False, callbacks=(), **op
 def weights(model) -> dict[str, torch.Tensor]:
     """A copy of the model's trainable parameters, on the CPU (where the test compares them)."""
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+class StopAt2(transformers.TrainerCallback):
+    """Stops training after step 2, as a run killed there would: checkpoint-2 is its last checkpoint."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step >= 2
