@@ -232,3 +232,24 @@ def test_a_column_named_twice_is_refused_not_renamed(tmp_path, name, chunked):
         list(iter_table(path, 1)) if chunked else read_table(path)
     path.write_text(sep.join(["", "text", ""]) + "\n" + sep.join(["0", "a", "1"]) + "\n")  # unnamed: kept apart
     assert read_table(path)["text"].tolist() == ["a"]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("name", ["t.csv", "t.tsv"])
+def test_a_first_row_longer_than_the_header_is_refused_not_shifted(tmp_path, name, chunked):
+    """pandas made the first column the index: the ids vanished and the text's second half became the label."""
+    sep = "\t" if name.endswith(".tsv") else ","
+    path = tmp_path / name
+    rows = [["id", "text", "score"], ["1", "good", " fine", "0.5"], ["2", "bad", " awful", "0.1"]]
+    path.write_text("\n".join(sep.join(r) for r in rows) + "\n")
+    with pytest.raises(DataError, match=rf"{name}: the first data row has 4 fields and the header 3 \(id, text, "
+                                        r"score\); every column would be read one place off. Enclose fields that "
+                                        rf"hold the delimiter \({re.escape(repr(sep))}\) in double quotes"):
+        list(iter_table(path, 1)) if chunked else read_table(path)
+    path.write_text(f"text{sep}label\nhello{sep}1{sep}{sep}\nbye{sep}0{sep}{sep}\n")  # a delimiter ending each line
+    with pytest.raises(DataError, match=r"the first data row has 4 fields and the header 2 \(text, label\)"):
+        list(iter_table(path, 1)) if chunked else read_table(path)
+    quoted = f'id{sep}text{sep}score\n1{sep}"good{sep} fine"{sep}0.5\n'
+    path.write_text(quoted)
+    frame = pd.concat(iter_table(path, 1)) if chunked else read_table(path)
+    assert frame.to_dict("list") == {"id": [1], "text": [f"good{sep} fine"], "score": [0.5]}

@@ -178,6 +178,7 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
         raise _csv_error(path, sep, e) from None
     _check_header(io.StringIO(text), path, sep)
+    _check_fields(frame, path, sep)
     return _with_numbers(_check_tsv(frame, path, sep, 0), text_columns)
 
 
@@ -191,6 +192,22 @@ def _check_header(source, path: Path, sep: str) -> None:
                 f"{path}: the header names column {name!r} twice (columns {first[name]} and {position}); which one "
                 f"holds the data is ambiguous. Rename or drop one of them")
         first.setdefault(name, position)
+
+
+def _check_fields(frame: pd.DataFrame, path: Path, sep: str) -> None:
+    """Refuse a first data row with more fields than the header: pandas made the first column the index.
+
+    An unquoted delimiter inside a text, or a delimiter ending every line, shifted every column one to the right
+    (the ids became the index, the text's second half was read as the label) without an error.
+    """
+    if isinstance(frame.index, pd.RangeIndex):
+        return
+    extra = frame.index.nlevels
+    raise DataError(
+        f"{path}: the first data row has {len(frame.columns) + extra} fields and the header {len(frame.columns)} "
+        f"({', '.join(map(str, frame.columns))}); every column would be read one place off. Enclose fields that "
+        f"hold the delimiter ({sep!r}) in double quotes, and remove a delimiter ending each line (or name that "
+        "column in the header)")
 
 
 def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.DataFrame:
@@ -224,6 +241,7 @@ def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str
                 _check_header(header, path, sep)
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
                 for index, frame in enumerate(reader):
+                    _check_fields(frame, path, sep)
                     yield _with_numbers(_check_tsv(frame, path, sep, index * chunk_rows), text_columns)
         except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
             raise _csv_error(path, sep, e) from None
