@@ -123,3 +123,17 @@ def test_a_pppm_file_given_to_the_preset_reads_its_texts_as_written(pppm_dir):
     assert frame["target"].tolist() == ["1.50", "2e3"] and frame["id"].tolist() == ["007", "008"]
     assert build_texts(frame, template=template).first[0] == "abc [SEP] 1.50 [SEP] HUMAN NECESSITIES. FURNITURE; " \
                                                              "DOMESTIC ARTICLES"
+
+
+def test_a_blank_context_is_named_not_a_type_error(pppm_dir):
+    """A blank context cell reached the unknown codes as NaN: joining their names raised TypeError."""
+    rows = pd.DataFrame({"anchor": ["a", "b", "c"], "target": ["x", "y", "z"], "context": ["A47", None, " "]},
+                        index=pd.RangeIndex(100, 103))  # a chunk of a file: its rows are the file's 101 to 103
+    msg = ("PPPM test rows: 2 row(s) have no context code (data rows 102, 103); every PPPM row needs its CPC context "
+           "(e.g. A47), whose title cpc_texts.csv gives: fill them in or drop those rows")
+    with pytest.raises(DataError, match=re.escape(msg)):
+        load_pppm(pppm_dir, split="test", frame=rows)
+    train = pppm_dir / "train.csv"
+    train.write_text(train.read_text().splitlines()[0] + "\n1,a,b,,0.5\n2,c,d,A47,0.25\n")
+    with pytest.raises(DataError, match=re.escape(f"{train}: 1 row(s) have no context code (data rows 1)")):
+        load_pppm(pppm_dir)

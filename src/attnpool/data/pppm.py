@@ -59,11 +59,20 @@ def load_pppm(
         where = str(root / f"{split}.csv")
         check_columns(frame, [*PPPM_FIELDS, *(["score"] if split == "train" else [])], where)
     else:
-        check_columns(frame, list(PPPM_FIELDS), f"PPPM {split} rows")
+        where = f"PPPM {split} rows"
+        check_columns(frame, list(PPPM_FIELDS), where)
     cpc_path = _file(root, "cpc_texts.csv")
     cpc = read_table(cpc_path, text_columns=_TEXT_COLUMNS)
     check_columns(cpc, ["context", "text"], str(cpc_path))
     titles = dict(zip(cpc["context"].astype(str), cpc["text"], strict=True))
+    blank = (frame["context"].isna() | frame["context"].astype(str).str.strip().eq("")).to_numpy().nonzero()[0]
+    if len(blank):
+        if isinstance(frame.index, pd.RangeIndex):  # a chunk of a file carries its rows' positions in the file
+            blank = frame.index[blank]
+        shown = ", ".join(str(i + 1) for i in blank[:10]) + (", ..." if len(blank) > 10 else "")
+        raise DataError(
+            f"{where}: {len(blank)} row(s) have no context code (data rows {shown}); every PPPM row needs its CPC "
+            "context (e.g. A47), whose title cpc_texts.csv gives: fill them in or drop those rows")
     codes = frame["context"].astype(str)
     unknown = sorted(set(codes) - set(titles))
     if unknown:
