@@ -156,7 +156,9 @@ def _checked_path(path: str | os.PathLike[str]) -> Path:
 def _text_as_str(frame: pd.DataFrame, keep_text: set[str]) -> None:
     for name in keep_text.intersection(frame.columns):
         if not pd.api.types.is_string_dtype(frame[name]):  # Parquet/JSONL types: write the values as text
-            frame[name] = frame[name].map(lambda v: v if isinstance(v, str) or _missing(v) else str(v)).astype(str)
+            values = frame[name].map(lambda v: v if isinstance(v, str) or _missing(v) else str(v))
+            # pandas 2's astype(str) writes a missing value as the text "nan" or "None": keep it missing
+            frame[name] = values.astype(str).where(values.notna(), np.nan)
 
 
 def _no_rows(path: Path, columns: Iterable) -> DataError:
