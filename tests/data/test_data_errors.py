@@ -55,6 +55,41 @@ def test_a_validation_file_is_checked_on_its_own(tmp_path):
     with pytest.raises(DataError, match=r"valid.csv.*'text'"):
         load_task(cfg, logging.getLogger("test"))
     (tmp_path / "valid.csv").write_text("text,label\nthe cat,0.5\na dog,\nred,0.2\n")
-    with pytest.raises(DataError, match=r"valid.csv: column 'label' has missing labels in data rows 2; every "
-                                        "validation row needs its label"):
+    with pytest.raises(DataError, match=r"valid.csv: column 'label' has 1 missing values in data rows 2; regression "
+                                        "labels must be finite numbers"):
         load_task(cfg, logging.getLogger("test"))
+
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass", "multilabel", "regression"])
+def test_validation_labels_are_numbered_in_their_file_and_need_training_classes(tmp_path, task):
+    """Joined to the training rows first, a class only the validation file has became an output never trained,
+    and a bad validation label was numbered as a row of the joined table, without the file's name."""
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import load_task
+    from model_helpers import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    train = {"binary": "x,y,x,y", "multiclass": "x,y,x,y", "multilabel": "x,y,x|y,y", "regression": "0.1,0.5,0.9,0.2"}
+    rows = "".join(f"row {i},{v}\n" for i, v in enumerate(train[task].split(",")))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), valid_file=str(tmp_path / "valid.csv"),
+                      text_cols=["text"], model=encoder, task=task)
+    valid = tmp_path / "valid.csv"
+
+    def refused(text: str, message: str):
+        valid.write_text("text,label\n" + text)
+        with pytest.raises(DataError, match=message):
+            load_task(cfg, logging.getLogger("test"))
+
+    if task == "regression":
+        refused("a,0.5\nb,oops\n", r"valid.csv: column 'label' has 1 non-numeric values in data rows 2 \('oops'\)")
+    else:
+        if task != "multilabel":  # a blank multilabel cell is a row without classes
+            refused("a,x\nb, \nc,y\n", r"valid.csv: column 'label' has missing labels in data rows 2; every")
+        refused("a,x\nb,y\nc,z\nd,x\n", r"valid.csv: class\(es\) 'z' of column 'label' are not in the training "
+                r"file \(validation data rows 3\); the model would have an output it never trains on")
+    valid.write_text("text,label\na,0.5\n" if task == "regression" else "text,label\na,x\nb,y\n")
+    assert load_task(cfg, logging.getLogger("test")).valid_rows.tolist() == ([4] if task == "regression" else [4, 5])

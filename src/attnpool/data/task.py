@@ -257,6 +257,45 @@ def _warn_split_groups(frame: pd.DataFrame, cfg: TrainConfig, train: np.ndarray,
                     cfg.group_context_by[0])
 
 
+def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
+    """The validation file's labels on their own, so that an error names that file and its own row numbers."""
+    if cfg.task == "regression":
+        try:
+            validate_labels(valid, cfg.label, cfg.task)
+        except DataError as e:
+            raise DataError(f"{cfg.valid_file}: {e}") from None
+        return
+    blank = valid[cfg.label].map(lambda v: v.strip() == "" if isinstance(v, str) else pd.isna(v)).to_numpy()
+    missing = np.flatnonzero(blank.astype(bool))
+    if len(missing) and cfg.task != "multilabel":  # a blank multilabel cell is a row without classes
+        raise DataError(f"{cfg.valid_file}: column {cfg.label!r} has missing labels in data rows "
+                        f"{', '.join(str(r + 1) for r in missing[:10])}; every validation row needs its label")
+
+
+def _refuse_validation_only_classes(frame: pd.DataFrame, valid_rows: np.ndarray, cfg: TrainConfig) -> None:
+    """A class that only the validation file has would be an output the model never trains on."""
+    if cfg.task == "regression":
+        return
+    try:  # binary as multiclass: a third class is named here, not counted as "3 classes, use multiclass"
+        labels = validate_labels(frame, cfg.label, "multiclass" if cfg.task == "binary" else cfg.task)
+    except DataError:
+        return  # the task's own check says what is wrong
+    values, classes, train = np.asarray(labels.values), labels.classes, np.ones(len(frame), dtype=bool)
+    train[valid_rows] = False
+    if values.ndim == 2:  # multilabel: one column per class
+        unseen = np.flatnonzero(~values[train].any(axis=0) & values[valid_rows].any(axis=0))
+        rows = np.flatnonzero(values[valid_rows][:, unseen].any(axis=1))
+    else:
+        unseen = np.setdiff1d(values[valid_rows], values[train])
+        rows = np.flatnonzero(np.isin(values[valid_rows], unseen))
+    if len(unseen):
+        names = ", ".join(repr(classes[i]) for i in unseen[:10])
+        raise DataError(
+            f"{cfg.valid_file}: class(es) {names} of column {cfg.label!r} are not in the training file (validation "
+            f"data rows {', '.join(str(r + 1) for r in rows[:10])}{', ...' if len(rows) > 10 else ''}); the model "
+            "would have an output it never trains on. Add training rows of those classes, or drop these rows")
+
+
 def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     """Read, validate and tokenise the training (and validation) data of ``cfg``."""
     cfg = apply_preset(cfg)
@@ -269,14 +308,13 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
         check_columns(valid_frame, needed, str(cfg.valid_file))
-        missing = np.flatnonzero(valid_frame[cfg.label].isna().to_numpy())
-        if len(missing) and cfg.task != "multilabel":  # a blank multilabel cell is a row without classes
-            raise DataError(f"{cfg.valid_file}: column {cfg.label!r} has missing labels in data rows "
-                            f"{', '.join(str(r + 1) for r in missing[:10])}; every validation row needs its label")
+        _check_valid_labels(valid_frame, cfg)
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
     elif cfg.limit and cfg.limit < len(frame):
         frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
+    if valid_rows is not None:
+        _refuse_validation_only_classes(frame, valid_rows, cfg)
     labels = validate_labels(frame, cfg.label, cfg.task)
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
