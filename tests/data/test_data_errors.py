@@ -93,3 +93,27 @@ def test_validation_labels_are_numbered_in_their_file_and_need_training_classes(
                 r"file \(validation data rows 3\); the model would have an output it never trains on")
     valid.write_text("text,label\na,0.5\n" if task == "regression" else "text,label\na,x\nb,y\n")
     assert load_task(cfg, logging.getLogger("test")).valid_rows.tolist() == ([4] if task == "regression" else [4, 5])
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"text_cols": ["text", "label"]}, "--text-cols"),
+    ({"text_cols": [], "template": "{text} [SEP] {label}"}, "--template"),
+    ({"group_context": "text", "group_context_by": ["label"]}, "--group-context-by"),
+])
+def test_the_label_column_is_refused_as_an_input(tmp_path, options, named):
+    """Grouped by the label, each row's context listed the rows of its own score: validation was inflated."""
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import load_task
+    from model_helpers import save_tiny_encoder
+
+    (tmp_path / "train.csv").write_text("text,label\nthe cat,0.5\na dog,0.1\nred mat,0.9\n")
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), model=save_tiny_encoder(tmp_path / "encoder"),
+                      **{"text_cols": ["text"], **options})
+    with pytest.raises(DataError, match=rf"^{named} uses 'label', the label column: the model would read the answer "
+                                        "it is trained to give, and predict's rows have no label"):
+        load_task(cfg, logging.getLogger("test"))
+    cfg.label = "other"  # another column is the label: the same inputs are read
+    (tmp_path / "train.csv").write_text("text,label,other\nthe cat,x,0.5\na dog,y,0.1\nred mat,x,0.9\n")
+    assert len(load_task(cfg, logging.getLogger("test")).labels) == 3

@@ -257,6 +257,16 @@ def _warn_split_groups(frame: pd.DataFrame, cfg: TrainConfig, train: np.ndarray,
                     cfg.group_context_by[0])
 
 
+def _refuse_label_as_input(cfg: TrainConfig) -> None:
+    """The label column in the text or the group keys: the model would read its answer, absent at prediction."""
+    for option, columns in (("--template" if cfg.template else "--text-cols", text_fields(cfg.text_cols, cfg.template)),
+                            ("--group-context-by", cfg.group_context_by if cfg.group_context else [])):
+        if cfg.label in columns:
+            raise DataError(
+                f"{option} uses {cfg.label!r}, the label column: the model would read the answer it is trained to "
+                "give, and predict's rows have no label. Leave it out, or name the label column with --label")
+
+
 def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
     """The validation file's labels on their own, so that an error names that file and its own row numbers."""
     if cfg.task == "regression":
@@ -301,6 +311,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     cfg = apply_preset(cfg)
     frame, template = frame_and_template(cfg, cfg.train_file)
     cfg.template = cfg.template or template
+    _refuse_label_as_input(cfg)
     valid_rows = None
     needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
