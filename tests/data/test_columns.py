@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from attnpool.data import DataError, Labels, Texts, build_texts, check_columns, validate_labels
+from attnpool.tasks import label_text
 
 
 @pytest.fixture
@@ -172,6 +173,10 @@ def test_multiclass_mixed_types_compare_as_strings():
     labels = validate_labels(pd.DataFrame({"y": pd.Series([10, "b", 2], dtype=object)}), "y", "multiclass")
     assert labels.classes == ["10", "2", "b"]
     assert labels.values.tolist() == [0, 2, 1]
+    # a JSONL column of 1.0, "other", 2.0: "1" and "2", as predict reads these labels back (label_text)
+    labels = validate_labels(pd.DataFrame({"y": pd.Series([1.0, "other", 2.0, 2.5], dtype=object)}), "y", "multiclass")
+    assert labels.classes == ["1", "2", "2.5", "other"]
+    assert labels.classes == sorted({label_text(v) for v in [1.0, "other", 2.0, 2.5]})
 
 
 def test_multiclass_needs_two_classes():

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
-from attnpool.tasks import TASKS
+from attnpool.tasks import TASKS, label_text
 
 _SHOW = 5  # offending rows / values named in an error message
 
@@ -270,7 +270,7 @@ def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
         if all(float(v).is_integer() for v in plain):
             plain = [int(v) for v in plain]  # 0.0/1.0 (a column pandas read as float) -> 0/1
     elif not all(isinstance(v, str) for v in plain):
-        plain = [str(v) for v in plain]  # mixed numbers and strings: compare as strings
+        plain = [label_text(v) for v in plain]  # mixed numbers and strings: as text, as predict reads them (1.0: "1")
     classes = sorted(set(plain))
     index = {c: i for i, c in enumerate(classes)}
     return classes, np.array([index[v] for v in plain], dtype=np.int64)
