@@ -64,6 +64,17 @@ def test_integer_classes_read_as_floats_keep_their_right_or_wrong():
     assert all(x.error in (0.0, 1.0) for x in result.examples if x.label is not None)
 
 
+def test_an_integer_label_of_numbered_classes_is_a_class_name_not_an_index():
+    """Classes 2, 5 and 7: the label 1 is no class (it was read as index 1, the class 5); 7 is the class 7."""
+    model = tiny_model(num_labels=3)
+    model.config.id2label = dict(enumerate(["2", "5", "7"]))
+    model.config.label2id = {name: i for i, name in model.config.id2label.items()}
+    result = attnpool.explain(model, wordpiece_tokenizer(), TEXTS[:2], labels=[1, 7], erasure_k=0)
+    unknown, seven = result.examples
+    assert (unknown.label, unknown.error) == ("1", None)
+    assert seven.label == "7" and seven.error == float(seven.prediction != "7")
+
+
 def test_regression_error_and_text_pairs_are_recorded():
     result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), TEXTS, text_pairs=PAIRS,
                               labels=[0.5, 1.0, None, 0.0], erasure_k=1)

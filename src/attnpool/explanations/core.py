@@ -158,7 +158,9 @@ def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, name
     if problem_type == "single_label_classification":
         label2id = {str(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
         index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
-        if index is None and isinstance(label, int | np.integer) and 0 <= int(label) < len(names or []):
+        # an integer that names no class is the output's index, unless the classes are numbers (2, 5, 7: 1 is none)
+        numbered = any(k.lstrip("-").isdigit() for k in label2id)
+        if index is None and not numbered and isinstance(label, int | np.integer) and 0 <= label < len(names or []):
             index = int(label)
         if index is None:
             return label_text(label), None
