@@ -28,6 +28,7 @@ predict = functools.partial(predict, precision="fp32")
 
 predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
 predict_module_predict = importlib.import_module("attnpool.prediction.predict")
+prediction_inputs = importlib.import_module("attnpool.data.prediction")
 ROWS, CHUNK = 23, 5  # 5 chunks, the last one short
 
 
@@ -160,7 +161,7 @@ def test_integer_labels_with_a_blank_cell_are_the_labels_the_run_knows(encoder, 
         predict(run, data, tmp_path / "again.csv", progress=False)
 
 
-def test_pppm_preset_chunks_get_their_context_titles(encoder, tmp_path):
+def test_pppm_preset_chunks_get_their_context_titles(encoder, tmp_path, monkeypatch):
     pppm = tmp_path / "pppm"
     pppm.mkdir()
     pd.DataFrame({"context": ["A01", "B02"], "text": ["red house", "fast dog"]}).to_csv(pppm / "cpc_texts.csv",
@@ -172,9 +173,28 @@ def test_pppm_preset_chunks_get_their_context_titles(encoder, tmp_path):
     test.to_csv(tmp_path / "test.csv", index=False)
     run = make_run(tmp_path / "run", encoder, train_file=None, text_cols=[], preset="pppm", data_dir=str(pppm))
     whole = read(predict(run, tmp_path / "test.csv", tmp_path / "whole.csv", progress=False).output)
+    reads = []
+    titles = prediction_inputs.cpc_titles
+    monkeypatch.setattr(prediction_inputs, "cpc_titles", lambda folder: reads.append(folder) or titles(folder))
     chunked = read(predict(run, tmp_path / "test.csv", tmp_path / "chunked.csv", chunk_rows=2, progress=False).output)
     assert list(chunked["id"]) == list(test["id"])  # "10", "20"... stay text in every chunk
     np.testing.assert_allclose(chunked["prediction"], whole["prediction"], atol=1e-6)
+    assert reads == [str(pppm)]  # cpc_texts.csv read once, not once a chunk
+
+
+def test_a_pppm_run_without_its_data_folder_fails_to_serve_at_start_up(encoder, tmp_path):
+    """serve said ready, then answered every request 422 ("PPPM data folder ... does not exist"), the client's
+    fault, and read cpc_texts.csv again for each request while holding the tokenizer's lock."""
+    from attnpool.serving.service import Service
+
+    pppm = tmp_path / "pppm"
+    pppm.mkdir()
+    pd.DataFrame({"context": ["A01"], "text": ["red house"]}).to_csv(pppm / "cpc_texts.csv", index=False)
+    run = make_run(tmp_path / "run", encoder, train_file=None, text_cols=[], preset="pppm", data_dir=str(pppm))
+    assert Service.load(run, precision="fp32").folds
+    (pppm / "cpc_texts.csv").rename(tmp_path / "elsewhere.csv")
+    with pytest.raises(DataError, match=re.escape(f"{pppm / 'cpc_texts.csv'} not found in the PPPM data folder")):
+        Service.load(run, precision="fp32")
 
 
 # --- resume -----------------------------------------------------------------------------------------------------

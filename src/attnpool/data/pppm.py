@@ -10,6 +10,7 @@ Dataset", 2022, arXiv:2208.01171.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -30,8 +31,21 @@ _LAYOUT = (
 )
 
 
+def cpc_titles(data_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """The CPC title of each context code, from ``data_dir/cpc_texts.csv``.
+
+    Raises:
+        DataError: Missing folder, file or column (stating the expected layout).
+    """
+    cpc_path = _file(_folder(data_dir), "cpc_texts.csv")
+    cpc = read_table(cpc_path, text_columns=_TEXT_COLUMNS)
+    check_columns(cpc, ["context", "text"], str(cpc_path))
+    return dict(zip(cpc["context"].astype(str), cpc["text"], strict=True))
+
+
 def load_pppm(
-    data_dir: str | os.PathLike[str], split: str = "train", *, frame: pd.DataFrame | None = None
+    data_dir: str | os.PathLike[str], split: str = "train", *, frame: pd.DataFrame | None = None,
+    titles: Mapping[str, str] | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """Read a PPPM split and add the title of each row's CPC context.
 
@@ -40,6 +54,8 @@ def load_pppm(
         split: ``"train"`` (with ``score``) or ``"test"``.
         frame: Rows to use instead of ``data_dir/{split}.csv`` (e.g. another file to predict); only
             ``cpc_texts.csv`` is read from ``data_dir`` then.
+        titles: The context titles (:func:`cpc_titles`) when already read: ``cpc_texts.csv`` is not read again
+            (predict's chunks, serve's requests).
 
     Returns:
         ``(frame, template)``: a copy of the rows with a ``context_text`` column, and :data:`PPPM_TEMPLATE`
@@ -51,9 +67,7 @@ def load_pppm(
     """
     if split not in SPLITS:
         raise DataError(f"unknown PPPM split {split!r}; choose one of {', '.join(SPLITS)}")
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise DataError(f"PPPM data folder {root} does not exist or is not a folder; {_LAYOUT}")
+    root = _folder(data_dir)
     if frame is None:
         frame = read_table(_file(root, f"{split}.csv"), text_columns=_TEXT_COLUMNS)
         where = str(root / f"{split}.csv")
@@ -61,10 +75,7 @@ def load_pppm(
     else:
         where = f"PPPM {split} rows"
         check_columns(frame, list(PPPM_FIELDS), where)
-    cpc_path = _file(root, "cpc_texts.csv")
-    cpc = read_table(cpc_path, text_columns=_TEXT_COLUMNS)
-    check_columns(cpc, ["context", "text"], str(cpc_path))
-    titles = dict(zip(cpc["context"].astype(str), cpc["text"], strict=True))
+    titles = cpc_titles(root) if titles is None else titles
     blank = (frame["context"].isna() | frame["context"].astype(str).str.strip().eq("")).to_numpy().nonzero()[0]
     if len(blank):
         if isinstance(frame.index, pd.RangeIndex):  # a chunk of a file carries its rows' positions in the file
@@ -79,12 +90,19 @@ def load_pppm(
         rows = int(codes.isin(unknown).sum())
         shown = ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else "")
         raise DataError(
-            f"{cpc_path}: no text for {len(unknown)} context code(s) used by {rows} rows: {shown}; add a line "
-            "'code,title' for each to cpc_texts.csv"
+            f"{root / 'cpc_texts.csv'}: no text for {len(unknown)} context code(s) used by {rows} rows: {shown}; add "
+            "a line 'code,title' for each to cpc_texts.csv"
         )
     out = frame.copy()
     out["context_text"] = codes.map(titles)
     return out, PPPM_TEMPLATE
+
+
+def _folder(data_dir: str | os.PathLike[str]) -> Path:
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"PPPM data folder {root} does not exist or is not a folder; {_LAYOUT}")
+    return root
 
 
 def _file(root: Path, name: str) -> Path:

@@ -16,7 +16,7 @@ from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns, text_fields
 from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
-from attnpool.data.pppm import PPPM_FIELDS, load_pppm
+from attnpool.data.pppm import PPPM_FIELDS, cpc_titles, load_pppm
 from attnpool.data.readers import iter_table
 from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
 from attnpool.tasks import label_text
@@ -103,6 +103,7 @@ class PredictionInputs:
         self.counts = {"texts": 0, "empty": 0, "truncated": 0, "tokens": 0, "max_tokens": 0}
         self.context_from = context_from
         self._pool = None  # the whole file's context columns, read on first use
+        self._titles: dict[str, str] | None = None  # PPPM: the CPC titles, read once
 
     @property
     def text_columns(self) -> list[str]:
@@ -123,7 +124,7 @@ class PredictionInputs:
         """A chunk's rows (with the preset's added columns) and their token lists, after the checks."""
         frame = chunk
         if self.cfg.preset == "pppm":
-            frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk)
+            frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles())
             self.cfg.template = self.cfg.template or template
         if self.cfg.group_context:
             if not self.with_context:
@@ -143,6 +144,12 @@ class PredictionInputs:
                 self.counts[key] = max(self.counts[key], value) if key == "max_tokens" else self.counts[key] + value
         return frame, encodings
 
+    def titles(self) -> dict[str, str] | None:
+        """With the PPPM preset, the CPC titles of the run's ``data_dir``, read on first use; else ``None``."""
+        if self.cfg.preset == "pppm" and self._titles is None:
+            self._titles = cpc_titles(self.cfg.data_dir)
+        return self._titles
+
     def context_pool(self):
         """The context columns (``group_context`` and its keys) of every row of the file, read once."""
         if self._pool is None:
@@ -150,7 +157,7 @@ class PredictionInputs:
             parts = []
             for chunk in iter_table(self.path, POOL_CHUNK_ROWS, text_columns=self.text_columns):
                 if self.cfg.preset == "pppm":  # a key may be a column the preset adds (context_text), as in encode
-                    chunk, _ = load_pppm(self.cfg.data_dir, split="test", frame=chunk)
+                    chunk, _ = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles())
                 check_columns(chunk, columns, str(self.path))
                 parts.append(chunk[columns])
             self._pool = pd.concat(parts, ignore_index=True)

@@ -165,6 +165,8 @@ class Service:
         # group_context: a row's context comes from the other rows of its request, as predict takes it from the file
         inputs = [PredictionInputs(run.config(), info, "request", ensemble.tokenizer, log=logger, context_from="chunk",
                                    with_context=view) for view in views]
+        for view in inputs:  # PPPM: the CPC titles now, so a missing data folder fails start-up, not each request
+            view.titles()
         fields = run_fields(inputs[0].cfg)
         id_field = info.get("id_col") or cfg.id_col
         model = ensemble.models[0]
