@@ -425,6 +425,23 @@ def test_a_fold_that_reads_but_does_not_build_is_not_called_corrupt(run, monkeyp
         load_fold_models(Run.open(run))
 
 
+
+@pytest.mark.parametrize("damage", ["deleted", "cut short"])
+def test_a_damaged_fold_tokenizer_or_metrics_file_is_named(encoder, tmp_path, damage):
+    """A missing tokenizer.json said "install sentencepiece or tiktoken", a cut-short one or a cut-short
+    metrics.json only "Expecting value: line 1 column 1": neither named the file."""
+    from attnpool.prediction.engine import load_fold_models
+
+    path = make_run(tmp_path / "run", encoder, folds=1)
+    tokenizer, metrics = path / "fold_0" / "model" / "tokenizer.json", path / "fold_0" / "metrics.json"
+    tokenizer.unlink() if damage == "deleted" else tokenizer.write_text(tokenizer.read_text()[:1000])
+    with pytest.raises(RunError, match=re.escape(f"cannot load the tokenizer saved in {path / 'fold_0' / 'model'}: ")):
+        load_fold_models(Run.open(path))
+    metrics.write_text('{"pearson": 0.')
+    with pytest.raises(RunError, match=re.escape(f"{metrics} is corrupt (")):
+        Run.open(path).fold_metrics(0)
+
+
 @pytest.mark.parametrize("name", ["predictions.xlsx", "predictions"])
 def test_an_output_whose_format_is_unknown_is_refused_before_anything_runs(run, frame, tmp_path, name):
     source = write(frame, tmp_path / "in.csv")

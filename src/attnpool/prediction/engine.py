@@ -109,8 +109,18 @@ def load_fold_models(run: Run, folds: int | Sequence[int] | None = None
                            f"readable, so keep them: check that this environment can build it (transformers "
                            f"{transformers.__version__} knows its encoder, the packages it needs are installed, "
                            "there is memory for it)") from err
-    tokenizer = AutoTokenizer.from_pretrained(run.model_dir(fold_ids[0]))
-    return fold_ids, models, tokenizer, [run.fold_metrics(f) for f in fold_ids]
+    return fold_ids, models, fold_tokenizer(run, fold_ids[0]), [run.fold_metrics(f) for f in fold_ids]
+
+
+def fold_tokenizer(run: Run, fold: int) -> Any:
+    """The tokenizer saved with a fold's model, or a RunError naming its folder (missing or damaged files)."""
+    folder = run.model_dir(fold)
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError; a missing tokenizer.json, too
+        raise RunError(f"cannot load the tokenizer saved in {folder}: {type(err).__name__}: {err}. Its tokenizer "
+                       "files (tokenizer.json, tokenizer_config.json) are missing or damaged: copy them from the "
+                       "encoder the run trained, or re-train that fold") from err
 
 
 def ensemble_weights(fold_metrics: list[dict], metric: str, how: str) -> np.ndarray:

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from transformers import AutoTokenizer
 
 from attnpool.data.batching import padded_batches
 from attnpool.exporters import ExportError, export_onnx
-from attnpool.prediction.engine import FoldEnsemble, fold_weights
+from attnpool.prediction.engine import FoldEnsemble, fold_tokenizer, fold_weights
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import scores_from_logits
 
@@ -122,7 +121,7 @@ class OnnxFoldEnsemble:
         # only the folds' weights and the tokenizer (the same rule as the PyTorch engine's).
         reference = (reference or FoldEnsemble.load(run, folds, how)) if quantize != "none" else None
         task, fold_ids, weights = fold_weights(run, folds, how)
-        tokenizer = reference.tokenizer if reference else AutoTokenizer.from_pretrained(run.model_dir(fold_ids[0]))
+        tokenizer = reference.tokenizer if reference else fold_tokenizer(run, fold_ids[0])
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads

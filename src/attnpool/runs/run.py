@@ -258,12 +258,12 @@ class Run:
     def fold_metrics(self, fold: int) -> dict[str, Any]:
         """``fold_K/metrics.json``, or ``{}`` when the fold has none."""
         path = self.fold_dir(fold) / METRICS_FILE
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        return _read_json(path) if path.is_file() else {}
 
     def fold_history(self, fold: int) -> list[dict[str, Any]] | None:
         """The Trainer's log history of a fold, or ``None``."""
         path = self.fold_dir(fold) / HISTORY_FILE
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        return _read_json(path) if path.is_file() else None
 
     def fold_oof(self, fold: int) -> pd.DataFrame:
         """A finished fold's out-of-fold predictions."""
@@ -307,3 +307,12 @@ class Run:
     def write_oof(self, oof: pd.DataFrame) -> None:
         """Write the run's ``oof.csv``."""
         atomic_write(self.path / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False))
+
+
+def _read_json(path: Path) -> Any:
+    """A fold's JSON file, or a RunError naming it when it cannot be parsed (cut short by a full disk, edited)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunError(f"{path} is corrupt ({err}); re-train that fold (delete the fold folder and run train "
+                       "--resume) or restore the file") from err
