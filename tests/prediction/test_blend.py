@@ -134,6 +134,13 @@ def test_runs_that_cannot_be_blended_are_named(runs, data, tmp_path):
         frame.assign(prediction=0.3).to_csv(constant / f"fold_{fold}" / "oof.csv", index=False)
     with pytest.raises(RunError, match=r"out-of-fold predictions of .*constant are constant"):
         predict([runs["a"], constant], data, tmp_path / "x.csv")
+    diverged = tmp_path / "diverged"  # NaN scores: named as such, not as "constant (standard deviation 0)"
+    shutil.copytree(runs["b"], diverged)
+    frame = pd.read_csv(diverged / "fold_1" / "oof.csv")
+    frame.assign(prediction=np.nan).to_csv(diverged / "fold_1" / "oof.csv", index=False)
+    with pytest.raises(RunError, match=rf"out-of-fold predictions of .*diverged hold {len(frame)} missing or "
+                                       r"non-finite scores \(a fold diverged\?\)"):
+        predict([runs["a"], diverged], data, tmp_path / "x.csv")
     with pytest.raises(ValueError, match=r"one non-negative number per run \(2 runs\)"):
         predict([runs["a"], runs["b"]], data, tmp_path / "x.csv", blend_weights=[1.0])
     with pytest.raises(ValueError, match=r"\(--blend-weights\) weighs the runs of a blend: give two or more runs"):

@@ -96,6 +96,10 @@ class RunBlend:
         for run, frame in zip(runs, frames, strict=True):
             values = oof_scores(frame, task, classes)
             values = values.reshape(len(values), -1)
+            if not np.isfinite(values).all():  # a fold that diverged wrote NaN scores
+                raise RunError(f"the out-of-fold predictions of {run.path} hold {int((~np.isfinite(values)).sum())} "
+                               "missing or non-finite scores (a fold diverged?): they cannot be standardised for a "
+                               "blend; re-train that run or leave it out")
             std = values.std(axis=0)
             if not np.all(std > 0):
                 raise RunError(f"the out-of-fold predictions of {run.path} are constant (standard deviation 0): they "
