@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_load_yaml_keeps_its_other_errors(tmp_path):
 
 @pytest.mark.parametrize(("given", "expected"), [
     (["last"], "last"), (["all"], "all"), (["0", "-1"], [0, -1]), (["+3"], [3]), ([2, -1], [2, -1]),
-    ("last", "last"), ((1, 2), [1, 2]),
+    ("last", "last"), ((1, 2), [1, 2]), (-2, [-2]), ("0 -1", [0, -1]),  # a config file's `pooling_layers: -2`
 ])
 def test_pooling_layers_from_the_command_line_are_normalised(given, expected):
     assert make_config(pooling_layers=given).pooling_layers == expected
@@ -121,7 +122,7 @@ def test_pooling_layers_from_the_command_line_are_normalised(given, expected):
     assert parse_pooling_layers(given) == expected
 
 
-@pytest.mark.parametrize("bad", [["last", "0"], ["x"], ["1.5"], [True], [0.5]])
+@pytest.mark.parametrize("bad", [["last", "0"], ["x"], ["1.5"], [True], [0.5], "lasts", 1.5])
 def test_pooling_layers_that_are_neither_words_nor_indices_are_refused(bad):
     with pytest.raises(ConfigError, match="pooling_layers must be last, all or layer indices"):
         make_config(pooling_layers=bad)
@@ -227,3 +228,42 @@ def test_folds_to_train_and_the_warm_up_share_are_checked(options, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(train_file="x.csv", text_cols=["a"], **options).validate()
     TrainConfig(train_file="x.csv", text_cols=["a"], only_folds=[0, 4], warmup_ratio=0.99).validate()
+
+
+
+def test_a_config_files_values_are_read_as_their_options_types(tmp_path):
+    """YAML 1.1 reads `lr: 1e-4` as the string "1e-4": validate passed it and the optimizer failed in fold 0."""
+    (tmp_path / "c.yaml").write_text("lr: 1e-4\nhead_lr: 5e-3\nbatch_size: 16.0\nlabel: 2021\nema_decay:\n")
+    cfg = make_config(tmp_path / "c.yaml")
+    assert (cfg.lr, cfg.head_lr, cfg.batch_size, cfg.label, cfg.ema_decay) == (1e-4, 5e-3, 16, "2021", None)
+    assert type(cfg.batch_size) is int and type(cfg.lr) is float
+    for line, message in [("batch_size: '16'", "batch_size must be a whole number, got '16'"),
+                          ("batch_size: 1.5", "batch_size must be a whole number, got 1.5"),
+                          ("epochs:", "epochs needs a value; remove the line to keep its default"),
+                          ("gradient_checkpointing: 'no'", "gradient_checkpointing must be true or false, got 'no'"),
+                          ("lr: fast", "lr must be a number, got 'fast'")]:
+        (tmp_path / "bad.yaml").write_text(line + "\n")
+        with pytest.raises(ConfigError, match=f"^{re.escape(str(tmp_path / 'bad.yaml'))}: {re.escape(message)}"):
+            make_config(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"lr": -2e-5}, "lr must be >= 0, got -2e-05"),
+    ({"head_lr": -1e-3}, "head_lr must be >= 0, got -0.001"),
+    ({"pooler_lr": float("nan")}, "pooler_lr must be >= 0, got nan"),
+    ({"weight_decay": -0.1}, "weight_decay must be >= 0, got -0.1"),
+    ({"early_stopping_patience": 0}, "early_stopping_patience must be positive, got 0"),
+    ({"limit": 0}, "limit must be positive, got 0"),
+    ({"eval_steps": 0}, "eval_steps must be positive, got 0"),
+    ({"multi_sample_dropout": 0}, "multi_sample_dropout must be positive, got 0"),
+    ({"reinit_layers": -2}, "reinit_layers must be >= 0, got -2"),
+    ({"freeze_layers": -1}, "freeze_layers must be >= 0, got -1"),
+    ({"head_dropout": 1.5}, "head_dropout must be in [0, 1), got 1.5"),
+    ({"overwrite": True, "resume": True}, "overwrite deletes the run that resume would continue: give one of them"),
+])
+def test_values_that_would_train_wrong_or_fail_later_are_refused_by_validate(options, message):
+    """A negative learning rate trained uphill for the whole run; zero patience or limit silently meant "off"."""
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        TrainConfig(train_file="x.csv", text_cols=["a"], **options).validate()
+    TrainConfig(train_file="x.csv", text_cols=["a"], lr=0.0, weight_decay=0.0, reinit_layers=0, freeze_layers=0,
+                head_dropout=0.0, early_stopping_patience=1, limit=1, resume=True).validate()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from attnpool.data.errors import DataError
 from attnpool.data.readers import table_columns
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
-from attnpool.options import ConfigError, load_yaml, parse_options, parse_pooling_layers, parse_value
+from attnpool.options import ConfigError, load_yaml, parse_options, parse_pooling_layers, parse_value, typed_value
 from attnpool.pooling import check_pooler_options
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
@@ -92,8 +93,8 @@ class TrainConfig:
     task: str = _data("regression", "what the label is", choices=TASKS)
     preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir")
     data_dir: str | None = _data(None, "the preset's data folder")
-    limit: int | None = _data(None, "use a seeded random subset of this many rows (quick runs)",
-                              default_text="every row")
+    limit: int | None = _data(None, "train on a seeded random subset of this many rows (quick runs; a valid_file "
+                              "is read whole)", default_text="every row")
     group_context: str | None = _data(None, "join the other values of this column among rows sharing "
                                       "group_context_by into the text, e.g. target (PPPM's 'magic', 1st/2nd place "
                                       "write-ups); from the same fold side in training, the predicted file's rows",
@@ -243,7 +244,8 @@ class TrainConfig:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {', '.join(known)}")
-        return cls(**values)
+        kinds = typing.get_type_hints(cls)
+        return cls(**{name: typed_value(name, kinds[name], value, where) for name, value in values.items()})
 
     def validate(self) -> TrainConfig:
         """Check option values; raise ``ValueError`` saying which option and what is allowed."""
@@ -256,8 +258,19 @@ class TrainConfig:
         for name in ("batch_size", "eval_batch_size", "grad_accum", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.epochs <= 0:
+        if not self.epochs > 0:
             raise ValueError(f"epochs must be positive, got {self.epochs}")
+        for name in ("lr", "head_lr", "pooler_lr", "limit", "eval_steps", "early_stopping_patience", "label_bins",
+                     "multi_sample_dropout", "head_hidden_size", "weight_decay", "reinit_layers", "freeze_layers"):
+            value, zero = getattr(self, name), name in ("lr", "head_lr", "pooler_lr", "weight_decay", "reinit_layers",
+                                                        "freeze_layers")  # a rate of 0 holds those weights still
+            if value is not None and not (value >= 0 if zero else value > 0):  # NaN fails both
+                raise ValueError(f"{name} must be {'>= 0' if zero else 'positive'}, got {value}")
+        if not 0 <= self.head_dropout < 1:
+            raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+        if self.overwrite and self.resume:
+            raise ValueError("overwrite deletes the run that resume would continue: give one of them (a config "
+                             "file's overwrite or resume too)")
         if self.recurrent_layers < 1 or (self.recurrent is None and self.recurrent_layers != 1):
             raise ValueError(f"recurrent_layers must be >= 1 and needs recurrent (lstm or gru), got "
                              f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")

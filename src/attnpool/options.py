@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import types
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -51,13 +53,17 @@ def parse_pooling_layers(value: Any) -> Any:
     """``pooling_layers`` as the model takes it: ``"last"``, ``"all"`` or a list of layer indices.
 
     Command-line words are accepted: ``["last"]`` -> ``"last"``, ``["all"]`` -> ``"all"``, ``["0", "-1"]`` ->
-    ``[0, -1]``. A string or a list of ints passes through unchanged (the model checks the string).
+    ``[0, -1]``; a config file's one index (``-2``) or words (``"0 -1"``) too. A list of ints passes through.
 
     Raises:
-        ConfigError: A list that is neither one of those words nor integers.
+        ConfigError: Neither one of those words nor integers.
     """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, str):
+        value = value.split() or [value]
     if not isinstance(value, list | tuple):
-        return value
+        raise ConfigError(f"pooling_layers must be last, all or layer indices (e.g. 0 -1), got {value!r}")
     if list(value) in (["last"], ["all"]):
         return value[0]
     layers = []
@@ -114,3 +120,39 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if bad:
         raise ConfigError(f"{path}: option names must be text, got {bad[0]!r}")
     return {k.replace("-", "_"): v for k, v in values.items()}
+
+
+_KINDS = {float: "a number", int: "a whole number", bool: "true or false", str: "text"}
+
+
+def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
+    """A config file's ``value`` of option ``name`` as its declared type ``kind`` (a resolved annotation).
+
+    YAML 1.1 reads ``1e-4`` (no dot) as the string "1e-4": it becomes 1e-4, as ``16.0`` becomes 16 for an int and a
+    number becomes text for a text option. A value of another kind fails here, naming the option, not in fold 0.
+
+    Raises:
+        ConfigError: A missing value where one is needed, a string for a number or a switch, a fraction for a count.
+    """
+    union = typing.get_origin(kind) in (typing.Union, types.UnionType)
+    options = [a for a in typing.get_args(kind) if a is not type(None)] if union else [kind]
+    if value is None:
+        if union and len(options) < len(typing.get_args(kind)):
+            return None
+        raise ConfigError(f"{where}: {name} needs a value; remove the line to keep its default")
+    if len(options) != 1 or options[0] not in _KINDS:
+        return value  # lists, dicts and mixed kinds: their own checks
+    want = options[0]
+    if want is float and not isinstance(value, bool):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    elif want is int and isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer():
+        return int(value)
+    elif want is bool and isinstance(value, bool) or want is str and isinstance(value, str):
+        return value
+    elif want is str and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # a column named 2021
+    raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {value!r}"
+                      + (" (unquoted true or false)" if want is bool else ""))

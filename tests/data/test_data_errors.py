@@ -117,3 +117,22 @@ def test_the_label_column_is_refused_as_an_input(tmp_path, options, named):
     cfg.label = "other"  # another column is the label: the same inputs are read
     (tmp_path / "train.csv").write_text("text,label,other\nthe cat,x,0.5\na dog,y,0.1\nred mat,x,0.9\n")
     assert len(load_task(cfg, logging.getLogger("test")).labels) == 3
+
+
+def test_limit_draws_training_rows_with_a_validation_file_too_and_pppm_stays_regression(tmp_path):
+    """--limit was ignored when a validation file was given: the quick run trained on every row."""
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import apply_preset, load_task
+    from model_helpers import save_tiny_encoder
+
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"row {i},{i / 10}\n" for i in range(8)))
+    (tmp_path / "valid.csv").write_text("text,label\na,0.5\nb,0.1\nc,0.3\n")
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), valid_file=str(tmp_path / "valid.csv"),
+                      text_cols=["text"], model=save_tiny_encoder(tmp_path / "encoder"), limit=3)
+    data = load_task(cfg, logging.getLogger("test"))
+    assert data.valid_rows.tolist() == [3, 4, 5] and data.frame["text"].tolist()[3:] == ["a", "b", "c"]
+    assert set(data.frame["text"][:3]) < {f"row {i}" for i in range(8)}
+    with pytest.raises(DataError, match=r"^--preset pppm is a regression task \(scores 0 to 1\), got --task binary"):
+        apply_preset(TrainConfig(preset="pppm", data_dir=str(tmp_path), task="binary"))

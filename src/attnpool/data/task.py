@@ -180,6 +180,8 @@ def apply_preset(cfg: TrainConfig) -> TrainConfig:
     if cfg.preset == "pppm" and not cfg.data_dir:
         raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
     if cfg.preset == "pppm":
+        if cfg.task != "regression":
+            raise DataError(f"--preset pppm is a regression task (scores 0 to 1), got --task {cfg.task}; drop --task")
         cfg.task = "regression"
         cfg.label = "score" if cfg.label == "label" else cfg.label
         cfg.group_col = cfg.group_col or "anchor"
@@ -316,14 +318,14 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
     check_columns(frame, needed, where)
+    if cfg.limit and cfg.limit < len(frame):  # of the training rows: a validation file is read whole
+        frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
     if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
         check_columns(valid_frame, needed, str(cfg.valid_file))
         _check_valid_labels(valid_frame, cfg)
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
-    elif cfg.limit and cfg.limit < len(frame):
-        frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
     if valid_rows is not None:
         _refuse_validation_only_classes(frame, valid_rows, cfg)
     labels = validate_labels(frame, cfg.label, cfg.task)
