@@ -39,6 +39,23 @@ def test_llrd_gives_each_layer_lr_times_llrd_to_its_depth(model):
     assert any(name.startswith("attnpool.pooler.") for name in got) and any(name.startswith("head.") for name in got)
 
 
+@pytest.mark.parametrize(("family", "top", "bottom"), [
+    ("modernbert", ["final_norm.weight"], ["embeddings.tok_embeddings.weight"]),
+    ("gpt2", ["ln_f.weight", "ln_f.bias"], ["wte.weight", "wpe.weight"]),
+    ("llama", ["norm.weight"], ["embed_tokens.weight"]),
+    ("deberta-v3", [], ["embeddings.word_embeddings.weight", "encoder.rel_embeddings.weight",
+                        "encoder.LayerNorm.weight"]),
+])
+def test_llrd_gives_a_norm_after_the_last_layer_the_top_rate(family, top, bottom):
+    """A final norm reads the top layer's output: it got the embeddings' rate (lr * llrd**layers)."""
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), pooling="attention", num_labels=1)
+    got = rates(model, parameter_groups(model, lr=1.0, head_lr=9.0, weight_decay=0.01, llrd=0.5))
+    layers = model.config.encoder.num_hidden_layers
+    assert {name: got["attnpool.encoder." + name][0] for name in top + bottom} == {
+        **dict.fromkeys(top, 1.0), **dict.fromkeys(bottom, 0.5**layers)}  # relative embeddings feed every layer
+
+
 def test_no_weight_decay_for_biases_and_norms(model):
     got = rates(model, parameter_groups(model, lr=1e-4, head_lr=1e-3, weight_decay=0.01))
     for name, (_, decay) in got.items():

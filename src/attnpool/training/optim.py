@@ -17,9 +17,9 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
                      pooler_lr: float | None = None) -> list[dict]:
     """AdamW parameter groups with layer-wise learning-rate decay and separate pooler and head rates.
 
-    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer, embeddings the deepest), the pooler and the
-    recurrent layer before it (``recurrent``; both start from scratch) get ``pooler_lr`` (``head_lr`` when ``None``),
-    the head ``head_lr``; biases and norm weights get no weight decay.
+    Encoder layers get ``lr * llrd ** depth`` (depth 0 = top layer and a norm after it, embeddings the deepest),
+    the pooler and the recurrent layer before it (``recurrent``; both start from scratch) get ``pooler_lr``
+    (``head_lr`` when ``None``), the head ``head_lr``; biases and norm weights get no weight decay.
 
     Args:
         model: An :class:`~attnpool.AttnPoolForSequenceClassification`.
@@ -41,8 +41,7 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
         for i, layer in enumerate(layers):
             for p in layer.parameters():
                 depth_of[id(p)] = num - 1 - i
-        for p in encoder.parameters():
-            depth_of.setdefault(id(p), num)  # embeddings and anything below the first layer
+        depth_of.update(_outside_the_layers(encoder, set(depth_of), num))
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -57,6 +56,20 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
         decay = 0.0 if p.ndim < 2 or any(re.search(re.escape(k) + "$", name) for k in NO_DECAY) else weight_decay
         groups.setdefault((rate, decay), []).append(p)
     return [{"params": params, "lr": rate, "weight_decay": decay} for (rate, decay), params in groups.items()]
+
+
+def _outside_the_layers(encoder: nn.Module, in_layers: set[int], num: int) -> dict[int, int]:
+    """The LLRD depth of each encoder parameter outside the layer list: the embeddings' or the top layer's.
+
+    ``num`` below the first layer (embeddings), 0 after the last (ModernBERT's final_norm, GPT-2's ln_f, Llama's
+    norm: they read the top layer's output). DeBERTa's relative position embeddings and their norm come after the
+    layers in the module but feed every layer: they keep the embeddings' depth.
+    """
+    named = list(encoder.named_parameters())
+    last = max((i for i, (_, p) in enumerate(named) if id(p) in in_layers), default=len(named))
+    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n}  # the modules that hold them
+    return {id(p): 0 if i > last and n.rsplit(".", 2)[0] not in relative else num
+            for i, (n, p) in enumerate(named) if id(p) not in in_layers}
 
 
 def build_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
