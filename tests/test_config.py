@@ -159,6 +159,11 @@ def test_make_config_from_a_config_a_dict_or_a_file_with_overrides(tmp_path):
     cfg = make_config(tmp_path / "recipe.yaml", pooling_options={"num_heads": 4, "gated": True})
     assert cfg.pooling_options == {"attn_size": 32, "num_heads": 4, "gated": True}
     assert make_config(base, pooling_options={"dropout": 0.1}).pooling_options == {"attn_size": 64, "dropout": 0.1}
+    # another pooler does not inherit the file's options ("pooler 'mean' got unknown option(s) attn_size")
+    assert make_config(tmp_path / "recipe.yaml", pooling="mean", text_cols=["q"]).validate().pooling_options == {}
+    assert make_config(base, pooling="attention").pooling_options == {"attn_size": 64}  # the same pooler keeps them
+    assert make_config(base, pooling="multihead_attention", pooling_options={"num_heads": 2}).pooling_options == {
+        "attn_size": 64, "num_heads": 2}  # given with --pooling-opt: merged as before
     with pytest.raises(ConfigError, match=r"recipe.yaml: unknown option\(s\) learning_rate"):
         make_config(tmp_path / "recipe.yaml", learning_rate=1.0)
     with pytest.raises(FileNotFoundError):
