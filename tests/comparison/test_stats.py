@@ -223,3 +223,36 @@ def test_differences_that_cancel_out_are_no_difference():
     """Per-seed differences of +0.1, -0.1, +0.1, -0.1 have mean ~1e-17 in floating point, not a signed effect."""
     test = sign_flip_test([0.3, 0.1, 0.3, 0.1], [0.2] * 4)
     assert test.p == 1.0 and abs(test.diff) < 1e-12
+
+
+def test_a_diverged_run_scores_nan_instead_of_stopping_the_comparison(tmp_path):
+    """A run that predicted NaN has a Pearson of NaN, saved as null: float(None) stopped every later call."""
+    from attnpool.runs import Run
+
+    Run(tmp_path).write_metrics({"folds": [], "overall": {"pearson": float("nan")}, "complete": True})
+    assert np.isnan(summary.run_score(tmp_path, "regression"))
+
+
+def test_runs_scored_against_other_labels_are_not_paired(two_seeds, monkeypatch, tmp_path):
+    """Labels fixed between two calls (same row count): the old baseline was paired with the new pooler."""
+    from attnpool.runs import RunError
+
+    def predictions(run_dir, task):
+        rows, target, probs = _predictions(900, 0)
+        return rows, (1 - target if run_dir.parent.name == "cls" else target), probs
+
+    monkeypatch.setattr(summary, "run_predictions", predictions)
+    specs = [PoolerSpec.parse(name) for name in ("mean", "cls")]
+    with pytest.raises(RunError, match="cls and mean with seed 42 were scored against different labels on the same "
+                                       "rows: the data changed between their runs"):
+        summary.summarise(tmp_path, "binary", specs, specs[0], SEEDS, bootstrap=20)
+
+
+def test_seeds_draw_their_own_rows_only_from_a_limit_of_the_training_file():
+    from attnpool.comparison.runner import draws_rows_per_seed
+    from attnpool.config import TrainConfig
+
+    assert draws_rows_per_seed(TrainConfig(limit=100))
+    assert not draws_rows_per_seed(TrainConfig(limit=100, split_seed=7))
+    assert not draws_rows_per_seed(TrainConfig(limit=100, valid_file="v.csv"))  # the same rows in every seed
+    assert not draws_rows_per_seed(TrainConfig())

@@ -188,7 +188,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         _check_recipe(out, cfg, overwrite)
         trained = _train_missing(out, cfg, specs, seeds)
         result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
-                           per_seed_rows=cfg.limit is not None and cfg.split_seed is None)
+                           per_seed_rows=draws_rows_per_seed(cfg))
     result.trained = trained
     return result
 
@@ -214,3 +214,9 @@ def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: 
     return len(todo)
 
 
+def draws_rows_per_seed(cfg: TrainConfig) -> bool:
+    """Whether each seed validated on rows of its own: a ``limit`` drawn by the seed (no ``split_seed``).
+
+    A ``valid_file`` is read whole, so its rows are the same examples in every seed (the limit draws training rows).
+    """
+    return cfg.limit is not None and cfg.split_seed is None and not cfg.valid_file

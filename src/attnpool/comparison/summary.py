@@ -43,8 +43,9 @@ class CompareResult:
 
 
 def run_score(run_dir: Path, task: str) -> float:
-    """A finished run's overall primary metric."""
-    return float(Run(run_dir).metrics()["overall"].get(primary_metric(task)[0], float("nan")))
+    """A finished run's overall primary metric (NaN when it has none: a diverged run's Pearson is saved as null)."""
+    value = Run(run_dir).metrics()["overall"].get(primary_metric(task)[0])
+    return float("nan") if value is None else float(value)
 
 
 def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -191,10 +192,14 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
             groups, units = [], []
             for seed in seeds:
                 rows_a, target, a = predictions[(spec.label, seed)]
-                rows_b, _, b = predictions[(base.label, seed)]
+                rows_b, target_b, b = predictions[(base.label, seed)]
                 if not np.array_equal(rows_a, rows_b):
                     raise RunError(f"{spec.label} and {base.label} with seed {seed} predicted different rows; the "
                                    "runs are not paired (was the data changed during the comparison?)")
+                if not np.array_equal(np.asarray(target, float), np.asarray(target_b, float), equal_nan=True):
+                    raise RunError(f"{spec.label} and {base.label} with seed {seed} were scored against different "
+                                   "labels on the same rows: the data changed between their runs. Re-run the "
+                                   "comparison with --overwrite so that every pooler trains on the same data")
                 groups.append((target, a, b))
                 units.append(keys[(spec.label, seed)])  # what seeds share, drawn once for all of them
             boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
