@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from attnpool.data.delimited import check_fields, check_header, check_tsv, csv_error
 from attnpool.data.errors import DataError
 from attnpool.data.text_files import Utf8Stream, is_blank, not_utf8, read_utf8
 
@@ -178,85 +179,23 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
     try:
         frame = pd.read_csv(io.StringIO(text), sep=sep, **_CSV_OPTIONS)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
-        raise _csv_error(path, sep, e) from None
-    _check_header(io.StringIO(text), path, sep)
-    _check_fields(frame, path, sep)
-    return _with_numbers(_check_tsv(frame, path, sep, 0), text_columns)
-
-
-def _check_header(source, path: Path, sep: str) -> None:
-    """Refuse a header that names a column twice: pandas would rename the second ``name.1`` and read the first."""
-    header = pd.read_csv(source, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
-    first: dict[str, int] = {}
-    for position, name in enumerate(header, 1):
-        if name.strip() and name in first:
-            raise DataError(
-                f"{path}: the header names column {name!r} twice (columns {first[name]} and {position}); which one "
-                f"holds the data is ambiguous. Rename or drop one of them")
-        first.setdefault(name, position)
-
-
-def _check_fields(frame: pd.DataFrame, path: Path, sep: str) -> None:
-    """Refuse a first data row with more fields than the header: pandas made the first column the index.
-
-    An unquoted delimiter inside a text, or a delimiter ending every line, shifted every column one to the right
-    (the ids became the index, the text's second half was read as the label) without an error.
-    """
-    if isinstance(frame.index, pd.RangeIndex):
-        return
-    extra = frame.index.nlevels
-    raise DataError(
-        f"{path}: the first data row has {len(frame.columns) + extra} fields and the header {len(frame.columns)} "
-        f"({', '.join(map(str, frame.columns))}); every column would be read one place off. Enclose fields that "
-        f"hold the delimiter ({sep!r}) in double quotes, and remove a delimiter ending each line (or name that "
-        "column in the header)")
-
-
-def _check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.DataFrame:
-    """Refuse a TSV field holding a tab and a line break: a double quote opening a field ran it over the next rows.
-
-    TSV is read with CSV quoting, as pandas writes it (a quoted field may hold a tab, or a line break); a file
-    without quoting (GLUE style) whose text starts with ``"`` would otherwise lose rows silently, merged into one
-    field that holds both.
-    """
-    if sep != "\t":
-        return frame
-    for name in frame.columns:
-        column = frame[name]
-        if column.dtype == object or pd.api.types.is_string_dtype(column):
-            found = (column.str.contains("\t", regex=False, na=False)
-                     & column.str.contains("\n", regex=False, na=False))
-            if found.any():
-                row = first_row + int(np.flatnonzero(found.to_numpy())[0]) + 1  # 1-based, as data rows are named
-                raise DataError(
-                    f"{path}: column {name!r}, data row {row} holds a tab and a line break: a double quote at the "
-                    "start of a field opened a quoted section that ran over the next rows. TSV is read with CSV "
-                    'quoting (as pandas writes it): enclose such fields in double quotes and double the quotes inside '
-                    '("" for "), or convert the file to CSV or JSONL')
-    return frame
+        raise csv_error(path, sep, e) from None
+    check_header(io.StringIO(text), path, sep)
+    check_fields(frame, path, sep)
+    return _with_numbers(check_tsv(frame, path, sep, 0), text_columns)
 
 
 def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
     with Utf8Stream(path) as stream:
         try:
             with Utf8Stream(path) as header:
-                _check_header(header, path, sep)
+                check_header(header, path, sep)
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
                 for index, frame in enumerate(reader):
-                    _check_fields(frame, path, sep)
-                    yield _with_numbers(_check_tsv(frame, path, sep, index * chunk_rows), text_columns)
+                    check_fields(frame, path, sep)
+                    yield _with_numbers(check_tsv(frame, path, sep, index * chunk_rows), text_columns)
         except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
-            raise _csv_error(path, sep, e) from None
-
-
-def _csv_error(path: Path, sep: str, error: Exception) -> DataError:
-    if isinstance(error, pd.errors.EmptyDataError):
-        return DataError(f"{path}: the file is empty; it needs a header line and at least one data row")
-    kind = "TSV" if sep == "\t" else "CSV"
-    return DataError(
-        f"{path}: could not be parsed as {kind}: {str(error).strip()}. Check the delimiter ({sep!r}) and the "
-        "quoting: a field holding the delimiter, a double quote or a line break must be enclosed in double quotes"
-    )
+            raise csv_error(path, sep, e) from None
 
 
 def _with_numbers(frame: pd.DataFrame, text_columns: set[str]) -> pd.DataFrame:
