@@ -242,6 +242,7 @@ def test_a_config_files_values_are_read_as_their_options_types(tmp_path):
     cfg = make_config(tmp_path / "c.yaml")
     assert (cfg.lr, cfg.head_lr, cfg.batch_size, cfg.label, cfg.ema_decay) == (1e-4, 5e-3, 16, "2021", None)
     assert type(cfg.batch_size) is int and type(cfg.lr) is float
+    assert make_config({"epochs": 1, "text_cols": None}).epochs == 1  # an int is a number; a list option's null passes
     for line, message in [("batch_size: '16'", "batch_size must be a whole number, got '16'"),
                           ("batch_size: 1.5", "batch_size must be a whole number, got 1.5"),
                           ("epochs:", "epochs needs a value; remove the line to keep its default"),

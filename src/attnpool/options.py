@@ -136,17 +136,19 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
     """
     union = typing.get_origin(kind) in (typing.Union, types.UnionType)
     options = [a for a in typing.get_args(kind) if a is not type(None)] if union else [kind]
-    if value is None:
-        if union and len(options) < len(typing.get_args(kind)):
-            return None
-        raise ConfigError(f"{where}: {name} needs a value; remove the line to keep its default")
     if len(options) != 1 or options[0] not in _KINDS:
         return value  # lists, dicts and mixed kinds: their own checks
+    if value is None:
+        if union:
+            return None
+        raise ConfigError(f"{where}: {name} needs a value; remove the line to keep its default")
     want = options[0]
-    if want is float and not isinstance(value, bool):
+    if want is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return value  # an int is a number: epochs 1 stays 1
+    if want is float and isinstance(value, str):
         try:
             return float(value)
-        except (TypeError, ValueError):
+        except ValueError:
             pass
     elif want is int and isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer():
         return int(value)
