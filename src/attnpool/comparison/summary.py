@@ -245,14 +245,26 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def _no_score(per_seed: dict[str, Any] | None) -> str | None:
+    """``"n/a (no score on seed 43)"`` when a seed has no score (a diverged run's Pearson is NaN), else None."""
+    missing = [seed for seed, value in (per_seed or {}).items() if _is_missing(value)]
+    if not missing:
+        return None
+    return f"n/a (no score on seed{'s' if len(missing) > 1 else ''} {', '.join(missing)}: diverged?)"
+
+
 def _ci(r: dict[str, Any]) -> str:
     if not _is_missing(r["ci_low"]):
         return f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+    if unscored := _no_score(r.get("per_seed")):
+        return unscored
     return "n/a (1 seed)" if r["seeds"] < 2 else "n/a (no spread over seeds)"
 
 
 def _delta(r: dict[str, Any]) -> str:
     """The difference over seeds: its t interval from MIN_SEEDS_FOR_5_PERCENT seeds on, else the seeds' own."""
+    if _is_missing(r["diff"]):
+        return _no_score(r.get("diff_per_seed")) or "n/a"
     if r["seeds"] >= MIN_SEEDS_FOR_5_PERCENT and not _is_missing(r["diff_low"]):
         return f"{r['diff']:+.4f} [{_num(r['diff_low'])}, {_num(r['diff_high'])}]"
     if r["diff_equal_over_seeds"] and r["seeds"] > 1:
@@ -261,6 +273,8 @@ def _delta(r: dict[str, Any]) -> str:
 
 
 def _bootstrap(r: dict[str, Any]) -> str:
+    if _is_missing(r["boot_diff"]):
+        return "n/a"
     if _is_missing(r["boot_low"]):
         return f"{r['boot_diff']:+.4f} (n/a)"
     if r["boot_low"] == r["boot_high"]:  # e.g. identical predictions: a zero-width interval says nothing
