@@ -73,8 +73,10 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
                   "--pooling-layers LAYER [LAYER ...] the layers the pooler reads",
                   "--pooling-opt KEY=VALUE an option of the pooler, repeatable (e.g. attn_size=128) (default: none)",
                   "--task {regression,binary,multiclass,multilabel} what the label is (default: regression)",
-                  "--loss {mse,bce,cross_entropy,pearson} the training loss (pearson: 1 - the batch's Pearson r, "
+                  "--loss {mse,bce,cross_entropy,pearson,none} the training loss (pearson: 1 - the batch's Pearson r, "
                   "regression only; PPPM 1st place) (default: from the task",
+                  "with this decay, e.g. 0.999 (PPPM 2nd place, Kaggle 2022) (default: off; none resets a config "
+                  "file's value)",
                   "--head-dropout HEAD_DROPOUT dropout on the pooled vector before the head (default: 0.1)",
                   "--label-bins LABEL_BINS regression labels are binned", "(default: every fold)",
                   "--gradient-checkpointing, --no-gradient-checkpointing", "(default: 42)", "(default: 3.0)",
@@ -128,6 +130,17 @@ def test_flags_default_to_not_given_so_the_config_file_wins_where_no_flag_is_giv
                                       "--pooling-layers", "all", "--overwrite"])
     cfg = _train_config(args)
     assert not cfg.gradient_checkpointing and cfg.pooling_layers == "all" and cfg.overwrite and not cfg.resume
+
+
+def test_none_resets_an_optional_option_of_the_config_file(tmp_path):
+    """A file's ema_decay, recurrent or id_col could not be turned off from the command line."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\nema_decay: 0.999\nrecurrent: lstm\nid_col: key\nhead_hidden_size: 64\n")
+    args = build_parser().parse_args(["train", "--config", str(path), "--ema-decay", "none", "--recurrent", "None",
+                                      "--id-col", "none"])
+    cfg = _train_config(args)
+    assert (cfg.ema_decay, cfg.recurrent, cfg.id_col, cfg.head_hidden_size) == (None, None, None, 64)
+    assert _train_config(build_parser().parse_args(["train", "--config", str(path)])).ema_decay == 0.999
 
 
 class Recorder:

@@ -60,6 +60,31 @@ def _default_text(f: dataclasses.Field) -> str:
     return f.metadata.get("default_text", _shown(value))
 
 
+class _NoneWord(str):
+    """The word ``none`` given to an optional flag: it resets the option to None.
+
+    ``--ema-decay none`` over a config file's ``ema_decay: 0.999`` trains without EMA; a flag left out (None) keeps
+    the file's value.
+    """
+
+
+NONE = _NoneWord("none")
+
+
+def _or_none(kind: type) -> Callable[[str], Any]:
+    """``kind`` of the text, or :data:`NONE` for ``none`` (any case)."""
+    def convert(text: str) -> Any:
+        return NONE if text.strip().lower() == "none" else kind(text)
+    convert.__name__ = kind.__name__  # argparse names the type in its errors: "invalid float value: 'x'"
+    return convert
+
+
+def _optional(f: dataclasses.Field) -> bool:
+    kind = _TYPES[f.name]
+    union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+    return union and type(None) in typing.get_args(kind)
+
+
 def _members(f: dataclasses.Field) -> list[Any]:
     """The types a field may hold, ``None`` left out: ``int | None`` -> ``[int]``."""
     kind = _TYPES[f.name]
@@ -85,6 +110,11 @@ def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     elif lists:
         # list[int] -> ints; a list or a word (pooling_layers: last | all | indices) -> words TrainConfig parses
         kwargs.update(nargs="+", type=typing.get_args(lists[0])[0] if len(members) == 1 else str)
+    elif _optional(f):  # none resets it
+        kwargs["type"] = _or_none(members[0])
+        if "choices" in kwargs:
+            kwargs["choices"] = (*kwargs["choices"], NONE)
+        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none resets a config file's value)"
     else:
         kwargs["type"] = members[0]
     return flag, kwargs
@@ -111,7 +141,9 @@ def _overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, 
     values: dict[str, Any] = {}
     for f in dataclasses.fields(TrainConfig):
         given = getattr(args, f.name, None)
-        if given is not None and f.name not in skip:
+        if given is NONE and f.name not in skip:
+            values[f.name] = None
+        elif given is not None and f.name not in skip:
             values[f.name] = parse_options(given, f.metadata.get("flag", f.name)) if _is_mapping(f) else given
     return values
 
