@@ -19,3 +19,29 @@ def test_demo_runs_end_to_end_on_a_tiny_encoder(tmp_path, capsys):
     assert set(scores) == {"mean", "attention"}
     out = capsys.readouterr().out
     assert "validation Pearson:" in out and "tokens the attention pooler weighs most" in out
+
+
+def test_the_demo_refuses_a_folder_that_holds_anything_but_an_earlier_demo(tmp_path):
+    """`attnpool demo --output-dir runs` deleted every run in it (and `--output-dir .` the project)."""
+    import pytest
+
+    from attnpool.runs.lock import RunError
+
+    folder = tmp_path / "runs"
+    (folder / "my_run").mkdir(parents=True)
+    (folder / "notes.txt").write_text("keep me")
+    with pytest.raises(RunError, match=r"holds files that are not the demo's \(my_run, notes.txt\).*another "
+                                       r"--output-dir"):
+        run_demo(output_dir=folder, model="unused", n_train=32, n_valid=16)
+    assert (folder / "notes.txt").read_text() == "keep me" and (folder / "my_run").is_dir()
+
+
+def test_a_second_demo_replaces_the_first_demos_files(tmp_path):
+    from attnpool.training import demo
+
+    folder = tmp_path / "demo"
+    for name in ("train.csv", "valid.csv"):
+        (folder / "mean").mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("old")
+    demo._clear_demo_folder(folder)
+    assert [p.name for p in folder.iterdir() if p.name != ".attnpool.lock"] == []

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from attnpool.config import TrainConfig, default_model
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.run import Run
 from attnpool.training.recipe import train
 
@@ -39,6 +40,7 @@ logger = logging.getLogger("attnpool.demo")
 # the weights soft (0.93 Pearson, the key word at about 0.6 of the weight) where 1e-2 lets them concentrate (0.98),
 # as the 380-step CR runs do at 1e-3 (see docs/quality.md). It changes nothing for mean pooling, which has no weights.
 POOLER_LR = 1e-2
+_DEMO_ENTRIES = {"train.csv", "valid.csv", "mean", "attention", LOCK_NAME}  # what a demo folder holds
 
 
 def make_key_token_data(n: int, seed: int, min_words: int = 16, max_words: int = 96) -> pd.DataFrame:
@@ -64,7 +66,7 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     """Fine-tune with ``mean`` and with ``attention`` pooling, print both Pearson scores and top-weighted tokens.
 
     Args:
-        output_dir: Where the data and the two runs go (replaced if they exist).
+        output_dir: Where the data and the two runs go: a new or empty folder, or an earlier demo's (replaced).
         seconds: Rough training budget per pooler on this machine; sets the number of training rows.
         model: Encoder (default: the bundled offline all-MiniLM-L6-v2).
         n_train: Training rows (overrides the budget).
@@ -74,10 +76,28 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
         ``{"mean": pearson, "attention": pearson}``.
     """
     output_dir = Path(output_dir)
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True)
-    model = model or default_model()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(output_dir, purpose="demo"):  # two demos in one folder would delete each other's runs
+        _clear_demo_folder(output_dir)
+        return _run_demo(output_dir, seconds, model or default_model(), n_train, n_valid)
+
+
+def _clear_demo_folder(output_dir: Path) -> None:
+    """Delete an earlier demo's files; refuse a folder holding anything else (``--output-dir runs`` or ``.``)."""
+    if not output_dir.is_dir():
+        raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")
+    others = sorted(p.name for p in output_dir.iterdir() if p.name not in _DEMO_ENTRIES)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise RunError(f"demo: {output_dir} holds files that are not the demo's ({shown}); the demo replaces what "
+                       "it writes, so it only runs in a new or empty folder or an earlier demo's: choose another "
+                       "--output-dir")
+    for path in output_dir.iterdir():
+        if path.name != LOCK_NAME:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _run_demo(output_dir: Path, seconds: float, model: str, n_train: int | None, n_valid: int) -> dict[str, float]:
 
     # Fine-tune the top layer (plus pooler and head): a few minutes on 2 CPU cores.
     encoder_config = AutoConfig.from_pretrained(model)
