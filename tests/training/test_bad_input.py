@@ -151,3 +151,40 @@ def test_empty_and_overlong_texts_are_kept_and_counted_in_the_log(encoder, tmp_p
     assert "2 rows have empty or missing text" in log
     assert "1 of 16 texts are longer than max_length=16 tokens and were truncated" in log
     assert len(pd.read_csv(run / "oof.csv")) == 16  # nothing dropped
+
+
+def test_an_unwritable_train_log_releases_the_lock_and_the_logger_level(encoder, tmp_path):
+    """train.log was opened before the try: its failure kept the run locked until the process ended."""
+    import logging
+
+    from attnpool import api
+    from attnpool.runs.lock import LOCK_NAME
+
+    write_toy_csv(tmp_path / "train.csv", n=12)
+    (tmp_path / "run" / "train.log").mkdir(parents=True)  # cannot be opened as a file
+    package = logging.getLogger("attnpool")
+    before = package.level
+    package.setLevel(logging.ERROR)
+    try:
+        with pytest.raises(OSError, match="train.log") as failed:
+            api.train(train_file=str(tmp_path / "train.csv"), text_cols=["first", "second"], label="label",
+                      folds=2, model=encoder, output_dir=str(tmp_path / "run"), epochs=1)
+        assert package.level == logging.ERROR
+        assert not (tmp_path / "run" / LOCK_NAME).exists()  # released: another process may take it
+        del failed
+    finally:
+        package.setLevel(before)
+
+
+def test_a_finished_training_leaves_the_callers_logger_level(encoder, tmp_path):
+    import logging
+
+    write_toy_csv(tmp_path / "train.csv", n=12)
+    package = logging.getLogger("attnpool")
+    before = package.level
+    package.setLevel(logging.ERROR)
+    try:
+        assert main(train_args(encoder, tmp_path / "train.csv", tmp_path / "run")) == 0
+        assert package.level == logging.ERROR
+    finally:
+        package.setLevel(before)

@@ -106,10 +106,11 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     run, cfg = on_main(open_run)  # the other processes get the main one's config, or its error
     package_logger = logging.getLogger("attnpool")
     level = package_logger.level
-    handler = _attach_log_file(run.log_file) if main else None
-    if not main:
-        package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
-    try:
+    handler = None
+    try:  # from here on the lock is released and the logger restored whatever fails (train.log unwritable too)
+        handler = _attach_log_file(run.log_file) if main else None
+        if not main:
+            package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
         # third-party bars and messages to train.log, not the console; the trackers' experiment (restored after)
         with quiet_third_party(handler), run_environment(cfg, run):
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
@@ -136,8 +137,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
         if handler is not None:
             package_logger.removeHandler(handler)
             handler.close()
-        else:
-            package_logger.setLevel(level)
+        package_logger.setLevel(level)  # the caller's level: _attach_log_file raised it to INFO
         if lock is not None:
             lock.release()
     return result
