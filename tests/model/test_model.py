@@ -87,6 +87,19 @@ def test_save_load_gives_identical_logits_and_weights(tmp_path):
     assert torch.equal(again(ids, mask).logits, after.logits)  # loading is deterministic, bit for bit
 
 
+def test_a_model_with_resized_token_embeddings_saves_and_loads(tmp_path):
+    """Added tokens (resize_token_embeddings): the new vocab_size went to the outer config, the load failed."""
+    model = build("bert").eval()
+    vocab = model.config.encoder.vocab_size
+    model.resize_token_embeddings(vocab + 21)
+    assert model.config.encoder.vocab_size == vocab + 21
+    ids, mask = batch([6, 3])
+    ids[0, 1] = vocab + 20  # one of the new tokens
+    model.save_pretrained(tmp_path)
+    loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(loaded(ids, mask).logits, model(ids, mask).logits, atol=0, rtol=0)
+
+
 def test_auto_classes_load_a_saved_folder(tmp_path):
     model = build("bert").eval()
     model.save_pretrained(tmp_path)

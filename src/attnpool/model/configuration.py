@@ -135,6 +135,16 @@ class AttnPoolConfig(PretrainedConfig):
                              f"problem_type {self.problem_type!r}, whose scores are already probabilities; leave "
                              "output_activation None")
 
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:
+        """The encoder's text config: what transformers' helpers read and write for the text model.
+
+        ``resize_token_embeddings`` sets its ``vocab_size`` there, the size ``from_pretrained`` rebuilds the encoder
+        with (set on this outer config, a resized model saved and then failed to load).
+        """
+        if self.encoder is None:
+            return super().get_text_config(decoder=decoder, encoder=encoder)
+        return self.encoder.get_text_config(decoder=decoder, encoder=encoder)
+
     @property
     def hidden_size(self) -> int:
         """The encoder's hidden size (what the pooler receives)."""
