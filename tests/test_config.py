@@ -70,6 +70,10 @@ def test_choices_come_from_the_modules_that_own_them_and_validate_checks_them():
     base = {"train_file": "x.csv", "text_cols": ["a"]}
     TrainConfig(**base).validate()
     TrainConfig(**base, loss="bce", output_activation="sigmoid").validate()
+    with pytest.raises(ValueError, match="^loss bce on a regression target .*add --output-activation sigmoid"):
+        TrainConfig(**base, loss="bce").validate()  # its raw logits were the predictions
+    TrainConfig(**base, task="multilabel", loss="bce").validate()
+    TrainConfig(preset="pppm", data_dir="d", loss="bce").validate()  # the preset adds the sigmoid
     with pytest.raises(ValueError, match=r"^output_activation sigmoid is for regression targets in \[0, 1\], got task "
                                          r"multilabel, whose scores are already probabilities .*; drop "
                                          "output_activation$"):

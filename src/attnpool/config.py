@@ -320,6 +320,11 @@ class TrainConfig:
         if self.loss is not None and self.loss not in allowed:
             raise ValueError(f"loss {self.loss} does not train task {self.task}: use {' or '.join(allowed)}, or leave "
                              "loss unset for the task's own")
+        sigmoid = self.output_activation == "sigmoid" or self.preset == "pppm"  # the preset's output is a sigmoid
+        if self.loss == "bce" and self.task == "regression" and not sigmoid:
+            raise ValueError("loss bce on a regression target fits the head's raw output to the logit of the label, "
+                             "and that raw output would be the prediction: add --output-activation sigmoid (targets "
+                             "in [0, 1]), or use loss mse or pearson")
         if self.output_activation is not None and self.task != "regression":
             raise ValueError(f"output_activation {self.output_activation} is for regression targets in [0, 1], got "
                              f"task {self.task}, whose scores are already probabilities (softmax, or a sigmoid per "

@@ -68,6 +68,27 @@ def test_default_losses_are_the_closed_forms():
                                F.mse_loss(torch.sigmoid(raw[:, 0]), target))
 
 
+def test_multilabel_mse_compares_the_probabilities_the_model_reports():
+    """MSE on the raw logits: logits equal to the 0/1 targets had loss 0, and every negative scored 0.5."""
+    multi_hot = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    loss = loss_of(multi_hot.clone(), multi_hot, num_labels=3, loss="mse")
+    torch.testing.assert_close(loss, F.mse_loss(torch.sigmoid(multi_hot), multi_hot))
+    assert loss > 0.05
+
+
+def test_bce_on_a_regression_head_needs_the_sigmoid_output():
+    """Without it the raw outputs were fitted to logit(label) and reported as the predictions."""
+    with pytest.raises(ValueError, match="loss='bce' on a regression head needs output_activation='sigmoid'"):
+        loss_of(torch.randn(2, 1), torch.tensor([0.25, 0.75]), loss="bce")
+
+
+def test_class_indices_of_any_integer_dtype_train():
+    raw = torch.randn(2, 3, generator=torch.Generator().manual_seed(2))
+    expected = loss_of(raw, torch.tensor([0, 2]), num_labels=3)
+    for dtype in (torch.int32, torch.int16, torch.int8):
+        torch.testing.assert_close(loss_of(raw, torch.tensor([0, 2], dtype=dtype), num_labels=3), expected)
+
+
 def test_regression_targets_of_shape_b_1_and_b_agree():
     raw = torch.randn(3, 1, generator=torch.Generator().manual_seed(1))
     target = torch.tensor([0.2, -1.0, 3.0])

@@ -39,7 +39,8 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     """The loss of the head's raw output ``(B, num_labels)`` (before any sigmoid) against ``labels``.
 
     The loss is ``config.loss``, or :func:`attnpool.tasks.default_loss` of ``problem_type`` when it is unset;
-    ``pearson`` (:func:`pearson_loss`) compares the predictions after the sigmoid of ``output_activation``, as MSE.
+    ``pearson`` (:func:`pearson_loss`) and MSE compare the predictions as the model reports them: after the sigmoid
+    of ``output_activation``, and for multi-label classification after each label's sigmoid (its probabilities).
 
     Raises:
         ValueError: Labels whose shape, dtype or values do not fit ``problem_type``, saying what was expected.
@@ -57,7 +58,7 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
                 f"{where}: expected integer class indices of shape ({batch},); for one-hot or multi-hot targets "
                 "use problem_type='multi_label_classification'"
             )
-        labels = labels.view(-1)
+        labels = labels.view(-1).long()  # cross_entropy takes int64 (or uint8) only: int32 labels raised
         if labels.numel() and (labels.min() < 0 or labels.max() >= num_labels):
             bad = labels[(labels < 0) | (labels >= num_labels)].unique().tolist()
             raise ValueError(f"{where}: class indices {bad} are outside [0, {num_labels - 1}]; check label2id")
@@ -75,10 +76,15 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     if loss_name == "cross_entropy":
         raise ValueError(f"loss='cross_entropy' needs problem_type='single_label_classification', not {problem_type!r}")
     if loss_name == "bce":
+        if problem_type == "regression" and config.output_activation != "sigmoid":
+            raise ValueError("loss='bce' on a regression head needs output_activation='sigmoid': without it the "
+                             "logits are fitted to logit(label) and read as the prediction; or use mse or pearson")
         if ((target < 0) | (target > 1)).any():
             raise ValueError(f"{where}: BCE needs targets in [0, 1], got values in [{target.min()}, {target.max()}]")
         return F.binary_cross_entropy_with_logits(raw, target)
-    prediction = torch.sigmoid(raw) if config.output_activation == "sigmoid" else raw
+    # what the model reports: the sigmoid of a [0, 1] regression head, and of each label of a multi-label one
+    sigmoid = config.output_activation == "sigmoid" or problem_type == "multi_label_classification"
+    prediction = torch.sigmoid(raw) if sigmoid else raw
     if loss_name == "pearson":
         return pearson_loss(prediction, labels.view(batch, num_labels))  # the labels as given, not cast to bf16
     return F.mse_loss(prediction, target)
