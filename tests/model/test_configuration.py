@@ -24,6 +24,10 @@ def test_config_validation():
                                          "problem_type 'multi_label_classification'"):
         AttnPoolConfig(encoder=tiny_config("bert"), output_activation="sigmoid", num_labels=3,
                        problem_type="multi_label_classification")
+    # several outputs and no problem_type: classes at the first batch, whose softmax would squash the sigmoids
+    with pytest.raises(ValueError, match="with num_labels=3 .*pass problem_type='regression' for several regression"):
+        AttnPoolConfig(encoder=tiny_config("bert"), output_activation="sigmoid", num_labels=3)
+    AttnPoolConfig(encoder=tiny_config("bert"), output_activation="sigmoid", num_labels=3, problem_type="regression")
     with pytest.raises(ValueError, match="an encoder config dict needs its 'model_type'"):
         AttnPoolConfig(encoder={"hidden_size": 8})
     with pytest.raises(ValueError, match=r"head_dropout must be in \[0, 1\), got 1.0"):

@@ -114,6 +114,15 @@ def test_auto_classes_load_a_saved_folder(tmp_path):
                                atol=1e-6, rtol=1e-6)
 
 
+def test_named_labels_give_the_number_of_outputs():
+    """id2label without num_labels built a one-output regression head and dropped the names (transformers infers 3)."""
+    model = build("bert", id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2})
+    assert model.config.num_labels == 3 and model.config.problem_type is None
+    assert model.config.id2label == {0: "neg", 1: "neu", 2: "pos"}
+    ids, mask = batch([4, 3])
+    assert model(ids, mask).logits.shape == (2, 3)
+
+
 def test_pipeline_runs_on_a_saved_folder(tmp_path):
     model = build("bert", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
                   label2id={"neg": 0, "neu": 1, "pos": 2})

@@ -130,10 +130,13 @@ class AttnPoolConfig(PretrainedConfig):
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:
             kwargs.setdefault("attn_implementation", encoder._attn_implementation)
         super().__init__(**kwargs)
-        if output_activation is not None and self.problem_type not in (None, "regression"):
+        classes = self.problem_type is None and self.num_labels > 1  # becomes classification at the first labels
+        if output_activation is not None and (self.problem_type not in (None, "regression") or classes):
             raise ValueError(f"output_activation {output_activation!r} is for regression targets in [0, 1], got "
-                             f"problem_type {self.problem_type!r}, whose scores are already probabilities; leave "
-                             "output_activation None")
+                             f"problem_type {self.problem_type!r}"
+                             + (f" with num_labels={self.num_labels} (classification at the first labels; pass "
+                                "problem_type='regression' for several regression targets)" if classes else "")
+                             + ", whose scores are already probabilities; leave output_activation None")
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:
         """The encoder's text config: what transformers' helpers read and write for the text model.

@@ -236,7 +236,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             pooling_spec = {**dict(pooling), **(pooling_options or {})}
         if pooler_instance is None:
             pooling_spec = encoder_pooling_defaults(pooling_spec, encoder_config, paired=paired)
-        config_kwargs.setdefault("num_labels", 1)
+        # one output unless the labels are named (transformers' own rule: id2label gives num_labels)
+        config_kwargs.setdefault("num_labels", len(config_kwargs["id2label"]) if config_kwargs.get("id2label") else 1)
         if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1:
             # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax.
             config_kwargs["problem_type"] = "regression"
