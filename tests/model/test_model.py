@@ -278,6 +278,21 @@ def test_from_encoder_loads_pretrained_weights_from_a_local_folder(tmp_path):
                                source.attnpool.encoder.embeddings.word_embeddings.weight)
 
 
+def test_home_relative_folders_and_subfolders_load(tmp_path, monkeypatch):
+    """"~/m" went to the hub as a repo id, and subfolder= was refused for a folder without config.json on top."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    source = build("bert").eval()
+    source.attnpool.encoder.save_pretrained(tmp_path / "enc")
+    model = AttnPoolForSequenceClassification.from_encoder("~/enc")
+    torch.testing.assert_close(model.attnpool.encoder.embeddings.word_embeddings.weight,
+                               source.attnpool.encoder.embeddings.word_embeddings.weight)
+    source.save_pretrained(tmp_path / "run" / "fold_0")
+    ids, mask = batch([5, 3])
+    for loaded in (AttnPoolForSequenceClassification.from_pretrained("~/run/fold_0"),
+                   AttnPoolForSequenceClassification.from_pretrained(tmp_path / "run", subfolder="fold_0")):
+        torch.testing.assert_close(loaded(ids, mask).logits, source(ids, mask).logits, atol=0, rtol=0)
+
+
 def _train_mode_outputs_agree(model, ids, mask) -> bool:
     model.train()
     torch.manual_seed(1)

@@ -64,6 +64,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         if kwargs.get("use_safetensors") is False:
             raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")
         path = Path(os.fspath(pretrained_model_name_or_path)).expanduser()
+        if path.is_dir():  # a local folder: given on (~ expanded: transformers takes "~/m" for a hub name)
+            pretrained_model_name_or_path = path
+            path = path / kwargs.get("subfolder", "")  # where config.json and the weights are
         if path.is_dir():
             if not (path / "config.json").is_file():
                 raise FileNotFoundError(f"{path} has no config.json: it is not a saved attnpool model folder")
@@ -212,6 +215,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             encoder_model = AutoModel.from_config(encoder_config, **(encoder_kwargs or {}))
         else:
             name = os.fspath(encoder)
+            if os.path.exists(os.path.expanduser(name)):  # "~/enc": transformers would take it for a hub name
+                name = os.path.expanduser(name)
             check_encoder_source(name)
             kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
             try:
