@@ -77,3 +77,10 @@ def test_poolers_a_pipeline_cannot_feed_are_refused_when_built(pooling):
     with pytest.raises(ValueError, match=f"AttnPooling: pooler '{pooling}' reads several layers or the encoder's "
                                          "attention maps"):
         AttnPooling(pooling, 16)
+
+
+def test_a_pooler_regulariser_a_pipeline_would_drop_is_refused():
+    """multihead_attention's penalty was accepted and never reached the sentence-transformers loss."""
+    with pytest.raises(ValueError, match="AttnPooling: pooler 'multihead_attention' has a training regulariser"):
+        AttnPooling("multihead_attention", 16, num_heads=2, penalty=0.5)
+    assert AttnPooling("multihead_attention", 16, num_heads=2).get_embedding_dimension() > 0

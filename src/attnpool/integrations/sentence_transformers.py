@@ -63,6 +63,10 @@ class AttnPooling(Module):
                              "attention maps, which a sentence-transformers pipeline does not hand to its pooling "
                              "module; use it in attnpool's own model (AttnPoolForSequenceClassification), or a "
                              "pooler of the last layer's tokens here")
+        if self.pooler.has_auxiliary_loss:  # a sentence-transformers loss would train without it, silently
+            raise ValueError(f"AttnPooling: pooler {self.pooler.name!r} has a training regulariser (e.g. "
+                             "multihead_attention's penalty) that sentence-transformers losses do not add; set it to "
+                             "0 here, or train the pooler in attnpool's own model, which adds it to the loss")
 
     @property
     def pooling(self) -> dict[str, Any]:
