@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from explain_helpers import tiny_model, wordpiece_tokenizer
+from explain_helpers import metaspace_tokenizer, tiny_model, wordpiece_tokenizer
 
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
 
@@ -36,6 +36,25 @@ def test_a_word_split_into_three_pieces_is_one_word_with_the_summed_weight():
     assert (unbelievable.start, unbelievable.end) == (0, 12)  # the text as written, capital U included
     assert words[4].start == words[3].end, "'!' follows 'sat' without a space"
     assert sum(w.weights[0] for w in words) == sum(range(1, 10))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["llama", "deberta-v3"])
+def test_sentencepiece_words_are_split_at_spaces_and_hold_no_space(split):
+    """Llama/Mistral give every piece word id 0 (the text was one word); Metaspace pieces hold the space before."""
+    text = "the unbelievable cats sat 12"
+    tokens, words = _merge(metaspace_tokenizer(split), text)
+    assert tokens[:4] == ["<s>", "\u2581the", "\u2581un", "believ"]
+    shown = [(w.text, w.start, w.end) for w in words if w.kind == "word"]
+    assert shown == [("the", 0, 3), ("unbelievable", 4, 16), ("cats", 17, 21), ("sat", 22, 25), ("12", 26, 28)]
+    unbelievable = next(w for w in words if w.text == "unbelievable")
+    assert unbelievable.pieces == ["\u2581un", "believ", "able"]
+    assert sum(w.weights[0] for w in words) == sum(range(1, len(tokens) + 1))
+
+
+def test_without_offsets_a_space_mark_starts_a_word():
+    words = merge_words(["<s>", "\u2581un", "believ", "\u2581cat", "s"], np.array([[0.1, 0.2, 0.3, 0.2, 0.2]]),
+                        special=[True, False, False, False, False], word_ids=[None, 0, 0, 0, 0])
+    assert [w.pieces for w in words[1:]] == [["\u2581un", "believ"], ["\u2581cat", "s"]]
 
 
 def test_a_text_pair_keeps_its_segments_apart():

@@ -94,7 +94,7 @@ def merge_words(
             previous_key = None
             continue
         key = (segment, word_id) if word_id is not None else None
-        if key is not None and key == previous_key:
+        if key is not None and key == previous_key and not _starts_word(position, tokens, offsets, texts, segment):
             word = words[-1]
             word.pieces.append(token)
             word.positions.append(position)
@@ -108,6 +108,19 @@ def merge_words(
     return words
 
 
+def _starts_word(position: int, tokens: Sequence[str], offsets: Sequence[tuple[int, int]] | None,
+                 texts: Sequence[str | None], segment: int | None) -> bool:
+    """Whether a piece that shares the previous one's word id starts a word after all: a space comes before it.
+
+    Llama and Mistral tokenizers (Metaspace without splitting) give every piece of a text word id 0.
+    """
+    text = texts[segment] if offsets is not None and segment is not None and segment < len(texts) else None
+    if text is None:
+        return tokens[position].startswith(("\u2581", "\u0120"))  # SentencePiece's and byte-level BPE's space marks
+    (_, previous_end), (start, end) = offsets[position - 1], offsets[position]
+    return any(c.isspace() for c in text[previous_end:start]) or (end > start and text[start].isspace())
+
+
 def _set_text(word: Word, offsets: Sequence[tuple[int, int]] | None, texts: Sequence[str | None],
               tokens_to_string: Any) -> None:
     """The word as written in the text (case and accents kept), else its pieces joined back by the tokenizer."""
@@ -115,9 +128,14 @@ def _set_text(word: Word, offsets: Sequence[tuple[int, int]] | None, texts: Sequ
         text = texts[word.segment]
         spans = [offsets[p] for p in word.positions if offsets[p][1] > offsets[p][0]]
         if text is not None and spans:
-            word.start, word.end = min(s for s, _ in spans), max(e for _, e in spans)
-            word.text = text[word.start : word.end]
-            return
+            start, end = min(s for s, _ in spans), max(e for _, e in spans)
+            while start < end and text[start].isspace():  # Metaspace pieces (DeBERTa-v3) hold the space before
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+            if start < end:
+                word.start, word.end, word.text = start, end, text[start:end]
+                return
     if tokens_to_string is not None:
         try:
             word.text = str(tokens_to_string(word.pieces)).strip() or "".join(word.pieces)
