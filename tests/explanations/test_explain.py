@@ -159,6 +159,34 @@ def test_bad_inputs_are_refused():
         attnpool.explain(model, tokenizer, [])
     with pytest.raises(ValueError, match="gives no token weights"):
         attnpool.explain(tiny_model("max"), tokenizer, ["a cat"])
+    with pytest.raises(ValueError, match="seed >= 0, got 5, 128, 32 and -1"):  # numpy's own words named no option
+        attnpool.explain(model, tokenizer, ["a cat"], seed=-1)
+
+
+def test_labels_of_a_shuffled_frame_go_with_their_texts():
+    """labels[i] of a Series read its index: a shuffled frame paired each text with another row's label."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"text": ["the cat", "a dog", "red mat"], "label": [0.1, 0.3, 0.2]}, index=[0, 2, 1])
+    result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), frame["text"], labels=frame["label"], erasure_k=1)
+    assert [(x.text, x.label) for x in result.examples] == [("the cat", 0.1), ("a dog", 0.3), ("red mat", 0.2)]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_weights_that_rank_nothing_are_not_called_faithful(pooling):
+    """mean's equal weights and cls's special-token weight removed the same tokens as 'top' and 'bottom'."""
+    from attnpool.explanations.page import _verdict
+
+    result = attnpool.explain(tiny_model(pooling), wordpiece_tokenizer(), TEXTS, erasure_k=3)
+    verdict = _verdict(result.erasure.aopc)
+    assert "the weights do not rank the tokens" in verdict and "relies on" not in verdict
+
+
+def test_a_verdict_needs_the_top_tokens_to_matter_more_than_the_bottom_ones():
+    from attnpool.explanations.page import _verdict
+
+    assert "relies on" in _verdict({"top": 0.3, "random": 0.1, "bottom": 0.05})
+    assert "do not read these weights" in _verdict({"top": 0.3, "random": 0.1, "bottom": 0.4})
 
 
 def test_a_single_string_and_the_training_mode_are_handled():

@@ -51,7 +51,7 @@ def _check_pooler(model: torch.nn.Module) -> Any:
         name = getattr(pooler, "name", type(pooler).__name__)
         raise ValueError(
             f"the model's pooler {name!r} gives no token weights, so there is nothing to explain; explain needs a "
-            "pooler that weighs tokens (attention, multihead_attention, gated_attention, latent_attention, ...)"
+            "pooler that weighs tokens (attention, multihead_attention, gated_attention, ...)"
         )
     return pooler
 
@@ -216,14 +216,15 @@ def explain(
     """
     texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
     pairs = None if text_pairs is None else [str(t) for t in text_pairs]
+    labels = None if labels is None else list(labels)  # by position, as the texts: a Series' index is not
     if not texts:
         raise ValueError("explain: no texts given")
     for name, values in (("text_pairs", pairs), ("labels", labels)):
         if values is not None and len(values) != len(texts):
             raise ValueError(f"explain: {len(texts)} texts but {len(values)} {name}; give one per text")
-    if erasure_k < 0 or max_length < 1 or batch_size < 1:
-        raise ValueError(f"explain: need erasure_k >= 0, max_length >= 1 and batch_size >= 1, got {erasure_k}, "
-                         f"{max_length} and {batch_size}")
+    if erasure_k < 0 or max_length < 1 or batch_size < 1 or seed < 0:
+        raise ValueError(f"explain: need erasure_k >= 0, max_length >= 1, batch_size >= 1 and seed >= 0, got "
+                         f"{erasure_k}, {max_length}, {batch_size} and {seed}")
     pooler = _check_pooler(model)
     config = getattr(model, "config", None)
     problem_type = _problem_type(config)

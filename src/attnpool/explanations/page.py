@@ -123,9 +123,17 @@ def _summary_card(explanation: Explanation) -> str:
 
 
 def _verdict(aopc: dict[str, float | None]) -> str:
-    top, rnd = aopc.get("top"), aopc.get("random")
+    top, rnd, bottom = aopc.get("top"), aopc.get("random"), aopc.get("bottom")
     if top is None or rnd is None:
         return "Not enough tokens to compare."
+    if bottom is not None and abs(top - bottom) <= 1e-9 * max(1.0, abs(top)):  # ties: the same tokens both ways
+        return ("Removing the most-weighted tokens and the least-weighted ones changes the prediction alike: the "
+                "weights do not rank the tokens (equal weights, as mean pooling's, or all on special tokens, as cls "
+                "pooling's), so this test says nothing about them.")
+    if bottom is not None and top <= bottom:
+        return (f"Removing the least-weighted tokens moves the prediction at least as much as removing the "
+                f"most-weighted ones ({fmt_number(bottom)} against {fmt_number(top)}): do not read these weights as "
+                "an explanation.")
     if rnd <= 1e-12:
         return ("Removing random tokens does not move the prediction; removing the most-weighted ones moves it by "
                 f"{fmt_number(top)} on average.")
