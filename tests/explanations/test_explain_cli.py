@@ -127,6 +127,24 @@ def test_label_errors_come_before_the_model_runs(run, data, tmp_path, capsys, mo
     assert not (tmp_path / "r.html").exists()
 
 
+def test_output_path_errors_come_before_the_model_runs(run, data, tmp_path, capsys, monkeypatch):
+    """--output r.json (the JSON's default name too) and a folder failed after every forward pass."""
+    from attnpool.explanations import files
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model ran before the output paths were checked")
+
+    monkeypatch.setattr(files, "explain", never)
+    common = ["explain", "--run", str(run), "--input", str(data / "test.csv")]
+    assert main([*common, "--output", str(tmp_path / "r.json")]) == 2
+    assert "would both be written to" in capsys.readouterr().err
+    (tmp_path / "out").mkdir()
+    assert main([*common, "--output", str(tmp_path / "out")]) == 2
+    assert f"--output {tmp_path / 'out'} is a folder; give a file name, e.g. {tmp_path / 'out' / 'report.html'}" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_source_errors_are_one_clear_line(run, data, tmp_path, capsys):
     common = ["--input", str(data / "test.csv"), "--output", str(tmp_path / "r.html")]
     assert main(["explain", "--run", str(run / "fold_0" / "model"), *common]) == 2

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from attnpool.data import DataError, build_texts, check_columns, read_table
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.explanations.core import Explanation, explain
-from attnpool.explanations.page import write_report
+from attnpool.explanations.page import report_paths, write_report
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device
 from attnpool.runs.run import RUN_FILE, Run
@@ -99,6 +99,7 @@ def explain_file(
     source = Path(source)
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    report_paths(html_path, json_path)  # a wrong output path fails now, not after the model has run
     if Run.is_run(source):
         if text_cols:
             raise ValueError("--text-cols is for a model folder; a run builds its texts as in training (config.yaml)")

@@ -32,12 +32,26 @@ def write_report(explanation: Explanation, html_path: str | Path, json_path: str
     Returns:
         ``(html_path, json_path)``.
     """
+    html_path, json_path = report_paths(html_path, json_path)
+    atomic_write_text(json_path, json.dumps(explanation.to_dict(), indent=1, allow_nan=False) + "\n")
+    atomic_write_text(html_path, render_html(explanation, title=title))
+    return html_path, json_path
+
+
+def report_paths(html_path: str | Path, json_path: str | Path | None = None) -> tuple[Path, Path]:
+    """The two report files, checked before anything runs: distinct, and neither an existing folder.
+
+    Raises:
+        ValueError: Both would be one file, or a path names a folder (saying which option to change).
+    """
     html_path = Path(html_path)
     json_path = Path(json_path) if json_path is not None else html_path.with_suffix(".json")
     if json_path.resolve() == html_path.resolve():
-        raise ValueError(f"the JSON and HTML reports would both be written to {html_path}; give another JSON path")
-    atomic_write_text(json_path, json.dumps(explanation.to_dict(), indent=1, allow_nan=False) + "\n")
-    atomic_write_text(html_path, render_html(explanation, title=title))
+        raise ValueError(f"the JSON and HTML reports would both be written to {html_path}; give another --json "
+                         "path, or an --output ending in .html")
+    for option, path, suffix in (("--output", html_path, ".html"), ("--json", json_path, ".json")):
+        if path.is_dir():
+            raise ValueError(f"{option} {path} is a folder; give a file name, e.g. {path / ('report' + suffix)}")
     return html_path, json_path
 
 
