@@ -159,3 +159,30 @@ def test_a_start_killed_while_writing_its_folds_counts_as_never_started(tmp_path
     assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != ".lock") == ["train.log"]
     (tmp_path / "run" / "notes.txt").write_text("mine")
     assert not Run.never_started(tmp_path / "run")  # a file of the user's: not ours to delete
+
+
+def test_an_overwrite_cut_short_leaves_a_run_that_overwrite_accepts_again(tmp_path, monkeypatch):
+    """run.json went first in iterdir order: the folder left was no run, refused by --overwrite and --resume."""
+    import shutil
+
+    run = Run.create(tmp_path / "r")
+    run.write_info({"task": "regression"})
+    for name in ("a_fold", "fold_0", "zz_fold"):  # folders on both sides of run.json in name order
+        (tmp_path / "r" / name).mkdir()
+    rmtree = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):
+        rmtree(path, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    from pathlib import Path
+
+    iterdir = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(sorted(iterdir(self), key=lambda p: p.name != "run.json")))
+    monkeypatch.setattr(shutil, "rmtree", interrupted)  # a directory listing that gives run.json first
+    with pytest.raises(KeyboardInterrupt):
+        Run.create(tmp_path / "r", overwrite=True)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert Run.is_run(tmp_path / "r")
+    assert not Run.create(tmp_path / "r", overwrite=True).has_info()
+    assert [p.name for p in (tmp_path / "r").iterdir() if p.name != ".attnpool.lock"] == []

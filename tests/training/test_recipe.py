@@ -185,6 +185,10 @@ def test_a_fold_killed_between_its_metrics_and_its_predictions_does_not_count_as
     assert main(["train", "--output-dir", str(out), "--resume", "--only-folds", "0"]) == 3
     metrics = json.loads((out / "metrics.json").read_text())
     assert not metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0]
+    # killed after its oof.csv, before its checkpoints were deleted: the next start deletes them
+    (out / "fold_0" / "checkpoints" / "checkpoint-4").mkdir(parents=True)
+    assert main(["train", "--output-dir", str(out), "--resume", "--only-folds", "0"]) == 3
+    assert not (out / "fold_0" / "checkpoints").exists() and (out / "fold_0" / "oof.csv").is_file()
 
 
 def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(encoder, data, tmp_path):

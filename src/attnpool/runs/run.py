@@ -107,7 +107,8 @@ class Run:
             if not cls.is_run(path):
                 raise RunError(f"--overwrite refuses to delete {path}: it is not an attnpool run (no {RUN_FILE})")
             with RunLock(path, purpose="overwrite"):  # held while deleting: no other process can start on it
-                for entry in path.iterdir():
+                # run.json last: cut short, the folder stays a run that --overwrite accepts again
+                for entry in sorted(path.iterdir(), key=lambda p: p.name == RUN_FILE):
                     if entry.name == LOCK_NAME:
                         continue
                     if entry.is_dir() and not entry.is_symlink():

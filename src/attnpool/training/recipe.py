@@ -13,6 +13,7 @@ second ``train`` on a directory that a live process is writing is refused with t
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,8 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
                              f"-> {info['classes']}); start a new run")
     run.write_info(info)
     done = [int(f) for f in sorted(set(folds[folds >= 0])) if run.fold_done(int(f))]
+    for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again
+        shutil.rmtree(run.checkpoints_dir(fold), ignore_errors=True)
     return folds, done
 
 
