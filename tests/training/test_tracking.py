@@ -151,3 +151,32 @@ def test_wandb_gets_a_run_per_fold_and_the_cv_run_in_one_group(recipe, tmp_path,
                      (f"{name}/cv", "attnpool", name)]
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 3 and wandb.run is None
     assert "WANDB_RUN_GROUP" not in os.environ
+
+
+def test_a_tracker_failing_on_the_summary_does_not_fail_a_trained_run(recipe, monkeypatch, caplog):
+    """TensorBoard's SummaryWriter missing (tensorboardX only) or a tracker's server down, after every fold."""
+    folder, values = recipe
+
+    def broken(*args, **kwargs):
+        raise ImportError("No module named 'tensorboard'")
+
+    monkeypatch.setitem(tracking._INSTALLED, "tensorboard", lambda: True)
+    monkeypatch.setattr(tracking, "_tensorboard", broken)
+    result = attnpool.train(values, output_dir=str(folder / "broken"), report_to="tensorboard")
+    assert result.metrics["complete"] and (result.run_dir / "oof.csv").is_file()
+    assert "tracking: tensorboard did not take the CV summary (ImportError: No module named 'tensorboard')" \
+        in (result.run_dir / "train.log").read_text()
+
+
+def test_the_callers_mlflow_experiment_is_the_active_one_after_a_run(recipe, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    folder, values = recipe
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setattr(mlflow.tracking._tracking_service.utils, "_tracking_uri", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    mine = mlflow.set_experiment("mine").experiment_id
+    attnpool.train(values, output_dir=str(folder / "ml_after"), report_to="mlflow")
+    with mlflow.start_run() as after:  # went to the run's experiment
+        pass
+    assert after.info.experiment_id == mine

@@ -18,6 +18,7 @@ cross-validation scores of the out-of-fold predictions (``cv/<metric>``):
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import time
@@ -32,6 +33,7 @@ from attnpool.config import TrainConfig
 from attnpool.runs.run import SUMMARY_RUN, Run
 from attnpool.training.progress import get_verbosity
 
+logger = logging.getLogger("attnpool.train")
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 _INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
               "mlflow": hf_integrations.is_mlflow_available,
@@ -107,8 +109,25 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
         values["WANDB_RUN_GROUP"] = os.environ.get("WANDB_RUN_GROUP") or name
         if get_verbosity() != "verbose":  # its banners and run summaries, on every fold
             values["WANDB_SILENT"] = os.environ.get("WANDB_SILENT") or "true"
-    with _environ(values):
+    with _environ(values), _mlflow_experiment("mlflow" in used):
         yield used
+
+
+@contextlib.contextmanager
+def _mlflow_experiment(used: bool) -> Iterator[None]:
+    """Restore the MLflow fluent API's active experiment after a run.
+
+    Transformers' callback sets it to the run's experiment, where the caller's next ``mlflow.start_run()`` went.
+    """
+    fluent = None
+    if used:
+        import mlflow.tracking.fluent as fluent
+    saved = getattr(fluent, "_active_experiment_id", None)
+    try:
+        yield
+    finally:
+        if fluent is not None and hasattr(fluent, "_active_experiment_id"):
+            fluent._active_experiment_id = saved
 
 
 @contextlib.contextmanager
@@ -166,13 +185,16 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
     folds = [(int(m["fold"]), _numbers(m, skip=("fold",))) for m in metrics.get("folds", [])]
     overall = _numbers(metrics.get("overall", {}))
     name = f"{experiment_name(run)}/{SUMMARY_RUN}"
+    writers = {"tensorboard": lambda: _tensorboard(cfg, run, folds, overall),
+               "mlflow": lambda: _mlflow(cfg, run, name, folds, overall),
+               "wandb": lambda: _wandb(cfg, name, folds, overall)}
     where = []
-    if "tensorboard" in used:
-        where.append(_tensorboard(cfg, run, folds, overall))
-    if "mlflow" in used:
-        where.append(_mlflow(cfg, run, name, folds, overall))
-    if "wandb" in used:
-        where.append(_wandb(cfg, name, folds, overall))
+    for tracker in used:
+        try:
+            where.append(writers[tracker]())
+        except Exception as err:  # noqa: BLE001 - every fold is trained and saved: a tracker must not fail the run
+            logger.warning("tracking: %s did not take the CV summary (%s: %s); every fold is trained and the "
+                           "run's results are saved in %s", tracker, type(err).__name__, err, run.path)
     return where
 
 
