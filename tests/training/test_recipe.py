@@ -191,6 +191,23 @@ def test_a_fold_killed_between_its_metrics_and_its_predictions_does_not_count_as
     assert not (out / "fold_0" / "checkpoints").exists() and (out / "fold_0" / "oof.csv").is_file()
 
 
+def test_resume_refuses_data_changed_under_the_same_row_count(encoder, data, tmp_path, capsys):
+    """Fold 0 learned the old labels and fold 1 the new ones, and the CV scored them all against the new."""
+    out = tmp_path / "run"
+    frame = pd.read_csv(data / "train.csv")
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    args = ["train", "--train-file", str(tmp_path / "train.csv"), "--text-cols", "first", "second", "--label",
+            "label", "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--only-folds", "0"]) == 3
+    frame.loc[3, "label"] = frame.loc[3, "label"] + 0.5  # a label fixed between the calls
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 2
+    assert "--resume: the training data changed since the run started (same number of rows, other texts or " \
+           "labels)" in capsys.readouterr().err
+    assert not (out / "fold_1" / "oof.csv").exists()
+
+
 def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(encoder, data, tmp_path):
     import yaml
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,14 @@ class TaskData:
         if self.task == "regression":
             return 1 if self.labels.ndim == 1 else self.labels.shape[1]
         return len(self.classes or [])
+
+    def fingerprint(self) -> str:
+        """A SHA-256 of the rows as trained on (their token ids and labels): a resumed run checks its data with it."""
+        digest = hashlib.sha256()
+        for ids in self.encodings.get("input_ids", []):
+            digest.update(np.asarray(ids, dtype=np.int64).tobytes() + b"|")
+        digest.update(np.ascontiguousarray(self.labels, dtype=np.float64).tobytes())
+        return digest.hexdigest()
 
     def make_folds(self, cfg: TrainConfig) -> np.ndarray:
         """Fold id per row; with a validation file, -1 for training rows and 0 for validation rows."""

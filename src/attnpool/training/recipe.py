@@ -177,12 +177,16 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
         raise ValueError(f"the run's saved folds have {len(folds)} rows but the data has {data.num_rows}; the data "
                          "changed since the run started: start a new run")
     info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
-            "num_folds": int(folds.max()) + 1 if len(folds) else 0}
+            "num_folds": int(folds.max()) + 1 if len(folds) else 0, "data_sha256": data.fingerprint()}
     if cfg.resume and run.has_info():
         previous = run.info()
         if previous.get("classes") != info["classes"]:
             raise ValueError(f"--resume: the labels changed since the run started ({previous.get('classes')} "
                              f"-> {info['classes']}); start a new run")
+        if previous.get("data_sha256", info["data_sha256"]) != info["data_sha256"]:  # runs before it had none
+            raise ValueError("--resume: the training data changed since the run started (same number of rows, "
+                             "other texts or labels): its finished folds learned the old rows. Put the data back, "
+                             "or start a new run")
     run.write_info(info)
     done = [int(f) for f in sorted(set(folds[folds >= 0])) if run.fold_done(int(f))]
     for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again
