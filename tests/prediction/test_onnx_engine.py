@@ -116,3 +116,45 @@ def test_a_graph_that_fails_its_check_says_how_to_export_it_from_predict(tmp_pat
     assert message.startswith("fold 0: the exported graph disagrees with PyTorch")
     assert f"attnpool export --model {run} --fold 0 --output {Run.open(run).onnx_file(0)}" in message
     assert "--no-verify" in message and "--backend torch" in message
+
+
+def test_a_graph_is_made_again_when_its_fold_model_is_not_the_one_it_was_made_from(tmp_path):
+    """Freshness was 'the graph is newer than the model files': a fold copied in with older times kept its old graph."""
+    import os
+    import shutil
+
+    from attnpool.exporters.models import source_stamp
+    from attnpool.prediction import onnx_engine
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    run = Run.open(make_run(tmp_path / "run", encoder, folds=1))
+    other = make_run(tmp_path / "other", encoder, folds=1, seed=7)  # another model for the same fold
+    graph = onnx_engine.graph_file(run, 0)
+    int8 = onnx_engine.graph_file(run, 0, "int8")
+    made, made_int8 = graph.stat().st_mtime_ns, int8.stat().st_mtime_ns
+    assert onnx_engine.graph_file(run, 0, "int8") == int8 and int8.stat().st_mtime_ns == made_int8  # reused
+    assert graph.stat().st_mtime_ns == made
+    old = graph.stat().st_mtime_ns - 10**12  # 1000 s before the graph was made
+    weights = run.model_dir(0) / "model.safetensors"
+    shutil.copyfile(other / "fold_0" / "model" / "model.safetensors", weights)
+    os.utime(weights, ns=(old, old))  # as rsync -a or cp -p leave an older model
+    assert onnx_engine._stale(graph, run.model_dir(0)) and onnx_engine._stale(int8, run.model_dir(0))
+    onnx_engine.graph_file(run, 0, "int8")
+    assert not onnx_engine._stale(graph, run.model_dir(0)) and not onnx_engine._stale(int8, run.model_dir(0))
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(str(int8), load_external_data=False).metadata_props}
+    assert props["attnpool_source"] == source_stamp(run.model_dir(0))
+
+
+def test_a_graph_made_by_another_attnpool_version_is_made_again(tmp_path, monkeypatch):
+    from attnpool.prediction import onnx_engine
+
+    run = Run.open(make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), folds=1))
+    graph = onnx_engine.graph_file(run, 0)
+    assert not onnx_engine._stale(graph, run.model_dir(0))
+    monkeypatch.setattr(onnx_engine, "__version__", "99.0")
+    assert onnx_engine._stale(graph, run.model_dir(0))
+    graph.write_bytes(b"cut short")
+    monkeypatch.undo()
+    assert onnx_engine._stale(graph, run.model_dir(0))  # a damaged graph too

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from transformers import AutoTokenizer
 
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.model.card import CARD_FILE
 from attnpool.pooling import available_poolers, get_pooler_class
 from attnpool.runs.run import Run
 
@@ -172,3 +173,13 @@ def _max_tokens(model: nn.Module) -> int | None:
     """Longest sequence the encoder's position embeddings allow (RoBERTa-style offsets take two)."""
     positions = getattr(_base_model(model).config.encoder, "max_position_embeddings", None)
     return positions - 2 if isinstance(positions, int) and positions > 2 else None
+
+
+def source_stamp(model_dir: str | os.PathLike) -> str:
+    """What a graph was exported from: each file of the model folder, its size and time (not the card), as JSON.
+
+    Stored in the graph (``metadata_props["attnpool_source"]``): a graph whose stamp differs from its folder's is
+    stale (retrained, copied over with older times, or an earlier model), whatever the files' times say.
+    """
+    files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.name != CARD_FILE)
+    return json.dumps([[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files])

@@ -36,6 +36,7 @@ from attnpool.exporters.models import (
     _uses_token_types,
     load_for_export,
     resolve_model_dir,
+    source_stamp,
 )
 from attnpool.exporters.verify import ATOL, _example_batch, _pad_id, verify_onnx
 from attnpool.model.card import CARD_FILE, ExportFacts, is_attnpool_card, model_card, read_card, training_facts
@@ -214,6 +215,8 @@ def export_onnx(
         program = _export_program(wrapper.eval(), {k: v.to(device) for k, v in example.items()}, opset)
         _check_opset(program, opset)
         program.model.metadata_props.update(_metadata(model, wrapper))
+        if model_dir is not None:  # predict and serve re-export a fold whose model is not this one any more
+            program.model.metadata_props["attnpool_source"] = source_stamp(model_dir)
         output.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
         try:

@@ -3,7 +3,8 @@
 ``predict --backend onnx`` runs the same length-sorted, dynamically padded batches as the PyTorch engine
 (:mod:`attnpool.prediction.engine`) through ``onnxruntime.InferenceSession``. Each fold's graph is exported by
 :func:`attnpool.exporters.export_onnx` (which checks it against PyTorch and writes it atomically) into
-``fold_K/onnx/`` the first time, and reused after that, until the fold's model changes.
+``fold_K/onnx/`` the first time, and reused after that, until the fold's model changes (the graph records the
+model files it was made from) or attnpool is upgraded.
 
 ``quantize="int8"`` adds ONNX Runtime's dynamic quantization: the graph is pre-processed
 (``quant_pre_process``: shape inference and graph optimisation), then its ``MatMul`` weights are stored as int8
@@ -28,13 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from attnpool._version import __version__
 from attnpool.data.batching import padded_batches
 from attnpool.exporters import ExportError, export_onnx
+from attnpool.exporters.models import source_stamp
 from attnpool.prediction.engine import FoldEnsemble, fold_tokenizer, fold_weights
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import scores_from_logits
 
 try:
+    import onnx
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
 except ImportError:  # the onnx extra is optional; load() says how to install it
@@ -48,11 +52,18 @@ CALIBRATION_ROWS = 128
 
 
 def _stale(target: Path, model_dir: Path) -> bool:
-    """Whether ``target`` is missing or older than any file of the fold's model."""
+    """Whether ``target`` is missing, or was not made from the fold's model as it is now by this attnpool.
+
+    The graph's ``attnpool_source`` stamp (each model file's size and time, :func:`source_stamp`) is compared, not
+    which file is newer: a fold copied in with older times (``rsync -a``, ``cp -p``) kept the old graph in use.
+    """
     if not target.is_file():
         return True
-    newest = max(f.stat().st_mtime_ns for f in model_dir.iterdir() if f.is_file())
-    return target.stat().st_mtime_ns < newest
+    try:
+        props = {p.key: p.value for p in onnx.load(str(target), load_external_data=False).metadata_props}
+    except Exception:  # noqa: BLE001 - a damaged or cut-short graph: made again
+        return True
+    return props.get("attnpool_source") != source_stamp(model_dir) or props.get("attnpool_version") != __version__
 
 
 def _quantize(source: Path, target: Path) -> None:
@@ -83,7 +94,7 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
     if quantize == "none":
         return fp32
     target = run.onnx_file(fold, quantize)
-    if _stale(target, run.model_dir(fold)) or target.stat().st_mtime_ns < fp32.stat().st_mtime_ns:
+    if _stale(target, run.model_dir(fold)):  # the quantized graph keeps the float32 one's stamp
         logger.info("fold %d: quantizing the ONNX graph to %s into %s", fold, quantize, target)
         _quantize(fp32, target)
     return target
