@@ -155,9 +155,10 @@ def test_with_weights_for_a_pooler_without_weights_is_refused(tmp_path):
 
 def test_a_failed_verification_writes_nothing(saved, tmp_path, monkeypatch):
     import attnpool.exporters.onnx as export_module
+    from attnpool.exporters import VerificationError
 
     def disagree(*args, **kwargs):
-        raise ExportError("the exported graph disagrees with PyTorch")
+        raise VerificationError("the exported graph disagrees with PyTorch")
 
     # A stand-in for the (slow) exporter: what matters here is what happens to the files it saved.
     program = SimpleNamespace(model=SimpleNamespace(metadata_props={}, opset_imports={"": 20}),
@@ -180,6 +181,27 @@ def test_verification_reports_a_mismatch_clearly(exported):
     expected = r"disagrees with PyTorch on 'logits' by up to 1 \(tolerance 0.0001\).*--no-verify"
     with pytest.raises(ExportError, match=expected):
         verify_onnx(result.path, other, inputs, with_weights=True)
+
+
+def test_a_graph_onnxruntime_cannot_run_is_a_verification_error(exported):
+    """ids past the vocabulary: onnxruntime's INVALID_ARGUMENT escaped as a traceback, past the CLI's handler."""
+    from attnpool.exporters import VerificationError
+
+    result, model = exported
+    ids, mask = batch([4, 6])
+    ids[0, 1] = 10**6
+    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    with pytest.raises(VerificationError, match=r"onnxruntime could not run the exported graph on a batch of shape "
+                                                r"\(2, 6\)"):
+        verify_onnx(result.path, model, inputs, with_weights=True)
+
+
+def test_a_bf16_model_is_refused_with_the_fix(saved, tmp_path):
+    """onnxruntime's CPU kernels have no bf16 MatMul: the advice was --opset or an onnxruntime update."""
+    model = AttnPoolForSequenceClassification.from_pretrained(saved).to(torch.bfloat16)
+    with pytest.raises(ExportError, match=r"holds bfloat16 weights; export a float32 model: call model.float\(\)"):
+        export_onnx(model, tmp_path / "m.onnx")
+    assert not any(tmp_path.iterdir())
 
 
 def test_an_opset_the_exporter_could_not_convert_to_is_an_error():

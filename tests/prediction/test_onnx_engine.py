@@ -101,13 +101,14 @@ def test_int8_of_a_graph_with_external_weights_prepares_it_with_external_weights
 
 def test_a_graph_that_fails_its_check_says_how_to_export_it_from_predict(tmp_path, monkeypatch):
     """The exporter's advice names export's options (--no-verify); predict has none: say which command takes them."""
-    from attnpool.exporters import ExportError
+    from attnpool.exporters import ExportError, VerificationError
     from attnpool.prediction import onnx_engine
 
     run = make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), folds=1)
 
     def disagrees(*args, **kwargs):
-        raise ExportError("the exported graph disagrees with PyTorch on 'logits' by up to 0.01 (tolerance 0.0001)")
+        raise VerificationError("the exported graph disagrees with PyTorch on 'logits' by up to 0.01 (tolerance "
+                                "0.0001)")
 
     monkeypatch.setattr(onnx_engine, "export_onnx", disagrees)
     with pytest.raises(ExportError) as caught:
@@ -158,3 +159,32 @@ def test_a_graph_made_by_another_attnpool_version_is_made_again(tmp_path, monkey
     graph.write_bytes(b"cut short")
     monkeypatch.undo()
     assert onnx_engine._stale(graph, run.model_dir(0))  # a damaged graph too
+
+
+def test_a_model_the_exporter_refuses_gets_no_advice_that_cannot_work(tmp_path):
+    """A recurrent layer cannot be traced: 'attnpool export ... --no-verify' was advised, and failed the same way."""
+    from attnpool.exporters import ExportError
+    from attnpool.prediction import onnx_engine
+
+    run = make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), folds=1)
+    from attnpool.model import AttnPoolForSequenceClassification
+
+    model = AttnPoolForSequenceClassification.from_encoder(str(tmp_path / "encoder"), recurrent="lstm",
+                                                           pooling_options={"attn_size": 8})
+    model.save_pretrained(Run(run).model_dir(0))
+    with pytest.raises(ExportError) as caught:
+        onnx_engine.graph_file(Run.open(run), 0)
+    assert str(caught.value).startswith("fold 0: ") and str(caught.value).endswith("; use --backend torch")
+    assert "--no-verify" not in str(caught.value)
+
+
+def test_a_graph_onnxruntime_cannot_load_is_named_with_the_way_out(setup, tmp_path, monkeypatch):
+    from attnpool.prediction import onnx_engine
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Load model failed: model.onnx.data not found")
+
+    monkeypatch.setattr(onnx_engine.ort, "InferenceSession", broken)
+    with pytest.raises(RunError, match=r"fold 0: onnxruntime cannot load .*model.onnx \(\[ONNXRuntimeError\].*\); "
+                                       r"delete .*onnx to export it again, or use --backend torch"):
+        onnx_engine.OnnxFoldEnsemble.load(Run(setup[1]), folds=[0])

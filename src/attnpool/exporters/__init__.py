@@ -2,7 +2,7 @@
 
 from attnpool.exporters.models import ExportError, OnnxWrapper, load_for_export, resolve_model_dir
 from attnpool.exporters.onnx import OnnxExport, export_onnx
-from attnpool.exporters.verify import ATOL, verify_onnx
+from attnpool.exporters.verify import ATOL, VerificationError, verify_onnx
 
-__all__ = ["ATOL", "ExportError", "OnnxExport", "OnnxWrapper", "export_onnx", "load_for_export", "resolve_model_dir",
-           "verify_onnx"]
+__all__ = ["ATOL", "ExportError", "OnnxExport", "OnnxWrapper", "VerificationError", "export_onnx", "load_for_export",
+           "resolve_model_dir", "verify_onnx"]

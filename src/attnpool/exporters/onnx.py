@@ -38,7 +38,7 @@ from attnpool.exporters.models import (
     resolve_model_dir,
     source_stamp,
 )
-from attnpool.exporters.verify import ATOL, _example_batch, _pad_id, verify_onnx
+from attnpool.exporters.verify import ATOL, VerificationError, _example_batch, _pad_id, verify_onnx
 from attnpool.model.card import CARD_FILE, ExportFacts, is_attnpool_card, model_card, read_card, training_facts
 
 
@@ -196,6 +196,11 @@ def export_onnx(
             tokenizer = _load_tokenizer(model_dir)
     if not hasattr(model, "config") or not hasattr(_base_model(model), "pooler"):
         raise ExportError(f"export_onnx takes an attnpool model, got {type(model).__name__}")
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()
+                     if p.is_floating_point() and p.dtype != torch.float32})
+    if dtypes:  # onnxruntime's CPU kernels have no bf16 MatMul, and fp16 fails the float32 check
+        raise ExportError(f"the model holds {', '.join(dtypes)} weights; export a float32 model: call model.float() "
+                          "first (a saved folder is loaded as float32)")
     _check_recurrent(model)
     if with_weights:
         _check_weights(model)
@@ -226,8 +231,8 @@ def export_onnx(
             if verify:
                 try:
                     diff = verify_onnx(staged, model, verify_inputs, with_weights=with_weights, atol=atol)
-                except ExportError as err:
-                    raise ExportError(f"{err}. Nothing was written to {output.parent}") from err
+                except VerificationError as err:
+                    raise VerificationError(f"{err}. Nothing was written to {output.parent}") from err
             tokenizer_saved = False
             if tokenizer is not None and save_tokenizer:
                 tokenizer.save_pretrained(staging / "tokenizer")

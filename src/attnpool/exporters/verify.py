@@ -11,6 +11,11 @@ from torch import Tensor, nn
 
 from attnpool.exporters.models import ExportError, OnnxWrapper, _base_model
 
+
+class VerificationError(ExportError):
+    """The exported graph does not load or run in onnxruntime, or disagrees with PyTorch (not the model's fault)."""
+
+
 ATOL = 1e-4  # onnxruntime vs PyTorch, float32: kernels differ in summation order, not in what they compute
 
 
@@ -68,14 +73,15 @@ def verify_onnx(
         The largest absolute difference over all outputs.
 
     Raises:
-        ExportError: A difference above ``atol``, or outputs of different shapes.
+        VerificationError: The graph does not load or run in onnxruntime, or its outputs differ from PyTorch's (in
+            shape, or by more than ``atol``).
     """
     import onnxruntime as ort
 
     try:
         session = ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime's own error types, e.g. an opset newer than it knows
-        raise ExportError(
+        raise VerificationError(
             f"onnxruntime {ort.__version__} cannot load the exported graph: {str(err)[:300]}. Choose another --opset "
             "(onnxruntime releases support opsets up to a version each), or update onnxruntime"
         ) from err
@@ -84,7 +90,11 @@ def verify_onnx(
     if missing:
         raise ExportError(f"the verification batch lacks the graph input(s) {missing}; it has {sorted(inputs)}")
     feeds = {n: inputs[n].detach().cpu().long().numpy() for n in names}
-    got = session.run(None, feeds)
+    try:
+        got = session.run(None, feeds)
+    except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
+        raise VerificationError(f"onnxruntime could not run the exported graph on a batch of shape "
+                                f"{tuple(inputs['input_ids'].shape)}: {str(err)[:300]}") from err
     wrapper = OnnxWrapper(model, with_weights=with_weights, use_token_types="token_type_ids" in names)
     device = next(model.parameters()).device
     with torch.inference_mode():
@@ -93,10 +103,10 @@ def verify_onnx(
     for name, ours, ref in zip(wrapper.output_names, got, expected, strict=True):
         ref = ref.float().cpu().numpy()
         if ours.shape != ref.shape:
-            raise ExportError(f"ONNX output {name!r} has shape {ours.shape}, PyTorch's {ref.shape}")
+            raise VerificationError(f"ONNX output {name!r} has shape {ours.shape}, PyTorch's {ref.shape}")
         diff = float(abs(ours.astype("float32") - ref).max()) if ref.size else 0.0
         if not diff <= atol:  # also catches NaN
-            raise ExportError(
+            raise VerificationError(
                 f"the exported graph disagrees with PyTorch on {name!r} by up to {diff:.3g} (tolerance {atol:g}) on "
                 f"a batch of shape {tuple(inputs['input_ids'].shape)}. Try another opset (--opset), check that the "
                 "model is float32 and in eval mode, or skip the check with verify=False (--no-verify)"

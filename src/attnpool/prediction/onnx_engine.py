@@ -31,7 +31,7 @@ import numpy as np
 
 from attnpool._version import __version__
 from attnpool.data.batching import padded_batches
-from attnpool.exporters import ExportError, export_onnx
+from attnpool.exporters import ExportError, VerificationError, export_onnx
 from attnpool.exporters.models import source_stamp
 from attnpool.prediction.engine import FoldEnsemble, fold_tokenizer, fold_weights
 from attnpool.runs.run import Run, RunError
@@ -87,10 +87,13 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
         logger.info("fold %d: exporting the ONNX graph to %s (once; reused by later predictions)", fold, fp32)
         try:
             export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
-        except ExportError as err:  # its advice names export's options; say how to get there from predict
-            raise ExportError(f"fold {fold}: {err}. To use the graph anyway, export it yourself: attnpool export "
-                              f"--model {run.path} --fold {fold} --output {fp32} (with --opset N or --no-verify), "
-                              "then predict again; or predict with --backend torch") from err
+        except VerificationError as err:  # its advice names export's options; say how to get there from predict
+            raise VerificationError(
+                f"fold {fold}: {err}. To use the graph anyway, export it yourself: attnpool export --model {run.path} "
+                f"--fold {fold} --output {fp32} (with --opset N or --no-verify), then load the run again; or use "
+                "--backend torch") from err
+        except ExportError as err:  # the model itself cannot be exported (a recurrent layer...): no option helps
+            raise ExportError(f"fold {fold}: {err}; use --backend torch") from err
     if quantize == "none":
         return fp32
     target = run.onnx_file(fold, quantize)
@@ -98,6 +101,15 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
         logger.info("fold %d: quantizing the ONNX graph to %s into %s", fold, quantize, target)
         _quantize(fp32, target)
     return target
+
+
+def _session(graph: Path, options: Any, fold: int) -> Any:
+    """An onnxruntime session of a fold's graph; a graph it cannot load is named, with the way out."""
+    try:
+        return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
+        raise RunError(f"fold {fold}: onnxruntime cannot load {graph} ({str(err)[:300]}); delete {graph.parent} to "
+                       "export it again, or use --backend torch") from err
 
 
 @dataclass
@@ -136,8 +148,7 @@ class OnnxFoldEnsemble:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        sessions = [ort.InferenceSession(str(graph_file(run, fold, quantize)), options,
-                                         providers=["CPUExecutionProvider"]) for fold in fold_ids]
+        sessions = [_session(graph_file(run, fold, quantize), options, fold) for fold in fold_ids]
         return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference)
 
     def scores(self, encodings: dict[str, list], *, batch_size: int,
