@@ -85,16 +85,22 @@ def test_int8_of_a_graph_with_external_weights_prepares_it_with_external_weights
     source = tmp_path / "big.onnx"
     export_onnx(Run(run).model_dir(0), source, external_data=True)  # as a large model's graph is written
     assert source.with_name("big.onnx.data").is_file()
-    seen, prepare = [], onnx_engine.quant_pre_process
+    seen, prepare, quantize = [], onnx_engine.quant_pre_process, onnx_engine.quantize_dynamic
 
     def spy(*args, **options):
         seen.append(options["save_as_external_data"])
         return prepare(*args, **options)
 
+    def quantize_spy(*args, **options):
+        seen.append(options["use_external_data_format"])  # an int8 graph of a 1.5B model passes 2 GB too
+        return quantize(*args, **options)
+
     monkeypatch.setattr(onnx_engine, "quant_pre_process", spy)
+    monkeypatch.setattr(onnx_engine, "quantize_dynamic", quantize_spy)
     onnx_engine._quantize(source, tmp_path / "big.int8.onnx")
     onnx_engine._quantize(onnx_engine.graph_file(Run(run), 0), tmp_path / "small.int8.onnx")  # exported if missing
-    assert seen == [True, False]
+    assert seen == [True, True, False, False]
+    assert (tmp_path / "big.int8.onnx.data").is_file() and not (tmp_path / "small.int8.onnx.data").exists()
     names = {i.name for i in onnxruntime.InferenceSession(str(tmp_path / "big.int8.onnx")).get_inputs()}
     assert "input_ids" in names and not list(tmp_path.glob(".int8.*")), "no temporary folder left"
 

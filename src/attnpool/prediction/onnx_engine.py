@@ -69,14 +69,18 @@ def _stale(target: Path, model_dir: Path) -> bool:
 def _quantize(source: Path, target: Path) -> None:
     """Pre-process and dynamically quantize ``source`` into ``target`` (atomically, through a temporary folder)."""
     # A graph whose weights passed the export's threshold keeps them in SOURCE.data: the prepared float32 graph
-    # must too (a protobuf stops at 2 GB); the int8 one is a quarter of it.
+    # must too (a protobuf stops at 2 GB).
     external = source.with_name(source.name + ".data").is_file()
     with tempfile.TemporaryDirectory(prefix=".int8.", dir=target.parent) as tmp:
         prepared, quantized = Path(tmp) / "prepared.onnx", Path(tmp) / target.name
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True, save_as_external_data=external,
                           all_tensors_to_one_file=True)
+        # the embeddings stay float32: an int8 graph of a 1.5B model passes 2 GB, so it keeps external weights too
         quantize_dynamic(str(prepared), str(quantized), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"])
+                         op_types_to_quantize=["MatMul"], use_external_data_format=external)
+        data = quantized.with_name(quantized.name + ".data")
+        if data.is_file():  # the weights first: the graph that names them arrives last
+            os.replace(data, target.with_name(data.name))
         os.replace(quantized, target)
 
 
