@@ -180,3 +180,18 @@ def test_the_callers_mlflow_experiment_is_the_active_one_after_a_run(recipe, tmp
     with mlflow.start_run() as after:  # went to the run's experiment
         pass
     assert after.info.experiment_id == mine
+
+
+def test_an_open_wandb_run_is_named_as_where_every_fold_goes(recipe, monkeypatch, caplog):
+    """transformers logs into a W&B run the caller opened instead of one per fold: say so before training."""
+    import sys
+    import types
+
+    fake = types.ModuleType("wandb")
+    fake.run = types.SimpleNamespace(name="my-sweep")
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setitem(tracking._INSTALLED, "wandb", lambda: True)
+    cfg = attnpool.TrainConfig(**recipe[1], report_to="wandb")
+    with caplog.at_level("WARNING", logger="attnpool"), tracking.run_environment(cfg, Run(recipe[0] / "w")):
+        pass
+    assert "a W&B run is open (my-sweep): every fold logs into it" in caplog.text

@@ -105,6 +105,12 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
         if mlflow.active_run() is not None:  # the caller's run: each fold a run nested in it, not all folds in it
             values["MLFLOW_NESTED_RUN"] = os.environ.get("MLFLOW_NESTED_RUN") or "TRUE"
     if "wandb" in used:
+        import wandb
+
+        if wandb.run is not None:  # transformers logs into an open run instead of starting one per fold
+            logger.warning("tracking: a W&B run is open (%s): every fold logs into it, their steps starting over at "
+                           "each fold; call wandb.finish() before training for a W&B run per fold",
+                           getattr(wandb.run, "name", None) or "unnamed")
         values["WANDB_PROJECT"] = os.environ.get("WANDB_PROJECT") or "attnpool"
         values["WANDB_RUN_GROUP"] = os.environ.get("WANDB_RUN_GROUP") or name
         if get_verbosity() != "verbose":  # its banners and run summaries, on every fold
