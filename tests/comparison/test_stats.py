@@ -258,6 +258,18 @@ def test_seeds_draw_their_own_rows_only_from_a_limit_of_the_training_file():
     assert not draws_rows_per_seed(TrainConfig())
 
 
+def test_a_limit_above_the_files_rows_draws_nothing(tmp_path):
+    """--limit 5000 on a file of 3,775 rows: every seed trained on the whole file, the same examples."""
+    from attnpool.comparison.runner import draws_rows_per_seed
+    from attnpool.config import TrainConfig
+    from attnpool.runs import Run
+
+    Run.create(tmp_path / "small").write_fold_assignment(np.arange(40) % 2)
+    Run.create(tmp_path / "big").write_fold_assignment(np.arange(100) % 2)
+    assert not draws_rows_per_seed(TrainConfig(limit=100), tmp_path / "small")
+    assert draws_rows_per_seed(TrainConfig(limit=100), tmp_path / "big")
+
+
 def test_the_table_names_the_seed_that_has_no_score(tmp_path, monkeypatch):
     """A diverged seed: its cells said "no spread over seeds" and "+nan (per seed: +nan, ...)"."""
     def score(run_dir, task):

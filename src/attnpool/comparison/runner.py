@@ -188,7 +188,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         _check_recipe(out, cfg, overwrite)
         trained = _train_missing(out, cfg, specs, seeds)
         result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
-                           per_seed_rows=draws_rows_per_seed(cfg))
+                           per_seed_rows=draws_rows_per_seed(cfg, out / "runs" / base.slug / f"seed_{seeds[0]}"))
     result.trained = trained
     return result
 
@@ -214,9 +214,13 @@ def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: 
     return len(todo)
 
 
-def draws_rows_per_seed(cfg: TrainConfig) -> bool:
+def draws_rows_per_seed(cfg: TrainConfig, run_dir: Path | None = None) -> bool:
     """Whether each seed validated on rows of its own: a ``limit`` drawn by the seed (no ``split_seed``).
 
-    A ``valid_file`` is read whole, so its rows are the same examples in every seed (the limit draws training rows).
+    A ``valid_file`` is read whole, so its rows are the same examples in every seed (the limit draws training rows),
+    and so is a file of no more rows than the limit: ``run_dir``, one of the runs, says how many it trained on.
     """
-    return cfg.limit is not None and cfg.split_seed is None and not cfg.valid_file
+    if cfg.limit is None or cfg.split_seed is not None or cfg.valid_file:
+        return False
+    folds = Run(run_dir).read_fold_assignment() if run_dir is not None else None
+    return folds is None or len(folds) >= cfg.limit  # fewer rows than the limit: nothing was drawn
