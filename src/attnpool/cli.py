@@ -1,48 +1,30 @@
 """The ``attnpool`` command line: it parses arguments, calls one function of :mod:`attnpool.api`, prints the result.
 
-The ``train`` and ``compare`` flags are built from :class:`~attnpool.config.TrainConfig`'s field metadata
-(help, group, choices), so they cannot drift from the config. They default to "not given" so that a value of
-``--config FILE.yaml`` is only replaced by a flag actually given; ``--help`` shows the config's defaults.
+The ``train`` and ``compare`` flags are built from :class:`~attnpool.config.TrainConfig`'s field metadata by
+:mod:`attnpool.cli_flags`, so they cannot drift from the config.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import sys
-import types
-import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from attnpool import api
 from attnpool._version import __version__
-from attnpool.config import GROUPS, TrainConfig, make_config, parse_options
+from attnpool.cli_flags import add_train_options, help_line, overrides, shown_default
+from attnpool.config import TrainConfig, make_config
 from attnpool.explanations.svg import fmt_number
 from attnpool.precision import PRECISIONS
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, QUANTIZE
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
 
-_TYPES = typing.get_type_hints(TrainConfig)
 # compare's own --output-dir and --overwrite (the comparison folder); no --resume: it keeps finished runs by itself
 _COMPARE_OWN = ("output_dir", "overwrite", "resume")
-
-
-def _shown(value: Any) -> str:
-    """A default as ``--help`` says it."""
-    if value is None or value == [] or value == {}:
-        return "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
-
-
-def _help(text: str, default: str) -> str:
-    """A help line ending with its default (``%`` escaped for argparse)."""
-    return f"{text} (default: {default})".replace("%", "%%")
 
 
 def _defaults(func: Callable) -> dict[str, Any]:
@@ -54,107 +36,13 @@ def _defaults(func: Callable) -> dict[str, Any]:
 _API_DEFAULTS = {name: _defaults(getattr(api, name)) for name in ("compare", "demo", "export", "poolers", "serve")}
 
 
-def _default_text(f: dataclasses.Field) -> str:
-    """How ``--help`` states a ``TrainConfig`` field's default: its ``default_text``, else the value."""
-    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
-    return f.metadata.get("default_text", _shown(value))
-
-
-class _NoneWord(str):
-    """The word ``none`` given to an optional flag: it resets the option to None.
-
-    ``--ema-decay none`` over a config file's ``ema_decay: 0.999`` trains without EMA; a flag left out (None) keeps
-    the file's value.
-    """
-
-
-NONE = _NoneWord("none")
-
-
-def _or_none(kind: type) -> Callable[[str], Any]:
-    """``kind`` of the text, or :data:`NONE` for ``none`` (any case)."""
-    def convert(text: str) -> Any:
-        return NONE if text.strip().lower() == "none" else kind(text)
-    convert.__name__ = kind.__name__  # argparse names the type in its errors: "invalid float value: 'x'"
-    return convert
-
-
-def _optional(f: dataclasses.Field) -> bool:
-    kind = _TYPES[f.name]
-    union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
-    return union and type(None) in typing.get_args(kind)
-
-
-def _members(f: dataclasses.Field) -> list[Any]:
-    """The types a field may hold, ``None`` left out: ``int | None`` -> ``[int]``."""
-    kind = _TYPES[f.name]
-    union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
-    return [m for m in (typing.get_args(kind) if union else (kind,)) if m is not type(None)]
-
-
-def _is_mapping(f: dataclasses.Field) -> bool:
-    return any((typing.get_origin(m) or m) is dict for m in _members(f))
-
-
-def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
-    """The flag of a ``TrainConfig`` field and its ``add_argument`` keywords, from the field's type and metadata."""
-    meta, members = f.metadata, _members(f)
-    flag = meta.get("flag", "--" + f.name.replace("_", "-"))
-    kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": _help(meta["help"], _default_text(f))}
-    kwargs.update({key: meta[key] for key in ("choices", "metavar") if key in meta})
-    lists = [m for m in members if typing.get_origin(m) is list]
-    if members == [bool]:
-        kwargs["action"] = argparse.BooleanOptionalAction if meta.get("negatable", True) else "store_true"
-    elif _is_mapping(f):
-        kwargs["action"] = "append"  # KEY=VALUE items, parsed by parse_options
-    elif lists:
-        # list[int] -> ints; a list or a word (pooling_layers: last | all | indices) -> words TrainConfig parses
-        kwargs.update(nargs="+", type=typing.get_args(lists[0])[0] if len(members) == 1 else str)
-    elif _optional(f):  # none resets it
-        kwargs["type"] = _or_none(members[0])
-        if "choices" in kwargs:
-            kwargs["choices"] = (*kwargs["choices"], NONE)
-        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none resets a config file's value)"
-    else:
-        kwargs["type"] = members[0]
-    return flag, kwargs
-
-
-def _add_train_options(parser: argparse.ArgumentParser, skip: Sequence[str] = (), hide: Sequence[str] = ()) -> None:
-    """One flag per ``TrainConfig`` field (``text_cols`` -> ``--text-cols``) in the config's groups.
-
-    ``skip``: fields without a flag; ``hide``: fields whose flag is parsed (to be refused) but not in ``--help``.
-    """
-    parser.add_argument("--config", metavar="FILE", help=_help(
-        "a YAML (or .json) file of these options, keys as the flags with _ for -; flags override it", "none"))
-    groups = {name: parser.add_argument_group(f"{name} options", about) for name, about in GROUPS.items()}
-    for f in dataclasses.fields(TrainConfig):
-        if f.name not in skip:
-            flag, kwargs = _flag(f)
-            if f.name in hide:
-                kwargs["help"] = argparse.SUPPRESS
-            groups[f.metadata["group"]].add_argument(flag, **kwargs)
-
-
-def _overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``TrainConfig`` fields given as flags, as keyword arguments of the API."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(TrainConfig):
-        given = getattr(args, f.name, None)
-        if given is NONE and f.name not in skip:
-            values[f.name] = None
-        elif given is not None and f.name not in skip:
-            values[f.name] = parse_options(given, f.metadata.get("flag", f.name)) if _is_mapping(f) else given
-    return values
-
-
 def _train_config(args: argparse.Namespace) -> TrainConfig:
     """The config ``attnpool train`` runs with these arguments: ``--config`` with the flags given over it."""
-    return make_config(args.config, **_overrides(args))
+    return make_config(args.config, **overrides(args))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    result = api.train(args.config, **_overrides(args))
+    result = api.train(args.config, **overrides(args))
     return 0 if result.metrics.get("complete") else 3
 
 
@@ -176,7 +64,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.seeds is not None:  # one number: a count of seeds, for the API to expand; several: the seeds
         own["seeds"] = args.seeds[0] if len(args.seeds) == 1 else args.seeds
     result = api.compare(args.config, poolings=args.poolings, **{k: v for k, v in own.items() if v is not None},
-                         **_overrides(args, skip=_COMPARE_OWN))
+                         **overrides(args, skip=_COMPARE_OWN))
     print(result.markdown)
     print(f"trained {result.trained} run(s); wrote compare.md, compare.csv, compare.json, compare.png in "
           f"{result.output_dir}")
@@ -238,7 +126,7 @@ def _arg(parser: Any, flag: str, text: str, *, default: Any = None, shown: str |
     if kwargs.get("required"):
         parser.add_argument(flag, help=f"{text} (required)", **kwargs)
     else:
-        parser.add_argument(flag, default=default, help=_help(text, shown or _shown(default)), **kwargs)
+        parser.add_argument(flag, default=default, help=help_line(text, shown or shown_default(default)), **kwargs)
 
 
 def _add_predict(commands: Any) -> None:
@@ -289,14 +177,14 @@ def _add_compare(commands: Any) -> None:
          nargs="+", metavar="NAME[:key=value,...]")
     # "not given" (None) internally, so that the API's defaults apply; --help states them
     _arg(group, "--seeds", "one number N: N seeds from --seed on; several numbers: those seeds",
-         shown=_shown(api_default["seeds"]), nargs="+", type=int, metavar="SEED")
-    _arg(group, "--baseline", "the pooler the others are tested against", shown=_shown(api_default["baseline"]))
-    _arg(group, "--bootstrap", "paired bootstrap replicates", shown=_shown(api_default["bootstrap"]), type=int)
-    _arg(group, "--output-dir", "the comparison folder", shown=_shown(api_default["output_dir"]),
+         shown=shown_default(api_default["seeds"]), nargs="+", type=int, metavar="SEED")
+    _arg(group, "--baseline", "the pooler the others are tested against", shown=shown_default(api_default["baseline"]))
+    _arg(group, "--bootstrap", "paired bootstrap replicates", shown=shown_default(api_default["bootstrap"]), type=int)
+    _arg(group, "--output-dir", "the comparison folder", shown=shown_default(api_default["output_dir"]),
          dest="compare_output_dir", metavar="OUTPUT_DIR")
     _arg(group, "--overwrite", "delete an existing comparison in --output-dir first",
-         shown=_shown(api_default["overwrite"]), dest="compare_overwrite", action="store_true")
-    _add_train_options(compare, skip=_COMPARE_OWN, hide=("pooling", "pooling_options"))  # --poolings instead
+         shown=shown_default(api_default["overwrite"]), dest="compare_overwrite", action="store_true")
+    add_train_options(compare, skip=_COMPARE_OWN, hide=("pooling", "pooling_options"))  # --poolings instead
     compare.set_defaults(func=_cmd_compare)
 
 
@@ -380,9 +268,9 @@ def _add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
     """``--quiet`` / ``--verbose``, before the command or after it (there ``default`` is SUPPRESS: not given)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", default=default,
-                       help=_help("print only the summary and errors (train.log keeps everything)", "off"))
+                       help=help_line("print only the summary and errors (train.log keeps everything)", "off"))
     group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const="verbose", default=default,
-                       help=_help("also print the Trainer's bars and log dicts and the libraries' messages", "off"))
+                       help=help_line("also print the Trainer's bars and log dicts and the libraries' messages", "off"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -400,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Fine-tune an encoder with an attnpool pooler: k folds (or a "
                                 "validation file), best checkpoints, out-of-fold predictions, metrics, plot. Every "
                                 "option is also a key of --config FILE.yaml; flags given override the file.")
-    _add_train_options(train)
+    add_train_options(train)
     train.set_defaults(func=_cmd_train)
 
     _add_predict(commands)

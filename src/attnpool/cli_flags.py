@@ -1,0 +1,130 @@
+"""The ``train`` and ``compare`` flags, built from :class:`~attnpool.config.TrainConfig`'s field metadata.
+
+Help, group and choices come from the config, so the flags cannot drift from it. They default to "not given" so
+that a value of ``--config FILE.yaml`` is only replaced by a flag actually given; ``--help`` shows the config's
+defaults, and the word ``none`` resets an optional option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from attnpool.config import GROUPS, TrainConfig, parse_options
+
+_TYPES = typing.get_type_hints(TrainConfig)
+
+
+def shown_default(value: Any) -> str:
+    """A default as ``--help`` says it."""
+    if value is None or value == [] or value == {}:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
+def help_line(text: str, default: str) -> str:
+    """A help line ending with its default (``%`` escaped for argparse)."""
+    return f"{text} (default: {default})".replace("%", "%%")
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    """How ``--help`` states a ``TrainConfig`` field's default: its ``default_text``, else the value."""
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return f.metadata.get("default_text", shown_default(value))
+
+
+class _NoneWord(str):
+    """The word ``none`` given to an optional flag: it resets the option to None.
+
+    ``--ema-decay none`` over a config file's ``ema_decay: 0.999`` trains without EMA; a flag left out (None) keeps
+    the file's value.
+    """
+
+
+NONE = _NoneWord("none")
+
+
+def _or_none(kind: type) -> Callable[[str], Any]:
+    """``kind`` of the text, or :data:`NONE` for ``none`` (any case)."""
+    def convert(text: str) -> Any:
+        return NONE if text.strip().lower() == "none" else kind(text)
+    convert.__name__ = kind.__name__  # argparse names the type in its errors: "invalid float value: 'x'"
+    return convert
+
+
+def _optional(f: dataclasses.Field) -> bool:
+    kind = _TYPES[f.name]
+    union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+    return union and type(None) in typing.get_args(kind)
+
+
+def _members(f: dataclasses.Field) -> list[Any]:
+    """The types a field may hold, ``None`` left out: ``int | None`` -> ``[int]``."""
+    kind = _TYPES[f.name]
+    union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
+    return [m for m in (typing.get_args(kind) if union else (kind,)) if m is not type(None)]
+
+
+def _is_mapping(f: dataclasses.Field) -> bool:
+    return any((typing.get_origin(m) or m) is dict for m in _members(f))
+
+
+def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
+    """The flag of a ``TrainConfig`` field and its ``add_argument`` keywords, from the field's type and metadata."""
+    meta, members = f.metadata, _members(f)
+    flag = meta.get("flag", "--" + f.name.replace("_", "-"))
+    kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_line(meta["help"], _default_text(f))}
+    kwargs.update({key: meta[key] for key in ("choices", "metavar") if key in meta})
+    lists = [m for m in members if typing.get_origin(m) is list]
+    if members == [bool]:
+        kwargs["action"] = argparse.BooleanOptionalAction if meta.get("negatable", True) else "store_true"
+    elif _is_mapping(f):
+        kwargs["action"] = "append"  # KEY=VALUE items, parsed by parse_options
+    elif lists:
+        # list[int] -> ints; a list or a word (pooling_layers: last | all | indices) -> words TrainConfig parses
+        kwargs.update(nargs="+", type=typing.get_args(lists[0])[0] if len(members) == 1 else str)
+    elif _optional(f):  # none resets it
+        kwargs["type"] = _or_none(members[0])
+        if "choices" in kwargs:
+            kwargs["choices"] = (*kwargs["choices"], NONE)
+        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none resets a config file's value)"
+    else:
+        kwargs["type"] = members[0]
+    return flag, kwargs
+
+
+def add_train_options(parser: argparse.ArgumentParser, skip: Sequence[str] = (), hide: Sequence[str] = ()) -> None:
+    """One flag per ``TrainConfig`` field (``text_cols`` -> ``--text-cols``) in the config's groups.
+
+    ``skip``: fields without a flag; ``hide``: fields whose flag is parsed (to be refused) but not in ``--help``.
+    """
+    parser.add_argument("--config", metavar="FILE", help=help_line(
+        "a YAML (or .json) file of these options, keys as the flags with _ for -; flags override it", "none"))
+    groups = {name: parser.add_argument_group(f"{name} options", about) for name, about in GROUPS.items()}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in skip:
+            flag, kwargs = _flag(f)
+            if f.name in hide:
+                kwargs["help"] = argparse.SUPPRESS
+            groups[f.metadata["group"]].add_argument(flag, **kwargs)
+
+
+def overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``TrainConfig`` fields given as flags, as keyword arguments of the API."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        given = getattr(args, f.name, None)
+        if given is NONE and f.name not in skip:
+            values[f.name] = None
+        elif given is not None and f.name not in skip:
+            values[f.name] = parse_options(given, f.metadata.get("flag", f.name)) if _is_mapping(f) else given
+    return values
+
+
+__all__ = ["NONE", "add_train_options", "help_line", "overrides", "shown_default"]
