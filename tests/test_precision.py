@@ -80,3 +80,22 @@ def test_auto_on_a_gpu_is_bf16_only_where_it_is_native(monkeypatch, capability, 
     assert resolve_precision("auto", "cuda") == expected
     native = "this GPU has native bf16" if expected == "bf16" else "this GPU has no native bf16"
     assert f"(auto: {native}; --precision " in precision_reason("auto", "cuda")
+
+
+def test_fp16_training_on_a_cpu_is_refused():
+    """accelerate turns autocast on for fp16 on GPUs only: the CPU fold trained in float32, logged as fp16."""
+    with pytest.raises(ValueError, match="--precision fp16 does not train on a CPU .*use bf16 .* or fp32"):
+        trainer_flags("fp16", "cpu")
+    assert trainer_flags("fp16", "cuda") == {"bf16": False, "fp16": True}
+
+
+@pytest.mark.parametrize(("precision", "wanted"), [("fp32", "no"), ("bf16", "bf16")])
+def test_the_accelerate_configs_mixed_precision_does_not_override_precision(precision, wanted, tmp_path, monkeypatch):
+    """`accelerate launch` exports ACCELERATE_MIXED_PRECISION from its config: an fp32 run trained under autocast."""
+    from attnpool.config import TrainConfig
+    from attnpool.training.arguments import training_arguments
+
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+    monkeypatch.setattr("attnpool.training.arguments.use_cpu", lambda: True)
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], precision=precision)
+    assert training_arguments(cfg, tmp_path, steps_per_epoch=4).mixed_precision == wanted

@@ -93,7 +93,20 @@ def autocast(precision: str, device: str | torch.device):
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
+def training_precision(precision: str, device: str | torch.device) -> str:
+    """What training runs in: ``precision`` resolved on ``device``.
+
+    Raises:
+        ValueError: fp16 on a CPU, which accelerate trains in float32 whatever the flag says.
+    """
+    resolved = resolve_precision(precision, device)
+    if resolved == "fp16" and torch.device(device).type == "cpu":
+        raise ValueError("--precision fp16 does not train on a CPU (accelerate runs CPU training in float32 with it): "
+                         "use bf16 (a CPU with AVX512-BF16 or AMX) or fp32")
+    return resolved
+
+
 def trainer_flags(precision: str, device: str | torch.device) -> dict[str, bool]:
     """``TrainingArguments``' ``bf16`` / ``fp16`` flags for ``precision`` on ``device``."""
-    resolved = resolve_precision(precision, device)
+    resolved = training_precision(precision, device)
     return {"bf16": resolved == "bf16", "fp16": resolved == "fp16"}

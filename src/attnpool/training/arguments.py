@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from attnpool.tasks import primary_metric
 from attnpool.training.distributed import ddp_backend, use_cpu
 from attnpool.training.progress import get_verbosity
 from attnpool.training.tracking import integrations
+
+logger = logging.getLogger("attnpool.train")
 
 
 def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *, run_name: str | None = None):
@@ -67,4 +70,12 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         kwargs["group_by_length"] = True
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     kwargs[checkpointing] = cfg.gradient_checkpointing
-    return transformers.TrainingArguments(**kwargs)
+    args = transformers.TrainingArguments(**kwargs)
+    # Both flags off, transformers reads ACCELERATE_MIXED_PRECISION (what `accelerate launch` exports from its
+    # config) and an fp32 run trained under autocast: --precision decides.
+    wanted = "bf16" if kwargs["bf16"] else "fp16" if kwargs["fp16"] else "no"
+    if args.mixed_precision != wanted:
+        logger.warning("precision: the accelerate config's mixed_precision %s is replaced by --precision %s (%s); "
+                       "pass --precision to choose", args.mixed_precision, cfg.precision, wanted)
+        args.mixed_precision = wanted
+    return args

@@ -26,7 +26,7 @@ from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import task_metrics
-from attnpool.precision import precision_reason
+from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric
@@ -114,6 +114,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
             package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
         # third-party bars and messages to train.log, not the console; the trackers' experiment (restored after)
         with quiet_third_party(handler), run_environment(cfg, run):
+            training_precision(cfg.precision, "cpu" if use_cpu() else "cuda")  # fp16 on a CPU: refused before data
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
             folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
             logger.info("precision: %s", precision_reason(cfg.precision, "cpu" if use_cpu() else "cuda"))
