@@ -9,8 +9,11 @@ physical cores this process may use and, where tokenising overlaps the model, tu
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -71,3 +74,22 @@ def set_threads(threads: int | None = None, *, tokenizer_threads: bool = True) -
     if not tokenizer_threads:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return count
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def restores_threads(func: F) -> F:
+    """Decorate a call that sizes the thread pool (:func:`set_threads`) to give the caller's size back after it.
+
+    ``predict`` in a notebook left the process at its own count of threads, also when it raised.
+    """
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = torch.get_num_threads()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if torch.get_num_threads() != previous:
+                torch.set_num_threads(previous)
+    return wrapper  # type: ignore[return-value]

@@ -96,6 +96,23 @@ class CountCalls:
         return predict_encoded(*args, **kwargs)
 
 
+def test_the_callers_thread_count_is_given_back(run, frame, tmp_path):
+    """predict sized torch's pool for itself (one thread per core) and left the notebook's process at that size."""
+    import torch
+
+    data = write(frame, tmp_path / "test.csv")
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    try:
+        predict(run, data, tmp_path / "out.csv", progress=False, threads=1)
+        assert torch.get_num_threads() == before + 1
+        with pytest.raises(ValueError, match="chunk_rows"):
+            predict(run, data, tmp_path / "bad.csv", progress=False, threads=1, chunk_rows=0)
+        assert torch.get_num_threads() == before + 1
+    finally:
+        torch.set_num_threads(before)
+
+
 # --- chunked prediction -------------------------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from attnpool.prediction.parts import Parts, manifest
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run
 from attnpool.runs.tables import prediction_columns
-from attnpool.threads import set_threads
+from attnpool.threads import restores_threads, set_threads
 
 logger = logging.getLogger("attnpool.predict")
 
@@ -43,6 +43,7 @@ class PredictionSummary:
     resumed_chunks: int = 0  # chunks taken from an interrupted prediction instead of being predicted again
 
 
+@restores_threads
 def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, output_file: str | Path, *,
             batch_size: int = 128, ensemble: str = "mean", device: str | None = None, progress: bool = True,
             chunk_rows: int = 100_000, resume: bool = False, precision: str = "auto",
