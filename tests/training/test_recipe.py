@@ -301,3 +301,21 @@ def test_a_run_saved_with_options_now_refused_resumes_without_them(tmp_path, cap
     cfg = _resumed_config(Run(tmp_path / "run"), TrainConfig(resume=True, output_dir=str(tmp_path / "run")))
     assert (cfg.loss, cfg.adversarial_start) == (None, 1.0) and cfg.validate() is cfg
     assert "loss bce was ignored by this classification run" in caplog.text
+
+
+def test_the_out_of_fold_rows_are_predicted_in_the_training_precision(encoder, data, tmp_path, monkeypatch):
+    """They came in fp32 or in bf16 depending on whether the Trainer's model kept accelerate's autocast forward."""
+    from attnpool.training import fold
+
+    seen, predict_encoded = [], fold.predict_encoded
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("precision"))
+        return predict_encoded(*args, **kwargs)
+
+    monkeypatch.setattr(fold, "predict_encoded", spy)
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--only-folds", "0", "--model", encoder, "--output-dir", str(tmp_path / "run"),
+            *FAST[:-1], "bf16"]
+    assert main(args) == 3
+    assert seen == ["bf16"]

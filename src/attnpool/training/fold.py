@@ -210,7 +210,10 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     state = process_state()
     mine = shard(valid_idx, state.process_index, state.num_processes)
     monitor.summary(training=False)  # reset: what follows is the best model on this process's validation rows
-    local = predict_encoded([best], encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device)[0]
+    # in the training's precision, as the evaluation that chose the checkpoint (the Trainer's model keeps accelerate's
+    # autocast forward; a sharded one read back has none)
+    local = predict_encoded([best], encodings, mine, cfg.eval_batch_size, data.tokenizer, device=args.device,
+                            precision=cfg.precision)[0]
     pooling = {f"pooling_{k.removeprefix('pool_')}": v for k, v in monitor.summary(training=False).items()}
     monitor.remove()
     parts, peaks = gather_shards(local, peak_memory)
