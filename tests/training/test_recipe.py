@@ -113,7 +113,8 @@ def test_the_word_embeddings_stay_pretrained_by_default_and_train_with_no_freeze
     assert torch.equal(default[words], pretrained[words])
     assert not torch.equal(default[positions], pretrained[positions]), "the rest of the embedding layer trains"
     assert "word embeddings: frozen (default" in (run / "train.log").read_text()
-    assert "freeze_word_embeddings: true" in (run / "fold_0" / "model" / "README.md").read_text().lower()
+    card = (run / "fold_0" / "model" / "README.md").read_text().lower()
+    assert "freeze_word_embeddings: true" in card and "precision: fp32" in card
 
     out = tmp_path / "trained"
     code = main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
@@ -305,6 +306,7 @@ def test_a_run_saved_with_options_now_refused_resumes_without_them(tmp_path, cap
 
 def test_the_out_of_fold_rows_are_predicted_in_the_training_precision(encoder, data, tmp_path, monkeypatch):
     """They came in fp32 or in bf16 depending on whether the Trainer's model kept accelerate's autocast forward."""
+    from attnpool.precision import resolve_precision
     from attnpool.training import fold
 
     seen, predict_encoded = [], fold.predict_encoded
@@ -316,6 +318,8 @@ def test_the_out_of_fold_rows_are_predicted_in_the_training_precision(encoder, d
     monkeypatch.setattr(fold, "predict_encoded", spy)
     args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
             "--folds", "2", "--only-folds", "0", "--model", encoder, "--output-dir", str(tmp_path / "run"),
-            *FAST[:-1], "bf16"]
+            *FAST[:-1], "auto"]
     assert main(args) == 3
-    assert seen == ["bf16"]
+    assert seen == ["auto"]
+    card = (tmp_path / "run" / "fold_0" / "model" / "README.md").read_text()
+    assert f"precision: {resolve_precision('auto', 'cpu')}" in card and "precision: auto" not in card  # as trained

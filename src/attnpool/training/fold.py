@@ -27,13 +27,14 @@ from attnpool.data.task import EncodedDataset, TaskData
 from attnpool.metrics import task_metrics
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.model.card import CARD_FILE, TrainingFacts, model_card
+from attnpool.precision import resolve_precision
 from attnpool.prediction.engine import predict_encoded
 from attnpool.runs.files import atomic_save_dir, atomic_write_text
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_frame
 from attnpool.tasks import num_labels, problem_type, scores_from_logits
 from attnpool.training.arguments import training_arguments
-from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard
+from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard, use_cpu
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.tracking import run_name
 from attnpool.training.trainer import last_complete_checkpoint, make_trainer, weights_sharded
@@ -114,6 +115,7 @@ def training_facts(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.nd
               if f.metadata.get("group") == "recipe" or f.name in CARD_OPTIONS}
     recipe = {k: v for k, v in recipe.items() if v is not None}
     recipe["freeze_word_embeddings"] = cfg.resolved_freeze_word_embeddings()  # what was trained, "auto" resolved
+    recipe["precision"] = resolve_precision(cfg.precision, "cpu" if use_cpu() else "cuda")  # auto: this machine's
     recipe["seed"] = cfg.seed + fold  # what build_model seeds this fold with
     text = f"template `{cfg.template}`" if cfg.template else ", ".join(f"`{c}`" for c in cfg.text_cols) or None
     scores = {k: float(v) for k, v in (scores or {}).items() if math.isfinite(v)}
