@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -144,6 +145,25 @@ def test_multihead_weights_the_embedding_model_and_external_data(tmp_path):
     assert (weights.masked_select(mask.unsqueeze(1).expand_as(weights) == 0) == 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 3), atol=1e-5, rtol=0)
     assert model.training is False
+    # a smaller export into the same place: the old weights go, after the new graph is in place (not before)
+    order, replace = [], os.replace
+
+    def spy(src, dst):
+        order.append(("replace", Path(dst).name))
+        return replace(src, dst)
+
+    unlink = Path.unlink
+
+    def unlink_spy(self, *args, **kwargs):
+        order.append(("unlink", self.name))
+        return unlink(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", spy)
+        patch.setattr(Path, "unlink", unlink_spy)
+        export_onnx(model, tmp_path / "embed.onnx", with_weights=True)
+    assert not (tmp_path / "embed.onnx.data").exists()
+    assert order.index(("unlink", "embed.onnx.data")) > order.index(("replace", "embed.onnx"))
 
 
 def test_with_weights_for_a_pooler_without_weights_is_refused(tmp_path):

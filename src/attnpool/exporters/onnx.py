@@ -265,11 +265,12 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
 def _move_into_place(staging: Path, output: Path) -> None:
     """Rename the staged files beside ``output``: tokenizer and external data first, the graph last."""
     data = output.with_name(output.name + ".data")
-    if not (staging / data.name).exists():
-        data.unlink(missing_ok=True)  # a stale one from an earlier, larger export would mislead
+    stale = not (staging / data.name).exists()
     for item in sorted((staging / "tokenizer").glob("*")) if (staging / "tokenizer").is_dir() else []:
         os.replace(item, output.parent / item.name)
     for item in sorted(staging.iterdir()):
         if item.is_file() and item.name != output.name:
             os.replace(item, output.parent / item.name)
     os.replace(staging / output.name, output)
+    if stale:  # an earlier, larger export's weights: deleted once no graph in place reads them
+        data.unlink(missing_ok=True)
