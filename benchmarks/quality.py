@@ -348,19 +348,33 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_docs(path: Path, summaries: list[dict[str, Any]], arguments: str) -> None:
-    """Write the tables to ``path`` (atomically), keeping its hand-added section.
+    """Write the tables of this call's sets into ``path`` (atomically), keeping everything else in it.
 
-    Everything from the :data:`HAND_SECTION` heading on (probes written by hand, which this script does not run)
-    is carried over from the file being replaced, after the new tables.
+    A set's table replaces the section of the same set (its ``### `` heading up to the first comma); the other sets'
+    tables, the text above the first table and everything from the :data:`HAND_SECTION` heading on (probes written
+    by hand) are kept: ``--sets cr`` rewrites the CR table only. Each table names the command that measured it.
     """
-    header = ["# Pooling quality on real data", "",
-              "Measured by `benchmarks/quality.py` (command: `.venv/bin/python benchmarks/quality.py "
-              + arguments + "`). See its docstring for the sets, the references and the tests.", ""]
-    text = "\n".join(header + [markdown(s) for s in summaries])
+    written = {_set_key(s["description"]): f"{markdown(s).rstrip()}\n\nWritten by `.venv/bin/python "
+               f"benchmarks/quality.py {arguments}`.\n" for s in summaries}
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if HAND_SECTION in old:
-        text = text.rstrip("\n") + "\n\n" + old[old.index(HAND_SECTION):]
-    atomic_write_text(path, text)
+    hand = old[old.index(HAND_SECTION):] if HAND_SECTION in old else ""
+    body = old[:len(old) - len(hand)]
+    head, *sections = body.split("\n### ")
+    if not body.strip():
+        head = ("# Pooling quality on real data\n\nMeasured by `benchmarks/quality.py`: each table names its command. "
+                "See the script's docstring for the sets, the references and the tests.\n")
+    kept = []
+    for section in ("### " + part for part in sections):
+        key = _set_key(section.splitlines()[0].removeprefix("### "))
+        kept.append(written.pop(key) if key in written else section)
+    parts = [head.rstrip("\n") + "\n", *(part.rstrip("\n") + "\n" for part in [*kept, *written.values()])]
+    text = "\n".join(parts)
+    atomic_write_text(path, text + ("\n" + hand if hand else ""))
+
+
+def _set_key(title: str) -> str:
+    """Which set a table heading belongs to: its words up to the first comma (``CR review sentiment``)."""
+    return title.split(",")[0].strip()
 
 
 if __name__ == "__main__":

@@ -102,6 +102,23 @@ def test_the_docs_keep_their_hand_written_section(summary, tmp_path):
     assert list(tmp_path.iterdir()) == [docs]  # no temporary file left beside it
 
 
+def test_a_call_on_some_sets_keeps_the_other_sets_tables_and_the_notes_above_them(summary, tmp_path):
+    """`quality.py --sets cr` rewrote the file with the CR table alone: PPPM's, MPQA's and the notes were lost."""
+    summary, _ = summary
+    other = {**summary, "description": "CR review sentiment, binary, fold 0 of 5"}
+    docs = tmp_path / "quality.md"
+    quality.write_docs(docs, [summary, other], "--sets pppm cr")
+    notes = "**A note written by hand above the tables.**\n"
+    text = docs.read_text(encoding="utf-8")
+    docs.write_text(text.replace("\n### ", f"\n{notes}\n### ", 1), encoding="utf-8")
+    quality.write_docs(docs, [other], "--sets cr --seeds 5")
+    text = docs.read_text(encoding="utf-8")
+    assert text.count(f"### {summary['description']}") == 1 and "`.venv/bin/python benchmarks/quality.py --sets " \
+        "pppm cr`" in text  # the other set's table and its command, kept
+    assert text.count("### CR review sentiment") == 1 and "--sets cr --seeds 5" in text and notes in text
+    assert text.index(summary["description"]) < text.index("### CR review sentiment")  # in its place
+
+
 def test_references_on_fewer_seeds_are_compared_on_theirs(summary, monkeypatch, tmp_path):
     result, out = summary
     cfg = TrainConfig.from_dict(__import__("yaml").safe_load((out / "compare_config.yaml").read_text()))
