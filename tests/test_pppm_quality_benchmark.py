@@ -242,9 +242,24 @@ def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
     for key, value in combo.items():
         assert getattr(cfg, key) == value
     assert cfg.group_context == "target" and (cfg.adversarial, cfg.adversarial_start) == ("fgm", 1.0)
+    assert cfg.adversarial_eps == 0.5  # the best CPU run's size (it trained the default 1.0)
     assert (cfg.folds, cfg.only_folds, cfg.precision, cfg.max_length) == (4, None, "bf16", 512)  # GPU: longer inputs
     assert not (tmp_path / "run").exists()  # nothing written
     json.dumps(cfg.to_dict())  # a plain config
+
+
+def test_the_cv_standardises_each_folds_predictions():
+    """A Pearson-loss fold model predicts on a scale of its own: pooled as predicted, the CV understated the folds."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    target = rng.random(400)
+    prediction = target + rng.normal(0, 0.2, 400)
+    fold = np.arange(400) % 4
+    shifted = np.where(fold == 1, 2 * prediction + 0.3, prediction)
+    same = pppm_deberta.fold_standardised_cv(pd.DataFrame({"fold": fold, "prediction": prediction, "target": target}))
+    moved = pppm_deberta.fold_standardised_cv(pd.DataFrame({"fold": fold, "prediction": shifted, "target": target}))
+    assert moved == pytest.approx(same, abs=0.01) and np.corrcoef(shifted, target)[0, 1] < same - 0.05
 
 
 def test_deberta_rescales_llrd_to_24_layers(tmp_path):
