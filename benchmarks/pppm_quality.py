@@ -490,7 +490,8 @@ def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dic
     """The table's numbers from result records (``row``, ``seed``, ``pearson``, ``train_seconds``, ``status``).
 
     Pearson is averaged over a row's seeds; the difference to the baseline is taken per seed (the seeds both have)
-    and averaged; the best row is the attnpool row (not the notebook) with the highest mean Pearson.
+    and averaged; the best row is the attnpool row (not the notebook or an ensemble) with the highest mean Pearson
+    on the seeds all those rows have (on its own seeds where they share none).
     """
     by_row: dict[str, dict[int, Mapping[str, Any]]] = {}
     for r in results:
@@ -510,7 +511,11 @@ def summarise(results: Sequence[Mapping[str, Any]], order: Sequence[str]) -> dic
                      "views_of": next((seeds[s]["views_of"] for s in seeds if seeds[s].get("views_of")), None)})
     ensembles = {r["row"] for r in results if r.get("members")}
     ours = [r for r in rows if r["name"] != NOTEBOOK and r["name"] not in ensembles and not math.isnan(r["pearson"])]
-    best = max(ours, key=lambda r: r["pearson"])["name"] if ours else None
+    # compared on the seeds they all have: a row of one lucky seed is not above one measured on two
+    shared = set.intersection(*(set(r["per_seed"]) for r in ours)) if ours else set()
+    def score(r: dict[str, Any]) -> float:
+        return float(np.mean([r["per_seed"][s] for s in shared])) if shared else r["pearson"]
+    best = max(ours, key=score)["name"] if ours else None
     return {"rows": rows, "best": best, "seeds": sorted({int(r["seed"]) for r in results})}
 
 
@@ -609,6 +614,8 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
         delta = _f(row["delta"], sign=True)
         if len(row["delta_per_seed"]) >= 2:
             delta += " (" + " / ".join(_f(v, sign=True) for v in row["delta_per_seed"].values()) + ")"
+        elif len(row["delta_per_seed"]) == 1 and len(summary["seeds"]) > 1:  # paired on one seed of several
+            delta += f" (seed {next(iter(row['delta_per_seed']))})"
         opts = "notebook recipe (references.notebook_scores)" if name == NOTEBOOK else describe(options.get(name, {}))
         if row.get("members"):
             opts = "ensemble: standardised mean of " + " + ".join(row["members"])

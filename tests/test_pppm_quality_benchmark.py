@@ -108,6 +108,20 @@ def test_the_summary_pairs_each_row_with_the_baseline_per_seed():
     assert list(pq.check_targets(summary, epochs=3, full_data=False).values())[0] is None
 
 
+def test_the_best_row_is_chosen_on_the_seeds_the_rows_share():
+    """pearson 0.80 / 0.70 (mean 0.75) against ema's 0.76 on seed 42 alone: ema was 'best', on its one seed."""
+    records = [{"row": row, "seed": 42 + i, "pearson": v, "train_seconds": 1.0, "status": "trained"}
+               for row, vs in {"baseline": [0.75, 0.75], "pearson": [0.80, 0.70], "ema": [0.76]}.items()
+               for i, v in enumerate(vs)]
+    summary = pq.summarise(records, ["baseline", "pearson", "ema"])
+    assert summary["best"] == "pearson"  # 0.80 against 0.76 on seed 42, the seed all three have
+    meta = {"command": "x", "model": "m", "epochs": 3, "combo": pq.DEFAULT_COMBO, "rows": "every row",
+            "machine": "2 CPUs", "date": "today", "bootstrap": 10}
+    text = pq.markdown(summary, meta, pq.row_options(), {}, pq.check_targets(summary, 3, True))
+    ema = next(line for line in text.splitlines() if line.startswith("| ema"))
+    assert "+0.0100 (seed 42)" in ema  # its difference is one seed's
+
+
 def test_the_table_marks_the_best_row_and_says_when_one_seed(tmp_path):
     meta = {"command": "python benchmarks/pppm_quality.py", "model": "m", "epochs": 3, "combo": pq.DEFAULT_COMBO,
             "rows": "every row", "machine": "2 CPUs", "date": "today", "bootstrap": 10}
