@@ -17,7 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+
+from attnpool.runs import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pppm_quality as pq  # noqa: E402
@@ -34,6 +37,31 @@ def kept_records(runs: Path) -> list[dict]:
             if seed_dir.is_dir() and (seed_dir / "oof.csv").is_file():
                 records.append({"row": row.name, "seed": int(seed_dir.name.split("_")[1]), "run_dir": str(seed_dir)})
     return records
+
+
+def run_anchors(records: Sequence[dict], data_dir: Path | None = None) -> np.ndarray:
+    """The anchor of each row number, from the runs' own out-of-fold ``group`` column (the folds' anchors).
+
+    Runs that number their rows differently (another data folder, ``--rows`` or ``--anchors`` subsets) disagree on
+    a row's anchor and are refused, as is a ``data_dir`` whose ``train.csv`` disagrees with them: the anchor
+    clusters would be silently wrong.
+    """
+    anchor_of: dict[int, str] = {}
+    for record in records:
+        oof = Run(record["run_dir"]).oof()
+        for row, group in zip(oof["row"].astype(int), oof["group"].astype(str), strict=True):
+            if anchor_of.setdefault(row, group) != group:
+                raise SystemExit(f"{record['run_dir']}: row {row} has anchor {group!r}, another kept run's "
+                                 f"{anchor_of[row]!r}: the runs trained on different data; keep them apart (--runs)")
+    anchors = np.full(max(anchor_of, default=-1) + 1, "", dtype=object)
+    anchors[list(anchor_of)] = list(anchor_of.values())
+    if data_dir is not None:
+        given = pd.read_csv(data_dir / "train.csv", dtype=str, keep_default_na=False)["anchor"].to_numpy()
+        rows = np.fromiter(anchor_of, dtype=int)
+        if rows.max(initial=-1) >= len(given) or (given[rows] != anchors[rows]).any():
+            raise SystemExit(f"the kept runs' anchors are not those of {data_dir / 'train.csv'}: they trained on "
+                             "other data (a --rows or --anchors subset?); give that folder or leave --data-dir out")
+    return anchors
 
 
 def table(records: Sequence[dict], pairs: Sequence[Sequence[str]], anchors, bootstrap: int) -> str:
@@ -54,17 +82,19 @@ def table(records: Sequence[dict], pairs: Sequence[Sequence[str]], anchors, boot
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", type=Path, required=True, help="the PPPM folder the runs trained on (train.csv)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="the PPPM folder the runs trained on, checked against their anchors (optional: the anchors "
+                   "come from the runs' out-of-fold files)")
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="the folder of pppm_quality's kept rows")
     p.add_argument("--pair", nargs=2, action="append", required=True, metavar=("A", "B"), help="test A minus B")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
     args = p.parse_args(argv)
-    if not (args.data_dir / "train.csv").is_file():
+    if args.data_dir is not None and not (args.data_dir / "train.csv").is_file():
         raise SystemExit(f"no PPPM train.csv in {args.data_dir}; give --data-dir (see ../shared/data/pppm/README.md)")
     if not args.runs.is_dir():
         raise SystemExit(f"no kept runs in {args.runs}; run benchmarks/pppm_quality.py first or give --runs")
-    anchors = pd.read_csv(args.data_dir / "train.csv", dtype=str, keep_default_na=False)["anchor"].to_numpy()
-    print(table(kept_records(args.runs), args.pair, anchors, args.bootstrap))
+    records = kept_records(args.runs)
+    print(table(records, args.pair, run_anchors(records, args.data_dir), args.bootstrap))
     return 0
 
 

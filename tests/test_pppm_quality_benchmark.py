@@ -432,3 +432,27 @@ def test_the_bootstrap_by_rows_and_anchors_table_reads_kept_runs(tmp_path, capsy
     assert [(r["row"], r["seed"]) for r in kept] == [("bad", 42), ("good", 42), ("good", 43)]
     with pytest.raises(SystemExit, match="no PPPM train.csv in"):
         by.main(["--data-dir", str(tmp_path), "--pair", "good", "bad"])
+
+
+def test_the_anchors_come_from_the_runs_and_runs_on_other_data_are_refused(tmp_path):
+    """Anchors were read by row number from --data-dir's train.csv: a --rows or --anchors run got wrong ones."""
+    import pandas as pd
+
+    import pppm_bootstrap_by as by
+    from attnpool.runs import Run
+
+    def kept(name, groups):
+        run = Run.create(tmp_path / name / "seed_42")
+        run.write_oof(pd.DataFrame({"row": range(len(groups)), "id": range(len(groups)), "target": 0.5,
+                                    "prediction": 0.5, "fold": 0, "group": groups}))
+        return {"row": name, "seed": 42, "run_dir": str(run.path)}
+
+    a, b = kept("a", ["x", "x", "y"]), kept("b", ["x", "x", "y"])
+    assert list(by.run_anchors([a, b])) == ["x", "x", "y"]
+    pd.DataFrame({"anchor": ["x", "x", "y", "z"]}).to_csv(tmp_path / "train.csv", index=False)
+    assert list(by.run_anchors([a, b], tmp_path)) == ["x", "x", "y"]
+    pd.DataFrame({"anchor": ["x", "y", "y"]}).to_csv(tmp_path / "train.csv", index=False)
+    with pytest.raises(SystemExit, match="are not those of .*train.csv"):
+        by.run_anchors([a, b], tmp_path)
+    with pytest.raises(SystemExit, match="row 1 has anchor 'w', another kept run's 'x'"):
+        by.run_anchors([a, kept("c", ["x", "w", "y"])])
