@@ -39,6 +39,8 @@ EXTRA_VARIANTS = [
     ("attention", {"cls_share": 0.5}),
     ("multihead_attention", {"num_heads": 2, "cls_share": 0.3}),
     ("gated_attention", {"cls_share": 0.5}),
+    ("attention", {"normalizer": "sparsemax", "cls_share": 0.3}),
+    ("multihead_attention", {"num_heads": 2, "normalizer": "entmax15", "cls_share": 0.3}),
 ]
 VARIANTS = [(name, {}) for name in available_poolers()] + EXTRA_VARIANTS
 

@@ -100,3 +100,9 @@ def test_adaptive_starts_as_mean_pooling_by_default(query):
     torch.testing.assert_close(pooled, build_pooler("mean", HIDDEN)(hidden, mask), atol=1e-6, rtol=1e-5)
     xavier = AdaptivePooling(HIDDEN, query=query, init="xavier")
     assert xavier.wk.weight.abs().max() > 0
+
+
+@pytest.mark.parametrize("options", [{"eps": 0.0}, {"eps": -1.0, "gamma": 2.0}])
+def test_simpool_refuses_a_floor_that_is_not_positive(options):
+    with pytest.raises(ValueError, match=f"SimPooling: eps must be positive, got {options['eps']}"):
+        SimPooling(HIDDEN, **options)

@@ -235,11 +235,13 @@ def test_checkpoints_with_the_dead_score_bias_load_and_compute_the_same(name):
     torch.testing.assert_close(rebuilt(hidden, mask), pooler(hidden, mask), atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax", "entmax15"])
 @pytest.mark.parametrize("cls", [AttentionPooling, MultiHeadAttentionPooling, GatedAttentionPooling])
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_cls_share_starts_with_that_share_on_the_first_real_token_and_the_rest_even(cls, side):
+def test_cls_share_starts_with_that_share_on_the_first_real_token_and_the_rest_even(cls, side, normalizer):
+    """sparsemax and entmax15 got softmax's offset: from 5 tokens on the first one took all, the scorer no gradient."""
     torch.manual_seed(0)
-    pooler = cls(HIDDEN, attn_size=12, cls_share=0.3)
+    pooler = cls(HIDDEN, attn_size=12, cls_share=0.3, normalizer=normalizer)
     hidden, mask, tokens = ragged_batch([5, 2, 7, 1], seed=3, side=side, seq_len=8)
     pooled, weights = pooler(hidden, mask, return_weights=True)
     batch, seq_len = mask.shape

@@ -77,6 +77,9 @@ def test_gem_p_is_learnable_or_fixed():
     assert learned.learned_p == 4.0 and learned.get_config()["p"] == 3.0  # the config keeps the initial value
     with pytest.raises(ValueError, match="p must be positive, got -1"):
         GeMPooling(HIDDEN, p=-1)
+    for eps in (0.0, -1.0):  # log(0): p's gradient was NaN wherever a channel's real values were all <= 0
+        with pytest.raises(ValueError, match=f"GeMPooling: eps must be positive, got {eps}"):
+            GeMPooling(HIDDEN, eps=eps)
 
 
 @pytest.mark.parametrize(("scale", "p"), [(100.0, 20.0), (1e4, 10.0), (1e4, 64.0), (1e30, 3.0)])

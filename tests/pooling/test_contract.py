@@ -249,6 +249,29 @@ def test_half_precision_is_finite_and_close_to_float32(variant, dtype, grad):
     assert (low.float() - ref).abs().max() <= 0.03 * scale
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_is_finite_with_large_states_and_single_token_rows(variant, dtype):
+    """--precision fp16 runs the pooler under autocast, whose matmuls went back to fp16: stats' squares of 300 and
+    the attention scores overflowed; simpool's floor became 0 and its gradient NaN on a one-token row. (Gradients
+    of large states may overflow fp16 like any layer's: the grad scaler skips those steps; they are checked at
+    unit scale, where a NaN is the pooler's own.)"""
+    pooler = make(variant).train()
+    pooler.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    hidden, mask, _ = batch_for(pooler, [1, 6, 4], seq_len=7)
+    for scale in (300.0, 1.0):
+        states = (hidden * scale).requires_grad_(True)
+        maps = {"attentions": attention_maps(states.detach(), mask)} if pooler.needs_attentions else {}  # an encoder's
+        with torch.autocast("cpu", dtype=dtype):
+            out = call(pooler, states, mask, **maps)
+        assert torch.isfinite(out).all(), scale
+        if scale == 1.0:
+            pooler.zero_grad(set_to_none=True)
+            out.float().pow(2).mean().backward()
+            assert torch.isfinite(states.grad).all()
+            for name, p in pooler.named_parameters():
+                assert p.grad is None or torch.isfinite(p.grad).all(), name
+
+
 def test_inputs_are_not_modified(variant):
     pooler = make(variant)
     hidden, mask, _ = batch_for(pooler, [2, 4], pad_value=HUGE)

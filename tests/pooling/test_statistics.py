@@ -82,7 +82,8 @@ def test_ggem_one_group_equals_gem():
 
 @pytest.mark.parametrize(("kwargs", "message"), [({"num_groups": 0}, "num_groups must be in"),
                                                  ({"num_groups": HIDDEN + 1}, "num_groups must be in"),
-                                                 ({"p": 0.0}, "p must be positive")])
+                                                 ({"p": 0.0}, "p must be positive"),
+                                                 ({"eps": 0.0}, "eps must be positive, got 0.0")])
 def test_ggem_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GroupGeMPooling(HIDDEN, **kwargs)

@@ -51,6 +51,8 @@ class SimPooling(Pooler):
         if gamma is not None and gamma <= 0:
             raise ValueError(f"SimPooling: gamma must be positive or None, got {gamma}")
         self.gamma = None if gamma is None else float(gamma)
+        if not eps > 0:  # the floor of the powered values: 0 ** (1 / gamma) has an infinite derivative
+            raise ValueError(f"SimPooling: eps must be positive, got {eps}")
         self.eps = float(eps)
         self.norm = nn.LayerNorm(hidden_size, eps=1e-6)
         self.wq = nn.Linear(hidden_size, hidden_size, bias=False)
@@ -70,7 +72,7 @@ class SimPooling(Pooler):
         row_min = torch.where(F.has_token(mask).unsqueeze(-1), row_min, torch.zeros_like(row_min))
         powered = (x - row_min + self.eps).clamp(min=self.eps).pow(self.gamma)  # (B, T, H), positive
         out, weights = F.masked_attention(query.float(), self.wk(tokens).float(), powered, mask, self.num_heads)
-        pooled = out.squeeze(1).clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / self.gamma)  # (B, H)
+        pooled = out.squeeze(1).float().clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / self.gamma)  # (B, H)
         return F.zero_empty_rows(pooled, mask).to(hidden_states.dtype), F.merge_heads(weights, hidden_states.dtype)
 
 

@@ -50,7 +50,7 @@ class _ScoredPooling(Pooler):
 
     def score_prior(self, mask: Tensor) -> Tensor | None:
         """Fixed ``(B, T)`` score offsets for ``cls_share`` (:func:`~attnpool.pooling.functional.first_token_prior`)."""
-        return F.first_token_prior(mask, self.cls_share) if self.cls_share > 0 else None
+        return F.first_token_prior(mask, self.cls_share, self.normalizer) if self.cls_share > 0 else None
 
     def scores(self, hidden_states: Tensor) -> Tensor:
         """Unnormalised token scores ``(B, T)`` or ``(B, heads, T)``."""

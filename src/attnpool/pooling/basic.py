@@ -150,6 +150,8 @@ class GeMPooling(Pooler):
         # The initial value, saved in the config: a plain number, so that get_config never reads a tensor (a model
         # loaded with from_pretrained is built on the meta device first). The learned value is in the state dict.
         self.p = float(p)
+        if not eps > 0:  # the floor of the values raised to p: log(0) gives p a NaN gradient
+            raise ValueError(f"GeMPooling: eps must be positive, got {eps}")
         self.eps = float(eps)
         self.learnable_p = bool(learnable_p)
         p_tensor = torch.tensor(self.p)

@@ -75,19 +75,31 @@ def first_token_index(mask: Tensor) -> Tensor:
     return mask.to(torch.int32).argmax(dim=-1)  # argmax returns the first maximal position
 
 
-def first_token_prior(mask: Tensor, share: float) -> Tensor:
-    r"""Score offsets ``(B, T)`` that give the first real token ``share`` of a softmax over equal scores.
+def first_token_prior(mask: Tensor, share: float, normalizer: str = "softmax") -> Tensor:
+    r"""Score offsets ``(B, T)`` that give the first real token ``share`` of ``normalizer`` over equal scores.
 
-    The first real token (``[CLS]`` in BERT-style inputs, found under left padding too) gets
-    :math:`\log\frac{share}{1 - share} + \log(n - 1)` for a row of :math:`n \ge 2` real tokens, every other
-    position 0: added to equal scores, a softmax then puts ``share`` on that token and spreads ``1 - share``
-    evenly over the other :math:`n - 1`, whatever the row's length. Rows of 0 or 1 real tokens get no offset.
-    Float32, without a gradient: a fixed prior that learned scores add to.
+    The first real token (``[CLS]`` in BERT-style inputs, found under left padding too) gets an offset :math:`\delta`,
+    every other position 0, so that added to equal scores the normaliser puts ``share`` :math:`s` on that token and
+    spreads :math:`1 - s` evenly over the other :math:`n - 1`, whatever the row's length :math:`n`:
+
+    * softmax: :math:`\delta = \log\frac{s}{1 - s} + \log(n - 1)`;
+    * sparsemax: :math:`\delta = s - \frac{1 - s}{n - 1}` (the softmax offset exceeds 1 from a few tokens on, and
+      sparsemax then gave the first token everything: the other tokens, and the scorer's gradient, were 0);
+    * entmax15: :math:`\delta = 2\big(\sqrt{s} - \sqrt{(1 - s) / (n - 1)}\big)`.
+
+    Rows of 0 or 1 real tokens get no offset. Float32, without a gradient: a fixed prior that learned scores add to.
     """
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share}")
     n = mask.sum(dim=-1, dtype=torch.float32)  # (B,)
-    offset = torch.where(n > 1, (n - 1).clamp(min=1).log() + math.log(share / (1.0 - share)), 0.0)
+    others = (n - 1).clamp(min=1)
+    if normalizer == "sparsemax":
+        delta = share - (1.0 - share) / others
+    elif normalizer == "entmax15":
+        delta = 2.0 * (math.sqrt(share) - ((1.0 - share) / others).sqrt())
+    else:
+        delta = others.log() + math.log(share / (1.0 - share))
+    offset = torch.where(n > 1, delta, 0.0)
     prior = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     return prior.scatter_(1, first_token_index(mask).long().unsqueeze(1), offset.unsqueeze(1))
 
@@ -154,10 +166,11 @@ def masked_attention(
     head_dim, value_dim = embed // num_heads, size // num_heads
     q = query.reshape(query.shape[0], n_query, num_heads, head_dim).transpose(1, 2).float()  # (B|1, h, Q, d)
     k = key.reshape(batch, seq_len, num_heads, head_dim).transpose(1, 2).float()  # (B, h, T, d)
-    scores = torch.matmul(q * head_dim**-0.5, k.transpose(-1, -2))  # (B, h, Q, T)
-    weights = masked_softmax(scores, mask[:, None, None, :])  # (B, h, Q, T) float32
-    v = zero_padding(value, mask).reshape(batch, seq_len, num_heads, value_dim).transpose(1, 2)  # (B, h, T, dv)
-    out = torch.matmul(weights.to(v.dtype), v)  # (B, h, Q, dv)
+    with torch.autocast(key.device.type, enabled=False):  # fp16 autocast would run both products in fp16 again
+        scores = torch.matmul(q * head_dim**-0.5, k.transpose(-1, -2))  # (B, h, Q, T)
+        weights = masked_softmax(scores, mask[:, None, None, :])  # (B, h, Q, T) float32
+        v = zero_padding(value, mask).reshape(batch, seq_len, num_heads, value_dim).transpose(1, 2)  # (B, h, T, dv)
+        out = torch.matmul(weights.to(v.dtype), v)  # (B, h, Q, dv)
     return out.transpose(1, 2).reshape(batch, n_query, size), weights
 
 

@@ -55,9 +55,10 @@ class StatisticsPooling(Pooler):
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
         x = F.zero_padding(hidden_states.float(), mask)  # (B, T, H)
         weights = F.mean_weights(mask, torch.float32)  # (B, T), 1/n on real tokens
-        mean = torch.bmm(weights.unsqueeze(1), x).squeeze(1)  # (B, H)
+        # elementwise sums, not bmm: fp16 autocast would run a bmm in fp16, where a square of 300 overflows
+        mean = (weights.unsqueeze(-1) * x).sum(1)  # (B, H)
         centered = F.zero_padding(x - mean.unsqueeze(1), mask)  # (B, T, H)
-        var = torch.bmm(weights.unsqueeze(1), centered.square()).squeeze(1)  # (B, H), population variance
+        var = (weights.unsqueeze(-1) * centered.square()).sum(1)  # (B, H), population variance
         std = var.clamp(min=self.eps).sqrt() * F.has_token(mask)
         return torch.cat([mean, std], dim=-1).to(hidden_states.dtype), None
 
@@ -132,6 +133,8 @@ class GroupGeMPooling(Pooler):
             raise ValueError(f"GroupGeMPooling: p must be positive, got {p}")
         self.num_groups = int(num_groups)
         self.p = float(p)  # the initial value, saved in the config; the learned ones are in the state dict
+        if not eps > 0:  # the floor of the values raised to p: log(0) gives p a NaN gradient
+            raise ValueError(f"GroupGeMPooling: eps must be positive, got {eps}")
         self.eps = float(eps)
         self.p_param = nn.Parameter(torch.full((self.num_groups,), self.p))
 
