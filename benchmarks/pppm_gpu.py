@@ -150,6 +150,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="notebook side(s): fp16 = the notebook's autocast + GradScaler (CFG.apex); fp32; tf32")
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32", "auto"],
                    help="attnpool side (the issue: bf16)")
+    p.add_argument("--freeze-word-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="attnpool's word embeddings frozen or trained (default: the recipe's, frozen; the notebook "
+                   "trains them)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-length", type=int, default=NOTEBOOK_MAX_LEN,
                    help="attnpool's truncation length (it pads per batch) and the notebook's padded length")
@@ -405,7 +408,8 @@ def attnpool_config(args: argparse.Namespace, encoder_dir: Path, data_dir: Path,
     return TrainConfig(preset="pppm", data_dir=str(data_dir), model=str(encoder_dir), folds=4, only_folds=[0],
                        epochs=1.0, batch_size=args.batch_size, eval_batch_size=64, max_length=args.max_length,
                        lr=args.lr, head_lr=args.lr, pooling="attention", precision=args.precision, seed=args.seed,
-                       output_dir=str(run_dir), overwrite=True)
+                       freeze_word_embeddings=getattr(args, "freeze_word_embeddings", None), output_dir=str(run_dir),
+                       overwrite=True)
 
 
 def make_timer(window: StepWindow):
@@ -591,6 +595,10 @@ def report(sides: list[Side], info: dict[str, Any]) -> str:
     if ours.padded_tokens_per_row_epoch:
         notes.append(f"attnpool's padded tokens/row: {ours.padded_tokens_per_row_timed or float('nan'):.1f} over the "
                      f"timed steps, {ours.padded_tokens_per_row_epoch:.1f} over the whole epoch (sampler order).")
+    frozen = info.get("args", {}).get("freeze_word_embeddings") in (None, True)
+    notes.append("attnpool's word embeddings: " + ("frozen (the recipe's default; no gradient or AdamW moments for "
+                 "them, which lowers its memory and step time), while the notebook trains them; "
+                 "--no-freeze-word-embeddings trains them too" if frozen else "trained, as the notebook's") + ".")
     notes.append("peak memory: torch.cuda.max_memory_allocated during training (weights, gradients, optimizer "
                  "state, activations). Ratio rows: samples/s attnpool / notebook; epoch notebook / attnpool; "
                  "memory attnpool / notebook.")

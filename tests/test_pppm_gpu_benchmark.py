@@ -24,3 +24,18 @@ def test_the_default_is_attnpools_default_encoder(monkeypatch, tmp_path):
     with pytest.raises(SystemExit, match=f"no tokenizer at '{tmp_path}'"):
         pppm_gpu.minilm_tokenizer()
     assert seen == [1]
+
+
+@pytest.mark.parametrize(("freeze", "said"), [(None, "frozen (the recipe's default"),
+                                              (False, "trained, as the notebook")])
+def test_the_report_says_whether_attnpools_word_embeddings_trained(freeze, said, tmp_path):
+    """The notebook trains every weight; attnpool's frozen word embeddings lower its memory: the report says so."""
+    side = pppm_gpu.Side("attnpool", "bf16", "per batch", train_rows=100, batch_size=16, steps_per_epoch=7,
+                         timed_steps=5, timed_rows=80, timed_seconds=1.0, epoch_seconds_measured=2.0,
+                         peak_allocated_bytes=2**30)
+    info = {"device_name": "gpu", "torch": "t", "transformers": "x", "encoder": "e", "encoder_params": 1e6,
+            "data": "d", "args": {"freeze_word_embeddings": freeze}}
+    assert f"attnpool's word embeddings: {said}" in pppm_gpu.report([side], info)
+    args = pppm_gpu.parse_args(["--no-freeze-word-embeddings"]) if freeze is False else pppm_gpu.parse_args([])
+    cfg = pppm_gpu.attnpool_config(args, tmp_path, tmp_path, tmp_path / "run")
+    assert cfg.freeze_word_embeddings is freeze
