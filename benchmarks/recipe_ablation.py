@@ -16,7 +16,9 @@ Usage::
     .venv/bin/python benchmarks/recipe_ablation.py --set precision=fp32 --sets cr --seeds 4
 
 Runs are kept in ``--output-dir`` (default ``runs/recipe_ablation``; one folder per change): a second call reuses
-them. Sets whose data is missing under ``--data-root`` are skipped.
+them, once it has checked that they ran the same recipe (its defaults resolved: a default changed since is caught),
+and a speed ratio of sides timed in different calls says so. Sets whose data is missing under ``--data-root`` are
+skipped.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from attnpool.comparison import (
     shared_bootstrap_keys,
     t_interval,
 )
-from attnpool.comparison.runner import _run_one, _wanted_folds
+from attnpool.comparison.runner import _check_recipe, _run_one, _wanted_folds
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.comparison.summary import run_score
 from attnpool.options import ConfigError, parse_options
+from attnpool.runs import RunError
 from attnpool.tasks import primary_metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,17 +76,23 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
     """
     spec = PoolerSpec.parse(POOLER)
     runs = {s: out / "runs" / spec.slug / f"seed_{s}" for s in seeds}
+    try:  # kept runs of another recipe (other epochs, another default since) must not be paired with new ones
+        _check_recipe(out, replace(cfg, freeze_word_embeddings=cfg.resolved_freeze_word_embeddings()), overwrite=False)
+    except RunError as err:
+        raise SystemExit(str(err).replace("--overwrite to start it again", "delete that folder")) from None
+    trained = 0
     for s, run in runs.items():
         if not _wanted_folds(run, cfg.only_folds):
             logging.getLogger(__name__).info("training %s, seed %d", out, s)
             _run_one(cfg, spec, s, run)
+            trained += 1
     predictions = {s: run_predictions(runs[s], cfg.task) for s in seeds}
     seconds = {s: json.loads(run.with_name(f"{run.name}.cost.json").read_text())["wall_seconds"]
                for s, run in runs.items()}
     keys, _ = shared_bootstrap_keys({s: (runs[s], s) for s in seeds},  # whole groups of grouped folds, else ids/rows
                                     per_seed_rows=cfg.limit is not None and cfg.split_seed is None)
     return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions, "keys": keys,
-            "seconds": seconds}
+            "seconds": seconds, "all_trained_now": trained == len(seeds)}
 
 
 def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int], bootstrap: int) -> dict[str, Any]:
@@ -109,12 +118,14 @@ def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int
             "mean": [base_stats.mean, changed_stats.mean], "std": [base_stats.std, changed_stats.std],
             "diff": t.diff, "p_ttest": t.p, "p_signflip": exact.p, "boot": [boot.low, boot.high],
             "p_bootstrap": boot.p, "within_noise": within,
-            "seconds": [sum(base["seconds"].values()), sum(changed["seconds"].values())]}
+            "seconds": [sum(base["seconds"].values()), sum(changed["seconds"].values())],
+            "timed_together": base["all_trained_now"] and changed["all_trained_now"]}
 
 
 def markdown(r: dict[str, Any]) -> str:
     change = ", ".join(f"{k}={v}" for k, v in r["changes"].items())
     speed = r["seconds"][0] / r["seconds"][1]
+    together = "" if r.get("timed_together", True) else " (timed in different calls, not side by side)"
     lines = [f"### {r['set']}: {change}", "",
              f"{r['metric']} on fold 0, seeds {', '.join(map(str, r['seeds']))}", "",
              "| recipe | mean ± std | per seed | training s (sum) |", "|---|---|---|---:|",
@@ -124,7 +135,7 @@ def markdown(r: dict[str, Any]) -> str:
              f"{' / '.join(f'{v:.4f}' for v in r['changed'])} | {r['seconds'][1]:.0f} |", "",
              f"Δ (changed − default) {r['diff']:+.4f}; p t-test {r['p_ttest']:.3f}, exact sign-flip "
              f"{r['p_signflip']:.3f}, bootstrap {r['p_bootstrap']:.3f} (95% CI [{r['boot'][0]:+.4f}, "
-             f"{r['boot'][1]:+.4f}]); training {speed:.2f}x as fast; "
+             f"{r['boot'][1]:+.4f}]); training {speed:.2f}x as fast{together}; "
              f"{'within noise or better' if r['within_noise'] else 'WORSE than the noise'}.", ""]
     return "\n".join(lines)
 

@@ -1,0 +1,40 @@
+"""benchmarks/recipe_ablation.py without training: kept runs of another recipe are refused, and a speed ratio of
+runs timed in different calls says so."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import recipe_ablation as ra  # noqa: E402
+from attnpool.config import TrainConfig  # noqa: E402
+
+
+def test_kept_runs_of_another_recipe_are_not_paired_with_new_ones(tmp_path, monkeypatch):
+    """The default side's folder was reused whatever its epochs, model or the defaults it ran with."""
+    monkeypatch.setattr(ra, "_wanted_folds", lambda run, folds: True)  # every run kept: nothing trains
+    monkeypatch.setattr(ra, "run_predictions", lambda run, task: None)
+    monkeypatch.setattr(ra, "run_score", lambda run, task: 0.5)
+    monkeypatch.setattr(ra, "shared_bootstrap_keys", lambda runs, **kw: ({}, False))
+    for seed in (1, 2):
+        cost = tmp_path / "default" / "runs" / "attention" / f"seed_{seed}.cost.json"
+        cost.parent.mkdir(parents=True, exist_ok=True)
+        cost.write_text('{"wall_seconds": 10.0}')
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1)
+    side = ra.train_side(cfg, tmp_path / "default", [1, 2])
+    assert side["scores"] == [0.5, 0.5] and not side["all_trained_now"]  # reused: timed by earlier calls
+    with pytest.raises(SystemExit, match=r"another recipe \(epochs: 1(\.0)? -> 2(\.0)?\).*delete that folder"):
+        ra.train_side(TrainConfig(train_file="x.csv", text_cols=["a"], epochs=2), tmp_path / "default", [1, 2])
+
+
+def test_a_speed_ratio_of_runs_timed_in_different_calls_says_so():
+    result = {"set": "cr", "changes": {"lr": 1e-4}, "metric": "accuracy", "seeds": [1], "mean": [0.9, 0.9],
+              "std": [0.0, 0.0], "default": [0.9], "changed": [0.9], "diff": 0.0, "p_ttest": 1.0, "p_signflip": 1.0,
+              "p_bootstrap": 1.0, "boot": [0.0, 0.0], "within_noise": True, "seconds": [20.0, 10.0]}
+    assert "2.00x as fast; " in ra.markdown({**result, "timed_together": True})
+    assert "2.00x as fast (timed in different calls, not side by side)" in ra.markdown({**result,
+                                                                                          "timed_together": False})
