@@ -323,3 +323,19 @@ def test_the_out_of_fold_rows_are_predicted_in_the_training_precision(encoder, d
     assert seen == ["auto"]
     card = (tmp_path / "run" / "fold_0" / "model" / "README.md").read_text()
     assert f"precision: {resolve_precision('auto', 'cpu')}" in card and "precision: auto" not in card  # as trained
+
+
+def test_a_pearson_loss_run_also_scores_its_folds_each_on_its_own_scale(encoder, data, tmp_path, capsys):
+    """--loss pearson leaves each fold model its own scale and offset: the pooled Pearson understates the folds."""
+    import numpy as np
+    import pandas as pd
+
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--model", encoder, "--output-dir", str(out), "--loss", "pearson", *FAST]
+    assert main(args) == 0
+    overall = json.loads((out / "metrics.json").read_text())["overall"]
+    oof = pd.read_csv(out / "oof.csv")
+    z = oof.groupby("fold")["prediction"].transform(lambda p: (p - p.mean()) / p.std(ddof=0))
+    assert overall["pearson_folds_standardised"] == pytest.approx(np.corrcoef(z, oof["target"])[0, 1], abs=1e-6)
+    assert "with each fold's predictions standardised" in capsys.readouterr().err

@@ -57,6 +57,9 @@ def summary_table(cfg: TrainConfig, run: Run, metrics: dict[str, Any], seconds: 
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    if "pearson_folds_standardised" in overall:
+        lines.append(f"all (oof) with each fold's predictions standardised (the Pearson loss leaves each fold its own "
+                     f"scale): pearson {_fmt(overall['pearson_folds_standardised'])}")
     if metrics.get("complete"):
         state = "complete"
     elif cfg.only_folds is not None:
