@@ -28,3 +28,21 @@ def test_classification():
     assert got["accuracy"] == 0.5 and math.isclose(got["auc"], 0.75)  # positive-negative pairs ordered right: 3 of 4
     multi = task_metrics("multiclass", np.array([0, 1, 2]), np.eye(3))
     assert multi["accuracy"] == 1.0 and multi["macro_f1"] == 1.0
+
+
+def test_multilabel_macro_f1_averages_the_labels_the_rows_have_or_are_predicted():
+    """A label no row of the fold has, rightly never predicted, scored F1 0: a perfect fold had macro-F1 0.5."""
+    perfect = task_metrics("multilabel", np.array([[1, 0], [0, 0], [1, 0]]),
+                           np.array([[0.9, 0.1], [0.1, 0.1], [0.8, 0.2]]))
+    assert perfect["macro_f1"] == 1.0 and perfect["accuracy"] == 1.0
+    wrong = task_metrics("multilabel", np.array([[1, 0], [0, 0]]), np.array([[0.9, 0.7], [0.1, 0.1]]))
+    assert wrong["macro_f1"] == 0.5  # a label predicted but absent is a false positive, still counted
+
+
+def test_a_diverged_classifier_scores_nan_instead_of_stopping_the_run():
+    """NaN probabilities raised in scikit-learn ('Input contains NaN') where a regression run records NaN."""
+    nan = np.full((3, 2), np.nan)
+    for task, target in (("binary", np.array([0, 1, 1])), ("multiclass", np.array([0, 1, 1])),
+                         ("multilabel", np.array([[1, 0], [0, 1], [1, 1]]))):
+        out = task_metrics(task, target, nan)
+        assert math.isnan(out["accuracy"]) and math.isnan(out["macro_f1"]) and "auc" not in out, task

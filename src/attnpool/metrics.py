@@ -36,11 +36,17 @@ def classification_metrics(target: np.ndarray, scores: np.ndarray, task: str) ->
 
     scores = np.asarray(scores, dtype=np.float64)
     target = np.asarray(target)
+    if not np.isfinite(scores).all():  # a diverged model: no score, as a regression run's NaN Pearson
+        return {"accuracy": float("nan"), "macro_f1": float("nan")}
     if task == "multilabel":
         predicted = (scores >= 0.5).astype(int)
+        # averaged over the labels the rows have or are predicted, as for multiclass: a label absent from a fold
+        # (and rightly never predicted) scored 0 and capped a perfect fold's macro-F1
+        seen = [j for j in range(target.shape[1]) if target[:, j].any() or predicted[:, j].any()]
         out = {
             "accuracy": float(accuracy_score(target, predicted)),  # exact match of the whole label set
-            "macro_f1": float(f1_score(target, predicted, average="macro", zero_division=0)),
+            "macro_f1": float(f1_score(target, predicted, labels=seen, average="macro", zero_division=0))
+            if seen else 1.0,
         }
         present = [j for j in range(target.shape[1]) if 0 < target[:, j].sum() < len(target)]
         if present:
