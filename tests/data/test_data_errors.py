@@ -136,3 +136,25 @@ def test_limit_draws_training_rows_with_a_validation_file_too_and_pppm_stays_reg
     assert set(data.frame["text"][:3]) < {f"row {i}" for i in range(8)}
     with pytest.raises(DataError, match=r"^--preset pppm is a regression task \(scores 0 to 1\), got --task binary"):
         apply_preset(TrainConfig(preset="pppm", data_dir=str(tmp_path), task="binary"))
+
+
+def test_a_multilabel_validation_file_of_label_lists_loads(tmp_path):
+    """JSONL/Parquet lists: the blank check's pd.isna(list) raised 'setting an array element with a sequence'."""
+    import json
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import load_task
+    from model_helpers import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    rows = [("a", ["x", "y"]), ("b", ["y"]), ("c", []), ("d", ["x"])]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t, "label": v}) + "\n" for t, v in rows))
+    (tmp_path / "valid.jsonl").write_text("".join(json.dumps({"text": t, "label": v}) + "\n" for t, v in rows[:3]))
+    cfg = TrainConfig(train_file=str(tmp_path / "train.jsonl"), valid_file=str(tmp_path / "valid.jsonl"),
+                      text_cols=["text"], model=encoder, task="multilabel")
+    data = load_task(cfg, logging.getLogger("test"))
+    assert data.classes == ["x", "y"] and data.valid_rows.tolist() == [4, 5, 6]
+    (tmp_path / "valid.jsonl").write_text(json.dumps({"text": "e", "label": ["z"]}) + "\n")
+    with pytest.raises(DataError, match=r"class\(es\) 'z' of column 'label' are not in the training file"):
+        load_task(cfg, logging.getLogger("test"))

@@ -286,9 +286,11 @@ def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
         except DataError as e:
             raise DataError(f"{cfg.valid_file}: {e}") from None
         return
-    blank = valid[cfg.label].map(lambda v: v.strip() == "" if isinstance(v, str) else pd.isna(v)).to_numpy()
+    if cfg.task == "multilabel":  # a blank cell is a row without classes; a cell may be a list (JSONL, Parquet)
+        return
+    blank = valid[cfg.label].map(lambda v: v.strip() == "" if isinstance(v, str) else bool(pd.isna(v))).to_numpy()
     missing = np.flatnonzero(blank.astype(bool))
-    if len(missing) and cfg.task != "multilabel":  # a blank multilabel cell is a row without classes
+    if len(missing):
         raise DataError(f"{cfg.valid_file}: column {cfg.label!r} has missing labels in data rows "
                         f"{', '.join(str(r + 1) for r in missing[:10])}; every validation row needs its label")
 
