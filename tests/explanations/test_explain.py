@@ -75,6 +75,16 @@ def test_an_integer_label_of_numbered_classes_is_a_class_name_not_an_index():
     assert seven.label == "7" and seven.error == float(seven.prediction != "7")
 
 
+def test_whole_labels_of_classes_with_halves_match_their_class():
+    """Classes 1.0, 1.5, 2.0 are saved as "1.0"...; the label 1.0 reads "1": it matched no class and lost its error."""
+    model = tiny_model(num_labels=3)
+    model.config.id2label = dict(enumerate(["1.0", "1.5", "2.0"]))
+    model.config.label2id = {name: i for i, name in model.config.id2label.items()}
+    result = attnpool.explain(model, wordpiece_tokenizer(), TEXTS[:3], labels=[1.0, 1.5, 2.0], erasure_k=0)
+    assert [x.label for x in result.examples] == ["1.0", "1.5", "2.0"]  # the class names, as the run saved them
+    assert all(x.error in (0.0, 1.0) for x in result.examples)
+
+
 def test_regression_error_and_text_pairs_are_recorded():
     result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), TEXTS, text_pairs=PAIRS,
                               labels=[0.5, 1.0, None, 0.0], erasure_k=1)

@@ -147,6 +147,14 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
     return logits, (out_weights if weights else None)  # type: ignore[return-value]
 
 
+def _class_key(name: Any) -> str:
+    """A saved class name as :func:`label_text` writes a label: ``"2.0"`` as ``"2"``, text as it is."""
+    try:
+        return label_text(float(name))
+    except (TypeError, ValueError):
+        return label_text(name)
+
+
 def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names: list[str] | None,
                      config: Any) -> tuple[Any, float | None]:
     if label is None or (isinstance(label, float) and math.isnan(label)):
@@ -156,7 +164,8 @@ def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, name
         return (jsonable(target.tolist()) if target.size > 1 else float(target[0]),
                 float(np.abs(prediction.ravel() - target).mean()))
     if problem_type == "single_label_classification":
-        label2id = {str(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
+        # keys as label_text writes labels: classes 1.0, 1.5, 2.0 are saved as "1.0", "1.5", "2.0", and 1.0 reads "1"
+        label2id = {_class_key(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
         index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
         # an integer that names no class is the output's index, unless the classes are numbers (2, 5, 7: 1 is none)
         numbered = any(k.lstrip("-").isdigit() for k in label2id)
