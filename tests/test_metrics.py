@@ -46,3 +46,17 @@ def test_a_diverged_classifier_scores_nan_instead_of_stopping_the_run():
                          ("multilabel", np.array([[1, 0], [0, 1], [1, 1]]))):
         out = task_metrics(task, target, nan)
         assert math.isnan(out["accuracy"]) and math.isnan(out["macro_f1"]) and "auc" not in out, task
+
+
+def test_multiclass_auc_is_one_vs_rest_over_the_classes_present():
+    """A class missing from a fold dropped its AUC: some folds had one, others none."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    scores = rng.dirichlet(np.ones(3), size=40)
+    full = rng.integers(0, 3, 40)
+    assert task_metrics("multiclass", full, scores)["auc"] == np.float64(
+        roc_auc_score(full, scores, multi_class="ovr", average="macro")).item()  # as scikit-learn's, all present
+    two = np.where(full == 2, 0, full)  # class 2 absent
+    expected = np.mean([roc_auc_score(two == c, scores[:, c]) for c in (0, 1)])
+    assert task_metrics("multiclass", two, scores)["auc"] == expected.item()
