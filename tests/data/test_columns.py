@@ -212,6 +212,13 @@ def test_multilabel_from_strings_and_lists():
     assert numbers.classes == ["1", "2"]  # as the same column without the blank reads them, not "1.0"
 
 
+def test_a_list_label_holding_the_delimiter_is_refused():
+    """["a|b"] trained as one class "a|b", which predict's output ("a|b") reads back as two."""
+    for delimiter in ("|", ";"):
+        with pytest.raises(DataError, match=r"column 'tags' has class name\(s\) 'a\|b' holding a label delimiter"):
+            validate_labels(pd.DataFrame({"tags": [["a|b"], ["c"]]}), "tags", "multilabel", delimiter=delimiter)
+
+
 def test_multilabel_without_any_label():
     with pytest.raises(DataError, match="column 'tags' has no labels in any row"):
         validate_labels(pd.DataFrame({"tags": ["", None]}), "tags", "multilabel")

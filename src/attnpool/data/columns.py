@@ -284,6 +284,12 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
             f"column {column.name!r} has no labels in any row; multilabel cells are {delimiter!r}-separated strings "
             f"such as 'a{delimiter}b' or lists"
         )
+    # a list cell's ["a|b"]: the prediction files join a row's classes with "|", and it would read back as two
+    joined = [c for c in classes if delimiter in c or "|" in c]
+    if joined:
+        raise DataError(f"column {column.name!r} has class name(s) {_values(joined)} holding a label delimiter "
+                        f"({delimiter!r}, or '|' that prediction files join a row's classes with): they would read "
+                        "back as several classes; rename those classes")
     index = {c: i for i, c in enumerate(classes)}
     values = np.zeros((len(sets), len(classes)), dtype=np.float32)
     for row, labels in enumerate(sets):
