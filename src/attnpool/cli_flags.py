@@ -58,17 +58,20 @@ def _or_none(kind: type) -> Callable[[str], Any]:
     return convert
 
 
-def _optional(f: dataclasses.Field) -> bool:
+def _kinds(f: dataclasses.Field) -> tuple[Any, ...]:
+    """The types of a field's annotation: ``int | None`` -> ``(int, NoneType)``, ``int`` -> ``(int,)``."""
     kind = _TYPES[f.name]
     union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
-    return union and type(None) in typing.get_args(kind)
+    return typing.get_args(kind) if union else (kind,)
+
+
+def _optional(f: dataclasses.Field) -> bool:
+    return type(None) in _kinds(f)
 
 
 def _members(f: dataclasses.Field) -> list[Any]:
     """The types a field may hold, ``None`` left out: ``int | None`` -> ``[int]``."""
-    kind = _TYPES[f.name]
-    union = isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union
-    return [m for m in (typing.get_args(kind) if union else (kind,)) if m is not type(None)]
+    return [m for m in _kinds(f) if m is not type(None)]
 
 
 def _is_mapping(f: dataclasses.Field) -> bool:
@@ -120,9 +123,11 @@ def overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, A
     values: dict[str, Any] = {}
     for f in dataclasses.fields(TrainConfig):
         given = getattr(args, f.name, None)
-        if given is NONE and f.name not in skip:
+        if given is None or f.name in skip:
+            continue
+        if given is NONE:
             values[f.name] = None
-        elif given is not None and f.name not in skip:
+        else:
             values[f.name] = parse_options(given, f.metadata.get("flag", f.name)) if _is_mapping(f) else given
     return values
 

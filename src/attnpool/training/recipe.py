@@ -114,10 +114,11 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
             package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
         # third-party bars and messages to train.log, not the console; the trackers' experiment (restored after)
         with quiet_third_party(handler), run_environment(cfg, run):
-            training_precision(cfg.precision, "cpu" if use_cpu() else "cuda")  # fp16 on a CPU: refused before data
+            device = "cpu" if use_cpu() else "cuda"
+            training_precision(cfg.precision, device)  # fp16 on a CPU: refused before the data loads
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
             folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
-            logger.info("precision: %s", precision_reason(cfg.precision, "cpu" if use_cpu() else "cuda"))
+            logger.info("precision: %s", precision_reason(cfg.precision, device))
             if use_cpu():  # the trainer raises it further for a model whose largest gradient needs more
                 logger.info("%s", keep_freed_memory())
             logger.info("word embeddings: %s", embeddings_line(cfg))
