@@ -266,13 +266,19 @@ def test_the_cv_standardises_each_folds_predictions():
     """A Pearson-loss fold model predicts on a scale of its own: pooled as predicted, the CV understated the folds."""
     import pandas as pd
 
+    from attnpool.metrics import standardised_per_group
+
     rng = np.random.default_rng(0)
     target = rng.random(400)
     prediction = target + rng.normal(0, 0.2, 400)
     fold = np.arange(400) % 4
     shifted = np.where(fold == 1, 2 * prediction + 0.3, prediction)
-    same = pppm_deberta.fold_standardised_cv(pd.DataFrame({"fold": fold, "prediction": prediction, "target": target}))
-    moved = pppm_deberta.fold_standardised_cv(pd.DataFrame({"fold": fold, "prediction": shifted, "target": target}))
+    def fold_standardised_cv(oof):  # what pppm_deberta.py judges: train's pearson_folds_standardised
+        z = standardised_per_group(oof["prediction"].to_numpy(), oof["fold"].to_numpy())
+        return float(np.corrcoef(z, oof["target"])[0, 1])
+
+    same = fold_standardised_cv(pd.DataFrame({"fold": fold, "prediction": prediction, "target": target}))
+    moved = fold_standardised_cv(pd.DataFrame({"fold": fold, "prediction": shifted, "target": target}))
     assert moved == pytest.approx(same, abs=0.01) and np.corrcoef(shifted, target)[0, 1] < same - 0.05
 
 

@@ -71,3 +71,17 @@ def task_metrics(task: str, target: np.ndarray, prediction: np.ndarray) -> dict[
     if task == "regression":
         return regression_metrics(target, prediction)
     return classification_metrics(target, prediction, task)
+
+
+def standardised_per_group(scores: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each group's scores as z-scores (population standard deviation; a constant group stays 0).
+
+    What makes the folds of a ``--loss pearson`` run comparable: the loss leaves each fold model its own scale and
+    offset.
+    """
+    scores, groups = np.asarray(scores, dtype=np.float64), np.asarray(groups)
+    out = np.zeros_like(scores)
+    for group in np.unique(groups):
+        part = scores[groups == group]
+        out[groups == group] = (part - part.mean()) / (part.std() or 1.0)
+    return out

@@ -25,7 +25,7 @@ import pandas as pd
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.data.task import TaskData, load_task
-from attnpool.metrics import task_metrics
+from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores
@@ -206,11 +206,12 @@ def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], 
     if len(oof):
         oof = oof.sort_values("row").reset_index(drop=True)
         scores = oof_scores(oof, cfg.task, data.classes)
-        overall = task_metrics(cfg.task, data.labels[oof["row"].to_numpy()], scores)
+        target = data.labels[oof["row"].to_numpy()]
+        overall = task_metrics(cfg.task, target, scores)
         if cfg.loss == "pearson" and oof["fold"].nunique() > 1 and np.ndim(scores) == 1:
             # the loss ignores each fold model's scale and offset: pooled as predicted, the rows understate them
-            overall["pearson_folds_standardised"] = task_metrics(
-                cfg.task, data.labels[oof["row"].to_numpy()], _standardised_per_fold(scores, oof["fold"]))["pearson"]
+            standardised = standardised_per_group(scores, oof["fold"].to_numpy())
+            overall["pearson_folds_standardised"] = task_metrics(cfg.task, target, standardised)["pearson"]
         overall["n"] = len(oof)
         run.write_oof(oof)
     metrics = {"folds": fold_metrics, "overall": overall, "complete": len(fold_metrics) == len(fold_ids),
@@ -219,12 +220,6 @@ def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], 
     plot_learning_curves(run, fold_ids, primary_metric(cfg.task)[0])
     logger.log(SUMMARY, "\n%s", summary_table(cfg, run, metrics, seconds))  # what --quiet keeps
     return TrainResult(run_dir=run.path, metrics=metrics, oof=oof, seconds=seconds)
-
-
-def _standardised_per_fold(scores: np.ndarray, folds: pd.Series) -> np.ndarray:
-    """Each fold's predictions as z-scores (a constant fold stays 0)."""
-    frame = pd.DataFrame({"score": scores, "fold": folds.to_numpy()})
-    return frame.groupby("fold")["score"].transform(lambda p: (p - p.mean()) / (p.std(ddof=0) or 1.0)).to_numpy()
 
 
 def _attach_log_file(path: Path) -> logging.Handler:
