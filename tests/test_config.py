@@ -166,8 +166,11 @@ def test_make_config_from_a_config_a_dict_or_a_file_with_overrides(tmp_path):
     # another pooler does not inherit the file's options ("pooler 'mean' got unknown option(s) attn_size")
     assert make_config(tmp_path / "recipe.yaml", pooling="mean", text_cols=["q"]).validate().pooling_options == {}
     assert make_config(base, pooling="attention").pooling_options == {"attn_size": 64}  # the same pooler keeps them
+    # ... and the new pooler's own options are not merged into the old pooler's (gem got attn_size before)
+    assert make_config(base, pooling="gem", pooling_options={"p": 3}).validate().pooling_options == {"p": 3}
+    # one rule, options given or not: a related pooler does not inherit them either (they are given again)
     assert make_config(base, pooling="multihead_attention", pooling_options={"num_heads": 2}).pooling_options == {
-        "attn_size": 64, "num_heads": 2}  # given with --pooling-opt: merged as before
+        "num_heads": 2}
     with pytest.raises(ConfigError, match=r"recipe.yaml: unknown option\(s\) learning_rate"):
         make_config(tmp_path / "recipe.yaml", learning_rate=1.0)
     with pytest.raises(FileNotFoundError):

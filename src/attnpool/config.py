@@ -356,7 +356,8 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
 
     This is ``--config FILE`` with flags over it: an override replaces the value, except that a dict
     (``pooling_options``) is merged key by key into the config's, as ``--pooling-opt`` adds to the file's options.
-    An override of ``pooling`` by another pooler drops the config's ``pooling_options`` (they were that pooler's).
+    An override of ``pooling`` by another pooler drops the config's ``pooling_options`` (they were that pooler's):
+    the new pooler gets the overriding options alone.
 
     Raises:
         FileNotFoundError: ``config`` names a file that does not exist.
@@ -369,7 +370,7 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     else:
         values, where = dict(config or {}), "config"
     pooling = values.get("pooling", TrainConfig.__dataclass_fields__["pooling"].default)
-    if overrides.get("pooling", pooling) != pooling and "pooling_options" not in overrides:
+    if overrides.get("pooling", pooling) != pooling:
         values.pop("pooling_options", None)  # the file's options were its pooler's: another pooler starts without
     for key, value in overrides.items():
         if isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
