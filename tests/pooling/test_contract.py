@@ -243,7 +243,9 @@ def test_half_precision_is_finite_and_close_to_float32(variant, dtype, grad):
     ref = call(pooler, hidden, mask)
     with torch.set_grad_enabled(grad):
         low = call(pooler.to(dtype), hidden.to(dtype), mask)
+        weights = pooled_and_weights(pooler, hidden.to(dtype), mask)[1] if pooler.has_weights else None
     assert low.dtype == dtype
+    assert weights is None or weights.dtype == dtype, "token weights in the input's dtype (cls_share's float32 prior)"
     assert torch.isfinite(low).all()
     scale = ref.abs().max()
     assert (low.float() - ref).abs().max() <= 0.03 * scale

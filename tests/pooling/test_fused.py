@@ -137,3 +137,38 @@ def test_a_mask_that_is_a_strided_view_goes_through_the_fused_path():
     fused, plain = AttentionPooling(HIDDEN, fused=True), AttentionPooling(HIDDEN, fused=False)
     plain.load_state_dict(fused.state_dict())
     torch.testing.assert_close(fused(x, mask), plain(x, mask.contiguous()))
+
+
+def test_hidden_states_made_under_inference_mode_train_the_pooler_with_or_without_padding():
+    # Encoder outputs cached under inference_mode, then only the pooler trained: the fused path would save the
+    # caller's inference tensor itself for the backward (no padding: no copy), which autograd refuses.
+    with torch.inference_mode():
+        hidden = torch.randn(2, 5, HIDDEN)
+    for mask in (torch.ones(2, 5, dtype=torch.bool), torch.tensor([[1, 1, 1, 0, 0], [1] * 5]).bool()):
+        grads = []
+        for fused in (True, False):
+            pooler = AttentionPooling(HIDDEN, attn_size=8, fused=fused)
+            torch.manual_seed(0)
+            pooler.reset_parameters()
+            pooler(hidden, mask).sum().backward()
+            grads.append([p.grad for p in pooler.parameters()])
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the shape checks become constants of the trace
+def test_tracing_and_functorch_transforms_take_the_plain_path():
+    pooler = perturb_parameters(AttentionPooling(HIDDEN, attn_size=8), scale=0.3).eval()
+    hidden, mask, _ = ragged_batch([3, 5])
+    traced = torch.jit.trace(pooler, (hidden, mask))  # the fused Function differed between the trace's two runs
+    torch.testing.assert_close(traced(hidden, mask), pooler(hidden, mask))
+    params = {k: v.detach() for k, v in pooler.named_parameters()}
+
+    def loss(p, h, m):
+        return torch.func.functional_call(pooler, p, (h[None], m[None])).pow(2).sum()
+
+    per_row = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, hidden, mask)
+    for name, grad in per_row.items():
+        pooler.zero_grad()
+        loss(dict(pooler.named_parameters()), hidden[1], mask[1]).backward()
+        torch.testing.assert_close(grad[1], dict(pooler.named_parameters())[name].grad)

@@ -177,3 +177,11 @@ def test_multilayer_attention_mean_init_weights_the_layers_uniformly():
     torch.testing.assert_close(weights, torch.full_like(weights, 1 / 3))
     _, weights = MultiLayerAttentionPooling(HIDDEN, num_layers=3).attend(hidden, mask.bool())
     assert weights.std() > 1e-3  # xavier keys: not uniform
+
+
+@pytest.mark.parametrize("name", ["weighted_layer", "multilayer_attention"])
+def test_poolers_weighing_layers_by_a_softmax_refuse_one_layer(name):
+    # over one layer the softmax is constantly 1: layer_logits (or the queries) would never get a gradient
+    with pytest.raises(ValueError, match="needs num_layers >= 2, got 1 .* pool that layer with a one-layer pooler"):
+        build_pooler(name, 8, num_layers=1)
+    assert build_pooler("maxpoolbert", 8, num_layers=1).num_layers == 1  # a max over one layer is that layer

@@ -63,10 +63,11 @@ class _ScoredPooling(Pooler):
         if self.temperature != 1.0:
             scores = scores / self.temperature
         token_mask = mask if scores.dim() == 2 else mask.unsqueeze(1)  # (B, T) or (B, 1, T)
+        dtype = scores.dtype
         prior = self.score_prior(mask)
-        if prior is not None:
+        if prior is not None:  # added in float32 (a bf16 prior would move the share), the weights back in dtype
             scores = scores + prior.view(token_mask.shape)
-        weights = self.weight_dropout(normalize(scores, token_mask, self.normalizer))
+        weights = self.weight_dropout(normalize(scores, token_mask, self.normalizer).to(dtype))
         return F.weighted_sum(weights, hidden_states), weights
 
 
@@ -153,6 +154,9 @@ class AttentionPooling(_ScoredPooling):
             and not torch.is_autocast_enabled(hidden_states.device.type)
             and not torch.compiler.is_compiling()
             and not torch.onnx.is_in_onnx_export()
+            and not torch.jit.is_tracing()  # a traced graph cannot call a Python autograd.Function
+            and not torch._C._are_functorch_transforms_active()  # vmap/grad: the Function has no vmap rule
+            and not hidden_states.is_inference()  # an inference tensor cannot be saved for the backward
             and all(p.dtype == hidden_states.dtype for p in self.parameters())
         )
 

@@ -170,7 +170,7 @@ class FusedAttentionPool(torch.autograd.Function):
             scores = scores / temperature
         if prior is not None:
             scores = scores + prior
-        weights = masked_softmax(scores, mask)  # (B, T), exactly 0 on padding
+        weights = masked_softmax(scores, mask).to(dtype)  # (B, T), exactly 0 on padding; a float32 prior's back
         if packing is not None:
             row_weights = weights.view(-1).index_select(0, packing.real).to(dtype)  # (N,)
             indices = torch.arange(rows.shape[0])

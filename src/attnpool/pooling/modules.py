@@ -87,14 +87,21 @@ def resolve_heads(owner: str, size: int, num_heads: int, head_dim: int | None) -
     return int(num_heads), int(head_dim)
 
 
-def check_num_layers(owner: str, num_layers: int) -> int:
+def check_num_layers(owner: str, num_layers: int, minimum: int = 1) -> int:
     """Validate the number of stacked encoder layers a multi-layer pooler takes.
 
+    ``minimum=2`` for a pooler whose weights over the layers are a softmax: over one layer it is constantly 1, and
+    the parameters that score the layers never learn.
+
     Raises:
-        ValueError: ``num_layers < 1``.
+        ValueError: ``num_layers < minimum``.
     """
     if isinstance(num_layers, bool) or int(num_layers) != num_layers or int(num_layers) < 1:
         raise ValueError(f"{owner}: num_layers must be a positive integer, got {num_layers!r}")
+    if int(num_layers) < minimum:
+        raise ValueError(f"{owner}: weighs the layers it is fed by a softmax, so it needs num_layers >= {minimum}, "
+                         f"got {num_layers} (the encoder's depth or the pooling_layers chosen): over one layer the "
+                         "weights are constantly 1 and never learn; pool that layer with a one-layer pooler instead")
     return int(num_layers)
 
 
