@@ -96,6 +96,18 @@ def test_the_users_settings_win(fake_libc, monkeypatch, name, value, reason):
     assert fake_libc.calls == []
 
 
+def test_switching_off_after_the_settings_were_made_says_they_stay(fake_libc, monkeypatch):
+    """Set to 0 after a first training, the log said "left alone" although the raised thresholds stay in force."""
+    assert "set ATTNPOOL_MALLOC_TUNING=0 before the first training of the process" in keep_freed_memory()
+    monkeypatch.setenv("ATTNPOOL_MALLOC_TUNING", "0")
+    line = keep_freed_memory(2 << 30)
+    assert "left alone" not in line
+    assert line == ("malloc: the settings applied earlier in this process stay until it exits "
+                    "(ATTNPOOL_MALLOC_TUNING=0 only keeps them from being raised further): freed blocks up to "
+                    "1,024 MiB are kept for reuse")
+    assert len(fake_libc.calls) == 2  # not raised to cover the larger block
+
+
 def test_other_c_libraries_are_left_alone(fake_libc, monkeypatch):
     monkeypatch.setattr(allocator, "_glibc", lambda: None)
     assert keep_freed_memory().startswith("malloc settings left alone: not glibc")

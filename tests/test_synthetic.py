@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -143,6 +144,38 @@ class TestMakeSignalSets:
         with pytest.raises(ValueError, match=r"make_signal_sets: " + message):
             make_signal_sets(**args)
 
+    def test_numpy_numbers_are_taken_like_python_ones(self):
+        """np.int64(8) was refused as "set_size must be an integer >= 1, got np.int64(8)", a numpy seed by torch."""
+        plain = make_signal_sets(6, set_size=8, num_signal=2, dim=4, strength=2.0, seed=3, task_seed=1)
+        numpy = make_signal_sets(
+            np.int64(6), set_size=np.int64(8), num_signal=np.int32(2), dim=np.int64(4), strength=np.float32(2.0),
+            num_classes=np.int64(2), seed=np.int64(3), task_seed=np.uint8(1),
+        )
+        for name in ("vectors", "mask", "labels", "signal"):
+            assert torch.equal(getattr(plain, name), getattr(numpy, name)), name
+        assert type(numpy.strength) is float and type(numpy.seed) is int and type(numpy.task_seed) is int
+
+    @pytest.mark.parametrize(("kwargs", "message"), [
+        ({"seed": 1.5}, r"seed must be an integer, got 1\.5"),
+        ({"task_seed": "0"}, r"task_seed must be an integer, got '0'"),
+        ({"set_size": True}, r"set_size must be an integer >= 1, got True"),
+    ])
+    def test_seeds_must_be_integers(self, kwargs, message):
+        with pytest.raises(ValueError, match=r"make_signal_sets: " + message):
+            make_signal_sets(**{"num_sets": 4, "set_size": 8, "num_signal": 2, "dim": 4, **kwargs})
+
+    def test_the_sets_record_their_seeds(self):
+        sets = make_signal_sets(4, set_size=8, num_signal=2, dim=4, seed=5, task_seed=7)
+        assert (sets.seed, sets.task_seed) == (5, 7)
+
+    def test_task_directions_refuses_fewer_dimensions_than_directions(self):
+        """task_directions(2, 3) returned 1 prototype for 3 classes."""
+        with pytest.raises(ValueError, match=r"task_directions: dim=2 is too small for num_classes=3.*must be >= 4"):
+            task_directions(2, 3)
+        with pytest.raises(ValueError, match=r"task_directions: dim=3 is too small.*>= 4"):
+            task_directions(3, 3)
+        assert task_directions(np.int64(4), 3)[1].shape == (3, 4)
+
 
 def phi(z: float) -> float:
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
@@ -214,6 +247,41 @@ class TestTrainPoolerOnSets:
         with pytest.raises(ValueError, match="train sets have dim=16.*test sets have dim=8.*same dim"):
             train_pooler_on_sets("mean", train, test, epochs=1)
 
+    def test_train_and_test_sets_of_different_tasks_are_refused(self):
+        """Other task_seed: other marker and prototypes; the docstring promised a ValueError, training went ahead."""
+        train, _ = rare_task(0)
+        _, other_task = rare_task(1)
+        with pytest.raises(ValueError, match=r"train sets have task_seed=0 but test sets have task_seed=1.*"
+                                             r"sample both with the same task_seed"):
+            train_pooler_on_sets("mean", train, other_task, epochs=1)
+
+    def test_test_sets_of_the_same_draw_as_the_train_sets_are_refused(self):
+        """seed and task_seed both default to 0: two calls with the same num_sets gave test sets equal to train."""
+        train = make_signal_sets(8, set_size=4, num_signal=1, dim=4)
+        test = make_signal_sets(8, set_size=4, num_signal=1, dim=4)
+        assert torch.equal(train.vectors, test.vectors)
+        with pytest.raises(ValueError, match=r"share seed=0 and task_seed=0, so they are the same draw.*"
+                                             r"sample the test sets with another seed, e.g\. seed=1"):
+            train_pooler_on_sets("mean", train, test, epochs=1)
+        other = make_signal_sets(8, set_size=4, num_signal=1, dim=4, seed=1)
+        assert 0.0 <= train_pooler_on_sets("mean", train, other, epochs=1).accuracy <= 1.0
+
+    def test_the_callers_random_state_is_left_alone(self):
+        """torch.manual_seed(seed) inside reset the caller's generator: its later draws no longer followed its seed."""
+        train, test = rare_task(0)
+        torch.manual_seed(123)
+        expected = torch.rand(4)
+        cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        torch.manual_seed(123)
+        fit = train_pooler_on_sets("attention", train, test, epochs=1, seed=7, pooling_options=ATTENTION_OPTIONS)
+        assert torch.equal(torch.rand(4), expected)
+        if cuda_state is not None:
+            assert all(map(torch.equal, torch.cuda.get_rng_state_all(), cuda_state))
+        # ... and the call itself still depends on its own seed only.
+        again = train_pooler_on_sets("attention", train, test, epochs=1, seed=7, pooling_options=ATTENTION_OPTIONS)
+        for a, b in zip(fit.pooler.parameters(), again.pooler.parameters(), strict=True):
+            assert torch.equal(a, b)
+
     def test_bad_settings_are_refused(self):
         train, test = rare_task(0)
         with pytest.raises(ValueError, match="epochs must be an integer >= 1, got 0"):
@@ -242,3 +310,26 @@ def test_snr_sweep_rows():
     assert row["snr"] == 6 / 8 and 6 / 8 <= row["mean_snr"] <= 1
     assert set(row) >= {"accuracy", "train_accuracy", "signal_weight", "seconds", "mean_bound", "signal_mean_bound"}
     assert next(r for r in rows if r["pooler"] == "max")["signal_weight"] is None
+
+
+def test_snr_sweep_takes_generators_and_numpy_arrays():
+    """Generators were used up by the first pass of the outer loop (2 rows instead of 8); numpy sizes were refused."""
+    rows = snr_sweep(
+        ["mean"],
+        set_sizes=np.array([4, 8]),
+        num_signals=(k for k in (1, 2)),
+        seeds=(seed for seed in (0, 1)),
+        dim=4,
+        num_train=16,
+        num_test=8,
+        epochs=1,
+    )
+    assert [(r["set_size"], r["num_signal"], r["seed"]) for r in rows] == [
+        (size, k, seed) for size in (4, 8) for k in (1, 2) for seed in (0, 1)
+    ]
+    assert all(type(r["set_size"]) is int for r in rows)
+
+
+def test_snr_sweep_refuses_a_set_size_that_is_not_an_integer():
+    with pytest.raises(ValueError, match=r"snr_sweep: a set size must be an integer >= 1, got 2\.5"):
+        snr_sweep(["mean"], set_sizes=[2.5], num_signals=[1], epochs=1)

@@ -12,7 +12,8 @@ measures it against the notebook recipe). :func:`keep_freed_memory` raises the m
 The cost is memory that is not handed back to the system until the process ends (at most the peak the process
 reached anyway). It is left alone where it does not apply or was chosen by the user: other C libraries (macOS,
 musl), a preloaded allocator (jemalloc, tcmalloc, mimalloc), glibc's own ``MALLOC_*`` variables or malloc tunables,
-and ``ATTNPOOL_MALLOC_TUNING=0``.
+and ``ATTNPOOL_MALLOC_TUNING=0`` (read by each call, but settings made once stay until the process exits: set it
+before the first training of the process).
 """
 
 from __future__ import annotations
@@ -74,9 +75,14 @@ def keep_freed_memory(largest_block: int = 0) -> str:
 
     Returns:
         A line for the log: what is set (the same whether this call or an earlier one set it), or why nothing was.
+        Settings made once stay until the process exits: a later call that finds them switched off says so.
     """
     global _applied
     reason = _left_to_user()
+    if reason is not None and _applied is not None:
+        # mallopt cannot be undone here (glibc's own defaults adapt at run time), so "left alone" would be untrue.
+        return (f"malloc: the settings applied earlier in this process stay until it exits ({reason} only keeps them "
+                f"from being raised further): freed blocks up to {_applied / 2**20:,.0f} MiB are kept for reuse")
     if reason is not None:
         return f"malloc settings left alone: {reason}"
     libc = _glibc()
@@ -89,7 +95,7 @@ def keep_freed_memory(largest_block: int = 0) -> str:
             return f"malloc settings left alone: glibc refused an mmap threshold of {threshold:,} bytes"
         _applied = threshold
     return (f"malloc: freed blocks up to {_applied / 2**20:,.0f} MiB are kept for reuse instead of unmapped "
-            f"(glibc mallopt; {OFF_VARIABLE}=0 turns this off)")
+            f"(glibc mallopt; to turn this off, set {OFF_VARIABLE}=0 before the first training of the process)")
 
 
 def largest_parameter_bytes(model) -> int:

@@ -301,6 +301,27 @@ def test_compare_bad_arguments(setup, tmp_path, capsys):
     assert "is not an attnpool comparison" in capsys.readouterr().err
 
 
+def test_a_numpy_integer_is_a_number_of_seeds(setup, tmp_path, monkeypatch):
+    """api.compare(seeds=np.int64(2)) failed with "'numpy.int64' object is not iterable"."""
+    from attnpool import api
+    from attnpool.comparison import runner
+
+    class Trained(Exception):
+        pass
+
+    def train_missing(out, cfg, specs, seeds):
+        raise Trained(seeds)
+
+    root, _ = setup
+    monkeypatch.setattr(runner, "_train_missing", train_missing)
+    with pytest.raises(Trained) as trained:
+        api.compare(poolings=["max"], seeds=np.int64(2), output_dir=tmp_path / "c", train_file=str(root / "train.csv"),
+                    text_cols=["first", "second"], seed=7)
+    assert trained.value.args[0] == [7, 8] and all(type(seed) is int for seed in trained.value.args[0])
+    with pytest.raises(ValueError, match="a single value is a number of seeds and must be >= 1, got 0"):
+        api.compare(poolings=["max"], seeds=np.int64(0), output_dir=tmp_path / "d")
+
+
 def test_a_failed_run_is_reported_with_its_log(setup, tmp_path, capsys):
     _, common = setup
     bad = [*common, "--text-cols", "first", "nothere"]  # only the training process reads the data

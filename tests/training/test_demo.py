@@ -36,6 +36,19 @@ def test_the_demo_refuses_a_folder_that_holds_anything_but_an_earlier_demo(tmp_p
     assert (folder / "notes.txt").read_text() == "keep me" and (folder / "my_run").is_dir()
 
 
+def test_the_demo_refuses_an_output_dir_that_is_a_file(tmp_path):
+    """mkdir ran first and raised FileExistsError, so this RunError could never be raised."""
+    import pytest
+
+    from attnpool.runs.lock import RunError
+
+    path = tmp_path / "results.txt"
+    path.write_text("keep me")
+    with pytest.raises(RunError, match=r"--output-dir .*results\.txt is a file; give a folder"):
+        run_demo(output_dir=path, model="unused", n_train=32, n_valid=16)
+    assert path.read_text() == "keep me"
+
+
 def test_a_second_demo_replaces_the_first_demos_files(tmp_path):
     from attnpool.training import demo
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import numbers
+import operator
 import os
 import shutil
 import subprocess
@@ -161,10 +163,11 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
             process is writing it.
         ValueError: Bad pooler specs or seeds.
     """
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
+    # numbers.Integral: numpy's integers (np.int64 from an array) are counts too, though not subclasses of int.
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ValueError(f"--seeds: a single value is a number of seeds and must be >= 1, got {seeds}")
-        seeds = list(range(cfg.seed, cfg.seed + seeds))
+        seeds = list(range(cfg.seed, cfg.seed + operator.index(seeds)))
     seeds = list(seeds)
     specs = [PoolerSpec.parse(p) for p in poolings]
     base = PoolerSpec.parse(baseline)

@@ -73,14 +73,15 @@ def train_pooler_on_sets(
     """Train a pooler and a linear classifier on the pooled vectors, directly on the sets; test them.
 
     AdamW with a cosine learning-rate decay to zero over ``epochs`` full passes, cross-entropy loss. The pooler and
-    the classifier are initialised after ``torch.manual_seed(seed)`` and the batches shuffled by a generator
-    seeded with ``seed``: the same arguments give the same result on one machine.
+    the classifier are initialised from torch's CPU generator seeded with ``seed`` and the batches shuffled by a
+    generator seeded with ``seed``: the same arguments give the same result on one machine. The caller's random
+    state is restored afterwards: its later draws do not depend on this call.
 
     Args:
         pooler: A registered pooler name (``"attention"``, ``"mean"``...) or a config dict, as
             :func:`attnpool.build_pooler` takes; not one that needs stacked layers or attention maps.
         train: Training sets.
-        test: Test sets of the same task (same ``task_seed``, ``dim`` and classes).
+        test: Test sets of the same task (same ``task_seed``, ``dim`` and classes) but another draw (``seed``).
         epochs: Passes over ``train``.
         lr: Peak learning rate.
         batch_size: Sets per step.
@@ -92,11 +93,13 @@ def train_pooler_on_sets(
         Test and train accuracy, the weight on the signal vectors, the time taken and the trained modules.
 
     Raises:
-        ValueError: Train and test sets that do not match, a pooler that needs other inputs, bad settings.
+        ValueError: Train and test sets that do not match or are the same draw, a pooler that needs other inputs,
+            bad settings.
     """
     where = "train_pooler_on_sets"
-    check_int(where, "epochs", epochs, 1)
-    check_int(where, "batch_size", batch_size, 1)
+    epochs = check_int(where, "epochs", epochs, 1)
+    batch_size = check_int(where, "batch_size", batch_size, 1)
+    seed = check_int(where, "seed", seed)
     if not lr > 0:
         raise ValueError(f"{where}: lr must be > 0, got {lr!r}")
     if (train.dim, train.num_classes) != (test.dim, test.num_classes):
@@ -105,8 +108,46 @@ def train_pooler_on_sets(
             f"dim={test.dim}, num_classes={test.num_classes}; sample both with the same dim, num_classes and "
             f"task_seed"
         )
+    _check_same_task_other_draw(where, train, test)
     start = time.perf_counter()
-    torch.manual_seed(seed)
+    # Only the CPU generator is seeded (everything here runs on the CPU), so only it is forked: a GPU's generators
+    # are not touched, and the caller's CPU state comes back when the block ends.
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        model, classifier = _train(pooler, train, epochs, lr, batch_size, weight_decay, seed, pooling_options)
+        train_accuracy, _ = _evaluate(model, classifier, train, 4 * batch_size)
+        accuracy, signal_weight = _evaluate(model, classifier, test, 4 * batch_size)
+    return PoolerFit(accuracy, train_accuracy, signal_weight, time.perf_counter() - start, model, classifier)
+
+
+def _check_same_task_other_draw(where: str, train: SignalSets, test: SignalSets) -> None:
+    """``ValueError`` for train and test sets of different tasks, or of one draw (test sets that are train sets)."""
+    if train.task_seed is not None and test.task_seed is not None and train.task_seed != test.task_seed:
+        raise ValueError(
+            f"{where}: train sets have task_seed={train.task_seed} but test sets have task_seed={test.task_seed}: "
+            f"their marker and class prototypes differ, so they are different tasks; sample both with the same "
+            f"task_seed"
+        )
+    if train.seed is not None and train.seed == test.seed and train.task_seed == test.task_seed:
+        raise ValueError(
+            f"{where}: train and test sets share seed={train.seed} and task_seed={train.task_seed}, so they are the "
+            f"same draw and the test would measure memorisation; sample the test sets with another seed, e.g. "
+            f"seed={train.seed + 1}"
+        )
+
+
+def _train(
+    pooler: str | Mapping[str, Any],
+    train: SignalSets,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    weight_decay: float,
+    seed: int,
+    pooling_options: Mapping[str, Any] | None,
+) -> tuple[Pooler, nn.Linear]:
+    """Build the pooler and classifier from the current CPU random state and train them; both end in eval mode."""
+    where = "train_pooler_on_sets"
     model = build_pooler(pooler, train.dim, **dict(pooling_options or {}))
     if model.needs_all_layers or model.needs_attentions:
         raise ValueError(
@@ -129,9 +170,7 @@ def train_pooler_on_sets(
             optimizer.step()
             schedule.step()
     model.eval()
-    train_accuracy, _ = _evaluate(model, classifier, train, 4 * batch_size)
-    accuracy, signal_weight = _evaluate(model, classifier, test, 4 * batch_size)
-    return PoolerFit(accuracy, train_accuracy, signal_weight, time.perf_counter() - start, model, classifier)
+    return model, classifier
 
 
 def snr_sweep(
@@ -158,7 +197,7 @@ def snr_sweep(
 
     Args:
         poolers: Pooler names, e.g. ``["mean", "max", "attention"]``.
-        set_sizes: Largest set sizes ``T``.
+        set_sizes: Largest set sizes ``T`` (any iterable of integers: a list, a numpy array, a generator).
         num_signals: Signal vectors per set ``k``.
         seeds: Seeds of the task, the data and the training.
         dim: Vector size ``D``.
@@ -177,7 +216,15 @@ def snr_sweep(
         of a full set), ``mean_snr`` (``k / L`` averaged over the test sets), ``seed``, ``accuracy``,
         ``train_accuracy``, ``signal_weight`` (``None`` without token weights), ``seconds`` and, for two classes,
         the closed-form limits ``mean_bound`` and ``signal_mean_bound`` of :func:`bayes_accuracy`.
+
+    Raises:
+        ValueError: A set size, signal count or seed that is not an integer, or bad settings.
     """
+    where = "snr_sweep"
+    # Tuples, not the iterables themselves: a generator would be used up by the first pass of the outer loop.
+    set_sizes = tuple(check_int(where, "a set size", size, 1) for size in set_sizes)
+    num_signals = tuple(check_int(where, "a signal count", count, 1) for count in num_signals)
+    seeds = tuple(check_int(where, "a seed", seed) for seed in seeds)
     options = dict(pooling_options or {})
     rows = []
     for set_size in set_sizes:

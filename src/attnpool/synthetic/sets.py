@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +27,9 @@ class SignalSets:
         strength: ``a`` of the module docstring: how many noise standard deviations a signal vector stands out,
             along the marker and along its class prototype each.
         num_classes: Number of classes.
+        task_seed: The ``task_seed`` of the marker and prototypes; ``None`` when unknown (sets built by hand).
+        seed: The ``seed`` of the sampling; ``None`` when unknown. Train and test sets of one task share
+            ``task_seed`` and differ in ``seed``.
     """
 
     vectors: Tensor
@@ -33,6 +38,8 @@ class SignalSets:
     signal: Tensor
     strength: float
     num_classes: int
+    task_seed: int | None = None
+    seed: int | None = None
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -63,11 +70,26 @@ class SignalSets:
         return (self.num_signal / self.lengths.double()).mean().item()
 
 
-def check_int(where: str, name: str, value: object, minimum: int) -> int:
-    """``value`` itself if it is an integer >= ``minimum``; else ``ValueError`` naming ``where`` and ``name``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{where}: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
+def check_int(where: str, name: str, value: object, minimum: int | None = None) -> int:
+    """``value`` as an ``int`` if it is an integer >= ``minimum``; else ``ValueError`` naming ``where`` and ``name``.
+
+    Any integer type is taken (``numpy.int64`` from an array too), not ``bool``; ``minimum=None`` takes any integer.
+    """
+    # numbers.Integral covers numpy's integers, which are not subclasses of int.
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or (
+            minimum is not None and value < minimum):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(f"{where}: {name} must be an integer{bound}, got {value!r}")
+    return operator.index(value)
+
+
+def check_dim(where: str, dim: int, num_classes: int) -> None:
+    """``ValueError`` unless ``dim`` holds the marker and ``num_classes`` orthonormal prototypes."""
+    if dim < num_classes + 1:
+        raise ValueError(
+            f"{where}: dim={dim} is too small for num_classes={num_classes}; the marker and the {num_classes} class "
+            f"prototypes are orthonormal, so dim must be >= {num_classes + 1}"
+        )
 
 
 def task_directions(dim: int, num_classes: int, task_seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -80,7 +102,16 @@ def task_directions(dim: int, num_classes: int, task_seed: int = 0) -> tuple[Ten
 
     Returns:
         ``(marker, prototypes)``, float32.
+
+    Raises:
+        ValueError: ``dim`` below ``num_classes + 1`` (there would be fewer prototypes than classes) or an argument
+            that is not an integer.
     """
+    where = "task_directions"
+    dim = check_int(where, "dim", dim, 1)
+    num_classes = check_int(where, "num_classes", num_classes, 1)
+    task_seed = check_int(where, "task_seed", task_seed)
+    check_dim(where, dim, num_classes)
     gen = torch.Generator().manual_seed(task_seed)
     basis, _ = torch.linalg.qr(torch.randn(dim, num_classes + 1, generator=gen, dtype=torch.float64))
     return basis[:, 0].float(), basis[:, 1:].T.float().contiguous()  # (D,), (C, D)
@@ -112,7 +143,8 @@ def make_signal_sets(
         dim: ``D``, at least ``num_classes + 1`` (the marker and the prototypes are orthonormal).
         strength: ``a > 0``: a signal vector is noise plus ``a`` times (marker + its class prototype).
         num_classes: ``C >= 2``.
-        seed: Seed of the sampling (lengths, labels, positions, noise); use different ones for train and test.
+        seed: Seed of the sampling (lengths, labels, positions, noise); use different ones for train and test
+            (:func:`~attnpool.synthetic.train_pooler_on_sets` refuses sets of the same draw).
         task_seed: Seed of the marker and prototypes (:func:`task_directions`); the same for train and test.
         variable_length: Ragged sets with padding; ``False`` makes every set ``set_size`` long.
 
@@ -126,11 +158,13 @@ def make_signal_sets(
         ``vectors (N, T, D)``, ``mask (N, T)``, ``labels (N,)``, ``signal (N, T)``.
     """
     where = "make_signal_sets"
-    check_int(where, "set_size", set_size, 1)
-    check_int(where, "num_signal", num_signal, 1)
-    check_int(where, "num_classes", num_classes, 2)
-    check_int(where, "num_sets", num_sets, 1)
-    check_int(where, "dim", dim, 1)
+    set_size = check_int(where, "set_size", set_size, 1)
+    num_signal = check_int(where, "num_signal", num_signal, 1)
+    num_classes = check_int(where, "num_classes", num_classes, 2)
+    num_sets = check_int(where, "num_sets", num_sets, 1)
+    dim = check_int(where, "dim", dim, 1)
+    seed = check_int(where, "seed", seed)
+    task_seed = check_int(where, "task_seed", task_seed)
     if num_signal > set_size:
         raise ValueError(
             f"{where}: num_signal={num_signal} is larger than set_size={set_size}; a set cannot hold more signal "
@@ -141,17 +175,15 @@ def make_signal_sets(
             f"{where}: num_sets={num_sets} is smaller than num_classes={num_classes}; every class needs at least "
             f"one set: raise num_sets"
         )
-    if dim < num_classes + 1:
-        raise ValueError(
-            f"{where}: dim={dim} is too small for num_classes={num_classes}; the marker and the {num_classes} class "
-            f"prototypes are orthonormal, so dim must be >= {num_classes + 1}"
-        )
-    if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not 0 < strength < math.inf:
+    check_dim(where, dim, num_classes)
+    # numbers.Real covers numpy's floats of any width (numpy.float32 is not a subclass of float).
+    if not isinstance(strength, numbers.Real) or isinstance(strength, bool) or not 0 < strength < math.inf:
         raise ValueError(
             f"{where}: strength must be a finite number > 0 (the signal's size in noise standard deviations, "
             f"e.g. 4.0), got {strength!r}"
         )
 
+    strength = float(strength)
     marker, prototypes = task_directions(dim, num_classes, task_seed)
     gen = torch.Generator().manual_seed(seed)
     if variable_length:
@@ -171,7 +203,7 @@ def make_signal_sets(
     offsets = strength * (marker + prototypes[labels])  # (N, D)
     vectors = vectors + signal.unsqueeze(-1) * offsets.unsqueeze(1)
     vectors = vectors.masked_fill(~mask.unsqueeze(-1), 0.0)
-    return SignalSets(vectors, mask, labels, signal, float(strength), num_classes)
+    return SignalSets(vectors, mask, labels, signal, strength, num_classes, task_seed, seed)
 
 
 def _normal_cdf(x: Tensor) -> Tensor:

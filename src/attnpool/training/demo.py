@@ -76,6 +76,8 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
         ``{"mean": pearson, "attention": pearson}``.
     """
     output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():  # before mkdir, which would raise FileExistsError
+        raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")
     output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(output_dir, purpose="demo"):  # two demos in one folder would delete each other's runs
         _clear_demo_folder(output_dir)
@@ -84,8 +86,6 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
 
 def _clear_demo_folder(output_dir: Path) -> None:
     """Delete an earlier demo's files; refuse a folder holding anything else (``--output-dir runs`` or ``.``)."""
-    if not output_dir.is_dir():
-        raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")
     others = sorted(p.name for p in output_dir.iterdir() if p.name not in _DEMO_ENTRIES)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
