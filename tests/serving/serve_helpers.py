@@ -1,7 +1,10 @@
-"""A real ``attnpool serve`` in a subprocess on a free loopback port, and a small standard-library HTTP client."""
+"""A real ``attnpool serve`` in a subprocess on a free loopback port, a small standard-library HTTP client, and
+requests to an app in this process (ASGI calls: the test client of Starlette needs httpx, which is not installed)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -109,3 +112,52 @@ def metric(text: str, name: str) -> float:
     raise KeyError(name)
 
 
+def asgi(app, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None):
+    """One request to an ASGI app in this process: (status, headers, body, the exception it raised or None)."""
+    return asyncio.run(asgi_call(app, method, path, body, headers))
+
+
+async def asgi_call(app, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None):
+    """:func:`asgi` on the running loop (the app's lifespan may run on it: see :func:`lifespan`)."""
+    sent: list[dict] = []
+    all_headers = {"host": "127.0.0.1:8000", "content-type": "application/json", **(headers or {})}
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(k.encode(), v.encode()) for k, v in all_headers.items()],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    try:
+        await app(scope, receive, send)
+        raised = None
+    except Exception as exc:  # Starlette re-raises what it answered in its outermost layer
+        raised = exc
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    answer = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, answer, raised
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    """The app's lifespan on the running loop, as uvicorn runs it: started on entry, shut down on exit."""
+    events: asyncio.Queue = asyncio.Queue()
+    await events.put({"type": "lifespan.startup"})
+    sent: list[str] = []
+
+    async def send(message):
+        sent.append(message["type"])
+
+    task = asyncio.ensure_future(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, events.get, send))
+    while "lifespan.startup.complete" not in sent:
+        assert not task.done(), sent
+        await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        await events.put({"type": "lifespan.shutdown"})
+        await task

@@ -86,7 +86,8 @@ def test_a_full_queue_answers_busy():
     assert serve(model, flood, max_queue_rows=3, max_wait_ms=0) == ["answer running", "answer queued"]
 
 
-def test_an_error_reaches_only_its_batch_and_the_worker_goes_on():
+def test_an_error_reaches_only_its_request_and_the_worker_goes_on():
+    """A batch that fails runs again one request at a time: the request batched with the bad one is answered."""
     model = Model(fail_on="bad")
 
     async def mixed(batcher):
@@ -95,9 +96,62 @@ def test_an_error_reaches_only_its_batch_and_the_worker_goes_on():
         return together, await batcher.submit("later", 1)
 
     counted = []
-    together, later = serve(model, mixed, on_batch=lambda rows, requests: counted.append((rows, requests)))
-    assert all(isinstance(e, RuntimeError) for e in together) and later == "answer later"
-    assert counted == [(1, 1)], "rows predicted: the failed batch's rows are not among them"
+    (bad, same), later = serve(model, mixed, on_batch=lambda rows, requests: counted.append((rows, requests)))
+    assert isinstance(bad, RuntimeError) and same == "answer same batch" and later == "answer later"
+    assert model.calls == [["bad", "same batch"], ["bad"], ["same batch"], ["later"]]
+    assert counted == [(1, 1), (1, 1)], "rows predicted: the failed request's rows are not among them"
+
+
+def test_a_failing_on_batch_loses_no_answer_and_stops_no_worker(caplog):
+    """The worker died with an error of its metrics callback: every request after it waited forever."""
+    def broken(rows, requests):
+        raise ValueError("metrics failed")
+
+    async def twice(batcher):
+        return [await asyncio.wait_for(batcher.submit(name, 1), 5) for name in ("first", "second")]
+
+    assert serve(Model(), twice, on_batch=broken, max_wait_ms=0) == ["answer first", "answer second"]
+    assert "metrics failed" in caplog.text
+
+
+def test_a_runner_answering_the_wrong_number_of_results_fails_its_batch_only():
+    """``zip(strict=True)`` raised inside the worker: it died, and the batch and every later request hung."""
+    def short(payloads):
+        return ["one answer"] if len(payloads) > 1 else [f"answer {p}" for p in payloads]
+
+    async def requests(batcher):
+        together = await asyncio.wait_for(asyncio.gather(batcher.submit("a", 1), batcher.submit("b", 1),
+                                                         return_exceptions=True), 5)
+        return together, await asyncio.wait_for(batcher.submit("later", 1), 5)
+
+    together, later = serve(short, requests)
+    assert [str(e) for e in together] == ["the model runner returned 1 results for 2 requests"] * 2
+    assert later == "answer later"
+
+
+def test_a_worker_that_died_fails_the_waiting_requests_and_refuses_new_ones():
+    async def cancelled(batcher):
+        waiting = asyncio.ensure_future(batcher.submit("queued", 1))
+        await asyncio.sleep(0.01)
+        batcher._worker.cancel()  # what no error of a batch can do any more: the worker stops all the same
+        with pytest.raises(RuntimeError, match="the batcher is not running: its worker was cancelled") as refused:
+            await asyncio.wait_for(waiting, 5)
+        assert type(refused.value).__name__ == "NotRunning" and not batcher.running
+        with pytest.raises(RuntimeError, match="the batcher is not running: its worker was cancelled"):
+            await batcher.submit("later", 1)
+        return batcher.queued_rows, batcher.queued_requests
+
+    assert serve(Model(), cancelled, max_wait_ms=10_000) == (0, 0)
+
+
+def test_a_batcher_never_started_refuses_requests_and_says_why():
+    async def unstarted():
+        batcher = Batcher(Model(), max_batch=4, max_wait_ms=0, max_queue_rows=100)
+        assert not batcher.running and "the app's lifespan did not start it" in batcher.not_running
+        await batcher.submit("x", 1)
+
+    with pytest.raises(RuntimeError, match="the batcher is not running: the app's lifespan did not start it"):
+        asyncio.run(unstarted())
 
 
 def test_stopping_runs_what_is_queued_at_once():

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.prediction import FoldEnsemble
 from attnpool.serving.weights import word_weights
-from model_helpers import save_tiny_encoder
+from model_helpers import save_tiny_encoder, tiny_tokenizer
 
 TEXTS = [("the cat sat on the mat", None), ("dog", None), ("red tree", "big house ran fast")]
 
@@ -42,3 +42,22 @@ def test_batched_rows_get_the_weights_they_get_alone(tmp_path, side):
     for mine, theirs in zip(together, alone, strict=True):
         np.testing.assert_allclose(mine, theirs, atol=1e-5)
         assert sum(mine) == pytest.approx(1.0) and len(set(np.round(mine, 4))) > 1  # uneven: the test can tell
+
+
+def test_a_blank_second_text_gets_the_tokens_it_was_predicted_with(tmp_path):
+    """``tokenizer(text, "")`` drops the empty pair that ``tokenizer([text], [""])`` (the prediction) keeps."""
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
+                                                           pooling_options={"attn_size": 8}).eval()
+    tokenizer = tiny_tokenizer()
+    ensemble = FoldEnsemble("regression", [0], [model], np.array([1.0]), tokenizer)
+    texts = [("the cat", ""), ("dog", None), ("red tree", "big house")]
+    pairs = tokenizer(["the cat", "red tree"], ["", "big house"])["input_ids"]  # as encode_texts tokenises
+    ids = [pairs[0], tokenizer(["dog"])["input_ids"][0], pairs[1]]
+    assert ids[0] == [2, 4, 6, 3, 3]
+    rows = word_weights(ensemble, texts, ids, max_length=32, batch_size=4, device=torch.device("cpu"),
+                        precision="fp32", lock=threading.Lock())
+    assert [word["text"] for word in rows[0]] == ["[CLS]", "the", "cat", "[SEP]", "[SEP]"]
+    assert [word["text"] for word in rows[2]] == ["[CLS]", "red", "tree", "[SEP]", "big", "house", "[SEP]"]
+    assert [word["segment"] for word in rows[2]][4:6] == [1, 1]
+    assert all(sum(word["weight"] for word in row) == pytest.approx(1.0) for row in rows)

@@ -4,8 +4,10 @@ Endpoints: ``GET /`` (the page), ``POST /predict``, ``GET /health``, ``GET /info
 text) and ``GET /openapi.json`` (the schema of every field; the interactive ``/docs`` pages are off, as they load
 scripts from a CDN). Every error is JSON, ``{"error": "...", "details": [...]}``: 400 malformed JSON or a refused
 Host, 401 a missing or wrong API key, 404/405 no such endpoint or method, 413 a body over the limit, 415 a body
-that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full queue; an error inside the
-model is a 500 that names it, and the server goes on serving.
+that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full queue or a batcher that is not
+running; an error inside the model is a 500 that names its type (the server logs the traceback; the client does
+not get the text, which may quote its rows or the server's paths), scores that are not finite a 500 that names the
+rows, and the server goes on serving.
 
 FastAPI and Starlette come from :mod:`attnpool.serving.web`, at call time. This module does not use ``from
 __future__ import annotations``: FastAPI reads the type of ``/predict``'s body from the handler's annotation, and
@@ -15,28 +17,37 @@ that type is built at run time for the served model's fields.
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from attnpool._version import __version__
 from attnpool.data.errors import DataError
 from attnpool.serving import web
-from attnpool.serving.batcher import Batcher, Busy
+from attnpool.serving.batcher import Batcher, Busy, NotRunning
 from attnpool.serving.guard import Guard, is_loopback
 from attnpool.serving.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from attnpool.serving.page import render_page
 from attnpool.serving.schemas import build_models, describe, row_values
-from attnpool.serving.service import Service
+from attnpool.serving.service import Answer, Service
 
 logger = logging.getLogger("attnpool.serve")
 
 ENDPOINTS = ("GET /", "POST /predict", "GET /health", "GET /info", "GET /metrics", "GET /openapi.json")
 _ERRORS = {400: "malformed JSON, or a Host refused on a loopback server", 401: "missing or wrong API key",
            413: "body over --max-body-bytes", 415: "body not application/json",
-           422: "invalid request: what and where, e.g. rows[3].target: missing", 503: "queue full: retry later"}
+           422: "invalid request: what and where, e.g. rows[3].target: missing",
+           500: "an error inside the model (named; the server logs the details), or scores that are not finite",
+           503: "queue full: retry later; or the batcher is not running"}
+
+
+class ScoresNotFinite(ValueError):
+    """A request's scores (or word weights) hold NaN or infinity, which JSON cannot carry: the model failed."""
 
 
 @dataclass
@@ -103,6 +114,10 @@ def create_app(service: Service, settings: Settings) -> Any:
     app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
     app.state.settings, app.state.draining = settings, False
 
+    def render(answer: Answer, ids: list[Any]) -> bytes:  # in a worker thread (see predict)
+        check_finite(answer, service.precision)
+        return _json(service.respond(answer, ids))
+
     async def predict(body: body_model) -> Any:  # type: ignore[valid-type]
         """Predict rows (up to --max-rows), batched with concurrent requests; ``"weights": true`` adds the words."""
         if body.weights and not service.token_weights:
@@ -117,17 +132,26 @@ def create_app(service: Service, settings: Settings) -> Any:
             answer = await batcher.submit(job, job.rows)
         except Busy as err:
             return _error(503, f"busy: {err}; retry later", {"Retry-After": "1"})
-        return web.JSONResponse(service.respond(answer, [row_id for _, row_id in values]))
+        except NotRunning as err:
+            return _error(503, f"unavailable: {err}")
+        try:  # off the event loop: a large answer with its words takes a while to write, and /health must not wait
+            content = await web.run_in_threadpool(render, answer, [row_id for _, row_id in values])
+        except ScoresNotFinite as err:
+            logger.error("attnpool serve: POST /predict: %s", err)
+            return _error(500, str(err))
+        return web.Response(content, media_type="application/json")
 
     app.add_api_route("/predict", predict, methods=["POST"], response_model=models.response,
                       responses={k: {"model": models.error, "description": v} for k, v in _ERRORS.items()})
 
-    @app.get("/health", response_model=models.health, responses={503: {"model": models.health,
-                                                                       "description": "draining"}})
+    @app.get("/health", response_model=models.health, responses={503: {
+        "model": models.health, "description": "draining, or the batcher is not running (and why)"}})
     async def health() -> Any:
-        """Ready once the models are loaded (the server answers nothing before); 503 while shutting down."""
+        """Ready once the models are loaded and the batcher runs; 503 while shutting down or when it does not run."""
         if app.state.draining:
             return web.JSONResponse({"status": "draining"}, status_code=503)
+        if not batcher.running:  # no request would be answered
+            return web.JSONResponse({"status": batcher.not_running or "the batcher is not running"}, status_code=503)
         return web.JSONResponse({"status": "ready"})
 
     @app.get("/info")
@@ -157,6 +181,10 @@ def create_app(service: Service, settings: Settings) -> Any:
             message = f"no such endpoint: {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
         elif exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
+        elif exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing"
+            bad = exc.__cause__
+            message = (f"the body is not valid UTF-8 JSON (byte {bad.object[bad.start]:#04x} at position {bad.start}): "
+                       "send UTF-8")
         else:
             message = str(exc.detail)
         return _error(exc.status_code, message, dict(exc.headers or {}))
@@ -164,7 +192,7 @@ def create_app(service: Service, settings: Settings) -> Any:
     @app.exception_handler(Exception)
     async def crashed(request: Any, exc: Exception) -> Any:  # a failure of the middleware itself (see Crashes)
         logger.exception("attnpool serve: %s %s failed", request.method, request.url.path)
-        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        return _error(500, _internal(exc, request.method, request.url.path))
 
     app.add_middleware(Crashes)  # innermost: its 500 passes through the others (headers, CORS, counted)
     app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes,
@@ -204,13 +232,40 @@ class Crashes:
             if started[0]:
                 raise  # too late to answer: the server closes the connection
             logger.exception("attnpool serve: %s %s failed", scope["method"], scope["path"])
-            await _error(500, f"internal error: {type(exc).__name__}: {exc}")(scope, receive, send)
+            await _error(500, _internal(exc, scope["method"], scope["path"]))(scope, receive, send)
 
 
 def begin_drain(app: Any) -> None:
     """Mark the server as shutting down (``/health`` answers 503) and run queued requests without waiting."""
     app.state.draining = True
     app.state.batcher.flush()
+
+
+def check_finite(answer: Answer, precision: str) -> None:
+    """Raise :class:`ScoresNotFinite` naming the rows of ``answer`` whose scores or word weights are not finite.
+
+    JSON has no NaN: unchecked, the answer failed as it was written, with a message that said nothing of the model.
+    """
+    finite = np.isfinite(np.asarray(answer.scores, dtype=np.float64).reshape(len(answer.scores), -1)).all(axis=1)
+    bad = [i for i, ok in enumerate(finite) if not ok or (answer.words is not None and not all(
+        np.isfinite(word["weights"]).all() for word in answer.words[i]))]
+    if not bad:
+        return
+    rows = ", ".join(f"rows[{i}]" for i in bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+    fix = ("check the model: its weights may hold NaN" if precision == "fp32" else "serve with --precision fp32 "
+           "(float16 and bfloat16 overflow where float32 does not); if that does not help, check the model")
+    raise ScoresNotFinite(f"{rows}: the model's scores or word weights are not finite (NaN or infinity), so there is "
+                          f"no prediction to send (precision {precision}): {fix}")
+
+
+def _internal(exc: Exception, method: str, path: str) -> str:
+    """A 500's message: the error's type only, as its text may quote other requests' rows or the server's paths."""
+    return f"internal error: {type(exc).__name__} in {method} {path}; the server's log has the details"
+
+
+def _json(content: Any) -> bytes:
+    """``content`` as :class:`starlette.responses.JSONResponse` writes it, byte for byte."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Any:

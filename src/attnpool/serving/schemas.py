@@ -86,7 +86,8 @@ def build_models(service: Service, max_rows: int) -> Models:
                              details=(list[detail] | None, f(None, description="one per problem of an invalid "
                                                                                 "request")))
     health = web.create_model("Health", __doc__="GET /health.", status=(str, f(description=(
-        "'ready' (200), or 'draining' (503) once the server is shutting down"))))
+        "'ready' (200); 'draining' (503) once the server is shutting down; or why the batcher that runs the "
+        "requests is not running (503)"))))
     return Models(request, response, error, health)
 
 

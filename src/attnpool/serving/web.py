@@ -24,14 +24,14 @@ try:
     from starlette.exceptions import HTTPException
     from starlette.middleware.cors import CORSMiddleware
     from starlette.requests import Request
-    from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
+    from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 except ModuleNotFoundError as _err:
     if (_err.name or "").split(".")[0] not in OPTIONAL_MODULES:
         raise
     MISSING: ModuleNotFoundError | None = _err
     uvicorn = FastAPI = RequestValidationError = BaseModel = ConfigDict = Field = StrictBool = StrictInt = None
     StrictStr = create_model = run_in_threadpool = Headers = HTTPException = CORSMiddleware = Request = None
-    HTMLResponse = JSONResponse = PlainTextResponse = None
+    HTMLResponse = JSONResponse = PlainTextResponse = Response = None
 else:
     MISSING = None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,33 +47,64 @@ def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]]
     fast = bool(getattr(tokenizer, "is_fast", False))
     specials = special_token_ids(tokenizer)
     with lock:
-        encoded = [tokenizer(first, second, truncation=True, max_length=max_length, return_offsets_mapping=fast)
-                   for first, second in texts]
-    for i, (enc, ids) in enumerate(zip(encoded, input_ids, strict=True)):
-        if list(enc["input_ids"]) != list(ids):
+        encoded = _encode(tokenizer, texts, max_length, fast)
+    for i, (row, ids) in enumerate(zip(encoded, input_ids, strict=True)):
+        if row.features["input_ids"] != list(ids):
             raise RuntimeError(f"row {i}: the texts re-tokenised for the word weights differ from the predicted "
                                "tokens; this is a bug in attnpool, please report it")
     weights = _token_weights(ensemble, encoded, batch_size, device, precision)
     join = getattr(tokenizer, "convert_tokens_to_string", None)
     out = []
-    for (first, second), enc, w in zip(texts, encoded, weights, strict=True):
-        ids = list(enc["input_ids"])
-        words = merge_words(enc.tokens() if fast else tokenizer.convert_ids_to_tokens(ids), w,
-                            special=[t in specials for t in ids], word_ids=enc.word_ids() if fast else None,
-                            sequence_ids=enc.sequence_ids() if fast else None,
-                            offsets=[tuple(o) for o in enc["offset_mapping"]] if fast else None,
-                            texts=(first, second), tokens_to_string=join)
+    for (first, second), row, w in zip(texts, encoded, weights, strict=True):
+        ids = row.features["input_ids"]
+        words = merge_words(row.tokens if fast else tokenizer.convert_ids_to_tokens(ids), w,
+                            special=[t in specials for t in ids], word_ids=row.word_ids,
+                            sequence_ids=row.sequence_ids, offsets=row.offsets, texts=(first, second),
+                            tokens_to_string=join)
         out.append([{"text": word.text, "kind": word.kind, "segment": word.segment, "start": word.start,
                      "end": word.end, "pieces": list(word.pieces), "weight": word.weight,
                      "weights": [float(v) for v in word.weights]} for word in words])
     return out
 
 
+@dataclass
+class _Row:
+    """One row's tokens as the tokenizer gave them; the fast tokenizer's alignment, else ``None``."""
+
+    features: dict[str, list[int]]  # input_ids, attention_mask (, token_type_ids)
+    tokens: list[str] | None
+    word_ids: list[int | None] | None
+    sequence_ids: list[int | None] | None
+    offsets: list[tuple[int, int]] | None
+
+
+def _encode(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_length: int, fast: bool) -> list[_Row]:
+    """The rows tokenised in list form, the pairs apart, as the prediction tokenised them.
+
+    The form matters: ``tokenizer(text, "")`` drops an empty second text where ``tokenizer([text], [""])`` keeps
+    it (``[CLS] text [SEP] [SEP]``), and :func:`attnpool.data.task.encode_texts` (the prediction) calls the list
+    form. A blank pair (``build_texts`` makes whitespace ``""``) tokenised one row at a time would not match.
+    """
+    rows: list[_Row | None] = [None] * len(texts)
+    for pair in (False, True):
+        members = [i for i, (_, second) in enumerate(texts) if (second is not None) == pair]
+        if not members:
+            continue
+        args = ([texts[i][0] for i in members],) + (([texts[i][1] for i in members],) if pair else ())
+        batch = tokenizer(*args, truncation=True, max_length=max_length, return_offsets_mapping=fast)
+        for j, i in enumerate(members):
+            features = {k: list(batch[k][j]) for k in ENCODING_KEYS if k in batch}
+            rows[i] = _Row(features, batch.tokens(j) if fast else None, batch.word_ids(j) if fast else None,
+                           batch.sequence_ids(j) if fast else None,
+                           [tuple(o) for o in batch["offset_mapping"][j]] if fast else None)
+    return rows  # type: ignore[return-value]  # every row is in one of the two groups
+
+
 @torch.inference_mode()
-def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: int, device: torch.device,
+def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[_Row], batch_size: int, device: torch.device,
                    precision: str) -> list[np.ndarray]:
     """``(heads, tokens)`` weights per row: the folds' pooling weights, averaged with the ensemble's weights."""
-    encodings = {k: [list(e[k]) for e in encoded] for k in ENCODING_KEYS if k in encoded[0]}
+    encodings = {k: [row.features[k] for row in encoded] for k in encoded[0].features}
     out: list[np.ndarray] = [np.zeros(0)] * len(encoded)
     context = autocast(precision, device)
     left = getattr(ensemble.tokenizer, "padding_side", "right") == "left"  # tokenizer.pad pads on that side
@@ -88,7 +120,7 @@ def _token_weights(ensemble: FoldEnsemble, encoded: Sequence[Any], batch_size: i
             result = result[:, None, :] if result.ndim == 2 else result  # (B, heads, T)
             total = fold_weight * result if total is None else total + fold_weight * result
         for j, i in enumerate(batch):
-            n = len(encoded[i]["input_ids"])
+            n = len(encoded[i].features["input_ids"])
             row = total[j, :, total.shape[-1] - n :] if left else total[j, :, :n]
             row = row.astype(np.float64)
             sums = row.sum(axis=-1, keepdims=True)  # bf16 weights sum to 1 only within their rounding
