@@ -1,5 +1,6 @@
 """RunLock: one writer per run directory, refused at once, freed by a holder's death, counted within a process."""
 
+import errno
 import json
 import logging
 import os
@@ -7,14 +8,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from lock_helpers import wait_for
 
 from attnpool.runs import lock as lock_mod
-from attnpool.runs.lock import LOCK_NAME, LockedError, RunLock
+from attnpool.runs.lock import LOCK_NAME, LockedError, RunError, RunLock
 
 posix_only = pytest.mark.skipif(lock_mod.fcntl is None, reason="needs fcntl.flock")
 
@@ -199,3 +202,147 @@ def test_fallback_takes_over_a_dead_holder_on_this_host(tmp_path, no_fcntl, capl
     assert [r.getMessage() for r in caplog.records if r.name == "attnpool.runs"] == [
         f"taking over the lock of {tmp_path} left by PID {pid} on host {socket.gethostname()} "
         "(train since 2026-12-01T12:00:00+00:00; no longer running)"]
+
+
+def test_another_thread_of_the_process_is_refused_and_its_own_nesting_still_counts(tmp_path):
+    def take_in_a_thread():
+        outcome = []
+
+        def take():
+            try:
+                with RunLock(tmp_path, purpose="overwrite"), RunLock(tmp_path):
+                    outcome.append("held")
+            except LockedError as err:
+                outcome.append(str(err))
+
+        thread = threading.Thread(target=take, name="worker")
+        thread.start()
+        thread.join()
+        return outcome
+
+    with RunLock(tmp_path, purpose="train"), RunLock(tmp_path):
+        assert take_in_a_thread() == [f"{tmp_path} is in use by another thread of this process (train, thread "
+                                      f"'{threading.current_thread().name}'); wait for it to finish"]
+    assert take_in_a_thread() == ["held"]
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+@pytest.fixture
+def foreign_file(tmp_path, monkeypatch):
+    """Make the lock file now at ``folder`` another user's (0644): opening it for writing is denied."""
+    real_open = os.open
+
+    def make(folder: Path) -> Path:
+        lock_file = folder / LOCK_NAME
+        inode = os.stat(lock_file).st_ino
+
+        def open_as_another_user(path, flags, mode=0o777):
+            denied = flags & (os.O_RDWR | os.O_WRONLY) and not flags & os.O_EXCL
+            if denied and Path(path) == lock_file and os.path.exists(path) and os.stat(path).st_ino == inode:
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return real_open(path, flags, mode)
+
+        monkeypatch.setattr(lock_mod.os, "open", open_as_another_user)
+        return lock_file
+
+    return make
+
+
+@posix_only
+def test_another_users_held_lock_is_refused_with_its_holder(holder, tmp_path, foreign_file):
+    run = tmp_path / "run"
+    proc = holder(run)
+    foreign_file(run)
+    with pytest.raises(LockedError, match=f"in use by another attnpool process \\(train, PID {proc.pid} on host "):
+        RunLock(run).acquire()
+    assert json.loads((run / LOCK_NAME).read_text())["pid"] == proc.pid
+
+
+@posix_only
+def test_another_users_stale_lock_is_taken_over_where_the_folder_allows(tmp_path, foreign_file, caplog):
+    dead = 2**22 + 12345
+    _write_holder(tmp_path, pid=dead, host=socket.gethostname())
+    foreign_file(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="attnpool"), RunLock(tmp_path) as lock:
+        assert json.loads(lock.lock_file.read_text())["pid"] == os.getpid()
+    assert [r.getMessage() for r in caplog.records if r.name == "attnpool.runs"] == [
+        f"taking over the lock of {tmp_path} left by PID {dead} on host {socket.gethostname()} "
+        "(train since 2026-12-01T12:00:00+00:00; no longer running)"]
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+@posix_only
+def test_another_users_stale_lock_that_cannot_be_removed_says_so(tmp_path, foreign_file, monkeypatch):
+    _write_holder(tmp_path, pid=4321, host="elsewhere")
+    lock_file = foreign_file(tmp_path)
+    real_unlink = os.unlink
+
+    def unlink_denied(path, *args, **kwargs):
+        if Path(path) == lock_file:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(lock_mod.os, "unlink", unlink_denied)
+    with pytest.raises(RunError) as err:
+        RunLock(tmp_path).acquire()
+    assert not isinstance(err.value, LockedError)
+    owner = lock_mod._owner(os.getuid())
+    assert str(err.value) == (
+        f"{tmp_path}: its lock file {lock_file} belongs to another user ({owner}) and cannot be written by you; no "
+        f"process holds it (a stale lock of PID 4321 on host elsewhere), so delete it: rm {lock_file} (as {owner} "
+        f"or someone allowed to write {tmp_path})")
+    monkeypatch.undo()
+    assert lock_file.exists() and not _flocked(lock_file)
+
+
+@posix_only
+def test_the_lock_file_mode_is_left_to_the_umask(tmp_path):
+    previous = os.umask(0o002)  # a shared group folder: members may take over each other's stale locks
+    try:
+        with RunLock(tmp_path) as lock:
+            assert lock.lock_file.stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(previous)
+
+
+@pytest.fixture
+def flock_fails(monkeypatch):
+    """A filesystem whose flock fails with the errno given (Lustre noflock: ENOSYS; NFS/CIFS: ENOLCK, ENOTSUP)."""
+    calls = []
+
+    def make(code: int) -> list:
+        def flock(fd, operation):
+            calls.append(fd)
+            raise OSError(code, os.strerror(code))
+
+        monkeypatch.setattr(lock_mod, "fcntl", SimpleNamespace(LOCK_EX=2, LOCK_NB=4, flock=flock))
+        monkeypatch.setattr(lock_mod, "_flockless", set())
+        return calls
+
+    return make
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP])
+def test_a_filesystem_without_flock_falls_back_to_o_excl_with_one_warning(tmp_path, flock_fails, code, caplog):
+    calls = flock_fails(code)
+    with caplog.at_level(logging.WARNING, logger="attnpool"):
+        with RunLock(tmp_path / "a") as lock:  # the empty file of the failed flock is not left to refuse us
+            assert json.loads(lock.lock_file.read_text())["pid"] == os.getpid()
+        assert not lock.lock_file.exists()
+        with RunLock(tmp_path / "b"):
+            pass
+        _write_holder(tmp_path / "c", pid=os.getppid(), host=socket.gethostname())
+        with pytest.raises(LockedError, match=f"PID {os.getppid()} on host"):
+            RunLock(tmp_path / "c").acquire()
+    assert len(calls) == 1  # not tried again on that filesystem
+    warnings = [r.getMessage() for r in caplog.records if r.name == "attnpool.runs"]
+    assert warnings == [f"the filesystem of {tmp_path / 'a'} has no flock ({os.strerror(code)}); run locks there "
+                        "are O_EXCL files, freed when their holder exits normally (one left by a killed process on "
+                        "another host must be deleted by hand)"]
+
+
+def test_another_flock_error_is_raised_and_leaves_no_file(tmp_path, flock_fails):
+    flock_fails(errno.EIO)
+    with pytest.raises(OSError, match="Input/output error"):
+        RunLock(tmp_path).acquire()
+    assert not (tmp_path / LOCK_NAME).exists()

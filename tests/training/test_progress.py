@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import logging
+import os
 import re
+import struct
 import sys
 import warnings
 from pathlib import Path
@@ -18,6 +21,12 @@ from attnpool.cli import build_parser, main
 from attnpool.training import progress
 from attnpool.training.progress import FoldProgress, quiet_third_party
 from model_helpers import save_tiny_encoder, write_toy_csv
+
+try:
+    import fcntl
+    import termios
+except ImportError:  # Windows
+    fcntl = termios = None
 
 NOISE = ("{'loss'", "{'eval_loss'", "'train_runtime'", "Loading weights", "Writing model shards", "it/s]",
          "Warning", "[transformers]")
@@ -186,3 +195,130 @@ def test_library_warnings_and_log_lines_go_to_the_log_not_the_console(capfd):
     assert any("a deprecation inside transformers" in m for m in logged)
     assert "a transformers warning" in logged and "a raw trainer log" in logged
     assert [h.level for h in library_logger.handlers] == levels  # the library's console handler is back
+
+
+class Boom(transformers.TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of a fold
+
+
+def test_a_training_that_fails_ends_its_live_line_before_the_error(recipe, monkeypatch):
+    folder, _ = recipe
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    try:
+        attnpool.train(train_file=str(folder / "train.csv"), text_cols=["first", "second"],
+                       model=str(folder / "encoder"), folds=2, epochs=2, max_length=16, batch_size=4,
+                       pooling_options={"attn_size": 8}, precision="fp32", output_dir=str(folder / "boom"),
+                       callbacks=[Boom()])
+    except KeyboardInterrupt:
+        text = terminal.getvalue()  # where the CLI prints its error: the traceback still keeps the Trainer alive
+    else:
+        pytest.fail("the interruption did not reach the caller")
+    assert text.startswith("\rfold 0:") and text.endswith("\n"), repr(text)  # the error gets a line of its own
+    assert "2/6" in text.split("\r")[-1]
+    gc.collect()
+    assert terminal.getvalue() == text  # and the bar is not drawn again when it is collected
+
+
+def _args(metric="pearson"):
+    return SimpleNamespace(num_train_epochs=2, metric_for_best_model=metric, greater_is_better=True)
+
+
+def test_close_is_idempotent_and_a_new_fold_closes_a_stale_line():
+    terminal = Terminal()
+    bar = FoldProgress("fold 0", mode="bar", stream=terminal)
+    bar.on_train_begin(_args(), _state(0), None)
+    bar.on_step_end(_args(), _state(3), None)
+    bar.label = "fold 1"
+    bar.on_train_begin(_args(), _state(0), None)  # fold 0 failed without on_train_end
+    first, second = terminal.getvalue().split("\n")
+    assert "fold 1" not in first and "3/10" in first.split("\r")[-1]
+    assert second.startswith("\rfold 1:")
+    bar.close()
+    bar.close()
+    assert terminal.getvalue().count("\n") == 2
+    bar.on_train_end(_args(), _state(10), None)  # after close: nothing more
+    assert terminal.getvalue().count("\n") == 2
+
+
+def test_log_lines_go_above_the_live_line_not_onto_it(monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with progress.console():
+        bar = FoldProgress("fold 0", stream=terminal)
+        bar.on_train_begin(_args(), _state(0), None)
+        logging.getLogger("attnpool.test").info("a log line")
+        bar.on_train_end(_args(), _state(10), None)
+    lines = terminal.getvalue().split("\n")
+    assert lines[0].split("\r")[-1] == "a log line", lines  # the bar was cleared first
+    assert lines[1].startswith("\rfold 0:") and "10/10" in lines[1]  # and redrawn below it
+
+
+def test_a_nan_evaluation_is_not_the_best():
+    stream = io.StringIO()
+    bar = FoldProgress("fold 0", mode="lines", stream=stream)
+    bar.on_train_begin(_args(), _state(0), None)
+    bar.on_evaluate(_args(), _state(5), None, metrics={"eval_pearson": float("nan")})
+    bar.on_evaluate(_args(), _state(10), None, metrics={"eval_pearson": 0.25})
+    first, second = stream.getvalue().splitlines()
+    assert "val pearson nan," in first and "best" not in first
+    assert "val pearson 0.2500 (best 0.2500)" in second
+
+
+posix_pty = pytest.mark.skipif(termios is None or not hasattr(os, "openpty"), reason="needs a pty")
+
+
+@pytest.fixture
+def pty_terminal():
+    """A Terminal whose descriptor is a pseudo-terminal of the given size (a fresh pty reports 0x0)."""
+    fds = []
+
+    def make(columns=None):
+        master, slave = os.openpty()
+        fds.extend([master, slave])
+        if columns is not None:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+        terminal = Terminal()
+        terminal.fileno = lambda: slave
+        return terminal
+
+    yield make
+    for fd in fds:
+        os.close(fd)
+
+
+def _a_fold(stream, steps=1000):
+    bar = FoldProgress("fold 0", stream=stream)
+    bar.on_train_begin(_args(), _state(0, steps), None)
+    bar.on_log(_args(), _state(steps // 2, steps, 1.0), None, logs={"loss": 0.1234})
+    bar.on_evaluate(_args(), _state(steps // 2, steps, 1.0), None, metrics={"eval_pearson": 0.8765})
+    bar.on_evaluate(_args(), _state(steps, steps, 2.0), None, metrics={"eval_pearson": 0.5432})
+    bar.on_train_end(_args(), _state(steps, steps, 2.0), None)
+    return stream.getvalue()
+
+
+@posix_pty
+@pytest.mark.parametrize("columns", [80, 50])
+def test_the_metric_survives_a_narrow_terminal(pty_terminal, columns):
+    last = _a_fold(pty_terminal(columns)).split("\r")[-1].rstrip("\n")
+    assert len(last) < columns and last.startswith("fold 0: val pearson 0.5432"), last
+    if columns == 80:
+        assert "loss 0.1234" in last and "1000/1000" in last and "|#" in last, last
+
+
+@posix_pty
+def test_a_wide_terminal_shows_everything(pty_terminal):
+    last = _a_fold(pty_terminal(200)).split("\r")[-1].rstrip("\n")
+    assert re.fullmatch(r"fold 0: val pearson 0\.5432, best 0\.8765, loss 0\.1234, epoch 2\.00/2 100%\|#+\| "
+                        r"1000/1000 \[\d\d:\d\d<\d\d:\d\d\]", last), last
+    assert len(last) == 199
+
+
+@posix_pty
+def test_a_terminal_of_no_size_or_too_narrow_gets_plain_lines(pty_terminal):
+    for stream in (pty_terminal(), pty_terminal(30)):  # 0x0 (docker run -t without -i), and 30 columns
+        text = _a_fold(stream, steps=10)
+        assert "\r" not in text and text.count("\n") == 2, repr(text)
+        assert text.splitlines()[-1].startswith("fold 0: step 10/10, epoch 2.00/2, loss 0.1234, val pearson 0.5432")

@@ -3,18 +3,24 @@
 The lock file (``FOLDER/.attnpool.lock``, or ``.NAME.lock`` beside an output file) records its holder as JSON:
 ``pid``, ``host``, ``purpose``, ``started`` (ISO time) and ``argv``. Where ``fcntl`` exists the file is held with
 ``flock(LOCK_EX | LOCK_NB)``, which the OS drops when the holder dies: a lock left by a killed process is simply
-free, and taking it over logs one line. Without ``fcntl`` (Windows) the file is created with ``O_EXCL``, and one
-naming a PID on this host that is no longer running counts as stale (best effort: two takers of one stale file
-can race). ``flock`` on network filesystems is only as good as their lock emulation.
+free, and taking it over logs one line. Without ``fcntl`` (Windows), or on a filesystem that has no ``flock``
+(Lustre mounted ``noflock``, some NFS and CIFS mounts: a warning, once per filesystem), the file is created with
+``O_EXCL``, and one naming a PID on this host that is no longer running counts as stale (best effort: two takers
+of one stale file can race). ``flock`` on network filesystems is only as good as their lock emulation.
 
-A process may take a lock it already holds (``compare`` around its ``train`` calls, or one ``train`` after
-another): the acquisitions are counted per process and only the outermost release frees the lock. A forked child
-does not inherit its parent's locks. Under ``torchrun`` only the main process should take the lock; the callers
-see to that.
+The file is created with mode ``0o666`` less the umask. Another user's lock file that this user may not write is
+still locked and read (``flock`` needs no write access): held, it refuses as any holder does; free (stale), it is
+removed when the folder allows that, else the error says whose it is and to delete it.
+
+A thread may take a lock it already holds (``compare`` around its ``train`` calls, or one ``train`` after
+another): the acquisitions are counted per thread and only the outermost release frees the lock; another thread
+of the process is refused like another process. A forked child does not inherit its parent's locks. Under
+``torchrun`` only the main process should take the lock; the callers see to that.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -29,11 +35,33 @@ try:
     import fcntl
 except ImportError:  # Windows: the O_EXCL fallback
     fcntl = None
+try:
+    import pwd
+except ImportError:  # Windows
+    pwd = None
 
 LOCK_NAME = ".attnpool.lock"
 logger = logging.getLogger("attnpool.runs")
-_held: dict[str, list[int]] = {}  # resolved lock file -> [fd, depth], for this process
 _guard = threading.Lock()
+# What flock answers on a filesystem without it (Lustre noflock: ENOSYS; NFS without lockd, CIFS: ENOLCK, ENOTSUP).
+_NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
+_flockless: set[int] = set()  # st_dev of the filesystems where flock failed so: O_EXCL there from then on
+
+
+class _Hold:
+    """A lock this process holds: its open file, how many acquisitions, by which thread, and how it is held.
+
+    (Not a dataclass: the tests' holder process loads this file outside ``sys.modules``, where those fail.)
+    """
+
+    def __init__(self, fd: int, purpose: str, flocked: bool) -> None:
+        self.fd, self.purpose, self.depth = fd, purpose, 1
+        self.flocked = flocked  # False: the O_EXCL file (Windows, a filesystem without flock)
+        thread = threading.current_thread()
+        self.thread, self.thread_name = thread.ident, thread.name  # only the owner thread may acquire it again
+
+
+_held: dict[str, _Hold] = {}  # resolved lock file -> its hold, for this process
 
 
 class RunError(ValueError):
@@ -85,11 +113,16 @@ class RunLock:
         """Take the lock, or raise :class:`LockedError` at once; creates the parent folder if needed."""
         with _guard:
             key = str(self._file)
-            if key in _held:
-                _held[key][1] += 1
+            hold = _held.get(key)
+            if hold is not None and hold.thread != threading.get_ident():
+                raise LockedError(f"{self.path} is in use by another thread of this process ({hold.purpose}, thread "
+                                  f"{hold.thread_name!r}); wait for it to finish")
+            if hold is not None:
+                hold.depth += 1
             else:
                 self._file.parent.mkdir(parents=True, exist_ok=True)
-                _held[key] = [self._open_flock() if fcntl is not None else self._open_excl(), 1]
+                fd = self._open_flock() if self._use_flock() else None
+                _held[key] = _Hold(fd if fd is not None else self._open_excl(), self.purpose, fd is not None)
             self._depth += 1
         return self
 
@@ -99,22 +132,22 @@ class RunLock:
             if not self._depth:
                 raise RuntimeError(f"{self!r} is not held")
             self._depth -= 1
-            entry = _held.get(str(self._file))
-            if entry is None:  # taken before a fork; this child never held it
+            hold = _held.get(str(self._file))
+            if hold is None:  # taken before a fork; this child never held it
                 return
-            entry[1] -= 1
-            if entry[1]:
+            hold.depth -= 1
+            if hold.depth:
                 return
             del _held[str(self._file)]
-            if fcntl is None:  # Windows cannot delete an open file; O_EXCL keeps others out until the unlink
-                os.close(entry[0])
+            if not hold.flocked:  # Windows cannot delete an open file; O_EXCL keeps others out until the unlink
+                os.close(hold.fd)
                 self._file.unlink(missing_ok=True)
                 return
             try:  # unlink while still holding the flock; a taker that opened the old file sees it gone, retries
-                if _same_file(entry[0], self._file):
+                if _same_file(hold.fd, self._file):
                     self._file.unlink()
             finally:
-                os.close(entry[0])
+                os.close(hold.fd)
 
     def __enter__(self) -> RunLock:
         return self.acquire()
@@ -122,17 +155,40 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _open_flock(self) -> int:
+    def _use_flock(self) -> bool:
+        return fcntl is not None and os.stat(self._file.parent).st_dev not in _flockless
+
+    def _open_flock(self) -> int | None:
+        """The flocked lock file; ``None`` where the filesystem has no flock (then O_EXCL, :meth:`_open_excl`)."""
+        denied = 0
         while True:
-            fd = os.open(self._file, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd, created = _open_or_create(self._file)
+            except PermissionError:  # another user's file (0644): lock it read-only, flock needs no write access
+                denied += 1
+                try:
+                    again = self._take_foreign(denied)
+                except OSError as err:
+                    if err.errno not in _NO_FLOCK:
+                        raise
+                    self._no_flock(err)
+                    return None
+                if again:
+                    continue
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 info = _read(fd)
                 os.close(fd)
                 raise LockedError(self._message(info)) from None
-            except BaseException:
+            except BaseException as err:
+                if created and _same_file(fd, self._file):  # leave no empty lock file behind
+                    self._file.unlink()
                 os.close(fd)
+                if isinstance(err, OSError) and err.errno in _NO_FLOCK:
+                    self._no_flock(err)
+                    return None
                 raise
             if _same_file(fd, self._file):
                 break
@@ -146,10 +202,50 @@ class RunLock:
             raise
         return fd
 
+    def _no_flock(self, err: OSError) -> None:
+        _flockless.add(os.stat(self._file.parent).st_dev)
+        logger.warning("the filesystem of %s has no flock (%s); run locks there are O_EXCL files, freed when their "
+                       "holder exits normally (one left by a killed process on another host must be deleted by "
+                       "hand)", self._file.parent, os.strerror(err.errno))
+
+    def _take_foreign(self, attempt: int) -> bool:
+        """Another user's lock file we may not write: refuse if held, else remove it; whether to open again."""
+        try:
+            fd = os.open(self._file, os.O_RDONLY)
+        except FileNotFoundError:  # released meanwhile; or the folder itself denies us: then the PermissionError
+            return attempt < 3
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = _read(fd)
+            os.close(fd)
+            raise LockedError(self._message(info)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            info = _read(fd)
+            if not _same_file(fd, self._file):  # released and replaced meanwhile
+                return True
+            try:
+                self._file.unlink()  # held while unlinked: a taker that opened it sees it gone, as after a release
+            except PermissionError:
+                owner = _owner(os.fstat(fd).st_uid)
+                raise RunError(f"{self.path}: its lock file {self.lock_file} belongs to another user ({owner}) and "
+                               "cannot be written by you; no process holds it (a stale lock"
+                               + (f" of PID {info.get('pid')} on host {info.get('host')}" if info else "")
+                               + f"), so delete it: rm {self.lock_file} (as {owner} or someone allowed to write "
+                               f"{self.lock_file.parent})") from None
+            if info:
+                self._log_takeover(info)
+            return True
+        finally:
+            os.close(fd)
+
     def _open_excl(self) -> int:
         while True:
             try:
-                fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
                 try:
                     info = _parse(self._file.read_bytes())
@@ -177,6 +273,26 @@ class RunLock:
     def _log_takeover(self, info: dict[str, Any]) -> None:
         logger.warning("taking over the lock of %s left by PID %s on host %s (%s since %s; no longer running)",
                        self.path, info.get("pid"), info.get("host"), info.get("purpose"), info.get("started"))
+
+
+def _open_or_create(path: Path) -> tuple[int, bool]:
+    """Open the lock file for writing, creating it (mode 0o666 less the umask) if needed; and whether we did."""
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(path, os.O_RDWR), False
+        except FileNotFoundError:  # released between the two opens
+            continue
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (AttributeError, KeyError):  # no pwd (Windows), or a uid without a name
+        return f"uid {uid}"
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -236,8 +352,8 @@ def _alive(pid: object) -> bool:
 def _forget_in_child() -> None:  # a forked child (a DataLoader worker, say) must not keep its parent's locks alive
     global _guard
     _guard = threading.Lock()
-    for fd, _ in _held.values():
-        os.close(fd)  # the parent's descriptor still holds the flock
+    for hold in _held.values():
+        os.close(hold.fd)  # the parent's descriptor still holds the flock
     _held.clear()
 
 

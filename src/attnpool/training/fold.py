@@ -36,6 +36,7 @@ from attnpool.tasks import num_labels, problem_type, scores_from_logits
 from attnpool.training.arguments import training_arguments
 from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard, use_cpu
 from attnpool.training.pooling_stats import PoolingMonitor
+from attnpool.training.progress import FoldProgress
 from attnpool.training.tracking import run_name
 from attnpool.training.trainer import last_complete_checkpoint, make_trainer, weights_sharded
 
@@ -196,7 +197,12 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     if resume_from:
         logger.info("fold %d: resuming from %s", fold, resume_from)
     _peak_memory_start(args.device)
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:  # on an error or Ctrl-C the Trainer skips on_train_end: end the live line before the error is printed
+        for callback in trainer.callback_handler.callbacks:
+            if isinstance(callback, FoldProgress):
+                callback.close()
     train_seconds = trainer.train_seconds()  # a resumed fold's included, up to the checkpoint it resumed from
     peak_memory = _peak_memory_bytes(args.device)
     # the card so far (data, split, recipe); the validation scores are added below, once measured
