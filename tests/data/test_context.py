@@ -213,6 +213,17 @@ def test_folds_tokenise_each_side_with_its_own_rows_context(straddling):
         assert all(ids is not None for ids in encodings["input_ids"])
 
 
+def test_the_resume_fingerprint_sees_the_texts_when_the_folds_tokenise_them(straddling, tmp_path):
+    # with group_context nothing is tokenised up front: the fingerprint hashed the labels alone, so a resume on
+    # other texts (same labels) went on, mixing folds trained on the old rows with folds trained on the new
+    cfg, data, _ = straddling
+    assert load_task(cfg, LOG).fingerprint() == data.fingerprint()
+    changed = pd.read_csv(cfg.train_file)
+    changed.loc[4, "target"] = "t5"  # one target edited, the labels as they were
+    changed.to_csv(cfg.train_file, index=False)
+    assert load_task(cfg, LOG).fingerprint() != data.fingerprint()
+
+
 def test_without_group_context_the_folds_share_the_one_tokenisation(straddling, tmp_path):
     cfg, _, folds = straddling
     cfg.group_context, cfg.group_context_by = None, []

@@ -108,10 +108,17 @@ class TaskData:
         return len(self.classes or [])
 
     def fingerprint(self) -> str:
-        """A SHA-256 of the rows as trained on (their token ids and labels): a resumed run checks its data with it."""
+        """A SHA-256 of the rows as trained on (their token ids and labels): a resumed run checks its data with it.
+
+        With ``group_context`` the rows are tokenised fold by fold (``encodings`` is empty), so the frame's values,
+        which the texts and their contexts are built from, are hashed instead.
+        """
         digest = hashlib.sha256()
         for ids in self.encodings.get("input_ids", []):
             digest.update(np.asarray(ids, dtype=np.int64).tobytes() + b"|")
+        if not self.encodings:
+            values = self.frame.astype(str)  # as text: a multi-label cell is a list, which pandas cannot hash
+            digest.update(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes())
         digest.update(np.ascontiguousarray(self.labels, dtype=np.float64).tobytes())
         return digest.hexdigest()
 
