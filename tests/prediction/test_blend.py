@@ -172,3 +172,46 @@ def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tm
         predict([runs["a"], runs["b"]], data, out, chunk_rows=5, blend_weights=[1, 3], resume=True)
     summary = predict([runs["a"], runs["b"]], data, out, chunk_rows=5, resume=True)
     assert summary.resumed_chunks == 1
+
+
+@pytest.fixture(scope="module")
+def pearson_run(encoder, tmp_path_factory):
+    """A run trained with the Pearson loss whose two folds predict on very different scales."""
+    from attnpool.runs.tables import oof_frame
+
+    run = Run(make_run(tmp_path_factory.mktemp("pearson") / "p", encoder, loss="pearson", seed=30))
+    rng = np.random.default_rng(5)
+    for fold, (center, scale) in enumerate([(0.5, 0.1), (-3.0, 4.0)]):
+        rows = np.arange(fold, 40, 2)
+        oof_frame("regression", None, rows, None, rng.random(len(rows)), center + scale * rng.standard_normal(
+            len(rows)), fold).to_csv(run.fold_dir(fold) / "oof.csv", index=False)
+    return run
+
+
+def test_a_pearson_loss_run_ensembles_its_folds_each_standardised_by_its_own_scale(pearson_run, data, tmp_path):
+    """The Pearson loss leaves each fold model its own offset and scale: a plain mean weighed the folds by spread."""
+    from attnpool.prediction.engine import FoldScales
+
+    scales = FoldScales.of_run(pearson_run, [0, 1])
+    each = [read(predict(pearson_run.path, data, tmp_path / f"f{f}.csv", folds=[f]).output)["prediction"].to_numpy()
+            for f in (0, 1)]  # one fold alone predicts on its own scale, unchanged
+    both = read(predict(pearson_run.path, data, tmp_path / "both.csv").output)["prediction"].to_numpy()
+    z = sum(0.5 * (s - c) / d for s, c, d in zip(each, scales.center[:, 0], scales.scale[:, 0], strict=True))
+    np.testing.assert_allclose(both, scales.center.mean() + scales.scale.mean() * z, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(both, (each[0] + each[1]) / 2, atol=1e-3)
+    # its out-of-fold predictions, which a blend standardises it by, are put on that one scale too
+    frame = out_of_fold([pearson_run], [[0, 1]])[0]
+    for fold in (0, 1):
+        values = frame.loc[frame["fold"] == fold, "prediction"]
+        assert values.mean() == pytest.approx(scales.center.mean()) and values.std(ddof=0) == pytest.approx(
+            scales.scale.mean())
+
+
+def test_a_pearson_loss_fold_without_its_out_of_fold_file_is_named(pearson_run, tmp_path):
+    from attnpool.prediction.engine import FoldScales
+
+    copy = tmp_path / "copy"
+    shutil.copytree(pearson_run.path, copy)
+    (copy / "fold_1" / "oof.csv").unlink()
+    with pytest.raises(RunError, match="fold 1 has no out-of-fold file .* Pearson loss puts its folds on one scale"):
+        FoldScales.of_run(Run(copy), [0, 1])

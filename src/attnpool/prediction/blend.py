@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from attnpool.metrics import task_metrics
+from attnpool.prediction.engine import FoldScales
 from attnpool.runs.run import Run, RunError
-from attnpool.runs.tables import oof_scores, oof_targets
+from attnpool.runs.tables import oof_scores, oof_targets, prediction_columns
 from attnpool.tasks import primary_metric
 
 logger = logging.getLogger("attnpool.predict")
@@ -177,7 +178,13 @@ def _oof(run: Run, folds: Sequence[int]) -> pd.DataFrame:
         raise RunError(f"{run.path}: fold {missing[0]} has no out-of-fold file (in {run.fold_dir(missing[0])}); "
                        "a blend standardises each run by its out-of-fold predictions: finish the fold with "
                        "attnpool train --resume, or leave it out with --folds")
-    return pd.concat([run.fold_oof(f) for f in folds], ignore_index=True)
+    frame = pd.concat([run.fold_oof(f) for f in folds], ignore_index=True)
+    scales = FoldScales.of_run(run, folds)
+    if scales is None:
+        return frame
+    # a Pearson-loss run predicts on its folds' common scale (FoldScales), so its statistics are taken on that too
+    values = scales.rescale(oof_scores(frame, "regression", None), frame["fold"].to_numpy())
+    return frame.assign(**prediction_columns("regression", None, values, with_labels=False))
 
 
 def _weights(weights: Sequence[float] | None, count: int) -> np.ndarray:

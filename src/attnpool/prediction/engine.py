@@ -24,6 +24,7 @@ from attnpool.data.batching import padded_batches
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import AUTOCAST_DTYPES, autocast, inference_device, resolve_precision
 from attnpool.runs.run import Run, RunError
+from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric, scores_from_logits
 
 
@@ -144,9 +145,84 @@ def fold_weights(run: Run, folds: int | Sequence[int] | None = None, how: str = 
     return task, fold_ids, ensemble_weights([run.fold_metrics(f) for f in fold_ids], primary_metric(task)[0], how)
 
 
+@dataclass(frozen=True)
+class FoldScales:
+    """Each fold model's out-of-fold prediction mean and standard deviation (per target), for a Pearson-loss run.
+
+    The Pearson loss ignores a model's offset and scale, so each fold model of such a run predicts on a scale of
+    its own (training reports ``pearson_folds_standardised`` for that reason): the plain mean of the folds' outputs
+    would weigh the folds by their spread, not by the ensemble weights. :meth:`combine` standardises each fold's
+    outputs by its own out-of-fold predictions (fixed numbers from training: a row's score never depends on the
+    other rows predicted with it), takes the weighted mean, and puts it back on the folds' average scale.
+    """
+
+    folds: list[int]
+    center: np.ndarray  # (folds, targets)
+    scale: np.ndarray  # (folds, targets)
+
+    @classmethod
+    def of_run(cls, run: Run, fold_ids: Sequence[int]) -> FoldScales | None:
+        """The scales of a regression run trained with ``loss: pearson``; ``None`` for any other run.
+
+        Raises:
+            RunError: A chosen fold without its out-of-fold file, or whose out-of-fold predictions are constant.
+        """
+        cfg = run.config()
+        if cfg.task != "regression" or cfg.loss != "pearson":
+            return None
+        centers, scales = [], []
+        for fold in fold_ids:
+            if not run.fold_done(fold):
+                raise RunError(f"{run.path}: fold {fold} has no out-of-fold file (in {run.fold_dir(fold)}); a run "
+                               "trained with the Pearson loss puts its folds on one scale by their out-of-fold "
+                               "predictions: finish the fold with attnpool train --resume, or leave it out with "
+                               "--folds")
+            values = oof_scores(run.fold_oof(fold), "regression", None)
+            values = values.reshape(len(values), -1)
+            std = values.std(axis=0)
+            if not (np.isfinite(values).all() and np.all(std > 0)):
+                raise RunError(f"{run.path}: the out-of-fold predictions of fold {fold} are constant or not finite, "
+                               "so that fold has no scale to put it on the others' (it learned nothing, or "
+                               "diverged): leave it out with --folds")
+            centers.append(values.mean(axis=0))
+            scales.append(std)
+        return cls(list(fold_ids), np.stack(centers), np.stack(scales))
+
+    def combine(self, scores: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
+        """The weighted mean of the folds' standardised ``scores`` (``(N,)`` or ``(N, T)`` each), on their scale."""
+        standard = sum(w * (np.asarray(s, dtype=np.float64).reshape(len(s), -1) - c) / d
+                       for w, s, c, d in zip(weights, scores, self.center, self.scale, strict=True))
+        return (self.center.mean(axis=0) + self.scale.mean(axis=0) * standard).reshape(np.shape(scores[0]))
+
+    def rescale(self, values: np.ndarray, folds: np.ndarray) -> np.ndarray:
+        """Out-of-fold ``values`` of the rows validated by ``folds`` (one fold id per row), on :meth:`combine`'s scale.
+
+        A blend standardises each run by its out-of-fold predictions: those of a Pearson-loss run are on one scale
+        per fold, its predictions on this one.
+        """
+        values = np.asarray(values, dtype=np.float64)
+        flat = values.reshape(len(values), -1)
+        index = {fold: i for i, fold in enumerate(self.folds)}
+        at = np.array([index[int(f)] for f in folds], dtype=np.int64)
+        out = self.center.mean(axis=0) + self.scale.mean(axis=0) * (flat - self.center[at]) / self.scale[at]
+        return out.reshape(values.shape)
+
+
+def combine_folds(task: str, logits: Sequence[np.ndarray], weights: np.ndarray,
+                  scales: FoldScales | None = None) -> np.ndarray:
+    """The ensemble of the folds' outputs: the weighted mean of their scores, or :meth:`FoldScales.combine`."""
+    scores = [scores_from_logits(task, lg) for lg in logits]
+    if scales is not None:
+        return scales.combine(scores, weights)
+    return sum(w * s for w, s in zip(weights, scores, strict=True))
+
+
 @dataclass
 class FoldEnsemble:
-    """The models of a run's chosen folds and their ensemble weights: what ``predict`` (and a server) runs."""
+    """The models of a run's chosen folds and their ensemble weights: what ``predict`` (and a server) runs.
+
+    ``scales``: a Pearson-loss run's fold scales (:class:`FoldScales`), ``None`` otherwise.
+    """
 
     task: str
     folds: list[int]
@@ -154,17 +230,22 @@ class FoldEnsemble:
     weights: np.ndarray
     tokenizer: Any
     lowered: dict[torch.dtype, list[torch.nn.Module]] = field(default_factory=dict, repr=False)
+    scales: FoldScales | None = None
 
     @classmethod
     def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean") -> FoldEnsemble:
         """Load the chosen folds (default: every trained fold), weighted ``how`` (see :func:`ensemble_weights`)."""
         task, fold_ids, weights = fold_weights(run, folds, how)
+        scales = FoldScales.of_run(run, fold_ids)
         _, models, tokenizer, _ = load_fold_models(run, fold_ids)
-        return cls(task, fold_ids, models, weights, tokenizer)
+        return cls(task, fold_ids, models, weights, tokenizer, scales=scales)
 
     def scores(self, encodings: dict[str, list], *, batch_size: int, device: str | torch.device | None = None,
                precision: str = "fp32", on_batch: Callable[[int], object] | None = None) -> np.ndarray:
         """The weighted mean over the folds of each row's outputs (values, or class probabilities).
+
+        A Pearson-loss run's values are each standardised by its fold's out-of-fold predictions first
+        (:class:`FoldScales`).
 
         ``precision`` is as in :func:`predict_encoded`. On a CPU, bf16 and fp16 run copies of the models whose
         encoder weights are stored in that type (:func:`with_encoder_in`; made at the first such call and kept, about
@@ -173,7 +254,7 @@ class FoldEnsemble:
         device = inference_device(device)
         logits = predict_encoded(self.models_for(precision, device), encodings, None, batch_size, self.tokenizer,
                                  device, precision=precision, on_batch=on_batch)
-        return sum(w * scores_from_logits(self.task, lg) for w, lg in zip(self.weights, logits, strict=True))
+        return combine_folds(self.task, logits, self.weights, self.scales)
 
     def models_for(self, precision: str, device: str | torch.device) -> list[torch.nn.Module]:
         """The models that run at ``precision`` on ``device``: the float32 ones, or on a CPU their lowered copies."""

@@ -33,9 +33,8 @@ from attnpool._version import __version__
 from attnpool.data.batching import padded_batches
 from attnpool.exporters import ExportError, VerificationError, export_onnx
 from attnpool.exporters.models import source_stamp
-from attnpool.prediction.engine import FoldEnsemble, fold_tokenizer, fold_weights
+from attnpool.prediction.engine import FoldEnsemble, FoldScales, combine_folds, fold_tokenizer, fold_weights
 from attnpool.runs.run import Run, RunError
-from attnpool.tasks import scores_from_logits
 
 try:
     import onnx
@@ -127,6 +126,7 @@ class OnnxFoldEnsemble:
     tokenizer: Any
     quantize: str
     reference: FoldEnsemble | None = None  # the float32 PyTorch models, kept to check a quantized graph
+    scales: FoldScales | None = None  # a Pearson-loss run's fold scales (see FoldScales)
 
     @classmethod
     def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean", quantize: str = "none",
@@ -153,7 +153,7 @@ class OnnxFoldEnsemble:
         if threads:
             options.intra_op_num_threads = threads
         sessions = [_session(graph_file(run, fold, quantize), options, fold) for fold in fold_ids]
-        return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference)
+        return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference, FoldScales.of_run(run, fold_ids))
 
     def scores(self, encodings: dict[str, list], *, batch_size: int,
                on_batch: Callable[[int], object] | None = None, **_: Any) -> np.ndarray:
@@ -163,12 +163,13 @@ class OnnxFoldEnsemble:
         total: np.ndarray | None = None
         for batch, padded in padded_batches(encodings, batch_size, self.tokenizer, return_tensors="np"):
             ids = np.asarray(padded["input_ids"], dtype=np.int64)
-            part = 0.0
-            for weight, session, inputs in zip(self.weights, self.sessions, names, strict=True):
+            logits = []
+            for session, inputs in zip(self.sessions, names, strict=True):
                 # A tokenizer without token types: zeros, as the PyTorch model assumes when they are not given.
                 feed = {name: np.asarray(padded[name], dtype=np.int64) if name in padded else np.zeros_like(ids)
                         for name in inputs}
-                part = part + weight * scores_from_logits(self.task, session.run(["logits"], feed)[0])
+                logits.append(session.run(["logits"], feed)[0])
+            part = combine_folds(self.task, logits, self.weights, self.scales)
             if total is None:
                 total = np.zeros((rows, *np.shape(part)[1:]), dtype=np.float64)
             total[batch] = part
