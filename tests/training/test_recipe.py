@@ -339,3 +339,22 @@ def test_a_pearson_loss_run_also_scores_its_folds_each_on_its_own_scale(encoder,
     z = oof.groupby("fold")["prediction"].transform(lambda p: (p - p.mean()) / p.std(ddof=0))
     assert overall["pearson_folds_standardised"] == pytest.approx(np.corrcoef(z, oof["target"])[0, 1], abs=1e-6)
     assert "with each fold's predictions standardised" in capsys.readouterr().err
+
+
+def test_each_fold_trains_with_its_own_seed(encoder, data, tmp_path, monkeypatch):
+    """The Trainer seeds torch with args.seed after the model is built: one seed for all folds gave every fold the
+    same dropout masks, while the card said seed + fold."""
+    import attnpool.training.fold as fold_module
+
+    seeds, real = [], fold_module.training_arguments
+
+    def spy(*args, **kwargs):
+        made = real(*args, **kwargs)
+        seeds.append((made.seed, made.data_seed))
+        return made
+
+    monkeypatch.setattr(fold_module, "training_arguments", spy)
+    assert main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "label", "--folds", "2", "--model", encoder, "--output-dir", str(tmp_path / "run"), "--seed", "7",
+                 *FAST]) == 0
+    assert seeds == [(7, 7), (8, 8)]
