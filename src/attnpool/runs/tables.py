@@ -1,8 +1,8 @@
 """The columns of attnpool's prediction tables, written and read back here only.
 
-Out-of-fold files (of a run and of each of its folds) hold ``row`` (the row of the training data), ``id`` (when
-the data has an id column), the target and the prediction, and ``fold``. Prediction files (``attnpool predict``)
-hold the id and the prediction. For both:
+Out-of-fold files (of a run and of each of its folds) hold ``row`` (the row of the training data; with ``limit``, of
+the drawn subset), ``id`` (when the data has an id column), the target and the prediction, and ``fold``. Prediction
+files (``attnpool predict``) hold the id and the prediction. For both:
 
 * regression: ``prediction`` (``prediction_0``, ``prediction_1``... for several targets; ``target``/``target_J``
   likewise in out-of-fold files);
