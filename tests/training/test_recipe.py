@@ -358,3 +358,19 @@ def test_each_fold_trains_with_its_own_seed(encoder, data, tmp_path, monkeypatch
                  "label", "--folds", "2", "--model", encoder, "--output-dir", str(tmp_path / "run"), "--seed", "7",
                  *FAST]) == 0
     assert seeds == [(7, 7), (8, 8)]
+
+
+def test_resume_in_another_precision_than_the_run_started_in_warns(encoder, data, tmp_path, capsys):
+    """precision: auto is saved as such; resolved on another machine (bf16 there, fp32 here) the folds would differ."""
+    out = tmp_path / "run"
+    assert main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "label", "--folds", "2", "--model", encoder, "--output-dir", str(out), "--only-folds", "0",
+                 *FAST, "--precision", "auto"]) == 3
+    info = json.loads((out / "run.json").read_text())
+    here = info["precision"]  # auto resolved on this machine: bf16 with native bf16, else fp32
+    other = "fp32" if here == "bf16" else "bf16"
+    (out / "run.json").write_text(json.dumps({**info, "precision": other}))  # as started on another machine
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 0
+    assert (f"--resume: the run started in {other} and goes on in {here} on this machine (precision: auto in "
+            f"{out / 'config.yaml'})") in capsys.readouterr().err

@@ -179,9 +179,15 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
         raise ValueError(f"the run's saved folds have {len(folds)} rows but the data has {data.num_rows}; the data "
                          "changed since the run started: start a new run")
     info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
-            "num_folds": int(folds.max()) + 1 if len(folds) else 0, "data_sha256": data.fingerprint()}
+            "num_folds": int(folds.max()) + 1 if len(folds) else 0, "data_sha256": data.fingerprint(),
+            "precision": training_precision(cfg.precision, "cpu" if use_cpu() else "cuda")}
     if cfg.resume and run.has_info():
         previous = run.info()
+        if previous.get("precision", info["precision"]) != info["precision"]:  # config.yaml may say auto: resolved
+            logger.warning("--resume: the run started in %s and goes on in %s on this machine (precision: %s in "
+                           "%s); the folds trained so far and those to come differ in precision. To keep one, set "
+                           "precision: %s there", previous["precision"], info["precision"], cfg.precision,
+                           run.config_file, previous["precision"])
         if previous.get("classes") != info["classes"]:
             raise ValueError(f"--resume: the labels changed since the run started ({previous.get('classes')} "
                              f"-> {info['classes']}); start a new run")
