@@ -179,7 +179,8 @@ def test_under_torchrun_awp_and_the_weight_average_match_one_process(tmp_path):
     """2 CPU processes (gloo) against 1 with the same global batch and no dropout (see test_distributed.py).
 
     The perturbation follows the gradient after DDP's all-reduce, so both runs perturb the same weights the same
-    way, and every process's average follows the same synchronised weights; only the main process writes.
+    way, and every process's average follows the same synchronised weights; only the main process writes. (With
+    gradient accumulation: test_adversarial_ddp.py.)
     """
     import json
     import os

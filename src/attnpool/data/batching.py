@@ -80,7 +80,12 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
     * every process draws the same order, which the ``Trainer`` then splits batch by batch between processes (with
       the global RNG the processes drift apart after the first epoch on CPUs, where dropout draws from that RNG a
       number of values that depends on each process's padded batch shapes: rows get repeated or skipped);
-    * one process with batch ``2B`` and two with batch ``B`` take their optimizer steps on the same rows;
+    * one process with batch ``2B`` and two with batch ``B`` take their optimizer steps on the same rows, provided
+      the training rows are a multiple of ``2B`` (the rows of one micro-batch over all processes; a multiple of the
+      global batch is one). Otherwise they do not at the epoch's end: one process trains a short last batch, while
+      accelerate (``BatchSamplerShard``, ``even_batches=True``) fills every process's last batch to ``B`` rows
+      with rows from the start of the epoch's order, which that last step then trains a second time (10 rows, B=2:
+      one process's epoch ends on the order's rows 8-9, two processes' on rows 8-9 and 0-1);
     * a run resumed in the middle of an epoch skips exactly the batches it had already trained on.
 
     Args:

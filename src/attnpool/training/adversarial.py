@@ -16,9 +16,11 @@ the optimizer steps. Two perturbations (``adversarial``):
   (``adversarial_eps``, default 0.001).
 
 The gradient ``g`` is the one accumulated so far in the optimizer step: under gradient accumulation it includes the
-earlier micro-batches of the step (and their adversarial passes), as in the Kaggle implementations. A gradient that
-is zero or not finite (an fp16 overflow) leaves its weights unperturbed. The perturbation is computed without a
-device synchronisation.
+earlier micro-batches of the step (and their adversarial passes), as in the Kaggle implementations. Under DDP it is
+averaged over the processes at every micro-batch, not only at a step's last (``training_arguments`` turns on
+accelerate's ``sync_each_batch``), so every process perturbs its weights the same way. A gradient that is zero or
+not finite (an fp16 overflow) leaves its weights unperturbed. The perturbation is computed without a device
+synchronisation.
 """
 
 from __future__ import annotations

@@ -75,6 +75,14 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         kwargs["group_by_length"] = True
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     kwargs[checkpointing] = cfg.gradient_checkpointing
+    if cfg.adversarial is not None and cfg.grad_accum > 1:
+        # Every micro-batch but a step's last runs under DDP's no_sync, where a process's gradient is its own rows'
+        # alone: each process would perturb its weights along a direction of its own. Synchronised, every backward
+        # all-reduces (averages) the gradient accumulated so far, the same on every process, so each perturbation
+        # follows the global batch's gradient and the step's sum stays what one process with that batch gets.
+        # (One process: nothing to synchronise. Under DDP: one all-reduce per micro-batch, before adversarial_start
+        # too.)
+        kwargs["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
     args = transformers.TrainingArguments(**kwargs)
     # Both flags off, transformers reads ACCELERATE_MIXED_PRECISION (what `accelerate launch` exports from its
     # config) and an fp32 run trained under autocast: --precision decides.
