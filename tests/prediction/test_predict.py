@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import re
 import sys
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -29,6 +31,8 @@ predict = functools.partial(predict, precision="fp32")
 predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
 predict_module_predict = importlib.import_module("attnpool.prediction.predict")
 prediction_inputs = importlib.import_module("attnpool.data.prediction")
+readers = importlib.import_module("attnpool.data.readers")
+parts_module = importlib.import_module("attnpool.prediction.parts")
 ROWS, CHUNK = 23, 5  # 5 chunks, the last one short
 
 
@@ -157,13 +161,135 @@ def test_cli_flags_progress_and_tsv(run, frame, tmp_path, capsys):
     assert list(pred["id"]) == list(frame["id"]) and out.read_text().count("id\t") == 1  # one header
 
 
-def test_a_bad_chunk_leaves_no_output_and_no_parts(binary_run, frame, tmp_path):
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_bad_chunk_leaves_no_output_and_no_parts(binary_run, frame, tmp_path, resume):
+    """--resume on a fresh output kept this call's own parts, which then blocked every retry with the fixed input
+    ("the input file changed"; without --resume: "holds 4 finished chunk(s)")."""
     bad = frame.assign(label="neg")
     bad.loc[ROWS - 2, "label"] = "maybe"  # in the last chunk: the first four are written before it fails
     data = write(bad, tmp_path / "test.csv")
     with pytest.raises(DataError, match="labels the model never saw in training: maybe"):
-        predict(binary_run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False)
+        predict(binary_run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False, resume=resume)
     assert not (tmp_path / "pred.csv").exists() and not (tmp_path / "pred.csv.parts").exists()
+    write(bad.assign(label="pos"), data)  # the input fixed
+    summary = predict(binary_run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False, resume=resume)
+    assert (summary.rows, summary.resumed_chunks) == (ROWS, 0)
+
+
+def jsonl_lacking(frame, key, first_rows, path):
+    """The rows as JSONL, the first ``first_rows`` lines without ``key``."""
+    rows = frame.to_dict("records")
+    for row in rows[:first_rows]:
+        del row[key]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def without_the_key_scan(path, chunk_rows, *, text_columns=(), columns=()):
+    """iter_table as it read JSONL before: a key first met in a later line is missing from the earlier chunks."""
+    return iter_table(path, chunk_rows, text_columns=text_columns)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".jsonl"])
+@pytest.mark.parametrize("scan", [True, False])
+def test_an_id_first_met_in_a_later_jsonl_chunk_is_in_every_part(run, frame, tmp_path, monkeypatch, suffix, scan):
+    """The id column was written by the chunks that had it only: CSV parts with other headers were joined into a
+    misaligned file, Parquet failed in the join after every chunk was predicted. Every part has the columns of the
+    first (the reader gives every chunk the id; without that, no part has it)."""
+    data = jsonl_lacking(frame.iloc[:6], "id", 2, tmp_path / "in.jsonl")
+    whole = read(predict(run, data, tmp_path / f"whole{suffix}", chunk_rows=100, progress=False).output)
+    if not scan:
+        monkeypatch.setattr(prediction_inputs, "iter_table", without_the_key_scan)
+    chunked = read(predict(run, data, tmp_path / f"chunked{suffix}", chunk_rows=2, progress=False).output)
+    if scan:
+        assert list(chunked.columns) == ["id", "prediction"]
+        assert chunked["id"].isna().tolist() == [True, True, False, False, False, False]
+        assert list(chunked["id"][2:]) == list(frame["id"][2:6])
+    else:
+        assert list(chunked.columns) == ["prediction"]
+    np.testing.assert_allclose(chunked["prediction"], whole["prediction"], atol=1e-6)
+    assert not (tmp_path / f"chunked{suffix}.parts").exists()
+
+
+def test_parquet_parts_lacking_a_column_are_joined_with_it_empty(tmp_path):
+    pd.DataFrame({"prediction": [0.1, 0.2]}).to_parquet(tmp_path / "a.parquet", index=False)
+    pd.DataFrame({"id": ["7"], "prediction": [0.3]}).to_parquet(tmp_path / "b.parquet", index=False)
+    parts_module._join_parquet([tmp_path / "a.parquet", tmp_path / "b.parquet"], tmp_path / "out.parquet")
+    joined = pd.read_parquet(tmp_path / "out.parquet")
+    assert joined["prediction"].tolist() == [0.1, 0.2, 0.3] and joined["id"].isna().tolist() == [True, True, False]
+
+
+def test_the_id_column_is_kept_when_the_training_file_had_none(encoder, frame, tmp_path):
+    """run.json's id_col is None: predict read the file's "id" (the config's id_col) and dropped it, where serve
+    and explain fall back to the config's."""
+    path = make_run(tmp_path / "run", encoder)
+    Run(path).write_info({**Run(path).info(), "id_col": None})
+    data = write(frame, tmp_path / "test.csv")
+    out = read(predict(path, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False).output)
+    assert list(out.columns) == ["id", "prediction"] and list(out["id"]) == list(frame["id"])
+
+
+def test_a_jsonl_text_key_is_accepted_or_refused_whatever_chunk_rows(run, frame, tmp_path):
+    """A key missing from every line of the first chunk was refused with chunk_rows=2 and accepted with 100."""
+    data = jsonl_lacking(frame.iloc[:6], "second", 2, tmp_path / "in.jsonl")
+    whole = read(predict(run, data, tmp_path / "whole.csv", chunk_rows=100, progress=False).output)
+    chunked = read(predict(run, data, tmp_path / "chunked.csv", chunk_rows=2, progress=False).output)
+    np.testing.assert_allclose(chunked["prediction"], whole["prediction"], atol=1e-6)
+    jsonl_lacking(frame.iloc[:6], "second", 6, data)  # in no line: refused, as before, whatever the chunks
+    for chunk_rows in (2, 100):
+        with pytest.raises(DataError, match=re.escape("in.jsonl: missing column(s) 'second'; the columns present "
+                                                      "are: id, first")):
+            predict(run, data, tmp_path / "refused.csv", chunk_rows=chunk_rows, progress=False)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_chunk_is_freed_before_the_next_one_is_read(run, frame, tmp_path, monkeypatch, suffix):
+    """Loop variables (zip's and enumerate's tuples, the last run's chunk and frame, the reader's own) kept up to
+    three chunks alive while the next one was read."""
+    data = write(frame, tmp_path / f"test{suffix}")
+    chunks, alive = [], []
+    encode = PredictionInputs.encode
+
+    def tracked_encode(self, chunk):
+        chunks.append(weakref.ref(chunk))
+        return encode(self, chunk)
+
+    def read_hook(real):
+        def hook(*args, **kwargs):
+            result = real(*args, **kwargs)
+            alive.append(sum(ref() is not None for ref in chunks))  # the chunks before, while this one is read
+            return result
+        return hook
+
+    monkeypatch.setattr(PredictionInputs, "encode", tracked_encode)
+    name = "_union_frame" if suffix == ".jsonl" else "check_fields"
+    monkeypatch.setattr(readers, name, read_hook(getattr(readers, name)))
+    predict(run, data, tmp_path / "pred.csv", chunk_rows=CHUNK, progress=False)
+    assert len(chunks) == 5 and alive == [0] * 5
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_kill_during_the_join_leaves_nothing_beside_the_output(run, frame, tmp_path, monkeypatch, suffix):
+    """The joined file was written beside the output, where a kill left it (full size) for good: it is written in
+    the parts folder, which the resumed prediction deletes."""
+    data = write(frame, tmp_path / f"test{suffix}")
+    out = tmp_path / f"pred{suffix}"
+    name = "_join_parquet" if suffix == ".parquet" else "_join_text"
+    join, left = getattr(parts_module, name), []
+
+    def killed(paths, tmp):
+        join(paths, tmp)
+        left.append(tmp)
+        raise KeyboardInterrupt("killed during the join")
+
+    monkeypatch.setattr(parts_module, name, killed)
+    with pytest.raises(KeyboardInterrupt):
+        predict(run, data, out, chunk_rows=CHUNK, progress=False)
+    left[0].write_text("a whole joined file, as a kill leaves it (an exception lets atomic_write delete it)")
+    monkeypatch.setattr(parts_module, name, join)
+    predict(run, data, out, chunk_rows=CHUNK, progress=False, resume=True)
+    assert not left[0].exists() and not list(tmp_path.glob(f".{out.name}.*"))
+    assert list(read(out)["id"]) == list(frame["id"])
 
 
 def test_integer_labels_with_a_blank_cell_are_the_labels_the_run_knows(encoder, tmp_path):
@@ -360,6 +486,15 @@ def test_iter_table_jsonl_chunks_keep_the_keys_seen_before(tmp_path):
     path.write_text('{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n{"a": 3}\n')
     last = list(iter_table(path, 2))[-1]
     assert list(last.columns) == ["a", "b"] and last["b"].isna().all()
+
+
+def test_iter_table_jsonl_chunks_have_the_wanted_keys_of_later_lines(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a": 3, "b": "x", "c": 0}\n')
+    first, last = iter_table(path, 2, columns=["b", "z"])
+    assert list(first.columns) == ["a", "b"] and first["b"].isna().all()  # not "z": in no line
+    assert list(last.columns) == ["a", "b", "c"] and list(last["b"]) == ["x"]
+    assert [list(c.columns) for c in iter_table(path, 2)] == [["a"], ["a", "b", "c"]]  # no scan when not asked
 
 
 def test_iter_table_errors_name_the_file_and_where(tmp_path):

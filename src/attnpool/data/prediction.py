@@ -117,8 +117,12 @@ class PredictionInputs:
         return [c for c in dict.fromkeys([self.cfg.id_col, self.info.get("id_col"), *keep]) if c]
 
     def chunks(self, chunk_rows: int):
-        """The raw rows, ``chunk_rows`` at a time (see :func:`attnpool.data.readers.iter_table`)."""
-        return iter_table(self.path, chunk_rows, text_columns=self.text_columns)
+        """The raw rows, ``chunk_rows`` at a time (see :func:`attnpool.data.readers.iter_table`).
+
+        Every chunk has the columns read (:attr:`text_columns`) that the file has, a JSONL key first met in a later
+        line too: whether a file is accepted does not depend on ``chunk_rows``.
+        """
+        return iter_table(self.path, chunk_rows, text_columns=self.text_columns, columns=self.text_columns)
 
     def encode(self, chunk) -> tuple[Any, dict[str, list]]:
         """A chunk's rows (with the preset's added columns) and their token lists, after the checks."""
@@ -155,7 +159,8 @@ class PredictionInputs:
         if self._pool is None:
             columns = context_columns(self.cfg)
             parts = []
-            for chunk in iter_table(self.path, POOL_CHUNK_ROWS, text_columns=self.text_columns):
+            for chunk in iter_table(self.path, POOL_CHUNK_ROWS, text_columns=self.text_columns,
+                                    columns=self.text_columns):
                 if self.cfg.preset == "pppm":  # a key may be a column the preset adds (context_text), as in encode
                     chunk, _ = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles())
                 check_columns(chunk, columns, str(self.path))

@@ -71,8 +71,8 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
     return frame
 
 
-def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: Iterable[str] = ()
-               ) -> Iterator[pd.DataFrame]:
+def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: Iterable[str] = (),
+               columns: Iterable[str] = ()) -> Iterator[pd.DataFrame]:
     """Read a table like :func:`read_table`, in chunks of ``chunk_rows`` rows, never holding the whole file.
 
     CSV/TSV go through pandas' chunked parser, JSONL is read line by line, Parquet batch by batch
@@ -81,13 +81,17 @@ def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: I
 
     Column types are decided per chunk, by the rules of :func:`read_table`: a CSV column of plain numbers in one
     chunk may be text in another. Name the columns whose values must stay text in ``text_columns`` (ids, texts).
-    A JSONL chunk has every key seen so far (missing values for those its lines lack), but not keys that appear
-    only in later lines. A pandas index stored in a Parquet file is not restored.
+    A JSONL chunk has every key seen so far (missing values for those its lines lack), and every key of ``columns``
+    that some line of the file has, but not other keys that appear only in later lines. A pandas index stored in a
+    Parquet file is not restored.
 
     Args:
         path: The file; the extension picks the reader, as in :func:`read_table`.
         chunk_rows: Rows per chunk (>= 1).
         text_columns: Columns always read as strings (absent ones are ignored).
+        columns: Columns the caller reads: with JSONL, every chunk has each of them that some line of the file has
+            (missing values where its lines lack it), so that the chunks' columns do not depend on ``chunk_rows``.
+            The file is scanned for their keys once, only when the first chunk lacks one.
 
     Returns:
         An iterator over the chunks (``pandas.DataFrame``).
@@ -108,7 +112,7 @@ def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: I
     elif is_blank(p):
         raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
     elif suffix == ".jsonl":
-        chunks = _iter_jsonl(p, int(chunk_rows), keep_text)
+        chunks = _iter_jsonl(p, int(chunk_rows), keep_text, list(columns))
     else:
         chunks = _iter_delimited(p, int(chunk_rows), "\t" if suffix == ".tsv" else ",", keep_text)
     return _numbered(p, chunks, keep_text)
@@ -134,6 +138,7 @@ def _numbered(path: Path, chunks: Iterator[pd.DataFrame], keep_text: set[str]) -
         frame.index = pd.RangeIndex(rows, rows + len(frame))
         rows += len(frame)
         yield frame
+        del frame  # before the next chunk is read: the caller may have let go of this one
     if rows == 0:
         raise _no_rows(path, columns)
 
@@ -191,9 +196,12 @@ def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str
             with Utf8Stream(path) as header:
                 check_header(header, path, sep)
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
-                for index, frame in enumerate(reader):
+                first = 0  # the chunk's first row; no enumerate(): its cached tuple would hold the last chunk
+                for frame in reader:
                     check_fields(frame, path, sep)
-                    yield _with_numbers(check_tsv(frame, path, sep, index * chunk_rows), text_columns)
+                    yield _with_numbers(check_tsv(frame, path, sep, first), text_columns)
+                    first += chunk_rows
+                    del frame  # before the next chunk is read
         except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
             raise csv_error(path, sep, e) from None
 
@@ -237,11 +245,25 @@ def _read_jsonl(text: str, path: Path, text_columns: set[str]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _iter_jsonl(path: Path, chunk_rows: int, text_columns: set[str]) -> Iterator[pd.DataFrame]:
-    """Line by line, as :func:`_read_jsonl` (a binary file's lines end at line feeds only, as its split does)."""
+def _iter_jsonl(path: Path, chunk_rows: int, text_columns: set[str], wanted: list[str]) -> Iterator[pd.DataFrame]:
+    """Line by line, as :func:`_read_jsonl`; every chunk has the ``wanted`` keys that some line of the file has."""
     records: list[dict] = []
-    offset = 0
     columns: dict[str, None] = {}  # every key seen so far: a later chunk keeps the columns of the earlier ones
+    for lineno, line in _jsonl_lines(path):
+        record = _jsonl_record(line, lineno, path, text_columns)
+        if record is not None:
+            records.append(record)
+        if len(records) == chunk_rows:
+            yield _union_frame(records, columns, path, wanted)
+            records = []
+            wanted = []  # settled by the first chunk
+    if records:
+        yield _union_frame(records, columns, path, wanted)
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The numbered, decoded lines of a JSONL file (ending at line feeds only, as :func:`_read_jsonl` splits)."""
+    offset = 0
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
             bom = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
@@ -250,20 +272,28 @@ def _iter_jsonl(path: Path, chunk_rows: int, text_columns: set[str]) -> Iterator
             except UnicodeDecodeError as e:
                 raise not_utf8(path, raw[bom + e.start : bom + e.end], offset + bom + e.start, lineno) from None
             offset += len(raw)
-            record = _jsonl_record(line, lineno, path, text_columns)
-            if record is not None:
-                records.append(record)
-            if len(records) == chunk_rows:
-                yield _union_frame(records, columns)
-                records = []
-    if records:
-        yield _union_frame(records, columns)
+            yield lineno, line
 
 
-def _union_frame(records: list[dict], columns: dict[str, None]) -> pd.DataFrame:
+def _union_frame(records: list[dict], columns: dict[str, None], path: Path, wanted: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(records)
     columns.update(dict.fromkeys(frame.columns))
+    if any(c not in columns for c in wanted):
+        # A key first met in a later line would be a column of the later chunks only: whether the first chunk
+        # lacks it (and the caller refuses the file) would depend on chunk_rows.
+        columns.update(dict.fromkeys(_jsonl_keys(path, [c for c in wanted if c not in columns])))
     return frame if len(frame.columns) == len(columns) else frame.reindex(columns=list(columns))
+
+
+def _jsonl_keys(path: Path, keys: list[str]) -> list[str]:
+    """Those of ``keys`` that some line of a JSONL file has (read until all are found)."""
+    missing, found = set(keys), set()
+    for lineno, line in _jsonl_lines(path):
+        record = _jsonl_record(line, lineno, path, set())
+        found.update(missing.intersection(record or ()))
+        if found == missing:
+            break
+    return [k for k in keys if k in found]
 
 
 def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) -> dict | None:

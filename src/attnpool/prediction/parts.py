@@ -142,7 +142,11 @@ class Parts:
         atomic_write(self.path(index), lambda tmp: write_table(frame, tmp, like=self.path(index), header=index == 0))
 
     def finish(self, count: int) -> None:
-        """Join parts ``0..count-1`` in order into the output (through a temporary file), then delete the folder."""
+        """Join parts ``0..count-1`` in order into the output, then delete the folder.
+
+        The joined file is written in the folder and renamed out: a kill during the join leaves it in the folder,
+        which a resumed prediction deletes at its end, not beside the output, where nothing would.
+        """
         paths = [self.path(i) for i in range(count)]
         missing = [p.name for p in paths if not p.is_file()]
         if missing:
@@ -151,9 +155,9 @@ class Parts:
             self.output.parent.mkdir(parents=True, exist_ok=True)
             os.replace(paths[0], self.output)
         elif self.suffix == ".parquet":
-            atomic_write(self.output, lambda tmp: _join_parquet(paths, tmp))
+            atomic_write(self.output, lambda tmp: _join_parquet(paths, tmp), tmp_dir=self.folder)
         else:
-            atomic_write(self.output, lambda tmp: _join_text(paths, tmp))
+            atomic_write(self.output, lambda tmp: _join_text(paths, tmp), tmp_dir=self.folder)
         self.discard()
 
     def discard(self) -> None:
@@ -170,8 +174,14 @@ def _join_text(paths: list[Path], out: Path) -> None:
 
 
 def _join_parquet(paths: list[Path], out: Path) -> None:
-    """One row group per part; column types unified (a part whose id column is all missing has type null)."""
+    """One row group per part; column types unified (a part whose id column is all missing has type null).
+
+    A part without one of the columns (parts written before every chunk had the id column) gets it empty, rather
+    than failing the join after every chunk was predicted.
+    """
     schema = pa.unify_schemas([pq.read_schema(p) for p in paths])
     with pq.ParquetWriter(out, schema) as writer:
         for path in paths:
-            writer.write_table(pq.read_table(path).cast(schema))
+            table = pq.read_table(path)
+            columns = [table[f.name] if f.name in table.column_names else pa.nulls(len(table), f.type) for f in schema]
+            writer.write_table(pa.Table.from_arrays(columns, names=schema.names).cast(schema))

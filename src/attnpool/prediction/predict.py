@@ -58,8 +58,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     task (and classes); each reads the file with its own text construction and tokenizer. The blend's out-of-fold
     score, on the rows every run validated on, is logged next to each run's.
 
-    The output keeps the input's order and its id column; regression writes ``prediction`` (one column per
-    target), classification writes the predicted label and one probability column per class.
+    The output keeps the input's order and its id column (the training file's, else the config's ``id_col``, as
+    serve and explain take it; in every chunk, empty where rows lack it); regression writes ``prediction`` (one
+    column per target), classification writes the predicted label and one probability column per class.
 
     The input is read ``chunk_rows`` rows at a time, so memory is bounded by the chunk size whatever the file size.
     Each chunk is tokenised, predicted in length-sorted batches and written as a part,
@@ -71,8 +72,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     If the prediction is interrupted (killed, out of memory...), ``resume=True`` keeps the finished parts and
     predicts only the rest; it refuses when anything in the manifest changed. Without ``resume``, finished parts
     of an interrupted prediction are never deleted: the call refuses. When the input turns out to be bad
-    (a ``DataError`` in some chunk), the parts of a fresh (not resumed) prediction are deleted, since the
-    input has to be edited, which makes them stale.
+    (a ``DataError`` in some chunk), the parts this call started (none were finished before it, resume or not)
+    are deleted, since the input has to be edited, which makes them stale.
 
     Args:
         run_dir: The ``--output-dir`` of ``attnpool train``, or several of them to blend (a list of one is that
@@ -141,7 +142,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         members = [_load_ensemble(run, folds, ensemble, backend, quantize, threads) for run in runs]
         chosen = [m.folds for m in members]
         blend = RunBlend.read(runs, chosen, blend_weights) if blended else None
-        info, task = runs[0].info(), members[0].task
+        info = runs[0].info()
         inputs = [[PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger, with_context=v)
                    for v in (views if run.config().group_context else (True,))]
                   for run, m in zip(runs, members, strict=True)]
@@ -151,39 +152,28 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                                             chunk_rows, ensemble, computed_as,
                                             None if blend is None else blend.weights.tolist(), context_view))
         finished = parts.open(resume)
+        # the id column, as serve and explain take it: the training file's, else the configured one (default "id")
+        id_col = info.get("id_col") or inputs[0][0].cfg.id_col
+        forward = {"batch_size": batch_size, "device": device, "precision": precision}
+        tolerance = int8_tolerance if quantize != "none" else None  # checked on the first chunk predicted
         bar = _progress_bar(input_file, progress)
         rows = count = 0
-        checked = False
         try:
             with bar, _redirect_logging(progress):
-                for index, chunks in enumerate(zip(*streams, strict=True)):
-                    chunk = chunks[0]
-                    rows, count = rows + len(chunk), index + 1
+                while (chunks := _next_chunks(streams)) is not None:
+                    index, rows, count = count, rows + len(chunks[0]), count + 1
+                    if index == 0:  # every part has the columns of the first (the reader gives every chunk the id)
+                        id_col = id_col if id_col in chunks[0] else None
                     if index in finished:
-                        bar.update(len(chunk))
-                        continue
-                    frame, scores = None, []
-                    for j, (member, member_inputs, member_chunk) in enumerate(zip(members, inputs, chunks,
-                                                                                   strict=True)):
-                        seen = []  # the member's scores of each view of the rows (one but with context_view both)
-                        for k, view_inputs in enumerate(member_inputs):
-                            member_frame, encodings = view_inputs.encode(member_chunk)
-                            frame = member_frame if frame is None else frame
-                            if quantize != "none" and not checked:
-                                member.check(encodings, tolerance=int8_tolerance)
-                            # the bar counts each row once, when its last run's last view is done
-                            last = j == len(members) - 1 and k == len(member_inputs) - 1
-                            seen.append(member.scores(encodings, batch_size=batch_size, device=device,
-                                                      precision=precision, on_batch=bar.update if last else None))
-                            del encodings
-                        scores.append(seen[0] if len(seen) == 1 else sum(seen) / len(seen))
-                    checked = True
-                    combined = scores[0] if blend is None else blend.combine(scores)
-                    parts.write(index, _output_frame(task, info, frame, combined))
-                    del chunk, chunks, frame, scores, combined  # before the next chunk is read: one chunk in memory
+                        bar.update(len(chunks[0]))
+                    else:
+                        parts.write(index, _chunk_output(chunks, members, inputs, blend, id_col, tolerance, bar,
+                                                         forward))
+                        tolerance = None
+                    del chunks  # before the next chunk is read: one chunk (of each run) in memory
                 bar.total = bar.n  # the counted lines were an estimate
         except DataError:
-            if not resume:
+            if not finished:  # this call's own parts (of a bad input that has to be edited): they would block a retry
                 parts.discard()
             raise
         parts.finish(count)
@@ -211,9 +201,44 @@ def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backen
     raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
 
 
-def _output_frame(task: str, info: dict, frame, scores):
-    """The written columns of a chunk: the id (when the run has one), then the prediction(s) and probabilities."""
-    out = frame[[info["id_col"]]].copy() if info.get("id_col") and info["id_col"] in frame else frame.iloc[:, :0].copy()
+def _next_chunks(streams: list) -> list | None:
+    """The next chunk of each run's stream (the same rows, read with each run's columns), or ``None`` at the end.
+
+    A new list each time, read after the caller dropped the last one (``zip`` and ``enumerate`` would keep the
+    chunks of the previous step alive while reading the next).
+    """
+    chunks = [next(stream, None) for stream in streams]
+    return None if chunks[0] is None else chunks
+
+
+def _chunk_output(chunks: list, members: list, inputs: list, blend: RunBlend | None, id_col: str | None,
+                  tolerance: float | None, bar, forward: dict):
+    """The written columns of one chunk: every run's fold ensemble over each of its views, blended.
+
+    In a function of its own so that the chunk's frames and token lists are freed when it returns.
+    """
+    frame, scores = None, []
+    for j, (member, member_inputs) in enumerate(zip(members, inputs, strict=True)):
+        seen = []  # the member's scores of each view of the rows (one but with context_view both)
+        for k, view_inputs in enumerate(member_inputs):
+            member_frame, encodings = view_inputs.encode(chunks[j])
+            frame = member_frame if frame is None else frame
+            if tolerance is not None:
+                member.check(encodings, tolerance=tolerance)
+            # the bar counts each row once, when its last run's last view is done
+            last = j == len(members) - 1 and k == len(member_inputs) - 1
+            seen.append(member.scores(encodings, on_batch=bar.update if last else None, **forward))
+            del member_frame, encodings
+        scores.append(seen[0] if len(seen) == 1 else sum(seen) / len(seen))
+    return _output_frame(members[0].task, inputs[0][0].info, id_col, frame,
+                         scores[0] if blend is None else blend.combine(scores))
+
+
+def _output_frame(task: str, info: dict, id_col: str | None, frame, scores):
+    """The written columns of a chunk: the id (empty where the chunk lacks it), then predictions, probabilities."""
+    out = frame.iloc[:, :0].copy()
+    if id_col:
+        out[id_col] = frame[id_col] if id_col in frame else None
     out = out.reset_index(drop=True)
     for name, column in prediction_columns(task, info.get("classes"), scores, with_labels=True).items():
         out[name] = column

@@ -42,11 +42,15 @@ def _sync(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Write through ``write(tmp_path)`` to a temporary name beside ``path``, then rename: never a partial file."""
+def atomic_write(path: str | Path, write: Callable[[Path], None], *, tmp_dir: str | Path | None = None) -> Path:
+    """Write through ``write(tmp_path)`` to a temporary name beside ``path``, then rename: never a partial file.
+
+    ``tmp_dir``: a folder (on the file system of ``path``) to make the temporary file in instead, e.g. one whose
+    deletion also removes what a killed write leaves there.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=tmp_dir or path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
