@@ -99,3 +99,20 @@ def test_the_accelerate_configs_mixed_precision_does_not_override_precision(prec
     monkeypatch.setattr("attnpool.training.arguments.use_cpu", lambda: True)
     cfg = TrainConfig(train_file="x.csv", text_cols=["a"], precision=precision)
     assert training_arguments(cfg, tmp_path, steps_per_epoch=4).mixed_precision == wanted
+
+
+def test_a_device_this_machine_lacks_is_said_at_once(monkeypatch):
+    """--device cuda:0 on a CPU-only torch ended in an AssertionError deep in torch after the models loaded."""
+    from attnpool.precision import inference_device
+
+    assert inference_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"--device gpu: not a device torch knows .*; use cpu, cuda or cuda:N"):
+        inference_device("gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"--device cuda:0: no CUDA device here \(torch .*\); use --device cpu"):
+        inference_device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"--device cuda:2: this machine has 2 CUDA device\(s\), cuda:0 to cuda:1"):
+        inference_device("cuda:2")
+    assert inference_device("cuda:1") == torch.device("cuda:1")

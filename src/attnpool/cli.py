@@ -75,9 +75,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     keys = ("limit", "erasure_k", "text_cols", "label", "max_length", "fold", "seed", "batch_size", "device")
     explanation = api.explain_file(args.run, args.input, args.output, json_path=args.json,
                                    **{k: getattr(args, k) for k in keys})
-    top, shuffled, bottom = (fmt_number(explanation.erasure.aopc[k], 4) for k in ("top", "random", "bottom"))
-    print(f"explained {len(explanation.examples)} examples; erasure AOPC (– without a test): most-weighted {top}, "
-          f"random {shuffled}, least-weighted {bottom}")
+    aopc = [explanation.erasure.aopc[k] for k in ("top", "random", "bottom")]
+    top, shuffled, bottom = (fmt_number(value, 4) for value in aopc)
+    missing = " (–: no erasure test ran for it)" if "–" in (top, shuffled, bottom) else ""
+    print(f"explained {len(explanation.examples)} examples; erasure AOPC: most-weighted {top}, random {shuffled}, "
+          f"least-weighted {bottom}{missing}")
     print(f"wrote {args.output} and {args.json or Path(args.output).with_suffix('.json')}")
     return 0
 

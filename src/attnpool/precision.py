@@ -32,8 +32,29 @@ def cpu_bf16_instructions() -> list[str]:
 
 
 def inference_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` as a ``torch.device``; by default CUDA when available, else the CPU."""
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    """``device`` as a ``torch.device``; by default CUDA when available, else the CPU.
+
+    Raises:
+        ValueError: A name torch does not know, or a CUDA device this machine (or this build of torch) lacks: said
+            at once, not as an assertion deep inside torch once the models are loaded.
+    """
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"--device {device}: not a device torch knows ({str(err).splitlines()[0][:160]}); use cpu, "
+                         "cuda or cuda:N") from None
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = "" if torch.version.cuda else ", a build without CUDA"
+            raise ValueError(f"--device {device}: no CUDA device here (torch {torch.__version__}{build}); use "
+                             "--device cpu, or leave --device out to use CUDA when there is one")
+        if chosen.index is not None and chosen.index >= count:
+            raise ValueError(f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+                             f"cuda:{count - 1}")
+    return chosen
 
 
 def resolve_precision(precision: str, device: str | torch.device) -> str:

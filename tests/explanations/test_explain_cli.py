@@ -43,10 +43,10 @@ def test_explain_a_run(run, data, tmp_path, capsys):
                  "--limit", "5", "--erasure-k", "3"])
     assert code == 0
     said = capsys.readouterr().out
-    assert "wrote" in said and "erasure AOPC (– without a test): most-weighted " in said and "– without" in said
+    assert "wrote" in said and "erasure AOPC: most-weighted " in said and "–" not in said  # the dash's legend: none
     assert main(["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(tmp_path / "0.html"),
                  "--limit", "2", "--erasure-k", "0"]) == 0
-    assert "most-weighted –, random –, least-weighted –" in capsys.readouterr().out  # no test: not 0
+    assert "most-weighted –, random –, least-weighted – (–: no erasure test ran for it)" in capsys.readouterr().out
     report = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
     test = pd.read_csv(data / "test.csv", dtype={"id": str})
     examples = report["examples"]
