@@ -374,3 +374,22 @@ def test_resume_in_another_precision_than_the_run_started_in_warns(encoder, data
     assert main(["train", "--output-dir", str(out), "--resume"]) == 0
     assert (f"--resume: the run started in {other} and goes on in {here} on this machine (precision: auto in "
             f"{out / 'config.yaml'})") in capsys.readouterr().err
+
+
+def test_a_run_started_with_relative_paths_works_from_any_folder(encoder, data, tmp_path, monkeypatch):
+    """config.yaml kept `train_file: train.csv` as given: --resume (and a PPPM run's predict) from elsewhere failed."""
+    import shutil
+
+    import yaml
+
+    (tmp_path / "work").mkdir()
+    shutil.copy(data / "train.csv", tmp_path / "work" / "train.csv")
+    shutil.copytree(encoder, tmp_path / "work" / "encoder")
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["train", "--train-file", "train.csv", "--text-cols", "first", "second", "--label", "label",
+                 "--folds", "2", "--model", "encoder", "--output-dir", "run", "--only-folds", "0", *FAST]) == 3
+    saved = yaml.safe_load((tmp_path / "work" / "run" / "config.yaml").read_text())
+    assert saved["train_file"] == str(tmp_path / "work" / "train.csv")
+    assert saved["model"] == str(tmp_path / "work" / "encoder")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--output-dir", "work/run", "--resume"]) == 0

@@ -170,7 +170,7 @@ def _resumed_config(run: Run, cfg: TrainConfig) -> TrainConfig:
 
 def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray, list[int]]:
     """Save the resolved config, the folds and the run's info (main process); the folds and the finished ones."""
-    run.write_config(cfg.to_dict())
+    run.write_config(_absolute_paths(cfg.to_dict()))
     folds = run.read_fold_assignment()
     if folds is None:
         folds = data.make_folds(cfg)
@@ -200,6 +200,22 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
     for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again
         shutil.rmtree(run.checkpoints_dir(fold), ignore_errors=True)
     return folds, done
+
+
+def _absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """The config's data paths made absolute (and a local model folder's), so that the run works from any folder.
+
+    ``predict``/``serve``/``explain`` read a PPPM run's ``data_dir`` (its CPC texts) and ``--resume`` its training
+    file: saved as given (``data_dir: pppm``), they were found only from the folder the run was trained in.
+    """
+    values = dict(values)
+    for key in ("train_file", "valid_file", "data_dir"):
+        if values.get(key):
+            values[key] = str(Path(values[key]).expanduser().resolve())
+    model = values.get("model")
+    if model and Path(model).expanduser().is_dir():  # a local folder; a hub name stays a name
+        values["model"] = str(Path(model).expanduser().resolve())
+    return values
 
 
 def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], seconds: float) -> TrainResult:
