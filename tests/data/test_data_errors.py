@@ -158,3 +158,27 @@ def test_a_multilabel_validation_file_of_label_lists_loads(tmp_path):
     (tmp_path / "valid.jsonl").write_text(json.dumps({"text": "e", "label": ["z"]}) + "\n")
     with pytest.raises(DataError, match=r"class\(es\) 'z' of column 'label' are not in the training file"):
         load_task(cfg, logging.getLogger("test"))
+
+
+def test_likely_mistakes_that_train_without_an_error_are_warned_of(tmp_path, caplog):
+    """0/1 labels trained as the default regression, and a numbers-only text column, trained without a word."""
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import load_task
+    from model_helpers import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    (tmp_path / "train.csv").write_text("text,score,label\nthe cat,0.5,1\na dog,3,0\nred mat,7.25,1\n")
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), model=encoder, text_cols=["score"])
+    with caplog.at_level(logging.WARNING, logger="test"):
+        load_task(cfg, logging.getLogger("test"))
+    said = caplog.text
+    assert "label 'label' holds two values only (0 and 1): it trains as a regression (--task regression, the " \
+           "default); for a classifier pass --task binary" in said
+    assert "text column 'score' holds numbers only (e.g. 0.5, 3, 7.25)" in said
+    caplog.clear()
+    cfg.text_cols, cfg.task = ["text"], "binary"
+    with caplog.at_level(logging.WARNING, logger="test"):
+        load_task(cfg, logging.getLogger("test"))
+    assert "holds" not in caplog.text

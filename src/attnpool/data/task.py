@@ -285,6 +285,27 @@ def _refuse_label_as_input(cfg: TrainConfig) -> None:
                 "give, and predict's rows have no label. Leave it out, or name the label column with --label")
 
 
+def _warn_of_likely_mistakes(frame: pd.DataFrame, cfg: TrainConfig, labels: np.ndarray,
+                             log: logging.Logger) -> None:
+    """Warn of what trains without an error but is likely not what was meant.
+
+    Two-valued whole-number labels trained as a regression (the default task), a text column of numbers only (an
+    id or a score picked by mistake).
+    """
+    if cfg.task == "regression" and labels.ndim == 1 and len(labels):
+        values = np.unique(labels[np.isfinite(labels)])
+        if len(values) == 2 and np.all(values == np.round(values)):
+            log.warning("label %r holds two values only (%s and %s): it trains as a regression (--task regression, "
+                        "the default); for a classifier pass --task binary", cfg.label, f"{values[0]:g}",
+                        f"{values[1]:g}")
+    for column in dict.fromkeys(text_fields(cfg.text_cols, cfg.template)):
+        texts = frame[column].dropna().astype(str).str.strip() if column in frame else pd.Series([], dtype=str)
+        texts = texts[texts != ""]
+        if len(texts) and pd.to_numeric(texts, errors="coerce").notna().all():
+            log.warning("text column %r holds numbers only (e.g. %s): the model reads them as text; is it the column "
+                        "you meant (--text-cols / --template)?", column, ", ".join(texts.head(3)))
+
+
 def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
     """The validation file's labels on their own, so that an error names that file and its own row numbers."""
     if cfg.task == "regression":
@@ -347,6 +368,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     if valid_rows is not None:
         _refuse_validation_only_classes(frame, valid_rows, cfg)
     labels = validate_labels(frame, cfg.label, cfg.task)
+    _warn_of_likely_mistakes(frame, cfg, np.asarray(labels.values), log)
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     # with group_context the texts depend on the fold: each fold tokenises its rows (TaskData.fold_encodings)
