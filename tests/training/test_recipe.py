@@ -161,7 +161,7 @@ def test_encoder_dropout_is_trained_with_saved_in_the_fold_model_and_checked(enc
     assert pretrained["hidden_dropout_prob"] > 0, "the encoder folder itself is left as it was"
 
 
-def test_resume_skips_finished_folds(encoder, data, tmp_path):
+def test_resume_skips_finished_folds(encoder, data, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
             "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
@@ -169,9 +169,14 @@ def test_resume_skips_finished_folds(encoder, data, tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert not metrics["complete"] and len(metrics["folds"]) == 1
     stamp = (out / "fold_0" / "model" / "model.safetensors").stat().st_mtime_ns
+    capsys.readouterr()
     assert main(["train", "--output-dir", str(out), "--resume", "--train-file", str(data / "train.csv"),
                  "--text-cols", "x", "--model", encoder]) == 0  # the saved config wins over these flags
     assert (out / "fold_0" / "model" / "model.safetensors").stat().st_mtime_ns == stamp, "fold 0 was retrained"
+    # and says which it ignored (the same file and model given again are not among them)
+    said = capsys.readouterr().err
+    assert f"--resume: the run's saved config ({out / 'config.yaml'}) wins, so these options are ignored: " \
+           "text_cols=['x'] (the run has ['first', 'second']); to train with them, start a new run" in said
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0, 1]
 
