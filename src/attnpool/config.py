@@ -13,6 +13,7 @@ help and argument groups (``--help``), and the checks of :meth:`TrainConfig.vali
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import typing
 from collections.abc import Mapping
@@ -243,7 +244,9 @@ class TrainConfig:
         known = sorted(f.name for f in dataclasses.fields(cls))
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; valid options: {', '.join(known)}")
+            guesses = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(str(name), known, 1))
+                       else str(name) for name in unknown]
+            raise ConfigError(f"{where}: unknown option(s) {', '.join(guesses)}; valid options: {', '.join(known)}")
         kinds = typing.get_type_hints(cls)
         return cls(**{name: typed_value(name, kinds[name], value, where) for name, value in values.items()})
 
