@@ -203,3 +203,13 @@ def test_a_malformed_config_file_is_one_line_with_file_line_and_column(tmp_path,
 def test_a_bad_pooling_opt_is_an_input_error(capsys):
     assert main(["train", "--train-file", "a.csv", "--text-cols", "q", "--pooling-opt", "attn_size"]) == 2
     assert "option 'attn_size' of --pooling-opt is not key=value" in capsys.readouterr().err
+
+
+def test_a_misspelt_flag_gets_the_commands_usage_and_the_closest_flag(capsys):
+    """argparse printed the top-level usage (attnpool [-h] [--version] ... COMMAND) and no hint."""
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--max-lenght", "32"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: attnpool train ")
+    assert "attnpool train: error: unrecognized arguments: --max-lenght (did you mean --max-length?) 32" in err

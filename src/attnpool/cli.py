@@ -7,6 +7,7 @@ The ``train`` and ``compare`` flags are built from :class:`~attnpool.config.Trai
 from __future__ import annotations
 
 import argparse
+import difflib
 import inspect
 import sys
 from collections.abc import Callable, Sequence
@@ -307,7 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would print the top-level usage; the command's, with the closest flag, says more
+        _refuse_unknown(parser, args.command, unknown)
     try:
         with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
             return args.func(args)
@@ -316,6 +320,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> None:
+    """Exit 2 with the command's usage and, for a misspelt flag, the closest one (``--max-lenght``: ``--max-length``).
+
+    (argparse has no public way to the subcommand parsers: its actions are read, as argparse's own help does.)
+    """
+    command_parser = next(a.choices[command] for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = [flag for action in command_parser._actions for flag in action.option_strings]
+    hints = [f"{arg} (did you mean {close[0]}?)" if arg.startswith("--") and (
+        close := difflib.get_close_matches(arg.split("=", 1)[0], flags, 1)) else arg for arg in unknown]
+    command_parser.error(f"unrecognized arguments: {' '.join(hints)}")
 
 
 if __name__ == "__main__":
