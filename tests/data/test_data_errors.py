@@ -182,3 +182,20 @@ def test_likely_mistakes_that_train_without_an_error_are_warned_of(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="test"):
         load_task(cfg, logging.getLogger("test"))
     assert "holds" not in caplog.text
+
+
+def test_with_limit_a_bad_label_is_named_by_its_row_in_the_file(tmp_path):
+    """--limit drew a subset and renumbered it: the error named rows of the subset, not of the file."""
+    import logging
+
+    from attnpool.config import TrainConfig
+    from attnpool.data.task import load_task
+    from model_helpers import save_tiny_encoder
+
+    rows = [f"row {i},{'x' if i == 7 else 'pos' if i % 2 else 'neg'}\n" for i in range(40)]
+    rows[7] = "row 7,\n"  # data row 8: no label
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(rows))
+    cfg = TrainConfig(train_file=str(tmp_path / "train.csv"), model=save_tiny_encoder(tmp_path / "encoder"),
+                      text_cols=["text"], task="binary", limit=30, split_seed=3)
+    with pytest.raises(DataError, match=r"missing labels in data rows 8;"):
+        load_task(cfg, logging.getLogger("test"))

@@ -358,6 +358,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
     check_columns(frame, needed, where)
     if cfg.limit and cfg.limit < len(frame):  # of the training rows: a validation file is read whole
+        validate_labels(frame, cfg.label, cfg.task)  # first on the whole file: a bad label named by its row there
         frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
     if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
