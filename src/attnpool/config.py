@@ -149,7 +149,7 @@ class TrainConfig:
                               "cross_entropy for binary and multiclass; bce for multilabel")
     reinit_layers: int = _model(0, "re-initialise the top n encoder layers")
     freeze_layers: int | None = _model(None, "freeze the embeddings and the bottom n encoder layers",
-                                       default_text="none frozen")
+                                       default_text="no layer; the word embeddings are, see --freeze-word-embeddings")
     freeze_word_embeddings: bool | None = _model(
         None, "freeze the encoder's input word embeddings: half of a small encoder's weights, which the optimizer "
         "and the gradient clipping then skip (PPPM 1st place froze its embeddings)",
