@@ -362,7 +362,7 @@ def test_each_fold_trains_with_its_own_seed(encoder, data, tmp_path, monkeypatch
     assert main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label",
                  "label", "--folds", "2", "--model", encoder, "--output-dir", str(tmp_path / "run"), "--seed", "7",
                  *FAST]) == 0
-    assert seeds == [(7, 7), (8, 8)]
+    assert seeds == [(7, 7), (8, 7)]  # the batches' order (data_seed) as before: a mid-epoch resume skips the same
 
 
 def test_resume_in_another_precision_than_the_run_started_in_warns(encoder, data, tmp_path, capsys):
@@ -398,3 +398,19 @@ def test_a_run_started_with_relative_paths_works_from_any_folder(encoder, data, 
     assert saved["model"] == str(tmp_path / "work" / "encoder")
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--output-dir", "work/run", "--resume"]) == 0
+
+
+def test_resume_of_a_group_context_run_refuses_edited_texts(encoder, data, tmp_path, capsys):
+    """Its folds tokenise the rows, so data_sha256 holds the labels alone: texts_sha256 holds the texts."""
+    frame = pd.read_csv(data / "train.csv")
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    out = tmp_path / "run"
+    assert main(["train", "--train-file", str(tmp_path / "train.csv"), "--text-cols", "first", "second", "--label",
+                 "label", "--folds", "2", "--model", encoder, "--output-dir", str(out), "--only-folds", "0",
+                 "--group-context", "second", "--group-context-by", "first", *FAST]) == 3
+    assert "texts_sha256" in json.loads((out / "run.json").read_text())
+    frame.loc[3, "second"] = "an edited text"
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 2
+    assert "--resume: the training data changed since the run started" in capsys.readouterr().err

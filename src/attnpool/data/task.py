@@ -110,17 +110,19 @@ class TaskData:
     def fingerprint(self) -> str:
         """A SHA-256 of the rows as trained on (their token ids and labels): a resumed run checks its data with it.
 
-        With ``group_context`` the rows are tokenised fold by fold (``encodings`` is empty), so the frame's values,
-        which the texts and their contexts are built from, are hashed instead.
+        With ``group_context`` the rows are tokenised fold by fold (``encodings`` is empty): this is the labels'
+        alone, and :meth:`text_fingerprint` the texts'.
         """
         digest = hashlib.sha256()
         for ids in self.encodings.get("input_ids", []):
             digest.update(np.asarray(ids, dtype=np.int64).tobytes() + b"|")
-        if not self.encodings:
-            values = self.frame.astype(str)  # as text: a multi-label cell is a list, which pandas cannot hash
-            digest.update(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes())
         digest.update(np.ascontiguousarray(self.labels, dtype=np.float64).tobytes())
         return digest.hexdigest()
+
+    def text_fingerprint(self, columns: list[str]) -> str:
+        """A SHA-256 of ``columns``' values (those the texts and contexts are built from), as text, row by row."""
+        values = self.frame[[c for c in dict.fromkeys(columns) if c in self.frame]].astype(str)
+        return hashlib.sha256(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes()).hexdigest()
 
     def make_folds(self, cfg: TrainConfig) -> np.ndarray:
         """Fold id per row; with a validation file, -1 for training rows and 0 for validation rows."""
@@ -298,12 +300,16 @@ def _warn_of_likely_mistakes(frame: pd.DataFrame, cfg: TrainConfig, labels: np.n
             log.warning("label %r holds two values only (%s and %s): it trains as a regression (--task regression, "
                         "the default); for a classifier pass --task binary", cfg.label, f"{values[0]:g}",
                         f"{values[1]:g}")
-    for column in dict.fromkeys(text_fields(cfg.text_cols, cfg.template)):
+    numeric = {}  # the text fields that hold numbers only; a template may mix one in on purpose ("{stars} stars")
+    fields = list(dict.fromkeys(text_fields(cfg.text_cols, cfg.template)))
+    for column in fields:
         texts = frame[column].dropna().astype(str).str.strip() if column in frame else pd.Series([], dtype=str)
         texts = texts[texts != ""]
         if len(texts) and pd.to_numeric(texts, errors="coerce").notna().all():
-            log.warning("text column %r holds numbers only (e.g. %s): the model reads them as text; is it the column "
-                        "you meant (--text-cols / --template)?", column, ", ".join(texts.head(3)))
+            numeric[column] = ", ".join(texts.head(3))
+    if fields and len(numeric) == len(fields):  # no text at all to read
+        log.warning("the text column(s) hold numbers only (%s): the model reads them as text; is that what you meant "
+                    "(--text-cols / --template)?", "; ".join(f"{c!r}: e.g. {e}" for c, e in numeric.items()))
 
 
 def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:

@@ -24,7 +24,8 @@ import pandas as pd
 
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.data.task import TaskData, load_task
+from attnpool.data.columns import text_fields
+from attnpool.data.task import TaskData, context_columns, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.run import Run, RunError
@@ -181,6 +182,9 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
     info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
             "num_folds": int(folds.max()) + 1 if len(folds) else 0, "data_sha256": data.fingerprint(),
             "precision": training_precision(cfg.precision, "cpu" if use_cpu() else "cuda")}
+    if cfg.group_context:  # the folds tokenise the rows, so data_sha256 is the labels' alone: the texts' too
+        columns = [*text_fields(cfg.text_cols, cfg.template), *context_columns(cfg)]
+        info["texts_sha256"] = data.text_fingerprint(columns)
     if cfg.resume and run.has_info():
         previous = run.info()
         if previous.get("precision", info["precision"]) != info["precision"]:  # config.yaml may say auto: resolved
@@ -191,7 +195,8 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
         if previous.get("classes") != info["classes"]:
             raise ValueError(f"--resume: the labels changed since the run started ({previous.get('classes')} "
                              f"-> {info['classes']}); start a new run")
-        if previous.get("data_sha256", info["data_sha256"]) != info["data_sha256"]:  # runs before it had none
+        if any(previous.get(key, info.get(key)) != info.get(key)  # runs before them had none
+               for key in ("data_sha256", "texts_sha256")):
             raise ValueError("--resume: the training data changed since the run started (same number of rows, "
                              "other texts or labels): its finished folds learned the old rows. Put the data back, "
                              "or start a new run")
