@@ -22,9 +22,10 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
                        seed: int | None = None):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
 
-    ``seed``: of the training's random draws (dropout, the batches' order); default ``cfg.seed``. A fold passes
-    ``cfg.seed + fold``, the seed its model is built with: the ``Trainer`` seeds torch again with it, and with one
-    seed for every fold each fold drew the same dropout masks.
+    ``seed``: of the training's random draws (dropout); default ``cfg.seed``. A fold passes ``cfg.seed + fold``,
+    the seed its model is built with: the ``Trainer`` seeds torch again with it, and with one seed for every fold
+    each fold drew the same dropout masks. The batches' order stays seeded by ``cfg.seed`` (``data_seed``), so a
+    fold resumed mid-epoch from a run started before this skips the very batches it trained.
 
     Option names differ across transformers 5.x releases; both spellings are handled here. The ``Trainer`` draws no
     bars of its own (:class:`~attnpool.training.progress.FoldProgress` does), except at ``verbose``; it reports to
@@ -54,7 +55,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "save_total_limit": 1,  # the best checkpoint is kept in addition
         "restore_callback_states_from_checkpoint": True,  # --resume: early stopping's count of evaluations goes on
         "seed": cfg.seed if seed is None else seed,
-        "data_seed": cfg.seed if seed is None else seed,
+        "data_seed": cfg.seed,  # the batches' order (a fold's rows are its own anyway): a run from before keeps it
         "report_to": integrations(cfg.report_to),
         "run_name": run_name,  # DIR/fold_K in MLflow, W&B...
         "disable_tqdm": get_verbosity() != "verbose",

@@ -188,7 +188,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch, run_name=run_name(run, fold),
-                              seed=cfg.seed + fold)  # as build_model: each fold its own dropout masks and order
+                              seed=cfg.seed + fold)  # as build_model: each fold its own dropout masks
     monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
     trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor, run=run, fold=fold)
     _check_engine(trainer)
