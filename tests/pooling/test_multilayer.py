@@ -179,9 +179,16 @@ def test_multilayer_attention_mean_init_weights_the_layers_uniformly():
     assert weights.std() > 1e-3  # xavier keys: not uniform
 
 
-@pytest.mark.parametrize("name", ["weighted_layer", "multilayer_attention"])
-def test_poolers_weighing_layers_by_a_softmax_refuse_one_layer(name):
-    # over one layer the softmax is constantly 1: layer_logits (or the queries) would never get a gradient
-    with pytest.raises(ValueError, match="needs num_layers >= 2, got 1 .* pool that layer with a one-layer pooler"):
-        build_pooler(name, 8, num_layers=1)
-    assert build_pooler("maxpoolbert", 8, num_layers=1).num_layers == 1  # a max over one layer is that layer
+@pytest.mark.parametrize(("name", "stuck"), [("weighted_layer", "its layer_logits"),
+                                             ("multilayer_attention", "its queries and keys")])
+def test_poolers_weighing_layers_by_a_softmax_warn_over_one_layer(name, stuck, caplog):
+    # over one layer the softmax is constantly 1: layer_logits (or the queries) never get a gradient; a warning,
+    # not an error, so that models saved so still load
+    with caplog.at_level("WARNING", logger="attnpool.pooling"):
+        assert build_pooler(name, 8, num_layers=1).num_layers == 1
+        assert f"over one layer (the encoder's depth or the pooling_layers chosen): it weighs the layers by a " \
+               f"softmax, constantly 1 here, so {stuck}" in caplog.text
+        caplog.clear()
+        build_pooler(name, 8, num_layers=2)
+        build_pooler("maxpoolbert", 8, num_layers=1)  # a max over one layer is that layer: nothing stuck
+    assert caplog.text == ""

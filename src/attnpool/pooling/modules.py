@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 import torch
 import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
+
+logger = logging.getLogger("attnpool.pooling")
 
 Init = Literal["mean", "xavier"]
 INITS = ("mean", "xavier")
@@ -87,21 +90,21 @@ def resolve_heads(owner: str, size: int, num_heads: int, head_dim: int | None) -
     return int(num_heads), int(head_dim)
 
 
-def check_num_layers(owner: str, num_layers: int, minimum: int = 1) -> int:
+def check_num_layers(owner: str, num_layers: int, stuck: str | None = None) -> int:
     """Validate the number of stacked encoder layers a multi-layer pooler takes.
 
-    ``minimum=2`` for a pooler whose weights over the layers are a softmax: over one layer it is constantly 1, and
-    the parameters that score the layers never learn.
+    ``stuck``: for a pooler whose weights over the layers are a softmax, the parameters that never learn over one
+    layer (the softmax is constantly 1 there): a warning says so. Not an error: models saved so still load.
 
     Raises:
-        ValueError: ``num_layers < minimum``.
+        ValueError: ``num_layers < 1``.
     """
     if isinstance(num_layers, bool) or int(num_layers) != num_layers or int(num_layers) < 1:
         raise ValueError(f"{owner}: num_layers must be a positive integer, got {num_layers!r}")
-    if int(num_layers) < minimum:
-        raise ValueError(f"{owner}: weighs the layers it is fed by a softmax, so it needs num_layers >= {minimum}, "
-                         f"got {num_layers} (the encoder's depth or the pooling_layers chosen): over one layer the "
-                         "weights are constantly 1 and never learn; pool that layer with a one-layer pooler instead")
+    if stuck and int(num_layers) == 1:
+        logger.warning("%s over one layer (the encoder's depth or the pooling_layers chosen): it weighs the layers "
+                       "by a softmax, constantly 1 here, so %s never learn; a one-layer pooler does the same with "
+                       "fewer parameters", owner, stuck)
     return int(num_layers)
 
 

@@ -56,7 +56,7 @@ class WeightedLayerPooling(Pooler):
 
     def __init__(self, hidden_size: int, num_layers: int = 4, pooler: str | Mapping[str, Any] = "mean") -> None:
         super().__init__(hidden_size)
-        self.num_layers = check_num_layers("WeightedLayerPooling", num_layers, minimum=2)
+        self.num_layers = check_num_layers("WeightedLayerPooling", num_layers, stuck="its layer_logits")
         inner = build_pooler(pooler, hidden_size)
         if inner.needs_all_layers:
             raise ValueError(f"WeightedLayerPooling: the inner pooler must pool one layer, got {inner.name!r}")
@@ -163,7 +163,8 @@ class MultiLayerAttentionPooling(Pooler):
         init: Init = "xavier",
     ) -> None:
         super().__init__(hidden_size)
-        self.num_layers = check_num_layers("MultiLayerAttentionPooling", num_layers, minimum=2)
+        self.num_layers = check_num_layers("MultiLayerAttentionPooling", num_layers,
+                                           stuck="its queries and keys (q, the key half of kv, norm_latents)")
         if int(num_queries) < 1:
             raise ValueError(f"MultiLayerAttentionPooling: num_queries must be >= 1, got {num_queries}")
         if token not in ("mean", "last", "first"):
