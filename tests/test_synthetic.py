@@ -260,11 +260,13 @@ class TestTrainPoolerOnSets:
         train = make_signal_sets(8, set_size=4, num_signal=1, dim=4)
         test = make_signal_sets(8, set_size=4, num_signal=1, dim=4)
         assert torch.equal(train.vectors, test.vectors)
-        with pytest.raises(ValueError, match=r"share seed=0 and task_seed=0, so they are the same draw.*"
-                                             r"sample the test sets with another seed, e.g\. seed=1"):
+        with pytest.raises(ValueError, match=r"the train and test sets are the same sets \(seed=0, task_seed=0\).*"
+                                             r"sample the test sets with another seed, e\.g\. seed=1"):
             train_pooler_on_sets("mean", train, test, epochs=1)
         other = make_signal_sets(8, set_size=4, num_signal=1, dim=4, seed=1)
         assert 0.0 <= train_pooler_on_sets("mean", train, other, epochs=1).accuracy <= 1.0
+        longer = make_signal_sets(8, set_size=16, num_signal=1, dim=4)  # seed 0 too, other data: a length test
+        assert 0.0 <= train_pooler_on_sets("mean", train, longer, epochs=1).accuracy <= 1.0
 
     def test_the_callers_random_state_is_left_alone(self):
         """torch.manual_seed(seed) inside reset the caller's generator: its later draws no longer followed its seed."""

@@ -128,11 +128,12 @@ def _check_same_task_other_draw(where: str, train: SignalSets, test: SignalSets)
             f"their marker and class prototypes differ, so they are different tasks; sample both with the same "
             f"task_seed"
         )
-    if train.seed is not None and train.seed == test.seed and train.task_seed == test.task_seed:
+    if train.vectors.shape == test.vectors.shape and torch.equal(train.vectors, test.vectors):  # not just one seed:
+        # sets of one seed but another size or strength are other data (a length-generalisation test)
+        other = f", e.g. seed={train.seed + 1}" if train.seed is not None else ""
         raise ValueError(
-            f"{where}: train and test sets share seed={train.seed} and task_seed={train.task_seed}, so they are the "
-            f"same draw and the test would measure memorisation; sample the test sets with another seed, e.g. "
-            f"seed={train.seed + 1}"
+            f"{where}: the train and test sets are the same sets (seed={train.seed}, task_seed={train.task_seed}), "
+            f"so the test would measure memorisation; sample the test sets with another seed{other}"
         )
 
 
