@@ -176,12 +176,13 @@ def test_likely_mistakes_that_train_without_an_error_are_warned_of(tmp_path, cap
     said = caplog.text
     assert "label 'label' holds two values only (0 and 1): it trains as a regression (--task regression, the " \
            "default); for a classifier pass --task binary" in said
-    assert "text column 'score' holds numbers only (e.g. 0.5, 3, 7.25)" in said
-    caplog.clear()
-    cfg.text_cols, cfg.task = ["text"], "binary"
-    with caplog.at_level(logging.WARNING, logger="test"):
-        load_task(cfg, logging.getLogger("test"))
-    assert "holds" not in caplog.text
+    assert "the text column(s) hold numbers only ('score': e.g. 0.5, 3, 7.25)" in said
+    for cols, template in ((["text"], None), ([], "{score} stars: {text}")):  # a number beside a text: meant
+        caplog.clear()
+        cfg.text_cols, cfg.template, cfg.task = cols, template, "binary"
+        with caplog.at_level(logging.WARNING, logger="test"):
+            load_task(cfg, logging.getLogger("test"))
+        assert "hold" not in caplog.text
 
 
 def test_with_limit_a_bad_label_is_named_by_its_row_in_the_file(tmp_path):
