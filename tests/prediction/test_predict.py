@@ -601,3 +601,22 @@ def test_an_output_whose_format_is_unknown_is_refused_before_anything_runs(run, 
                                         r"follows its extension: \.csv, \.tsv, \.jsonl, \.parquet"):
         predict(run, source, tmp_path / name, progress=False)
     assert list(tmp_path.iterdir()) == [source]
+
+
+def test_a_pppm_run_copied_away_from_its_data_folder_predicts_with_its_own_titles(encoder, tmp_path):
+    """config.yaml names the data folder the run trained from: a run copied to another machine lost its titles."""
+    from attnpool.runs import Run
+    from attnpool.training.recipe import keep_context_titles
+
+    pppm = tmp_path / "pppm"
+    pppm.mkdir()
+    pd.DataFrame({"context": ["A01"], "text": ["red house"]}).to_csv(pppm / "cpc_texts.csv", index=False)
+    run = make_run(tmp_path / "run", encoder, train_file=None, text_cols=[], preset="pppm", data_dir=str(pppm))
+    keep_context_titles(Run(run), Run(run).config())  # as train does
+    pd.DataFrame({"id": ["a", "b"], "anchor": ["cat", "mat"], "target": ["big cat", "on mat"],
+                  "context": ["A01", "A01"]}).to_csv(tmp_path / "test.csv", index=False)
+    before = read(predict(run, tmp_path / "test.csv", tmp_path / "before.csv", progress=False).output)
+    (pppm / "cpc_texts.csv").unlink()  # the data folder is not where the run now is
+    assert Run(run).config().data_dir == str(run)
+    after = read(predict(run, tmp_path / "test.csv", tmp_path / "after.csv", progress=False).output)
+    pd.testing.assert_frame_equal(before, after)

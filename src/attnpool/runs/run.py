@@ -4,6 +4,7 @@ A run directory, written by ``attnpool train``::
 
     RUN_DIR/
       run.json  config.yaml  folds.csv  train.log
+      cpc_texts.csv         a PPPM run's copy of its CPC titles (predicts without its data folder)
       fold_K/model/         save_pretrained(): config.json, model.safetensors, tokenizer
       fold_K/oof.csv        out-of-fold predictions of fold K (written last: its presence marks the fold done)
       fold_K/metrics.json   fold_K/log_history.json   fold_K/checkpoints/ (while training)
@@ -43,6 +44,7 @@ CONFIG_FILE = "config.yaml"
 FOLDS_FILE = "folds.csv"
 OOF_FILE = "oof.csv"
 METRICS_FILE = "metrics.json"
+CONTEXT_TITLES = "cpc_texts.csv"  # a PPPM run's copy of its data folder's CPC titles
 LOG_FILE = "train.log"
 CURVES_FILE = "learning_curve.png"
 HISTORY_FILE = "log_history.json"
@@ -176,7 +178,11 @@ class Run:
         """The resolved recipe the run was trained with (``config.yaml``)."""
         if not self.config_file.is_file():
             raise RunError(f"{self.path} has no {CONFIG_FILE}; the run is incomplete: re-run training")
-        return TrainConfig.from_dict(load_yaml(self.config_file), where=str(self.config_file))
+        cfg = TrainConfig.from_dict(load_yaml(self.config_file), where=str(self.config_file))
+        if cfg.preset == "pppm" and not Path(cfg.data_dir or "", CONTEXT_TITLES).is_file() and (
+                self.path / CONTEXT_TITLES).is_file():  # a run copied elsewhere: its own copy of the CPC titles
+            cfg.data_dir = str(self.path)
+        return cfg
 
     def write_config(self, values: dict[str, Any]) -> None:
         """Save the resolved config (once: a resumed run keeps the one it started with)."""

@@ -28,7 +28,8 @@ from attnpool.data.columns import text_fields
 from attnpool.data.task import TaskData, context_columns, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.precision import precision_reason, training_precision
-from attnpool.runs.run import Run, RunError
+from attnpool.runs.files import atomic_write
+from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric
 from attnpool.training.curves import plot_learning_curves, summary_table
@@ -172,6 +173,7 @@ def _resumed_config(run: Run, cfg: TrainConfig) -> TrainConfig:
 def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray, list[int]]:
     """Save the resolved config, the folds and the run's info (main process); the folds and the finished ones."""
     run.write_config(_absolute_paths(cfg.to_dict()))
+    keep_context_titles(run, cfg)
     folds = run.read_fold_assignment()
     if folds is None:
         folds = data.make_folds(cfg)
@@ -205,6 +207,18 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
     for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again
         shutil.rmtree(run.checkpoints_dir(fold), ignore_errors=True)
     return folds, done
+
+
+def keep_context_titles(run: Run, cfg: TrainConfig) -> None:
+    """Keep a copy of a PPPM run's ``cpc_texts.csv`` (12 kB) in the run.
+
+    With it the run predicts, serves and explains wherever it is copied to, without its data folder (see
+    :meth:`~attnpool.runs.Run.config`).
+    """
+    kept = run.path / CONTEXT_TITLES
+    source = Path(cfg.data_dir or "", CONTEXT_TITLES)
+    if cfg.preset == "pppm" and not kept.is_file() and source.is_file():
+        atomic_write(kept, lambda tmp: tmp.write_bytes(source.read_bytes()))
 
 
 def _absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
