@@ -215,3 +215,14 @@ def test_a_pearson_loss_fold_without_its_out_of_fold_file_is_named(pearson_run, 
     (copy / "fold_1" / "oof.csv").unlink()
     with pytest.raises(RunError, match="fold 1 has no out-of-fold file .* Pearson loss puts its folds on one scale"):
         FoldScales.of_run(Run(copy), [0, 1])
+
+
+def test_the_onnx_backend_and_serve_ensemble_a_pearson_run_by_its_fold_scales(pearson_run, data, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from attnpool.serving.service import Service
+
+    torch_out = read(predict(pearson_run.path, data, tmp_path / "torch.csv").output)["prediction"].to_numpy()
+    onnx_out = read(predict(pearson_run.path, data, tmp_path / "onnx.csv", backend="onnx").output)
+    np.testing.assert_allclose(onnx_out["prediction"].to_numpy(), torch_out, rtol=1e-4, atol=1e-5)
+    service = Service.load(pearson_run.path, precision="fp32")
+    assert service.ensemble.scales is not None and service.ensemble.scales.folds == [0, 1]
