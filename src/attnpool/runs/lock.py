@@ -177,11 +177,9 @@ class RunLock:
                     continue
                 raise
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                info = _read(fd)
-                os.close(fd)
-                raise LockedError(self._message(info)) from None
+                self._flock(fd)
+            except LockedError:
+                raise
             except BaseException as err:
                 if created and _same_file(fd, self._file):  # leave no empty lock file behind
                     self._file.unlink()
@@ -202,6 +200,15 @@ class RunLock:
             raise
         return fd
 
+    def _flock(self, fd: int) -> None:
+        """Lock ``fd`` now, or close it and raise :class:`LockedError` naming the holder (other errors leave it)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = _read(fd)
+            os.close(fd)
+            raise LockedError(self._message(info)) from None
+
     def _no_flock(self, err: OSError) -> None:
         _flockless.add(os.stat(self._file.parent).st_dev)
         logger.warning("the filesystem of %s has no flock (%s); run locks there are O_EXCL files, freed when their "
@@ -215,11 +222,9 @@ class RunLock:
         except FileNotFoundError:  # released meanwhile; or the folder itself denies us: then the PermissionError
             return attempt < 3
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            info = _read(fd)
-            os.close(fd)
-            raise LockedError(self._message(info)) from None
+            self._flock(fd)
+        except LockedError:
+            raise
         except BaseException:
             os.close(fd)
             raise
