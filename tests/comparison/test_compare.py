@@ -359,3 +359,34 @@ def test_bootstrap_keys_name_the_same_example_in_every_seed(tmp_path):
     with pytest.raises(ValueError, match="cluster keys are missing at rows \\[1\\]"):
         paired_bootstrap([(np.arange(12.0), np.arange(12.0), np.arange(12.0))], metric_function("regression",
                          "pearson"), clusters=[np.array(["a", None, *"bcdefghijk"], dtype=object)])
+
+
+def test_a_diverged_classifier_has_no_accuracy_in_the_bootstrap_either():
+    """argmax of a NaN row is 0: the fast path scored a diverged run as "always class 0" (0.5 here), not NaN."""
+    score = metric_function("binary", "accuracy")
+    assert np.isnan(score(np.array([0, 1]), np.full((2, 2), np.nan)))
+
+
+def test_a_pearson_loss_run_is_compared_with_each_fold_on_its_own_scale(tmp_path):
+    """The loss leaves each fold model its own scale: compare ranked poolers by the pooled Pearson, which the run's
+    own metrics call misleading (pearson_folds_standardised)."""
+    from attnpool.comparison.summary import run_predictions, run_score
+    from attnpool.metrics import standardised_per_group, task_metrics
+    from attnpool.runs import Run
+    from attnpool.runs.tables import oof_frame
+    from model_helpers import make_run
+
+    run = Run(make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), loss="pearson"))
+    rng = np.random.default_rng(0)
+    target, fold = rng.random(40), np.arange(40) % 2
+    scores = np.where(fold == 0, target, 10 * target - 8) + 0.05 * rng.standard_normal(40)  # fold 1: its own scale
+    run.write_oof(pd.concat([oof_frame("regression", None, np.flatnonzero(fold == f), None, target[fold == f],
+                                       scores[fold == f], f) for f in (0, 1)], ignore_index=True))
+    standardised = task_metrics("regression", target, standardised_per_group(scores, fold))["pearson"]
+    pooled = task_metrics("regression", target, scores)["pearson"]
+    run.write_metrics({"folds": [], "overall": {"pearson": pooled, "pearson_folds_standardised": standardised},
+                       "complete": True})
+    assert pooled < 0.9 < standardised
+    assert run_score(run.path, "regression") == pytest.approx(standardised)
+    _, got_target, got_scores = run_predictions(run.path, "regression")
+    assert metric_function("regression", "pearson")(got_target, got_scores) == pytest.approx(standardised)

@@ -349,7 +349,10 @@ def metric_function(task: str, metric: str) -> ScoreFn:
     if task in ("binary", "multiclass") and metric == "accuracy":
 
         def accuracy(target: np.ndarray, prediction: np.ndarray) -> float:
-            return float(np.mean(np.asarray(prediction).argmax(axis=1) == np.asarray(target)))
+            prediction = np.asarray(prediction)
+            if not np.isfinite(prediction).all():  # a diverged run: argmax of NaN is 0, "always class 0"
+                return float("nan")
+            return float(np.mean(prediction.argmax(axis=1) == np.asarray(target)))
 
         return accuracy
 

@@ -25,6 +25,7 @@ from attnpool.comparison.stats import (
     score_interval,
     sign_flip_test,
 )
+from attnpool.metrics import standardised_per_group
 from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores, oof_targets
@@ -43,8 +44,12 @@ class CompareResult:
 
 
 def run_score(run_dir: Path, task: str) -> float:
-    """A finished run's overall primary metric (NaN when it has none: a diverged run's Pearson is saved as null)."""
-    value = Run(run_dir).metrics()["overall"].get(primary_metric(task)[0])
+    """A finished run's overall primary metric (NaN when it has none: a diverged run's Pearson is saved as null).
+
+    A ``--loss pearson`` run of several folds: ``pearson_folds_standardised`` (each fold model has its own scale).
+    """
+    overall = Run(run_dir).metrics()["overall"]
+    value = overall.get("pearson_folds_standardised", overall.get(primary_metric(task)[0]))
     return float("nan") if value is None else float(value)
 
 
@@ -56,7 +61,10 @@ def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, n
     """
     run = Run.open(run_dir)
     oof, classes = run.oof(), run.info().get("classes")
-    return oof["row"].to_numpy(), oof_targets(oof, task, classes), oof_scores(oof, task, classes)
+    scores = oof_scores(oof, task, classes)
+    if run.config().loss == "pearson" and oof["fold"].nunique() > 1 and np.ndim(scores) == 1:
+        scores = standardised_per_group(scores, oof["fold"].to_numpy())  # as run_score: each fold on its own scale
+    return oof["row"].to_numpy(), oof_targets(oof, task, classes), scores
 
 
 def _groups(oof: pd.DataFrame) -> np.ndarray | None:
