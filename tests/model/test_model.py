@@ -87,6 +87,24 @@ def test_save_load_gives_identical_logits_and_weights(tmp_path):
     assert torch.equal(again(ids, mask).logits, after.logits)  # loading is deterministic, bit for bit
 
 
+def test_weights_a_checkpoint_does_not_give_are_initialised_on_load(tmp_path):
+    """transformers 5 left our head, pooler and recurrent layer uninitialised when the checkpoint lacked them: a new
+    head (num_labels=3, ignore_mismatched_sizes=True) predicted logits of 1e26, recurrent="lstm" NaN."""
+    build("bert").save_pretrained(tmp_path)
+    ids, mask = batch([5, 3])
+    swapped, info = AttnPoolForSequenceClassification.from_pretrained(tmp_path, num_labels=3,
+                                                                      ignore_mismatched_sizes=True,
+                                                                      output_loading_info=True)
+    assert {key for key, *_ in info["mismatched_keys"]} >= {"head.out.weight"}  # the info, when asked for
+    fresh = build("bert", num_labels=3).head.out.weight
+    assert swapped.head.out.weight.abs().max() <= fresh.abs().max() * 2  # an initialisation, not memory left over
+    assert torch.isfinite(swapped.eval()(ids, mask).logits).all()
+    for override in ({"recurrent": "lstm"}, {"pooling": "gem"}, {"pooling": "latent_attention"}):
+        loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path, **override).eval()
+        assert all(torch.isfinite(p).all() and p.abs().max() < 10 for p in loaded.parameters()), override
+        assert torch.isfinite(loaded(ids, mask).logits).all()
+
+
 def test_a_model_with_resized_token_embeddings_saves_and_loads(tmp_path):
     """Added tokens (resize_token_embeddings): the new vocab_size went to the outer config, the load failed."""
     model = build("bert").eval()

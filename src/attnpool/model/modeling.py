@@ -240,15 +240,15 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.attnpool = AttnPoolModel(config, encoder=encoder)
-        self.head = PredictionHead(
-            self.attnpool.pooler.output_dim,
-            config.num_labels,
-            dropout=config.head_dropout,
-            multi_sample_dropout=config.multi_sample_dropout,
-            hidden_size=config.head_hidden_size,
-            init_std=getattr(config.encoder, "initializer_range", 0.02),
-        )
+        self.head = self._build_head(config, self.attnpool.pooler.output_dim)
         self.post_init()
+
+    @staticmethod
+    def _build_head(config: AttnPoolConfig, in_features: int) -> PredictionHead:
+        """The task head over the pooled features."""
+        return PredictionHead(in_features, config.num_labels, dropout=config.head_dropout,
+                              multi_sample_dropout=config.multi_sample_dropout, hidden_size=config.head_hidden_size,
+                              init_std=getattr(config.encoder, "initializer_range", 0.02))
 
     def get_input_embeddings(self) -> nn.Module:
         """The encoder's token embeddings."""

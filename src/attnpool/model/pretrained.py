@@ -79,9 +79,11 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         elif not os.path.exists(path) and looks_like_local_path(str(pretrained_model_name_or_path)):
             raise FileNotFoundError(f"model folder {str(pretrained_model_name_or_path)!r} does not exist")
         kwargs["use_safetensors"] = True
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        _init_unloaded(model, set(info["missing_keys"]) | {key for key, *_ in info["mismatched_keys"]})
         _align_cpu_tensors(model)
-        return model
+        return (model, info) if wants_info else model
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, tokenizer: Any = None,
                         model_card: str | None = None, **kwargs: Any):
@@ -266,6 +268,32 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
 
 
 ALIGNMENT = 64  # bytes: what PyTorch's CPU allocator guarantees, and what its vectorised kernels assume
+
+
+@torch.no_grad()
+def _init_unloaded(model: nn.Module, unloaded: set[str]) -> None:
+    """Give our pooler, head and recurrent layer's parameters that the checkpoint did not load a new model's values.
+
+    transformers 5 builds the model on the meta device and initialises only the modules it finds uninitialised,
+    which for ours (weights in child modules, set in constructors) it does not: a new head (``num_labels=3,
+    ignore_mismatched_sizes=True``), a head on an embedding model's folder, a ``pooling=`` or ``recurrent=`` given
+    on load kept uninitialised memory (logits of 1e26, or NaN). Fresh modules are built from the config as a new
+    model builds them, and only the parameters that were not loaded are copied from them.
+    """
+    base = getattr(model, "attnpool", model)  # the AttnPoolModel, alone or under a task head
+    if not unloaded or not hasattr(base, "pooler"):
+        return
+    pooler = base._build_pooler(model.config)
+    fresh = {id(base.pooler): pooler, id(base.recurrent): base._build_recurrent(model.config, pooler)}
+    if isinstance(getattr(model, "head", None), PredictionHead):
+        fresh[id(model.head)] = model._build_head(model.config, pooler.output_dim)
+    for name, module in model.named_modules():
+        new = fresh.get(id(module))
+        if new is None or module is None:
+            continue
+        for param_name, param in module.named_parameters():
+            if f"{name}.{param_name}" in unloaded:
+                param.copy_(new.get_parameter(param_name))
 
 
 def _align_cpu_tensors(model: nn.Module) -> None:
