@@ -105,6 +105,19 @@ def test_weights_a_checkpoint_does_not_give_are_initialised_on_load(tmp_path):
         assert torch.isfinite(loaded(ids, mask).logits).all()
 
 
+def test_return_dict_false_gives_the_tuple_of_set_fields():
+    """The output was always a ModelOutput, a dict: `loss, logits = model(..., return_dict=False)` unpacked its keys."""
+    model = build("bert").eval()
+    ids, mask = batch([5, 3])
+    labels = torch.tensor([0.2, 0.7])
+    full = model(ids, mask, labels=labels)
+    loss, logits = model(ids, mask, labels=labels, return_dict=False)
+    assert torch.equal(loss, full.loss) and torch.equal(logits, full.logits)
+    model.config.return_dict = False
+    assert isinstance(model(ids, mask), tuple) and isinstance(model.attnpool(ids, mask), tuple)
+    assert torch.equal(model(ids, mask, return_dict=True).logits, full.logits)
+
+
 def test_a_model_with_resized_token_embeddings_saves_and_loads(tmp_path):
     """Added tokens (resize_token_embeddings): the new vocab_size went to the outer config, the load failed."""
     model = build("bert").eval()

@@ -162,7 +162,8 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             output_attentions: Return the encoder's attention maps. (They are computed anyway for a pooler that
                 ``needs_attentions``, and passed to it; returned only when set.)
             return_pooling_weights: Return the pooler's token weights.
-            return_dict: Ignored (outputs are always a ``ModelOutput``); kept for transformers compatibility.
+            return_dict: ``False`` (or ``config.return_dict`` false): the output's tuple of set fields, as
+                transformers models give it (``loss, logits, ...``); default the ``ModelOutput``.
             **kwargs: Further encoder arguments.
 
         Returns:
@@ -198,7 +199,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         pooler_kwargs: dict[str, Any] = {"attentions": outputs.attentions} if need_attentions else {}
         pooling_mask = self.pooling_mask(input_ids, attention_mask)
         pooled, weights = self.pooler(hidden, pooling_mask, return_weights=True, **pooler_kwargs)
-        return AttnPoolModelOutput(
+        output = AttnPoolModelOutput(
             pooler_output=pooled,
             pooling_weights=weights if return_pooling_weights else None,
             last_hidden_state=outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0],
@@ -206,6 +207,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             attentions=outputs.attentions if output_attentions else None,
             auxiliary_loss=self.pooler.auxiliary_loss(weights) if self.training else None,
         )
+        return output if _as_dict(return_dict, self.config) else output.to_tuple()
 
     def pooling_mask(self, input_ids: Tensor | None, attention_mask: Tensor) -> Tensor:
         """The tokens the pooler weighs: ``attention_mask``, less what follows the first ``config.pool_segments``.
@@ -286,7 +288,8 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             output_hidden_states: Return all layers' hidden states.
             output_attentions: Return the encoder's attention maps.
             return_pooling_weights: Return the pooler's token weights and the pooled vectors.
-            return_dict: Ignored (outputs are always a ``ModelOutput``); kept for transformers compatibility.
+            return_dict: ``False`` (or ``config.return_dict`` false): the output's tuple of set fields, as
+                transformers models give it (``loss, logits, ...``); default the ``ModelOutput``.
             **kwargs: Further encoder arguments (``num_items_in_batch`` from the Trainer is dropped).
 
         Returns:
@@ -294,6 +297,7 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
         """
         kwargs.pop("num_items_in_batch", None)
         base = self.attnpool(
+            return_dict=True,
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -314,7 +318,7 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             if base.auxiliary_loss is not None:
                 loss = loss + base.auxiliary_loss.to(loss.dtype)
         logits = torch.sigmoid(raw) if self.config.output_activation == "sigmoid" else raw
-        return AttnPoolSequenceClassifierOutput(
+        output = AttnPoolSequenceClassifierOutput(
             loss=loss,
             logits=logits,
             pooling_weights=base.pooling_weights,
@@ -322,4 +326,10 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             hidden_states=base.hidden_states,
             attentions=base.attentions,
         )
+        return output if _as_dict(return_dict, self.config) else output.to_tuple()
+
+
+def _as_dict(return_dict: bool | None, config: AttnPoolConfig) -> bool:
+    """Whether to return the ``ModelOutput`` (default) or, as transformers models do, its tuple of set fields."""
+    return return_dict if return_dict is not None else getattr(config, "return_dict", True)
 
