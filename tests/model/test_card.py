@@ -92,6 +92,17 @@ def test_a_readme_of_the_users_own_is_kept_and_a_given_card_is_written(tmp_path)
     assert (folder / CARD_FILE).read_text().endswith("# given\n")
 
 
+def test_attnpools_own_card_of_an_earlier_save_is_rewritten(tmp_path):
+    """Saving another model into the folder kept the first one's card: attention/regression over a mean/3-class."""
+    folder = tmp_path / "m"
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=1).save_pretrained(folder)
+    assert "attention" in (folder / CARD_FILE).read_text()
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="mean",
+                                                   num_labels=3).save_pretrained(folder)
+    text = (folder / CARD_FILE).read_text()
+    assert "`mean`" in text and "`attention`" not in text
+
+
 def test_training_facts_round_trip_through_the_card(tmp_path):
     facts = TrainingFacts(data_file="data/train.csv", rows=40, train_rows=20, valid_rows=20, fold=1, folds=2,
                           label="score", validation={"pearson": 0.5, "rmse": 0.25}, recipe={"lr": 1e-3})

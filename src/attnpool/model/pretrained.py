@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 
-from attnpool.model.card import CARD_FILE, write_model_card
+from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_model_card
 from attnpool.model.card import model_card as config_card
 from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
 from attnpool.model.encoders import (
@@ -94,7 +94,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             tokenizer: Saved beside the model, so that the folder alone loads with the Auto classes and pipelines.
             model_card: The ``README.md`` to write. By default a card built from the config (encoder, pooler,
                 head, task, how to load it; see :mod:`attnpool.model.card`) is written, unless the folder already
-                has a ``README.md``, which is kept.
+                has a ``README.md`` of its own, which is kept (attnpool's card of an earlier save is rewritten).
             *args: Of ``PreTrainedModel.save_pretrained``.
             **kwargs: Of ``PreTrainedModel.save_pretrained`` (``is_main_process=False``: no card either).
         """
@@ -103,7 +103,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             tokenizer.save_pretrained(save_directory)
         if not kwargs.get("is_main_process", True):
             return
-        if model_card is None and not (Path(os.fspath(save_directory)) / CARD_FILE).exists():
+        folder = Path(os.fspath(save_directory))
+        # a card of attnpool's own describes the model saved before: rewritten; a README of the user's is kept
+        if model_card is None and (not (folder / CARD_FILE).exists() or is_attnpool_card(read_card(folder))):
             model_card = config_card(self.config, architecture=type(self).__name__,
                                      num_parameters=self.num_parameters())
         if model_card is not None:
