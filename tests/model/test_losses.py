@@ -31,11 +31,25 @@ def loss_of(raw, labels, **kwargs):
         (3, torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]), "multi_label_classification"),
     ],
 )
-def test_unset_problem_type_follows_transformers_and_is_stored(num_labels, labels, expected):
+def test_unset_problem_type_follows_transformers(num_labels, labels, expected):
     cfg = config(num_labels=num_labels)
     assert cfg.problem_type is None
     assert resolve_problem_type(cfg, labels) == expected
-    assert cfg.problem_type == expected  # later batches (and the saved config) keep it
+    assert cfg.problem_type is None  # stored by the model once a loss was computed with it (below)
+
+
+def test_the_model_keeps_an_inferred_problem_type_only_once_its_loss_was_computed():
+    """A first batch of int multi-hot labels fixed single-label classification for good, in the saved config too."""
+    from attnpool.model import AttnPoolForSequenceClassification
+    from model_helpers import batch, tiny_config
+
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=3)
+    ids, mask = batch([4, 3])
+    with pytest.raises(ValueError):
+        model(ids, mask, labels=torch.tensor([[0, 1, 1], [1, 0, 0]]))  # int multi-hot: refused
+    assert model.config.problem_type is None
+    model(ids, mask, labels=torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]))
+    assert model.config.problem_type == "multi_label_classification"
 
 
 def test_a_set_problem_type_wins_over_the_labels():

@@ -16,23 +16,32 @@ from attnpool.tasks import PROBLEM_TYPES, default_loss
 
 
 def resolve_problem_type(config: AttnPoolConfig, labels: Tensor) -> str:
-    """The config's ``problem_type``, or the transformers rule when unset (and then stored in the config).
+    """The config's ``problem_type``, or the transformers rule when unset.
 
-    One label: regression; integer labels: single-label classification; otherwise multi-label.
+    One label: regression; integer labels: single-label classification; otherwise multi-label. The model stores an
+    inferred type in its config once a loss was computed with it (:func:`remember_problem_type`): a first batch of
+    bad labels must not fix the wrong type for good.
 
     Raises:
         ValueError: A ``problem_type`` that is none of :data:`attnpool.tasks.PROBLEM_TYPES`.
     """
-    if config.problem_type is None:
+    problem_type = config.problem_type
+    if problem_type is None:
         if config.num_labels == 1:
-            config.problem_type = "regression"
+            problem_type = "regression"
         elif labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-            config.problem_type = "single_label_classification"
+            problem_type = "single_label_classification"
         else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type not in PROBLEM_TYPES:
-        raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {config.problem_type!r}")
-    return config.problem_type
+            problem_type = "multi_label_classification"
+    if problem_type not in PROBLEM_TYPES:
+        raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {problem_type!r}")
+    return problem_type
+
+
+def remember_problem_type(config: AttnPoolConfig, problem_type: str) -> None:
+    """Keep an inferred ``problem_type`` in the config (later batches and the saved config use it)."""
+    if config.problem_type is None:
+        config.problem_type = problem_type
 
 
 def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_type: str) -> Tensor:

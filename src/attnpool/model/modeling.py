@@ -18,7 +18,7 @@ from transformers import AutoModel, PreTrainedModel
 from attnpool.model.configuration import AttnPoolConfig
 from attnpool.model.encoders import is_decoder_only
 from attnpool.model.heads import PredictionHead
-from attnpool.model.losses import compute_loss, resolve_problem_type
+from attnpool.model.losses import compute_loss, remember_problem_type, resolve_problem_type
 from attnpool.model.outputs import AttnPoolModelOutput, AttnPoolSequenceClassifierOutput
 from attnpool.model.pretrained import AttnPoolPreTrainedModel
 from attnpool.model.recurrent import RecurrentLayer
@@ -314,6 +314,7 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
         if labels is not None:
             problem_type = resolve_problem_type(self.config, labels)
             losses = [compute_loss(s, labels, self.config, problem_type) for s in samples]
+            remember_problem_type(self.config, problem_type)  # once a loss was computed with it
             loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
             if base.auxiliary_loss is not None:
                 loss = loss + base.auxiliary_loss.to(loss.dtype)
