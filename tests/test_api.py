@@ -44,7 +44,7 @@ def test_train_from_a_yaml_file_with_overrides_then_resumed(trained):
 
 def test_train_takes_a_dict_and_a_config_alike(recipe, tmp_path):
     _, values = recipe
-    with pytest.raises(ValueError, match="unknown option\\(s\\) epoch; valid options:"):
+    with pytest.raises(ValueError, match="unknown option\\(s\\) epoch \\(did you mean epochs\\?\\); valid options:"):
         attnpool.train(values, epoch=2)
     cfg = attnpool.TrainConfig(**{**values, "output_dir": str(tmp_path / "r"), "only_folds": [1]})
     result = attnpool.train(cfg, head_lr=5e-3)
