@@ -322,6 +322,17 @@ def test_a_numpy_integer_is_a_number_of_seeds(setup, tmp_path, monkeypatch):
         api.compare(poolings=["max"], seeds=np.int64(0), output_dir=tmp_path / "d")
 
 
+def test_specs_that_would_share_a_run_folder_are_refused(tmp_path):
+    """combined:poolers=["mean","max"] and combined:poolers=[["mean"],"max"] both slug to combined_poolers=_mean_max_:
+    the second reused the first's runs (delta 0, p 1)."""
+    from attnpool import api
+
+    with pytest.raises(ValueError, match=r"would share the run folder combined_poolers=_mean_max_: write one of them "
+                                         r"differently"):
+        api.compare(poolings=['combined:poolers=["mean","max"]', 'combined:poolers=[["mean"],"max"]'], seeds=1,
+                    output_dir=tmp_path / "c")
+
+
 def test_a_failed_run_is_reported_with_its_log(setup, tmp_path, capsys):
     _, common = setup
     bad = [*common, "--text-cols", "first", "nothere"]  # only the training process reads the data

@@ -177,6 +177,12 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         raise ValueError(f"--poolings names {', '.join(duplicates)} more than once")
+    folders: dict[str, str] = {}
+    for spec in specs:  # two specs that differ in punctuation only would share a run folder, and its runs
+        other = folders.setdefault(spec.slug, spec.label)
+        if other != spec.label:
+            raise ValueError(f"--poolings {other} and {spec.label} would share the run folder {spec.slug}: write "
+                             "one of them differently (they differ only in punctuation)")
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds must be distinct seeds (or one count), got {seeds}")
     if len(specs) < 2:
