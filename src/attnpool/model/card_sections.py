@@ -141,7 +141,8 @@ def usage_section(with_head: bool, training: TrainingFacts | None, export: Expor
     if export is not None:
         return ["## Usage", "", _ONNX_USAGE.format(folder=PLACEHOLDER, file=export.file, max_length=max_length,
                                                    outputs=", ".join(export.outputs))]
-    result = ("out.logits, out.pooling_weights  # pooling weights (B, T): 0 on padding, summing to 1" if with_head
+    result = ("out.logits, out.pooling_weights  # (B, T), (B, heads, T) with heads: 0 on padding, each sums to 1"
+              if with_head
               else "out.pooler_output, out.pooling_weights  # the text embedding (B, output_dim), token weights")
     auto = "AutoModelForSequenceClassification" if with_head else "AutoModel"
     parts = [_AUTO_USAGE.format(auto=auto, folder=PLACEHOLDER, max_length=max_length, result=result)]
