@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
 from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_model_card
 from attnpool.model.card import model_card as config_card
@@ -210,6 +211,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             if encoder_dropout is not None:
                 raise ValueError("encoder_dropout needs the encoder as a name, path or config: a built encoder's "
                                  "dropout modules already hold their probabilities; set them in its config instead")
+            _check_reloadable(encoder)
             encoder_model, encoder_config = encoder, encoder.config
         elif isinstance(encoder, PretrainedConfig):
             encoder_config = encoder
@@ -270,6 +272,22 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
 
 
 ALIGNMENT = 64  # bytes: what PyTorch's CPU allocator guarantees, and what its vectorised kernels assume
+
+
+def _check_reloadable(encoder: PreTrainedModel) -> None:
+    """Refuse a built encoder of a class that ``AutoModel`` does not build from its config.
+
+    Only the encoder's config is saved, and loading rebuilds the encoder with ``AutoModel.from_config``: a
+    ``T5EncoderModel`` came back as a ``T5Model`` with a random decoder, and the folder did not load.
+    """
+    try:
+        expected = MODEL_MAPPING[type(encoder.config)]
+    except KeyError:  # a config AutoModel does not know: from_pretrained will say so
+        return
+    if not isinstance(encoder, expected):
+        raise ValueError(f"from_encoder: a {type(encoder).__name__} is saved as its config, which AutoModel builds "
+                         f"back as a {expected.__name__}: the saved model would not load. Pass an encoder of that "
+                         "class, or its name, folder or config")
 
 
 @torch.no_grad()
