@@ -401,3 +401,23 @@ def test_a_pearson_loss_run_is_compared_with_each_fold_on_its_own_scale(tmp_path
     assert run_score(run.path, "regression") == pytest.approx(standardised)
     _, got_target, got_scores = run_predictions(run.path, "regression")
     assert metric_function("regression", "pearson")(got_target, got_scores) == pytest.approx(standardised)
+
+
+def test_runs_of_one_seed_trained_on_other_texts_are_not_paired(tmp_path):
+    """A compare resumed after the texts were edited paired the old baseline runs with new ones (same rows and
+    labels, so the pairing checks passed)."""
+    from attnpool.comparison import runner
+    from attnpool.comparison.specs import PoolerSpec
+    from attnpool.runs import Run, RunError
+    from model_helpers import make_run
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    specs = [PoolerSpec.parse("mean"), PoolerSpec.parse("attention")]
+    for spec, texts in zip(specs, ["old", "new"], strict=True):
+        run = Run(make_run(tmp_path / "cmp" / "runs" / spec.slug / "seed_1", encoder, folds=1))
+        run.write_info({**run.info(), "data_sha256": "labels", "texts_sha256": texts})
+    with pytest.raises(RunError, match=r"the runs of seed 1 trained on different data \(mean; attention: each group "
+                                       r"on its own\): the data changed between compare calls"):
+        runner._check_same_data(tmp_path / "cmp", specs, [1])
+    run.write_info({**run.info(), "texts_sha256": "old"})
+    runner._check_same_data(tmp_path / "cmp", specs, [1])  # the same data: paired

@@ -196,10 +196,31 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere
         _check_recipe(out, cfg, overwrite)
         trained = _train_missing(out, cfg, specs, seeds)
+        _check_same_data(out, specs, seeds)
         result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
                            per_seed_rows=draws_rows_per_seed(cfg, out / "runs" / base.slug / f"seed_{seeds[0]}"))
     result.trained = trained
     return result
+
+
+def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int]) -> None:
+    """Refuse pairing runs of one seed that trained on different data (texts edited between two compare calls).
+
+    The rows and labels are checked when the runs are paired; the data fingerprints of ``run.json`` cover the texts
+    too (runs from before them have none and are not checked).
+    """
+    for seed in seeds:
+        trained_on: dict[tuple, list[str]] = {}
+        for spec in specs:
+            info = Run(out / "runs" / spec.slug / f"seed_{seed}").info()
+            if info.get("data_sha256") is not None:
+                facts = (info["data_sha256"], info.get("texts_sha256"))
+                trained_on.setdefault(facts, []).append(spec.label)
+        if len(trained_on) > 1:
+            groups = "; ".join(", ".join(labels) for labels in trained_on.values())
+            raise RunError(f"the runs of seed {seed} trained on different data ({groups}: each group on its own): "
+                           "the data changed between compare calls. Re-run the comparison with --overwrite so that "
+                           "every pooler trains on the same data")
 
 
 def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> int:
