@@ -206,7 +206,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
 def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int]) -> None:
     """Refuse pairing runs of one seed that trained on different data (texts edited between two compare calls).
 
-    The rows and labels are checked when the runs are paired; the data fingerprints of ``run.json`` cover the texts
+    The rows and labels are checked when the runs are paired; the data fingerprints of the runs' info cover the texts
     too (runs from before them have none and are not checked).
     """
     for seed in seeds:
