@@ -24,7 +24,7 @@ from typing import Any
 
 from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
-from attnpool.config import TrainConfig, load_yaml, make_config
+from attnpool.config import TrainConfig, make_config
 from attnpool.explanations import Explanation, explain, explain_file
 from attnpool.exporters import OnnxExport, export_onnx
 from attnpool.pooling import available_poolers, build_pooler
@@ -39,8 +39,6 @@ from attnpool.training.recipe import train as _train
 
 ConfigSource = TrainConfig | Mapping[str, Any] | str | Path | None
 logger = logging.getLogger("attnpool.train")
-_THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds")  # what a resumed run takes from the call
-_PATHS = ("train_file", "valid_file", "data_dir", "model")
 
 
 def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **overrides: Any) -> TrainResult:
@@ -55,29 +53,7 @@ def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **ov
     Returns:
         A :class:`~attnpool.training.TrainResult`; ``result.complete`` says whether every fold was trained.
     """
-    cfg = make_config(config, **overrides)
-    if cfg.resume:
-        _say_ignored_on_resume(cfg, overrides)
-    return _train(cfg, callbacks=callbacks)
-
-
-def _say_ignored_on_resume(cfg: TrainConfig, given: Mapping[str, Any]) -> None:
-    """Warn of the options given with ``resume`` that the run's saved config overrides (it wins, see the README)."""
-    saved_file = Path(cfg.output_dir) / "config.yaml"
-    if not saved_file.is_file():
-        return
-    saved = load_yaml(saved_file)
-
-    def same(key: str, value: Any) -> bool:
-        if key in _PATHS and value is not None and saved.get(key) is not None and Path(value).expanduser().exists():
-            return Path(value).expanduser().resolve() == Path(saved[key]).expanduser().resolve()
-        return value == saved.get(key)
-
-    ignored = [f"{key}={value!r} (the run has {saved.get(key)!r})" for key, value in given.items()
-               if key not in _THIS_CALL and key in saved and not same(key, value)]
-    if ignored:
-        logger.warning("--resume: the run's saved config (%s) wins, so these options are ignored: %s; to train with "
-                       "them, start a new run (another --output-dir, or --overwrite)", saved_file, ", ".join(ignored))
+    return _train(make_config(config, **overrides), callbacks=callbacks, given=overrides)
 
 
 def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, output_file: str | Path,

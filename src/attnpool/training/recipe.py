@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ from attnpool.training.progress import SUMMARY, quiet_third_party
 from attnpool.training.tracking import integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
+_THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds")  # what a resumed run takes from the call
+_DATA_PATHS = ("train_file", "valid_file", "data_dir")  # saved absolute with the run's config
+_PATH_OPTIONS = (*_DATA_PATHS, "model")  # the model too where it is a local folder
 
 
 @dataclass
@@ -69,7 +73,7 @@ def embeddings_line(cfg: TrainConfig) -> str:
     return "trained (default with --adversarial fgm, which perturbs them along their gradient)"
 
 
-def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
+def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, Any] | None = None) -> TrainResult:
     """Run the recipe: k folds (or one train/valid split), out-of-fold predictions, metrics, plot.
 
     Started by ``torchrun`` or ``accelerate launch``, every process calls it: the ``Trainer`` trains on all of them
@@ -80,6 +84,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
         cfg: The options; see :class:`~attnpool.config.TrainConfig`. With ``resume``, the run's saved config is
             used instead (only ``output_dir`` and ``only_folds`` are read from ``cfg``).
         callbacks: Extra ``transformers.TrainerCallback`` objects for every fold's ``Trainer``.
+        given: The options the caller set explicitly (the CLI's flags, the API's keywords): with ``resume``, those
+            the saved config overrides are named in a warning.
 
     Returns:
         A :class:`TrainResult` with the run directory, the metrics and the out-of-fold predictions.
@@ -101,7 +107,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
         run = Run.create(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
         lock = run.lock("train --resume" if cfg.resume else "train").acquire()
         try:
-            return run, _resumed_config(run, cfg).validate()
+            return run, _resumed_config(run, cfg, given).validate()
         except BaseException:
             lock.release()
             raise
@@ -148,15 +154,16 @@ def train(cfg: TrainConfig, callbacks: list | None = None) -> TrainResult:
     return result
 
 
-def _resumed_config(run: Run, cfg: TrainConfig) -> TrainConfig:
+def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None = None) -> TrainConfig:
     """On resume the run's saved config wins (the same data, folds and recipe), whatever else the call says.
 
     Only ``only_folds`` comes from the call: which folds to train now is a choice of this call, not part of the
-    run's recipe.
+    run's recipe. The ``given`` options the saved config overrides are named in a warning.
     """
     if not cfg.resume or not run.config_file.is_file():
         return cfg
     values = load_yaml(run.config_file)
+    _warn_of_overridden(run, values, given or {})
     # A run started before freeze_word_embeddings existed trained them: its checkpoints' optimizer state has them.
     values.setdefault("freeze_word_embeddings", values.get("freeze_layers") is not None)
     # Options earlier versions accepted and ignored, now refused: the run trained without them, and resumes so.
@@ -168,6 +175,23 @@ def _resumed_config(run: Run, cfg: TrainConfig) -> TrainConfig:
         values["adversarial_start"] = 1.0  # without adversarial training it never applied
     values.update({"resume": True, "overwrite": False, "output_dir": cfg.output_dir, "only_folds": cfg.only_folds})
     return TrainConfig.from_dict(values, where=str(run.config_file))
+
+
+def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any]) -> None:
+    """Warn of the options given with ``resume`` that the run's saved config overrides (it wins, see the README)."""
+
+    def same(key: str, value: Any) -> bool:
+        a_path = key in _PATH_OPTIONS and value is not None and saved.get(key) is not None
+        if a_path and Path(value).expanduser().exists():
+            return Path(value).expanduser().resolve() == Path(saved[key]).expanduser().resolve()
+        return value == saved.get(key)
+
+    ignored = [f"{key}={value!r} (the run has {saved.get(key)!r})" for key, value in given.items()
+               if key not in _THIS_CALL and key in saved and not same(key, value)]
+    if ignored:
+        logger.warning("--resume: the run's saved config (%s) wins, so these options are ignored: %s; to train with "
+                       "them, start a new run (another --output-dir, or --overwrite)", run.config_file,
+                       ", ".join(ignored))
 
 
 def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray, list[int]]:
@@ -228,7 +252,7 @@ def _absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
     file: saved as given (``data_dir: pppm``), they were found only from the folder the run was trained in.
     """
     values = dict(values)
-    for key in ("train_file", "valid_file", "data_dir"):
+    for key in _DATA_PATHS:
         if values.get(key):
             values[key] = str(Path(values[key]).expanduser().resolve())
     model = values.get("model")
