@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from attnpool.metrics import task_metrics
-from attnpool.prediction.engine import FoldScales
+from attnpool.prediction.engine import FoldScales, standardised_mean
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores, oof_targets, prediction_columns
 from attnpool.tasks import primary_metric
@@ -119,8 +119,7 @@ class RunBlend:
         if self.center is None:
             return sum(w * np.asarray(s, dtype=np.float64) for w, s in zip(self.weights, scores, strict=True))
         shape = np.shape(scores[0])
-        standard = sum(w * (np.asarray(s, dtype=np.float64).reshape(len(s), -1) - c) / d
-                       for w, s, c, d in zip(self.weights, scores, self.center, self.scale, strict=True))
+        standard = standardised_mean(scores, self.weights, self.center, self.scale)
         w = self.weights[:, None]
         return ((w * self.center).sum(0) + (w * self.scale).sum(0) * standard).reshape(shape)
 

@@ -145,6 +145,18 @@ def fold_weights(run: Run, folds: int | Sequence[int] | None = None, how: str = 
     return task, fold_ids, ensemble_weights([run.fold_metrics(f) for f in fold_ids], primary_metric(task)[0], how)
 
 
+def standardised_mean(scores: Sequence[np.ndarray], weights: np.ndarray, center: np.ndarray,
+                      scale: np.ndarray) -> np.ndarray:
+    """The weighted mean of each member's ``scores`` standardised by its own ``center`` and ``scale``: ``(N, T)``.
+
+    What a blend of runs (:class:`~attnpool.prediction.blend.RunBlend`) and a Pearson-loss run's folds
+    (:class:`FoldScales`) average before putting the mean back on a scale of their choosing. ``scores``: one
+    ``(N,)`` or ``(N, T)`` array per member; ``center``, ``scale``: ``(members, T)``.
+    """
+    return sum(w * (np.asarray(s, dtype=np.float64).reshape(len(s), -1) - c) / d
+               for w, s, c, d in zip(weights, scores, center, scale, strict=True))
+
+
 @dataclass(frozen=True)
 class FoldScales:
     """Each fold model's out-of-fold prediction mean and standard deviation (per target), for a Pearson-loss run.
@@ -190,8 +202,7 @@ class FoldScales:
 
     def combine(self, scores: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
         """The weighted mean of the folds' standardised ``scores`` (``(N,)`` or ``(N, T)`` each), on their scale."""
-        standard = sum(w * (np.asarray(s, dtype=np.float64).reshape(len(s), -1) - c) / d
-                       for w, s, c, d in zip(weights, scores, self.center, self.scale, strict=True))
+        standard = standardised_mean(scores, weights, self.center, self.scale)
         return (self.center.mean(axis=0) + self.scale.mean(axis=0) * standard).reshape(np.shape(scores[0]))
 
     def rescale(self, values: np.ndarray, folds: np.ndarray) -> np.ndarray:
