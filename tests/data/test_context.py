@@ -217,15 +217,15 @@ def test_the_resume_fingerprint_sees_the_texts_when_the_folds_tokenise_them(stra
     # with group_context nothing is tokenised up front: the fingerprint hashed the labels alone, so a resume on
     # other texts (same labels) went on, mixing folds trained on the old rows with folds trained on the new
     cfg, data, _ = straddling
-    columns = ["anchor", "target"]  # the template's fields and the context's column and keys
+    assert set(data.text_columns) == {"anchor", "target"}  # the template's fields and the context's column and keys
     original = pd.read_csv(cfg.train_file)
     original.assign(notes="unused").to_csv(cfg.train_file, index=False)  # a column the texts do not read
-    assert load_task(cfg, LOG).text_fingerprint(columns) == data.text_fingerprint(columns)
+    assert load_task(cfg, LOG).text_fingerprint() == data.text_fingerprint()
     changed = original.copy()
     changed.loc[4, "target"] = "t5"  # one target edited, the labels as they were
     changed.to_csv(cfg.train_file, index=False)
     again = load_task(cfg, LOG)
-    assert again.text_fingerprint(columns) != data.text_fingerprint(columns)
+    assert again.text_fingerprint() != data.text_fingerprint()
     assert again.fingerprint() == data.fingerprint(), "the labels' fingerprint as before: older runs still resume"
 
 

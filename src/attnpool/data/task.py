@@ -94,6 +94,7 @@ class TaskData:
     task: str
     groups: np.ndarray | None = None
     valid_rows: np.ndarray | None = None  # with a fixed validation file: its rows in `frame`
+    text_columns: tuple[str, ...] = ()  # the columns the texts and group contexts are built from
 
     @property
     def num_rows(self) -> int:
@@ -119,9 +120,9 @@ class TaskData:
         digest.update(np.ascontiguousarray(self.labels, dtype=np.float64).tobytes())
         return digest.hexdigest()
 
-    def text_fingerprint(self, columns: list[str]) -> str:
-        """A SHA-256 of ``columns``' values (those the texts and contexts are built from), as text, row by row."""
-        values = self.frame[[c for c in dict.fromkeys(columns) if c in self.frame]].astype(str)
+    def text_fingerprint(self) -> str:
+        """A SHA-256 of the values of :attr:`text_columns` (those the texts and contexts are built from), as text."""
+        values = self.frame[[c for c in dict.fromkeys(self.text_columns) if c in self.frame]].astype(str)
         return hashlib.sha256(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes()).hexdigest()
 
     def make_folds(self, cfg: TrainConfig) -> np.ndarray:
@@ -384,5 +385,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     groups = frame[cfg.group_col].astype(str).str.strip().to_numpy() if cfg.group_col else None
     values = np.asarray(labels.values)
     values = values.astype(np.float32) if cfg.task in ("regression", "multilabel") else values.astype(np.int64)
+    text_columns = (*text_fields(cfg.text_cols, cfg.template), *context_columns(cfg))
     return TaskData(frame=frame, encodings=encodings, labels=values, classes=labels.classes, label_name=cfg.label,
-                    id_col=id_col, tokenizer=tokenizer, task=cfg.task, groups=groups, valid_rows=valid_rows)
+                    id_col=id_col, tokenizer=tokenizer, task=cfg.task, groups=groups, valid_rows=valid_rows,
+                    text_columns=text_columns)

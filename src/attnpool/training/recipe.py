@@ -25,8 +25,7 @@ import pandas as pd
 
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.data.columns import text_fields
-from attnpool.data.task import TaskData, context_columns, load_task
+from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.files import atomic_write
@@ -209,8 +208,7 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
             "num_folds": int(folds.max()) + 1 if len(folds) else 0, "data_sha256": data.fingerprint(),
             "precision": training_precision(cfg.precision, "cpu" if use_cpu() else "cuda")}
     if cfg.group_context:  # the folds tokenise the rows, so data_sha256 is the labels' alone: the texts' too
-        columns = [*text_fields(cfg.text_cols, cfg.template), *context_columns(cfg)]
-        info["texts_sha256"] = data.text_fingerprint(columns)
+        info["texts_sha256"] = data.text_fingerprint()
     if cfg.resume and run.has_info():
         previous = run.info()
         if previous.get("precision", info["precision"]) != info["precision"]:  # config.yaml may say auto: resolved
