@@ -114,6 +114,30 @@ def test_clip_in_step_needs_a_fused_adam():
     assert can_clip_in_step(torch.optim.Adam(params, fused=True))
 
 
+def test_llrd_gives_deberta_v2s_convolution_the_first_layers_rate():
+    """encoder.conv runs on layer 0's output but comes after the layers in the module: it got the top rate."""
+    torch.manual_seed(0)
+    encoder = tiny_config("deberta-v3")
+    encoder.conv_kernel_size = 3
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention", num_labels=1)
+    got = rates(model, parameter_groups(model, lr=1.0, head_lr=9.0, weight_decay=0.01, llrd=0.5))
+    layers = model.config.encoder.num_hidden_layers
+    conv = {name: rate for name, (rate, _) in got.items() if ".encoder.conv." in name}
+    assert conv and set(conv.values()) == {0.5 ** (layers - 1)}
+    assert got["attnpool.encoder.encoder.layer.0.output.dense.weight"][0] == 0.5 ** (layers - 1)
+
+
+def test_the_logged_learning_rate_is_lr_not_the_embeddings_rate_under_llrd(tmp_path):
+    from trainer_helpers import tiny_trainer
+
+    trainer = tiny_trainer(tmp_path, lr=1e-3, head_lr=1e-2, llrd=0.5, scheduler="constant")
+    trainer.args.logging_steps = 1
+    trainer.train()
+    logged = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
+    assert logged and logged == pytest.approx([1e-3] * len(logged))
+    assert min(g["lr"] for g in trainer.optimizer.param_groups) < 1e-3  # the embeddings' group, first, is lower
+
+
 def test_the_recipe_trainer_clips_inside_the_fused_step_as_the_trainer_would(tmp_path, monkeypatch):
     from trainer_helpers import tiny_model, tiny_trainer, weights
 

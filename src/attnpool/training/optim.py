@@ -63,13 +63,20 @@ def _outside_the_layers(encoder: nn.Module, in_layers: set[int], num: int) -> di
 
     ``num`` below the first layer (embeddings), 0 after the last (ModernBERT's final_norm, GPT-2's ln_f, Llama's
     norm: they read the top layer's output). DeBERTa's relative position embeddings and their norm come after the
-    layers in the module but feed every layer: they keep the embeddings' depth.
+    layers in the module but feed every layer: they keep the embeddings' depth. DeBERTa-v2's convolution
+    (``encoder.conv``, with ``conv_kernel_size > 0`` as in deberta-v2-xlarge) also comes after them but runs on the
+    first layer's output: it gets the first layer's depth.
     """
     named = list(encoder.named_parameters())
     last = max((i for i, (_, p) in enumerate(named) if id(p) in in_layers), default=len(named))
     relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n}  # the modules that hold them
-    return {id(p): 0 if i > last and n.rsplit(".", 2)[0] not in relative else num
-            for i, (n, p) in enumerate(named) if id(p) not in in_layers}
+
+    def depth(i: int, name: str) -> int:
+        if name.startswith("encoder.conv."):
+            return num - 1
+        return 0 if i > last and name.rsplit(".", 2)[0] not in relative else num
+
+    return {id(p): depth(i, n) for i, (n, p) in enumerate(named) if id(p) not in in_layers}
 
 
 def build_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:

@@ -237,6 +237,18 @@ class RecipeTrainer(transformers.Trainer):
             self.optimizer = build_optimizer(groups)
         return self.optimizer
 
+    def _get_learning_rate(self) -> float:
+        """The top encoder layer's rate, ``lr`` as scheduled, for the logs (``learning_rate``).
+
+        The Trainer logs the first parameter group's rate: under layer-wise decay that group is the embeddings'
+        (``lr * llrd ** layers``). Every group follows the same schedule, so the first group's rate scaled by
+        ``lr`` over its initial rate is the top layer's.
+        """
+        rate = super()._get_learning_rate()
+        groups = getattr(self.optimizer, "param_groups", None) or [{}]
+        initial = groups[0].get("initial_lr")
+        return rate * self.args.learning_rate / initial if initial else rate
+
     def _clip_grad_norm(self, model: torch.nn.Module):
         """The Trainer's gradient clipping, done inside the fused AdamW step where it can be.
 
