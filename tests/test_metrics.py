@@ -21,6 +21,19 @@ def test_regression():
     assert math.isnan(task_metrics("regression", target, np.ones(4))["pearson"])  # constant: undefined, not 0
 
 
+def test_a_target_constant_in_the_rows_is_left_out_of_the_mean_correlation():
+    """One constant target column made the mean Pearson NaN at every evaluation: no best checkpoint was chosen."""
+    target = np.array([[0.0, 1.0], [0.5, 1.0], [1.0, 1.0]])
+    prediction = np.array([[0.1, 0.3], [0.4, 0.9], [0.9, 0.2]])
+    got = task_metrics("regression", target, prediction)
+    assert math.isclose(got["pearson"], np.corrcoef(target[:, 0], prediction[:, 0])[0, 1])
+    assert math.isclose(got["spearman"], 1.0)
+    collapsed = prediction.copy()
+    collapsed[:, 0] = 0.5  # constant where its target varies: undefined, whatever the other target
+    assert math.isnan(task_metrics("regression", target, collapsed)["pearson"])
+    assert math.isnan(task_metrics("regression", np.ones(3), np.arange(3.0))["pearson"])  # a single constant target
+
+
 def test_classification():
     target = np.array([0, 1, 1, 0])
     scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])

@@ -6,20 +6,27 @@ import numpy as np
 
 
 def regression_metrics(target: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
-    """Pearson (the PPPM metric), Spearman and RMSE; correlations are NaN when either side is constant."""
+    """Pearson (the PPPM metric), Spearman and RMSE.
+
+    With several targets the correlations are averaged over the targets that vary among the rows: a target constant
+    in a fold's validation rows has no correlation to score, and made the whole metric NaN at every evaluation (so
+    the best checkpoint was never chosen). A prediction that is constant where its target varies scores NaN
+    (undefined, not 0: a model that collapsed), as does a single constant target.
+    """
     from scipy import stats
 
     target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
     prediction = np.asarray(prediction, dtype=np.float64).reshape(len(prediction), -1)
+    varying = [j for j in range(target.shape[1]) if len(target) and np.ptp(target[:, j]) > 0]
     pearson, spearman = [], []
-    for j in range(target.shape[1]):
+    for j in varying:
         t, p = target[:, j], prediction[:, j]
-        constant = np.ptp(t) == 0 or np.ptp(p) == 0
+        constant = np.ptp(p) == 0 or not np.isfinite(p).all()
         pearson.append(float("nan") if constant else float(stats.pearsonr(t, p)[0]))
         spearman.append(float("nan") if constant else float(stats.spearmanr(t, p)[0]))
     return {
-        "pearson": float(np.mean(pearson)),
-        "spearman": float(np.mean(spearman)),
+        "pearson": float(np.mean(pearson)) if varying else float("nan"),
+        "spearman": float(np.mean(spearman)) if varying else float("nan"),
         "rmse": float(np.sqrt(np.mean((target - prediction) ** 2))),
     }
 
