@@ -421,3 +421,25 @@ def test_runs_of_one_seed_trained_on_other_texts_are_not_paired(tmp_path):
         runner._check_same_data(tmp_path / "cmp", specs, [1])
     run.write_info({**run.info(), "texts_sha256": "old"})
     runner._check_same_data(tmp_path / "cmp", specs, [1])  # the same data: paired
+
+
+def test_runs_of_one_seed_trained_in_different_precisions_are_paired_with_a_warning(tmp_path, caplog):
+    """precision auto resolves per machine: a compare resumed elsewhere paired fp32 runs with bf16 ones silently."""
+    from attnpool.comparison import runner
+    from attnpool.comparison.specs import PoolerSpec
+    from attnpool.runs import Run
+    from model_helpers import make_run
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    specs = [PoolerSpec.parse("mean"), PoolerSpec.parse("attention")]
+    for spec, precision in zip(specs, ["fp32", "bf16"], strict=True):
+        run = Run(make_run(tmp_path / "cmp" / "runs" / spec.slug / "seed_1", encoder, folds=1))
+        run.write_info({**run.info(), "precision": precision})
+    with caplog.at_level("WARNING", logger="attnpool"):
+        runner._check_same_data(tmp_path / "cmp", specs, [1])
+    assert "the runs of seed 1 trained in different precisions (mean: fp32; attention: bf16)" in caplog.text
+    caplog.clear()
+    run.write_info({**run.info(), "precision": "fp32"})
+    with caplog.at_level("WARNING", logger="attnpool"):
+        runner._check_same_data(tmp_path / "cmp", specs, [1])
+    assert "precisions" not in caplog.text

@@ -207,15 +207,25 @@ def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int]) -> No
     """Refuse pairing runs of one seed that trained on different data (texts edited between two compare calls).
 
     The rows and labels are checked when the runs are paired; the data fingerprints of the runs' info cover the texts
-    too (runs from before them have none and are not checked).
+    too (runs from before them have none and are not checked). Runs of one seed trained in different precisions
+    (``precision: auto`` resumed on another machine) are paired with a warning: bf16 against fp32 moves a score
+    by about as much as a small pooler effect.
     """
     for seed in seeds:
         trained_on: dict[tuple, list[str]] = {}
+        precisions: dict[str, list[str]] = {}
         for spec in specs:
             info = Run(out / "runs" / spec.slug / f"seed_{seed}").info()
             if info.get("data_sha256") is not None:
                 facts = (info["data_sha256"], info.get("texts_sha256"))
                 trained_on.setdefault(facts, []).append(spec.label)
+            if info.get("precision") is not None:
+                precisions.setdefault(info["precision"], []).append(spec.label)
+        if len(precisions) > 1:
+            groups = "; ".join(f"{', '.join(labels)}: {p}" for p, labels in precisions.items())
+            logger.warning("compare: the runs of seed %d trained in different precisions (%s), so their differences "
+                           "mix the poolers' with the precisions'. Set --precision explicitly and re-run the "
+                           "comparison with --overwrite to compare like with like", seed, groups)
         if len(trained_on) > 1:
             groups = "; ".join(", ".join(labels) for labels in trained_on.values())
             raise RunError(f"the runs of seed {seed} trained on different data ({groups}: each group on its own): "
