@@ -37,7 +37,7 @@ from attnpool.training.arguments import training_arguments
 from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard, use_cpu
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress
-from attnpool.training.tracking import run_name
+from attnpool.training.tracking import FoldTracking, run_name
 from attnpool.training.trainer import last_complete_checkpoint, make_trainer, weights_sharded
 
 try:
@@ -198,12 +198,18 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     if resume_from:
         logger.info("fold %d: resuming from %s", fold, resume_from)
     _peak_memory_start(args.device)
+    failure: BaseException | None = None
     try:
         trainer.train(resume_from_checkpoint=resume_from)
-    finally:  # on an error or Ctrl-C the Trainer skips on_train_end: end the live line before the error is printed
-        for callback in trainer.callback_handler.callbacks:
+    except BaseException as err:
+        failure = err
+        raise
+    finally:  # on an error or Ctrl-C the Trainer skips on_train_end: end the live line before the error is printed,
+        for callback in trainer.callback_handler.callbacks:  # and the fold's tracker runs, as failed
             if isinstance(callback, FoldProgress):
                 callback.close()
+            elif isinstance(callback, FoldTracking) and failure is not None:
+                callback.abort(failure)
     train_seconds = trainer.train_seconds()  # a resumed fold's included, up to the checkpoint it resumed from
     peak_memory = _peak_memory_bytes(args.device)
     # the card so far (data, split, recipe); the validation scores are added below, once measured

@@ -1,14 +1,15 @@
 """Experiment tracking (``--report-to``): every fold a run of the ``Trainer``'s integration, grouped per run directory.
 
 Each fold's ``Trainer`` reports its logs (training loss, learning rate, every evaluation) through transformers'
-own integration callbacks; attnpool names and groups them, and at the end of :func:`attnpool.train` logs one more
-entry per run, ``DIR/cv``, with the resolved config, every fold's final validation metrics (step = fold) and the
-cross-validation scores of the out-of-fold predictions (``cv/<metric>``):
+own integration callbacks; attnpool names and groups them by the run directory's absolute path (``DIR``, the same
+whichever working directory a run is resumed from), and once every fold is trained logs one more entry per run,
+``DIR/cv``, with the resolved config, every fold's final validation metrics (step = fold) and the cross-validation
+scores of the out-of-fold predictions (``cv/<metric>``). A fold that fails ends its tracker runs as failed.
 
 - TensorBoard: ``RUN_DIR/tensorboard/fold_K/`` and ``RUN_DIR/tensorboard/cv/``; ``tensorboard --logdir
   RUN_DIR/tensorboard`` shows the folds side by side.
-- MLflow: one experiment per run directory (named as given, e.g. ``runs/attnpool``, unless
-  ``MLFLOW_EXPERIMENT_NAME`` is set), runs ``runs/attnpool/fold_K`` and ``runs/attnpool/cv``; ``MLFLOW_TRACKING_URI``
+- MLflow: one experiment per run directory, ``DIR``, unless ``MLFLOW_EXPERIMENT_NAME`` or ``MLFLOW_EXPERIMENT_ID``
+  picks one (``mlflow.set_experiment()`` sets the latter); runs ``DIR/fold_K`` and ``DIR/cv``; ``MLFLOW_TRACKING_URI``
   says where (MLflow's default otherwise). Called inside an MLflow run of the caller's, the folds are runs nested
   in it (``MLFLOW_NESTED_RUN``), and it stays open.
 - Weights & Biases: project ``WANDB_PROJECT`` (default ``attnpool``), one group per run directory
@@ -62,8 +63,11 @@ def integrations(report_to: str) -> list[str]:
 
 
 def experiment_name(run: Run) -> str:
-    """The name that groups a run's folds in a tracker: the run directory as given (``runs/attnpool``)."""
-    return run.path.as_posix()
+    """The name that groups a run's folds in a tracker: the run directory's absolute path.
+
+    Not the path as typed: a run started as ``runs/x`` and resumed as ``/home/me/runs/x`` is one experiment.
+    """
+    return run.path.resolve().as_posix()
 
 
 def run_name(run: Run, fold: int) -> str:
@@ -101,7 +105,7 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
     if "mlflow" in used:
         import mlflow  # imported now: its loggers exist before the run quiets them
 
-        values["MLFLOW_EXPERIMENT_NAME"] = os.environ.get("MLFLOW_EXPERIMENT_NAME") or name
+        values["MLFLOW_EXPERIMENT_NAME"] = _chosen_mlflow_experiment() or name
         if mlflow.active_run() is not None:  # the caller's run: each fold a run nested in it, not all folds in it
             values["MLFLOW_NESTED_RUN"] = os.environ.get("MLFLOW_NESTED_RUN") or "TRUE"
     if "wandb" in used:
@@ -117,6 +121,21 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
             values["WANDB_SILENT"] = os.environ.get("WANDB_SILENT") or "true"
     with _environ(values), _mlflow_experiment("mlflow" in used):
         yield used
+
+
+def _chosen_mlflow_experiment() -> str | None:
+    """The MLflow experiment the user picked: ``MLFLOW_EXPERIMENT_NAME``, else the one ``MLFLOW_EXPERIMENT_ID`` names.
+
+    The id is turned into its experiment's name: transformers' callback picks an experiment by name only, and its
+    ``set_experiment(name)`` would otherwise send the folds to the run's own experiment, the id silently ignored.
+    """
+    if os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+        return os.environ["MLFLOW_EXPERIMENT_NAME"]
+    if not os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        return None
+    import mlflow
+
+    return mlflow.MlflowClient().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"]).name
 
 
 @contextlib.contextmanager
@@ -153,7 +172,8 @@ class FoldTracking(transformers.TrainerCallback):
     Ends a fold's W&B run when the fold ends (the integration keeps it open). Transformers' MLflow callback ends
     *the active run* when it is garbage collected if it started one: after a fold nested in the caller's MLflow run,
     that is the caller's run. :meth:`watch` finds it among the Trainer's callbacks; once it has ended its own run
-    (its ``on_train_end`` comes before this one's), it is told it has none left to end.
+    (its ``on_train_end`` comes before this one's), it is told it has none left to end. A fold that raises skips
+    ``on_train_end``: :meth:`abort` ends its runs instead.
     """
 
     def __init__(self, used: list[str]) -> None:
@@ -175,6 +195,28 @@ class FoldTracking(transformers.TrainerCallback):
         if getattr(self._mlflow, "_auto_end_run", False):
             self._mlflow._auto_end_run = False
 
+    def abort(self, error: BaseException) -> None:
+        """End the fold's tracker runs as failed after ``error`` stopped its training (MLflow: KILLED on Ctrl-C).
+
+        Left open, the fold's MLflow run is the one the process's next training (a notebook's) nests its folds in,
+        and MLflow's exit handler marks it FINISHED. A run the caller opened stays open. Never raises: the error
+        that stopped the fold is the one to see.
+        """
+        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        callback, wandb = self._mlflow, self._wandb
+        ends = {}
+        if getattr(callback, "_auto_end_run", False):  # it started the fold's run (main process)
+            callback._auto_end_run = False  # or its on_train_end / __del__ would end whichever run is active later
+            ends["mlflow"] = lambda: callback._ml_flow.active_run() and callback._ml_flow.end_run(status=status)
+        if wandb is not None and wandb.run is not None:
+            ends["wandb"] = lambda: wandb.finish(exit_code=1)
+        for tracker, end in ends.items():
+            try:
+                end()
+            except Exception as err:  # noqa: BLE001 - a tracker out of reach must not hide why the fold failed
+                logger.warning("tracking: %s: could not end the failed fold's run (%s: %s)", tracker,
+                               type(err).__name__, err)
+
 
 def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, float]:
     return {k: float(v) for k, v in values.items()
@@ -184,10 +226,15 @@ def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str,
 def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[str]:
     """Log the run's ``cv`` entry to each tracker of ``cfg.report_to``; returns one line per tracker, where it went.
 
-    The entry holds the resolved config, each finished fold's final validation metrics (``fold/<metric>`` at step
-    K) and the out-of-fold scores (``cv/<metric>``).
+    The entry holds the resolved config, each fold's final validation metrics (``fold/<metric>`` at step K) and
+    the out-of-fold scores (``cv/<metric>``). An incomplete run (``metrics["complete"]`` false, as after
+    ``--only-folds``) logs nothing, so that no partial score reads as the run's, nor a fold's entry is logged again
+    on resume: the one line returned says the entry waits for the remaining folds.
     """
     used = integrations(cfg.report_to)
+    if used and not metrics.get("complete"):
+        return [f"the {SUMMARY_RUN} entry waits for the remaining folds ({len(metrics.get('folds', []))} trained): "
+                "it is logged once --resume has trained them all"]
     folds = [(int(m["fold"]), _numbers(m, skip=("fold",))) for m in metrics.get("folds", [])]
     overall = _numbers(metrics.get("overall", {}))
     name = f"{experiment_name(run)}/{SUMMARY_RUN}"
@@ -208,6 +255,9 @@ def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, fl
                  overall: dict[str, float]) -> str:
     from torch.utils.tensorboard import SummaryWriter
 
+    # a complete run resumed again replaces its entry: logged twice, TensorBoard would draw every point twice
+    for old in run.tensorboard_dir().glob("events.out.tfevents.*"):
+        old.unlink()
     writer = SummaryWriter(log_dir=str(run.tensorboard_dir()))
     try:
         text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
@@ -228,18 +278,26 @@ def _mlflow(cfg: TrainConfig, run: Run, name: str, folds: list[tuple[int, dict[s
     from mlflow.entities import Metric, Param
 
     client = mlflow.MlflowClient()
-    experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or experiment_name(run)
+    experiment = _chosen_mlflow_experiment() or experiment_name(run)
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
-    entry = client.create_run(experiment_id, run_name=name, tags={"attnpool.run_dir": str(run.path)})
+    entry = client.create_run(experiment_id, run_name=name, tags={"attnpool.run_dir": experiment_name(run)})
     run_id, now = entry.info.run_id, int(time.time() * 1000)
     limit = mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
     params = [Param(f"attnpool.{k}", str(v)[:limit]) for k, v in cfg.to_dict().items()]
     values = [Metric(f"fold/{k}", v, now, fold) for fold, row in folds for k, v in row.items()]
     values += [Metric(f"cv/{k}", v, now, len(folds)) for k, v in overall.items()]
-    client.log_batch(run_id, metrics=values, params=params)
-    client.log_dict(run_id, cfg.to_dict(), "config.yaml")
-    client.set_terminated(run_id)
+    status = "FAILED"
+    try:  # whatever fails, the entry is ended: a run left RUNNING reads as a training still going
+        client.log_batch(run_id, metrics=values, params=params)
+        status = "FINISHED"  # the scores are in; the config file is a copy of the params, best effort
+        try:
+            client.log_dict(run_id, cfg.to_dict(), run.config_file.name)
+        except Exception as err:  # noqa: BLE001 - e.g. no write access to the artifact store
+            logger.warning("tracking: mlflow took the CV scores but not the config file (%s: %s); the run's params "
+                           "hold the config", type(err).__name__, err)
+    finally:
+        client.set_terminated(run_id, status=status)
     return f"mlflow: experiment {experiment!r} at {mlflow.get_tracking_uri()}"
 
 
