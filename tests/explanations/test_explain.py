@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from explain_helpers import key_token_model, tiny_model, wordpiece_tokenizer
+from explain_helpers import PIECES, key_token_model, tiny_model, wordpiece_tokenizer
 
 import attnpool
 from attnpool.explanations.faithfulness import prediction_change, removal_orders, summarize
@@ -242,3 +242,76 @@ def test_an_erased_token_does_not_move_the_others_on_a_decoder_only_encoder():
         shifted = model(**inputs).logits.numpy()  # positions from the mask: 0, 0, 1, 2, 3
     np.testing.assert_allclose(logits, in_place, rtol=1e-5, atol=1e-6)
     assert not np.allclose(logits, shifted, rtol=1e-5, atol=1e-6)
+
+
+def _no_special_tokens(tokenizer):
+    """GPT-2, Qwen and Llama-3 tokenizers add no [CLS]/[SEP]: a blank text has no token at all."""
+    tokenizer.backend_tokenizer.post_processor = None
+    assert tokenizer("")["input_ids"] == []
+    return tokenizer
+
+
+def test_a_text_without_tokens_gets_no_words_alone_or_in_a_batch():
+    """A blank text crashed merging words ("cannot reshape array of size 0") after the model and erasure had run."""
+    tokenizer = _no_special_tokens(wordpiece_tokenizer())
+    for batch_size in (1, 8):  # 1: a batch of the empty row alone
+        result = attnpool.explain(tiny_model(num_labels=2), tokenizer, ["the cat sat", ""], erasure_k=2,
+                                  batch_size=batch_size)
+        full, empty = result.examples
+        assert [w.text for w in full.words] == ["the", "cat", "sat"]
+        assert (empty.tokens, empty.words, empty.special_weight, empty.normalized_entropy) == ([], [], [0.0], [0.0])
+        assert empty.prediction in ("c0", "c1") and empty.erasure.top == [None, None]
+    alone = attnpool.explain(tiny_model(), tokenizer, [""], erasure_k=1)
+    assert alone.examples[0].words == [] and np.isfinite(alone.examples[0].prediction)
+
+
+def test_unnamed_classes_take_whole_number_labels_as_indices():
+    """LABEL_0/LABEL_1 and a label column with a blank cell (read as 1.0, 0.0, NaN): every row lost right/wrong."""
+    model = tiny_model(num_labels=2)
+    model.config.id2label = {0: "LABEL_0", 1: "LABEL_1"}
+    model.config.label2id = {"LABEL_0": 0, "LABEL_1": 1}
+    labels = [1.0, 0.0, float("nan"), "1", np.float32(0.0), 2.0, 0.5]
+    texts = (TEXTS * 2)[: len(labels)]
+    result = attnpool.explain(model, wordpiece_tokenizer(), texts, labels=labels, erasure_k=0)
+    assert [x.label for x in result.examples] == ["LABEL_1", "LABEL_0", None, "LABEL_1", "LABEL_0", "2", "0.5"]
+    for x in result.examples:
+        assert x.error == (None if x.label is None or not x.label.startswith("LABEL") else
+                           float(x.prediction != x.label))
+
+
+def test_a_slow_tokenizers_pair_keeps_its_second_text_apart(tmp_path):
+    """Transformers 5's Python tokenizers return no token_type_ids: the second text's words were segment 0."""
+    import torch
+    from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *PIECES]) + "\n", encoding="utf-8")
+    model = tiny_model()
+    tokenizer = BertTokenizerLegacy(str(vocab))
+    assert not tokenizer.is_fast and "token_type_ids" not in tokenizer("a", "b")
+    x = attnpool.explain(model, tokenizer, ["unbelievable cats sat"], text_pairs=["a dog"], erasure_k=1).examples[0]
+    assert [(w.text, w.segment) for w in x.words if w.kind == "word"] == [
+        ("un", 0), ("##believ", 0), ("##able", 0), ("cat", 0), ("##s", 0), ("sat", 0), ("a", 1), ("dog", 1)]
+    with torch.inference_mode():  # the model's inputs are the tokenizer's own: no token types added for it
+        own = model(**tokenizer("unbelievable cats sat", "a dog", return_tensors="pt")).logits.item()
+    assert x.prediction == pytest.approx(own, abs=1e-6)
+    zeros = BertTokenizerLegacy(str(vocab), token_type_ids_pattern="all_zeros")  # RoBERTa's: types tell nothing
+    x = attnpool.explain(model, zeros, ["the cat"], text_pairs=["a dog"], erasure_k=0).examples[0]
+    assert [w.segment for w in x.words if w.kind == "word"] == [None] * 4, "unknown, not a wrong 0"
+    single = attnpool.explain(model, tokenizer, ["the cat"], erasure_k=0).examples[0]
+    assert [w.segment for w in single.words if w.kind == "word"] == [0, 0]
+
+
+def test_missing_texts_are_empty_and_a_single_pair_is_one_text():
+    """None/NaN became the words "None"/"nan" (training reads ""), and a str text_pairs was split into characters."""
+    import pandas as pd
+
+    model, tokenizer = tiny_model(num_labels=2), wordpiece_tokenizer()
+    one = attnpool.explain(model, tokenizer, "the cat", text_pairs="a dog", erasure_k=0).examples[0]
+    assert one.text_pair == "a dog" and [w.segment for w in one.words if w.kind == "word"] == [0, 0, 1, 1]
+    frame = pd.DataFrame({"a": ["the cat", None, float("nan"), "  "], "b": ["red mat", None, pd.NA, "a dog"]})
+    frame["b"] = frame["b"].astype(object)
+    result = attnpool.explain(model, tokenizer, frame["a"], text_pairs=frame["b"], erasure_k=0)
+    assert [(x.text, x.text_pair) for x in result.examples] == [("the cat", "red mat"), ("", ""), ("", ""),
+                                                                ("", "a dog")]
+    assert result.examples[1].tokens == ["[CLS]", "[SEP]", "[SEP]"]

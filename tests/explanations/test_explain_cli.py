@@ -142,7 +142,23 @@ def test_output_path_errors_come_before_the_model_runs(run, data, tmp_path, caps
     assert main([*common, "--output", str(tmp_path / "out")]) == 2
     assert f"--output {tmp_path / 'out'} is a folder; give a file name, e.g. {tmp_path / 'out' / 'report.html'}" \
         in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
+    assert main([*common, "--output", str(tmp_path / "notes.txt" / "r.html")]) == 2  # was: [Errno 17], JSON written
+    assert f"--output {tmp_path / 'notes.txt' / 'r.html'}: {tmp_path / 'notes.txt'} is a file, not a folder" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "out"]
+
+
+def test_a_fold_of_a_model_folder_is_refused(run, data, tmp_path, capsys, monkeypatch):
+    """--fold was silently ignored with a model folder: the report explained "fold 1" with the folder's one model."""
+    from attnpool.explanations import files
+
+    monkeypatch.setattr(files, "_load_model", lambda folder: pytest.fail("the model loaded before --fold was checked"))
+    folder = run / "fold_0" / "model"
+    assert main(["explain", "--run", str(folder), "--input", str(data / "test.csv"), "--output",
+                 str(tmp_path / "r.html"), "--text-cols", "first", "second", "--fold", "1"]) == 2
+    assert f"--fold 1 picks a fold of a train run directory; {folder} is one model folder" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_source_errors_are_one_clear_line(run, data, tmp_path, capsys):

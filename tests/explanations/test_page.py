@@ -10,7 +10,8 @@ import pytest
 from explain_helpers import tiny_model, wordpiece_tokenizer
 
 import attnpool
-from attnpool.explanations.page import render_html, write_report
+from attnpool.explanations import page as page_module
+from attnpool.explanations.page import render_html, report_paths, write_report
 from attnpool.explanations.svg import svg_curves
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -158,3 +159,34 @@ def test_words_are_shaded_against_the_heaviest_word_when_cls_takes_most_weight()
     assert 'rgba(234, 88, 12,0.850)" title="weight 0.0600' in html  # the heaviest word: the strongest shade
     assert 'rgba(234, 88, 12,0.425)" title="weight 0.0300' in html  # half its weight, half the shade
     assert "0.850);color:#fff\" title=\"special token · weight 0.9000" in html
+
+
+def test_a_file_where_a_folder_should_be_is_refused_up_front(tmp_path):
+    """--output under a regular file failed with "[Errno 17] File exists" after the model ran, the JSON written."""
+    (tmp_path / "notes").write_text("x", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"--output .*r\.html: .*notes is a file, not a folder, so nothing can be "
+                                         r"written under it; give a path in a folder, e\.g\. .*r\.html"):
+        report_paths(tmp_path / "notes" / "deeper" / "r.html")
+    with pytest.raises(ValueError, match="--json .*notes is a file, not a folder"):
+        report_paths(tmp_path / "r.html", tmp_path / "notes" / "r.json")
+    assert report_paths(tmp_path / "new" / "r.html") == (tmp_path / "new" / "r.html", tmp_path / "new" / "r.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"], "checking creates nothing"
+
+
+def test_the_json_and_the_html_are_written_both_or_neither(explanation, tmp_path, monkeypatch):
+    """The JSON was written first and stayed when the HTML could not be rendered or written."""
+    real_write = page_module.atomic_write_text
+
+    def html_fails(path, text):
+        if str(path).endswith(".html"):
+            raise OSError("disk full")
+        return real_write(path, text)
+
+    monkeypatch.setattr(page_module, "atomic_write_text", html_fails)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(explanation, tmp_path / "r.html")
+    monkeypatch.setattr(page_module, "atomic_write_text", real_write)
+    monkeypatch.setattr(page_module, "render_html", lambda *args, **kwargs: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        write_report(explanation, tmp_path / "r.html")
+    assert list(tmp_path.iterdir()) == [], "no JSON without its page, and no temporary file"

