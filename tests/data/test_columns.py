@@ -260,3 +260,47 @@ def test_a_column_name_with_spaces_is_shown_with_them():
                                                   "text, ' label' (' label' in the header: the spaces around a name "
                                                   "are part of it")):
         check_columns(frame, ["text", "label"], "train.csv")
+
+
+def test_a_column_name_with_a_control_character_is_shown_quoted():
+    """'text\tlabel' (a TSV header read as CSV) printed as "text	label", as if it were two columns."""
+    frame = pd.DataFrame({"text\tlabel": ["a"]})
+    with pytest.raises(DataError, match=re.escape(r"missing column(s) 'text'; the columns present are: 'text\tlabel'")):
+        check_columns(frame, ["text"], "train.csv")
+
+
+def test_template_placeholders_are_column_names_verbatim():
+    """str.format read {review.title} as the attribute 'title' of a column 'review': a KeyError traceback."""
+    df = pd.DataFrame({"review.title": ["x", "y"], "q[1]": ["m", "n"], "0": ["z", "w"]})
+    texts = build_texts(df, template="{{{review.title}}} [SEP] {q[1]} {0}", sep_token="</s>")
+    assert texts.first == ["{x} </s> m z", "{y} </s> n w"]
+    from attnpool.data.columns import template_fields, text_fields
+
+    assert template_fields("{review.title} {q[1]}") == text_fields(None, "{review.title} {q[1]}") == [
+        "review.title", "q[1]"]
+
+
+@pytest.mark.parametrize("placeholder", ["{price:.2f}", "{price!r}", "{price:>5}"])
+def test_template_format_specs_and_conversions_are_refused(placeholder):
+    """{price:.2f} failed with "Unknown format code 'f' for object of type 'str'" (template cells are text)."""
+    from attnpool.data.columns import template_fields
+
+    template = f"{{title}} costs {placeholder}"
+    message = f"template {template!r}: placeholder {placeholder} has a format spec or conversion"
+    df = pd.DataFrame({"title": ["a"], "price": ["1.5"]})
+    for call in (lambda: build_texts(df, template=template), lambda: template_fields(template)):
+        with pytest.raises(DataError, match=re.escape(message) + ".* write {price} and format the values"):
+            call()
+
+
+def test_multilabel_lists_written_as_text_are_lists():
+    """df.to_csv writes a list column as "['a', 'b']": split at '|', it trained on the class "['a', 'b']"."""
+    df = pd.DataFrame({"tags": ["['sports', 'news']", "['news']", ' ["tech"] ', "[]", "[1, 2.0]", "a|b"]})
+    labels = validate_labels(df, "tags", "multilabel")
+    assert labels.classes == ["1", "2", "a", "b", "news", "sports", "tech"]
+    assert labels.values.sum(axis=1).tolist() == [2, 1, 1, 0, 2, 2]
+    for cell in ("[draft]", "[['a'], 'b']", "[a, b]"):
+        with pytest.raises(DataError, match=re.escape(f"column 'tags', data row 2: {cell!r} looks like a list written "
+                                                      "as text but is not a list of labels; write a row's labels "
+                                                      "separated by '|' (e.g. 'a|b'), or keep lists in a JSONL")):
+            validate_labels(pd.DataFrame({"tags": ["a", cell]}), "tags", "multilabel")

@@ -194,8 +194,10 @@ def test_an_unquoted_tsv_whose_text_starts_with_a_quote_is_refused_not_merged(tm
     """GLUE-style TSV has no quoting: a leading " opened a quoted section that swallowed the next rows silently."""
     path = tmp_path / "reviews.tsv"
     path.write_text('text\tlabel\nok\t0\nfine\t1\n"Great film\t1\nmeh\t0\n"bad" one\t1\nlast\t0\n')
-    with pytest.raises(DataError, match=r"reviews.tsv: column 'text', data row 3 holds a tab and a line break: a "
-                                        r"double quote at the start of a field opened a quoted section"):
+    with pytest.raises(DataError, match=r"reviews.tsv: data row 3, column 'text' \(starting 'Great film\\t1'\) holds "
+                                        r"2 line break\(s\): a double quote at the start of a field opened a quoted "
+                                        r"section that merged the next lines into this row, yet every line of the file "
+                                        r"has the header's 2 field\(s\)"):
         list(iter_table(path, 2, text_columns={"text"})) if chunked else read_table(path)
     # a quoted field may hold a tab (as pandas writes it): read as written
     pd.DataFrame({"text": ["a\tb", 'say "hi"'], "label": [1, 2]}).to_csv(path, sep="\t", index=False)
@@ -269,3 +271,88 @@ def test_missing_text_stays_missing_with_pandas_2_string_inference(tmp_path):
             pytest.skip("this pandas cannot read strings as pandas 2 did")
     assert frame["id"].tolist()[0::2] == ["4112", "7"] and pd.isna(frame["id"][1])
     assert frame["text"].tolist()[:2] == ["a", "5"] and pd.isna(frame["text"][2])
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_one_column_tsv_whose_text_starts_with_a_quote_is_refused_not_merged(tmp_path, chunked):
+    """4 lines read as 2 rows: `attnpool predict` wrote 2 predictions, and a tab-and-line-break check saw nothing."""
+    path = tmp_path / "sentences.tsv"
+    path.write_text('first\n"the cat sat\nred dog ran\nbig tree" fast\nblue house\n')
+    with pytest.raises(DataError, match=r"sentences.tsv: data row 1, column 'first' \(starting 'the cat sat'\) "
+                                        r"holds 2 line break\(s\).* Remove the stray double quote"):
+        list(iter_table(path, 1)) if chunked else read_table(path)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_quoted_tsv_field_with_a_tab_and_a_line_break_reads_as_written(tmp_path, chunked):
+    """Code that write_table wrote to TSV (a quoted field with a tab and a line break) was refused as a stray quote."""
+    from attnpool.data import write_table
+
+    path = tmp_path / "code.tsv"
+    frame = pd.DataFrame({"text": ["def f():\n\treturn 1", "x = 2", 'say "hi"'], "label": [1, 0, 1]})
+    write_table(frame, path)
+    out = pd.concat(iter_table(path, 1)) if chunked else read_table(path)
+    assert out.to_dict("list") == frame.to_dict("list")
+    one = frame[["text"]].assign(text=["line 1\nline 2", "x", 'a "b"\nc'])  # one column: every line has one field
+    write_table(one, path)
+    out = pd.concat(iter_table(path, 2)) if chunked else read_table(path)
+    assert out["text"].tolist() == one["text"].tolist()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_pandas_index_stored_in_parquet_becomes_columns(tmp_path, chunked):
+    """set_index("id").to_parquet: read_table made the ids the index, iter_table lost them (--id-col failed)."""
+    pytest.importorskip("pyarrow")
+    frame = pd.DataFrame({"id": ["a1", "a2", "a3"], "g": [1, 1, 2], "text": ["x", "y", "z"]})
+    cases = {"named.parquet": frame.set_index("id"), "two.parquet": frame.set_index(["id", "g"]),
+             "unnamed.parquet": frame.iloc[[2, 0, 1]]}  # a stored, unnamed index is dropped
+    for name, stored in cases.items():
+        stored.to_parquet(tmp_path / name)
+        out = pd.concat(iter_table(tmp_path / name, 2)) if chunked else read_table(tmp_path / name)
+        expected = frame.iloc[[2, 0, 1]] if name == "unnamed.parquet" else frame
+        assert out.to_dict("list") == expected.to_dict("list") and list(out.index) == [0, 1, 2], name
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("semi.csv", "text;label\nhello there;1\n", "the header is one column, 'text;label', and the first data row "
+     "holds ';' too: the file looks semicolon-separated, but a .csv file is read as comma-separated; convert it"),
+    ("semi2.csv", "text;label\nhello, world;1\n", "the first data row has 2 fields and the header 1 (text;label); "
+     "every column would be read one place off. Enclose fields that hold the delimiter (',') in double quotes, and "
+     "remove a delimiter ending each line (or name that column in the header). The header is one column, "
+     "'text;label': the file looks semicolon-separated"),
+    ("tabs.csv", "text\tlabel\nhello\t1\n", "the header is one column, 'text\\tlabel', and the first data row holds "
+     "'\\t' too: the file looks tab-separated, but a .csv file is read as comma-separated; rename it to .tsv"),
+    ("comma.tsv", "text,label\nhello,1\n", "the file looks comma-separated, but a .tsv file is read as "
+     "tab-separated; rename it to .csv"),
+])
+def test_a_file_separated_by_another_delimiter_says_so(tmp_path, chunked, name, content, message):
+    """A ;-separated .csv read as one column named 'text;label', then failed as a missing column 'text'."""
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DataError, match=re.escape(f"{name}: ") + ".*" + re.escape(message)):
+        list(iter_table(path, 1)) if chunked else read_table(path)
+    path.write_text("a|b\nx\n")  # a one-column header holding '|' above rows without it: a name, read as it is
+    assert read_table(path).columns.tolist() == ["a|b"]
+
+
+def test_column_names_with_control_characters_are_shown_quoted(tmp_path):
+    """A tab in a name printed as a gap: "columns: id text" hid that the header was one name, not two."""
+    path = tmp_path / "t.tsv"
+    path.write_text('"a\tb"\tc\n1\t2\t3\n')
+    with pytest.raises(DataError, match=re.escape(r"the header 2 ('a\tb', c)")):
+        read_table(path)
+
+
+def test_utf16_is_named_and_cp1252_is_the_suggested_encoding(tmp_path):
+    """Both were told `iconv -f latin1`: useless for UTF-16, and it turns cp1252's curly quotes into control codes."""
+    path = tmp_path / "excel.tsv"
+    path.write_bytes("text\tlabel\nh\u00e9llo\t1\n".encode("utf-16"))
+    message = (r"excel.tsv: not UTF-8 but UTF-16 \(it starts with the byte-order mark (ff fe|fe ff), as Excel's "
+               r'"Unicode Text" writes\); re-encode the file as UTF-8, e.g. `iconv -f utf-16 -t utf-8 excel.tsv')
+    for read in (read_table, lambda p: list(iter_table(p, 1))):
+        with pytest.raises(DataError, match=message):
+            read(path)
+    path.write_bytes("text\tlabel\nit\u2019s\t1\n".encode("cp1252"))
+    with pytest.raises(DataError, match=re.escape("usually Windows' cp1252 (Excel), e.g. `iconv -f cp1252 -t utf-8")):
+        read_table(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import string
 from collections.abc import Iterable, Sequence
@@ -28,7 +30,7 @@ def check_columns(df: pd.DataFrame, required: Iterable[str | None], where: str) 
     Raises:
         DataError: Naming the missing columns and the columns present.
     """
-    present = [repr(str(c)) if str(c) != str(c).strip() else str(c) for c in df.columns]  # spaces made visible
+    present = [shown_column(c) for c in df.columns]
     missing = list(dict.fromkeys(c for c in required if c is not None and c not in df.columns))
     if missing:
         spaced = [repr(str(c)) for c in df.columns if str(c) != str(c).strip() and str(c).strip() in missing]
@@ -38,6 +40,12 @@ def check_columns(df: pd.DataFrame, required: Iterable[str | None], where: str) 
             f"{where}: missing column(s) {', '.join(map(repr, missing))}; the columns present are: "
             f"{', '.join(present) or '(none)'}{hint}. Fix the column names in the options or in the file header"
         )
+
+
+def shown_column(name: Any) -> str:
+    """A column name for a message: quoted when spaces around it or control characters (a tab) would not show."""
+    text = str(name)
+    return repr(text) if text != text.strip() or not text.isprintable() else text
 
 
 class Texts(NamedTuple):
@@ -62,9 +70,11 @@ def build_texts(
     - one column: its values;
     - two columns: a text pair ``(first, second)``, for the tokenizer to join with its own special tokens;
     - more columns: the values joined by ``f" {sep_token} "``;
-    - a template: ``str.format`` placeholders naming columns, e.g. ``"{anchor} [SEP] {target} [SEP] {context}"``.
-      The literal ``[SEP]`` in a template is replaced by ``sep_token``, so one template serves BERT (``[SEP]``) and
-      RoBERTa (``</s>``) tokenizers. Braces meant literally are doubled: ``{{``, ``}}``.
+    - a template: placeholders naming columns, e.g. ``"{anchor} [SEP] {target} [SEP] {context}"``, each replaced by
+      the cell as text; the name is the column's whole name (``{review.title}``), and ``str.format``'s conversions
+      and format specs (``{price:.2f}``) are refused. The literal ``[SEP]`` in a template is replaced by
+      ``sep_token``, so one template serves BERT (``[SEP]``) and RoBERTa (``</s>``) tokenizers. Braces meant
+      literally are doubled: ``{{``, ``}}``.
 
     Missing (``NaN``/``None``) or blank values become ``""``; the rows that had one are counted, so the caller can
     log it. Non-string values are written with ``str``.
@@ -80,7 +90,8 @@ def build_texts(
 
     Raises:
         DataError: Neither or both of ``text_cols`` and ``template``; a column or placeholder that is not a
-            column of ``df`` (the message lists the columns); a placeholder without a name (``{}``, ``{0}``).
+            column of ``df`` (the message lists the columns); a placeholder without a name (``{}``, ``{0}``), a
+            conversion or a format spec.
     """
     if isinstance(text_cols, str):
         text_cols = [text_cols]
@@ -97,8 +108,10 @@ def build_texts(
     if template:
         fields = _template_fields(template, df)
         cells, empty = _cells(df, fields)
-        fmt = template.replace("[SEP]", sep_token) if sep_token != "[SEP]" else template
-        first = [fmt.format_map(dict(zip(fields, row, strict=True))) for row in zip(*cells, strict=True)]
+        at = {name: i for i, name in enumerate(fields)}
+        parts = [(literal.replace("[SEP]", sep_token), at.get(name)) for literal, name in _template_parts(template)]
+        first = ["".join(literal + ("" if i is None else row[i]) for literal, i in parts)
+                 for row in zip(*cells, strict=True)]
         return Texts(first, None, int(empty.sum()))
     cols = list(text_cols or [])
     check_columns(df, cols, "text columns")
@@ -114,13 +127,32 @@ def template_fields(template: str) -> list[str]:
     """Every placeholder of ``template`` in order (``{a} [SEP] {b}`` -> ``["a", "b"]``), repeats included.
 
     Raises:
-        DataError: Unbalanced braces, saying how to write a literal one.
+        DataError: Unbalanced braces, saying how to write a literal one; a conversion or format spec (``{a!r}``,
+            ``{price:.2f}``).
+    """
+    return [name for _, name in _template_parts(template) if name is not None]
+
+
+def _template_parts(template: str) -> list[tuple[str, str | None]]:
+    """The template as ``(literal text, placeholder)`` pairs, the placeholder ``None`` after the last one.
+
+    A placeholder names a column verbatim: ``{review.title}`` is the column ``review.title``, not the attribute
+    ``title`` of a column ``review`` as ``str.format`` would read it. Format specs and conversions are refused: the
+    cells of a template's columns are read as text, as written in the file, so ``{price:.2f}`` could not apply.
     """
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:  # e.g. a single "{" or "}"
         raise DataError(f"bad template {template!r}: {e}; write a literal brace as {{{{ or }}}}") from None
-    return [name for _, name, _, _ in parsed if name is not None]
+    for _, name, spec, conversion in parsed:
+        if spec or conversion:
+            written = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise DataError(
+                f"template {template!r}: placeholder {written} has a format spec or conversion, but a placeholder "
+                f"inserts its column's text as written in the file: write {{{name}}} and format the values in the "
+                "file. A column whose name holds ':' or '!' cannot be a placeholder (rename it); a literal brace is "
+                "written {{ or }}")
+    return [(literal, name) for literal, name, _, _ in parsed]
 
 
 def text_fields(text_cols: Sequence[str] | None, template: str | None) -> list[str]:
@@ -132,7 +164,7 @@ def _template_fields(template: str, df: pd.DataFrame) -> list[str]:
     """The distinct column names a template uses, checked against ``df``."""
     fields = template_fields(template)
     columns = ", ".join(map(str, df.columns))
-    if any(name == "" or name.isdigit() for name in fields):
+    if any(name == "" or (name.isdigit() and name not in df.columns) for name in fields):  # str.format's {}, {0}
         raise DataError(
             f"template {template!r}: every placeholder must name a column, e.g. {{anchor}}; columns: {columns}"
         )
@@ -189,8 +221,9 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
     - ``binary`` / ``multiclass``: any values (numbers or strings); classes are the sorted distinct values
       (integral floats such as ``1.0`` become ints; a column mixing numbers and strings is compared as strings).
       Binary needs exactly two classes, multiclass at least two. Missing values are errors.
-    - ``multilabel``: each cell a ``delimiter``-separated string (``"a|b"``) or a list (JSONL, Parquet); classes
-      are the sorted distinct label strings. An empty or missing cell is a row with no labels.
+    - ``multilabel``: each cell a ``delimiter``-separated string (``"a|b"``), a list (JSONL, Parquet) or a list
+      written as text (``"['a', 'b']"`` as pandas writes a list column to CSV, or ``'["a", "b"]'``); classes are
+      the sorted distinct label strings. An empty or missing cell (or ``[]``) is a row with no labels.
 
     Row numbers in messages are 1-based data rows, as in the file (the header is not counted).
 
@@ -277,7 +310,7 @@ def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
 
 
 def _multilabel(column: pd.Series, delimiter: str) -> Labels:
-    sets = [_label_set(v, delimiter) for v in column.tolist()]
+    sets = [_label_set(_listed(v, column.name, row, delimiter), delimiter) for row, v in enumerate(column.tolist())]
     classes = sorted(set().union(*sets))
     if not classes:
         raise DataError(
@@ -295,6 +328,30 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
     for row, labels in enumerate(sets):
         values[row, [index[c] for c in labels]] = 1.0
     return Labels(values, classes)
+
+
+def _listed(value: Any, name: Any, row: int, delimiter: str) -> Any:
+    """A cell holding a list written as text (``"['a', 'b']"``, as pandas writes a list column to CSV) as the list.
+
+    Split at the delimiter, such a cell would train on the label combinations (``"['a'"``) without an error.
+    """
+    text = value.strip() if isinstance(value, str) else ""
+    if not (text.startswith("[") and text.endswith("]")):
+        return value
+    try:
+        listed = json.loads(text)
+    except ValueError:
+        try:
+            listed = ast.literal_eval(text)  # Python's repr, as pandas writes it: single quotes
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            listed = None
+    if isinstance(listed, list) and all(isinstance(v, str | int | float) for v in listed):
+        return listed
+    raise DataError(
+        f"column {name!r}, data row {row + 1}: {value!r} looks like a list written as text but is not a list of "
+        f"labels; write a row's labels separated by {delimiter!r} (e.g. 'a{delimiter}b'), or keep lists in a JSONL "
+        "or Parquet file. A class whose name is in brackets must be renamed"
+    )
 
 
 def _label_set(value: Any, delimiter: str) -> set[str]:

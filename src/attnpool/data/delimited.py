@@ -1,17 +1,25 @@
 """Checks of a CSV or TSV file as pandas reads it, each a DataError saying where and how to fix it.
 
-A header naming a column twice, a first row longer than the header, a TSV field that a stray quote ran over the next
-rows, and pandas' parser errors as one line.
+A header naming a column twice, a first row longer than the header, a file that uses another delimiter than its
+extension says, a TSV row that a stray quote merged with the next lines, and pandas' parser errors as one line.
 """
 
 from __future__ import annotations
 
+import csv
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
 
+from attnpool.data.columns import shown_column
 from attnpool.data.errors import DataError
+
+_OTHER_DELIMITERS = {"\t": "tab", ";": "semicolon", "|": "pipe", ",": "comma"}
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # where pandas' parser ends a line
 
 
 def check_header(source, path: Path, sep: str) -> None:
@@ -27,43 +35,120 @@ def check_header(source, path: Path, sep: str) -> None:
 
 
 def check_fields(frame: pd.DataFrame, path: Path, sep: str) -> None:
-    """Refuse a first data row with more fields than the header: pandas made the first column the index.
+    """Refuse a first data row with more fields than the header, or a file separated by another delimiter.
 
-    An unquoted delimiter inside a text, or a delimiter ending every line, shifted every column one to the right
-    (the ids became the index, the text's second half was read as the label) without an error.
+    With more fields, pandas made the first column the index: an unquoted delimiter inside a text, or a delimiter
+    ending every line, shifted every column one to the right (the ids became the index, the text's second half was
+    read as the label) without an error. A header read as one name holding ``;``, a tab or ``|`` (a ``.csv`` file
+    saved by a European Excel, or a TSV file named ``.csv``) would only fail later, as a missing column.
     """
+    other = _other_delimiter(frame, sep)
     if isinstance(frame.index, pd.RangeIndex):
+        first = frame.iloc[0, 0] if len(frame) and other else None
+        if isinstance(first, str) and other in first:  # the data row is split the same way: not a name that holds it
+            raise DataError(f"{path}: the header is one column, {str(frame.columns[0])!r}, and the first data row "
+                            f"holds {other!r} too: {_looks_separated(sep, other)}")
         return
     extra = frame.index.nlevels
+    hint = f" The header is one column, {str(frame.columns[0])!r}: {_looks_separated(sep, other)}" if other else ""
     raise DataError(
         f"{path}: the first data row has {len(frame.columns) + extra} fields and the header {len(frame.columns)} "
-        f"({', '.join(map(str, frame.columns))}); every column would be read one place off. Enclose fields that "
-        f"hold the delimiter ({sep!r}) in double quotes, and remove a delimiter ending each line (or name that "
-        "column in the header)")
+        f"({', '.join(map(shown_column, frame.columns))}); every column would be read one place off. Enclose fields "
+        f"that hold the delimiter ({sep!r}) in double quotes, and remove a delimiter ending each line (or name that "
+        f"column in the header).{hint}")
 
 
-def check_tsv(frame: pd.DataFrame, path: Path, sep: str, first_row: int) -> pd.DataFrame:
-    """Refuse a TSV field holding a tab and a line break: a double quote opening a field ran it over the next rows.
+def _other_delimiter(frame: pd.DataFrame, sep: str) -> str | None:
+    """The delimiter other than ``sep`` in a header read as a single name, if any."""
+    if len(frame.columns) != 1:
+        return None
+    return next((d for d in _OTHER_DELIMITERS if d != sep and d in str(frame.columns[0])), None)
 
-    TSV is read with CSV quoting, as pandas writes it (a quoted field may hold a tab, or a line break); a file
-    without quoting (GLUE style) whose text starts with ``"`` would otherwise lose rows silently, merged into one
-    field that holds both.
+
+def _looks_separated(sep: str, other: str) -> str:
+    """What the header's other delimiter suggests, and how to fix the file (rename it, or convert it to CSV)."""
+    kind = "a .tsv file is read as tab-separated" if sep == "\t" else "a .csv file is read as comma-separated"
+    if other in ("\t", ","):
+        fix = f"rename it to {'.tsv' if other == chr(9) else '.csv'}"
+    else:
+        fix = (f"convert it, e.g. `pd.read_csv(path, sep={other!r}, dtype=str, keep_default_na=False)"
+               ".to_csv(out, index=False)`")
+    return f"the file looks {_OTHER_DELIMITERS[other]}-separated, but {kind}; {fix}"
+
+
+class MergedRows:
+    """Refuses TSV rows that a stray double quote merged with the next lines; checks chunk after chunk of a file.
+
+    TSV is read with CSV quoting, as pandas and :func:`~attnpool.data.writers.write_table` write it: a quoted field
+    may hold a tab or a line break. A file without quoting (GLUE style) whose text starts with ``"`` reads the same
+    way: the quote opens a section that runs over the next lines, and they become one row without an error. Only a
+    field holding a line break can be such a merge; then the file is read once more, without quoting
+    (:func:`reads_unquoted`). If every line has the header's fields there, the file has no quoting and the row is
+    refused; otherwise (a quoted field holding a tab and a line break, as code has) the file reads as quoted.
     """
-    if sep != "\t":
-        return frame
-    for name in frame.columns:
-        column = frame[name]
-        if column.dtype == object or pd.api.types.is_string_dtype(column):
-            found = (column.str.contains("\t", regex=False, na=False)
-                     & column.str.contains("\n", regex=False, na=False))
-            if found.any():
-                row = first_row + int(np.flatnonzero(found.to_numpy())[0]) + 1  # 1-based, as data rows are named
-                raise DataError(
-                    f"{path}: column {name!r}, data row {row} holds a tab and a line break: a double quote at the "
-                    "start of a field opened a quoted section that ran over the next rows. TSV is read with CSV "
-                    'quoting (as pandas writes it): enclose such fields in double quotes and double the quotes inside '
-                    '("" for "), or convert the file to CSV or JSONL')
-    return frame
+
+    def __init__(self, path: Path, sep: str, open_text: Callable[[], TextIO]) -> None:
+        self._path, self._sep, self._open_text = path, sep, open_text
+        self._unquoted: bool | None = None  # decided once per file, at the first field holding a line break
+
+    def check(self, frame: pd.DataFrame, first_row: int) -> pd.DataFrame:
+        """The chunk, unless a field holds a line break in a file without quoting; ``first_row``: its first row."""
+        if self._sep != "\t":
+            return frame
+        merged = []  # (position in the chunk, column) of the first field holding a line break, per column
+        for name in frame.columns:
+            column = frame[name]
+            if column.dtype == object or pd.api.types.is_string_dtype(column):
+                found = np.flatnonzero(column.str.contains("[\r\n]", na=False).to_numpy())
+                merged += [(int(found[0]), name)] if len(found) else []
+        if not merged:
+            return frame
+        if self._unquoted is None:
+            self._unquoted = reads_unquoted(self._open_text, len(frame.columns))
+        if not self._unquoted:
+            return frame
+        position, name = min(merged, key=lambda m: m[0])
+        value = frame[name].iloc[position]
+        raise DataError(
+            f"{self._path}: data row {first_row + position + 1}, column {name!r} (starting "
+            f"{_LINE_BREAK.split(value)[0][:40]!r}) holds {len(_LINE_BREAK.findall(value))} line break(s): a double "
+            "quote at the start of a field opened a quoted section that merged the next lines into this row, yet "
+            f"every line of the file has the header's {len(frame.columns)} field(s), as a TSV file without quoting "
+            "has. Remove the stray double quote, or quote the file as CSV does (enclose such fields in double quotes "
+            'and double the quotes inside, "" for "), e.g. `pd.read_csv(path, sep="\\t", quoting=csv.QUOTE_NONE, '
+            'dtype=str, keep_default_na=False).to_csv(out, sep="\\t", index=False)`; or convert the file to JSONL')
+
+
+def reads_unquoted(open_text: Callable[[], TextIO], fields: int) -> bool:
+    """Whether a TSV file reads as one without quoting: every non-blank line has ``fields`` fields.
+
+    With one column every line without a tab has one field, which says nothing: then the file must also not be
+    valid CSV quoting (a closing quote followed by more text, as in ``"big tree" fast``), or a quoted text of
+    several lines, as pandas writes it, would be refused.
+    """
+    with open_text() as source:
+        if any(line.count("\t") != fields - 1 for line in _lines(source) if line):
+            return False
+    if fields > 1:
+        return True
+    with open_text() as source:
+        try:
+            for _ in csv.reader(_lines(source), delimiter="\t", strict=True):
+                pass
+        except csv.Error:
+            return True
+    return False
+
+
+def _lines(source: TextIO, block: int = 1 << 20) -> Iterator[str]:
+    r"""The lines of a text stream without their line breaks (``\r\n``, ``\r`` or ``\n``), read block by block."""
+    rest = ""
+    while text := source.read(block):
+        lines = _LINE_BREAK.split(rest + text)
+        rest = lines.pop()  # may go on in the next block
+        yield from lines
+    if rest:
+        yield rest
 
 
 def csv_error(path: Path, sep: str, error: Exception) -> DataError:

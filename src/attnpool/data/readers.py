@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnpool.data.delimited import check_fields, check_header, check_tsv, csv_error
+from attnpool.data.delimited import MergedRows, check_fields, check_header, csv_error
 from attnpool.data.errors import DataError
 from attnpool.data.text_files import Utf8Stream, is_blank, not_utf8, read_utf8
 
@@ -83,7 +83,7 @@ def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: I
     chunk may be text in another. Name the columns whose values must stay text in ``text_columns`` (ids, texts).
     A JSONL chunk has every key seen so far (missing values for those its lines lack), and every key of ``columns``
     that some line of the file has, but not other keys that appear only in later lines. A pandas index stored in a
-    Parquet file is not restored.
+    Parquet file becomes columns, as with :func:`read_table`.
 
     Args:
         path: The file; the extension picks the reader, as in :func:`read_table`.
@@ -187,7 +187,7 @@ def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> 
         raise csv_error(path, sep, e) from None
     check_header(io.StringIO(text), path, sep)
     check_fields(frame, path, sep)
-    return _with_numbers(check_tsv(frame, path, sep, 0), text_columns)
+    return _with_numbers(MergedRows(path, sep, lambda: io.StringIO(text)).check(frame, 0), text_columns)
 
 
 def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
@@ -195,11 +195,12 @@ def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str
         try:
             with Utf8Stream(path) as header:
                 check_header(header, path, sep)
+            merged = MergedRows(path, sep, lambda: Utf8Stream(path))
             with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
                 first = 0  # the chunk's first row; no enumerate(): its cached tuple would hold the last chunk
                 for frame in reader:
                     check_fields(frame, path, sep)
-                    yield _with_numbers(check_tsv(frame, path, sep, first), text_columns)
+                    yield _with_numbers(merged.check(frame, first), text_columns)
                     first += chunk_rows
                     del frame  # before the next chunk is read
         except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
@@ -343,10 +344,21 @@ def _parquet_error(path: Path, error: Exception) -> DataError:
 _TO_PANDAS = {"integer_object_nulls": True}
 
 
+def _frame(table) -> pd.DataFrame:
+    """A pyarrow table as a frame, with the levels of a pandas index stored in it as columns, the unnamed dropped.
+
+    ``df.set_index("id").to_parquet(...)`` stores the ids as the index: a column, as in CSV, for ``--id-col``
+    (:func:`iter_table` numbers the rows in the index, where the ids would be lost).
+    """
+    frame = table.to_pandas(**_TO_PANDAS)
+    named = [name for name in frame.index.names if name is not None]
+    return (frame.reset_index(level=named) if named else frame).reset_index(drop=True)
+
+
 def _read_parquet(path: Path) -> pd.DataFrame:
     pq = _require_pyarrow(path)
     try:
-        return pq.read_table(path).to_pandas(**_TO_PANDAS)
+        return _frame(pq.read_table(path))
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
         raise _parquet_error(path, e) from e
 
@@ -359,7 +371,7 @@ def _iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
         file = pq.ParquetFile(path)
         schema = file.schema_arrow
         if file.metadata.num_rows == 0:
-            yield schema.empty_table().to_pandas(**_TO_PANDAS)
+            yield _frame(schema.empty_table())
             return
         pending: list = []
         rows = 0
@@ -368,9 +380,9 @@ def _iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
             rows += batch.num_rows
             while rows >= chunk_rows:
                 table = pa.Table.from_batches(pending, schema=batch.schema)
-                yield table.slice(0, chunk_rows).to_pandas(**_TO_PANDAS)
+                yield _frame(table.slice(0, chunk_rows))
                 pending, rows = table.slice(chunk_rows).to_batches(), rows - chunk_rows
         if rows:
-            yield pa.Table.from_batches(pending, schema=schema).to_pandas(**_TO_PANDAS)
+            yield _frame(pa.Table.from_batches(pending, schema=schema))
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
         raise _parquet_error(path, e) from e

@@ -20,12 +20,32 @@ def read_utf8(path: Path) -> str:
         raise not_utf8(path, raw[offset : bom + e.end], offset, raw.count(b"\n", 0, offset) + 1) from None
 
 
+# Byte-order marks of the encodings a UTF-8 reader cannot read; UTF-32's first: its LE mark starts like UTF-16's
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def not_utf8(path: Path, bad: bytes, offset: int, line: int) -> DataError:
-    """The error for an undecodable byte: where it is, and how to re-save the file."""
+    """The error for an undecodable byte: where it is, and how to re-save the file.
+
+    A file starting with a UTF-16 byte-order mark (Excel's "Unicode Text") is named as such. Otherwise the usual
+    culprit is Windows' cp1252 (Excel's "CSV"), not latin-1: re-encoded as latin-1, its curly quotes and euro sign
+    would become control characters.
+    """
+    with path.open("rb") as f:
+        head = f.read(4)
+    bom, encoding = next(((bom, name) for bom, name in _BOMS if head.startswith(bom)), (b"", None))
+    if encoding:
+        excel = ", as Excel's \"Unicode Text\" writes" if encoding == "utf-16" else ""
+        return DataError(
+            f"{path}: not UTF-8 but {encoding.upper()} (it starts with the byte-order mark {bom.hex(' ')}{excel}); "
+            f"re-encode the file as UTF-8, e.g. `iconv -f {encoding} -t utf-8 {path.name} > utf8-{path.name}` or, "
+            f"in Python, `Path(out).write_text(Path(path).read_text(encoding='{encoding}'), encoding='utf-8')`"
+        )
     return DataError(
         f"{path}: not valid UTF-8: byte(s) {bad.hex(' ')} at byte offset {offset} (line {line}); re-encode the file "
-        "as UTF-8, e.g. `iconv -f latin1 -t utf-8 in.csv > out.csv` or, in pandas, "
-        "`pd.read_csv(path, encoding='latin-1').to_csv(out, index=False)`"
+        f"as UTF-8 from its encoding, usually Windows' cp1252 (Excel), e.g. `iconv -f cp1252 -t utf-8 {path.name} > "
+        f"utf8-{path.name}` or, in pandas, `pd.read_csv(path, encoding='cp1252').to_csv(out, index=False)`"
     )
 
 
