@@ -15,9 +15,9 @@ import transformers
 
 import attnpool  # noqa: F401  (registers the Auto classes)
 from attnpool.cli import main
-from attnpool.exporters import ExportError, export_onnx, resolve_model_dir, verify_onnx
+from attnpool.exporters import ExportError, VerificationError, export_onnx, resolve_model_dir, verify_onnx
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
-from model_helpers import batch, tiny_config, tiny_tokenizer
+from model_helpers import batch, save_tiny_encoder, tiny_config, tiny_tokenizer
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -35,6 +35,16 @@ def _randomise_pooler_and_head(model, seed=0):
             for p in module.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
     return model.eval()
+
+
+def _fake_exporter(monkeypatch):
+    """A stand-in for the (slow) exporter, for tests of what happens to the files around the graph it saves."""
+    import attnpool.exporters.onnx as export_module
+
+    program = SimpleNamespace(model=SimpleNamespace(metadata_props={}, opset_imports={"": 20}),
+                              save=lambda p, **kwargs: Path(p).write_bytes(b"onnx"))
+    monkeypatch.setattr(export_module, "_export_program", lambda *args: program)
+    return export_module
 
 
 def _session(path):
@@ -174,21 +184,82 @@ def test_with_weights_for_a_pooler_without_weights_is_refused(tmp_path):
 
 
 def test_a_failed_verification_writes_nothing(saved, tmp_path, monkeypatch):
-    import attnpool.exporters.onnx as export_module
-    from attnpool.exporters import VerificationError
-
     def disagree(*args, **kwargs):
         raise VerificationError("the exported graph disagrees with PyTorch")
 
-    # A stand-in for the (slow) exporter: what matters here is what happens to the files it saved.
-    program = SimpleNamespace(model=SimpleNamespace(metadata_props={}, opset_imports={"": 20}),
-                              save=lambda p, **kwargs: Path(p).write_bytes(b"onnx"))
-    monkeypatch.setattr(export_module, "_export_program", lambda *args: program)
-    monkeypatch.setattr(export_module, "verify_onnx", disagree)
+    monkeypatch.setattr(_fake_exporter(monkeypatch), "verify_onnx", disagree)
     out = tmp_path / "out" / "model.onnx"
     with pytest.raises(ExportError, match="disagrees with PyTorch. Nothing was written to"):
         export_onnx(saved, out)
     assert list((tmp_path / "out").iterdir()) == []  # no graph, no tokenizer, no temporary folder
+
+
+def test_a_graph_exported_over_another_takes_the_earlier_tokenizer_away(saved, tmp_path, monkeypatch):
+    """Model B (no tokenizer) over model A's export: A's tokenizer stayed beside B's graph, and was served with it."""
+    _fake_exporter(monkeypatch)
+    out = tmp_path / "serve" / "model.onnx"
+    assert export_onnx(saved, out, verify=False).tokenizer_saved
+    (out.parent / "notes.txt").write_text("the user's")
+    other = AttnPoolForSequenceClassification.from_encoder(tiny_config("roberta"), pooling="attention")
+    assert not export_onnx(other, out, verify=False).tokenizer_saved
+    assert sorted(p.name for p in out.parent.iterdir()) == ["README.md", "model.onnx", "notes.txt"]
+    folder = tmp_path / "model"  # a model folder's tokenizer is the model's, whatever is exported into it
+    shutil.copytree(saved, folder)
+    export_onnx(saved, folder / "model.onnx", verify=False)
+    export_onnx(saved, folder / "model.onnx", verify=False, save_tokenizer=False)
+    assert (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file()
+
+
+def test_an_exporter_failure_names_its_innermost_cause_on_one_line(tmp_path, monkeypatch):
+    """torch's message opens with a coloured banner: its first 500 characters cut the cause off, and every failure
+    was advised another opset, which helps only an operator the exporter cannot convert."""
+    from torch.onnx._internal.exporter._errors import ConversionError, TorchExportError
+
+    def failing(kind, cause):
+        def export(*args, **kwargs):
+            try:
+                raise cause
+            except Exception as err:
+                raise kind("Failed to export the model. \x1b[96mThis is step 1/3\x1b[0m of exporting.\n" * 20) from err
+        return export
+
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="attention")
+    monkeypatch.setattr(torch.onnx, "export", failing(TorchExportError, AttributeError("'tuple' has no 'logits'")))
+    with pytest.raises(ExportError) as caught:
+        export_onnx(model, tmp_path / "m.onnx")
+    message = str(caught.value)
+    assert message == ("torch.onnx.export (dynamo) could not trace this model: AttributeError: 'tuple' has no "
+                       "'logits'. Report the encoder and pooler in an issue")
+    monkeypatch.setattr(torch.onnx, "export", failing(ConversionError, ValueError("No ONNX function for aten::x")))
+    with pytest.raises(ExportError, match=r"could not convert this model to ONNX: ValueError: No ONNX function for "
+                                          r"aten::x. Try another opset \(--opset N"):
+        export_onnx(model, tmp_path / "m.onnx")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_model_mid_training_with_tuple_outputs_exports_and_is_left_as_it_was(tmp_path):
+    """return_dict=False made the model return a tuple, which the export failed on; and the export restored only the
+    top-level training flag, putting a frozen encoder (kept in eval while the head trains) into train mode."""
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="attention")
+    model.config.return_dict = False
+    model.train()
+    model.attnpool.encoder.eval()
+    modes = {name: module.training for name, module in model.named_modules()}
+    result = export_onnx(model, tmp_path / "m.onnx")
+    assert result.max_abs_diff is not None and result.max_abs_diff <= ATOL
+    assert {name: module.training for name, module in model.named_modules()} == modes
+
+
+def test_verify_with_the_wrong_with_weights_names_both_output_lists(exported):
+    """The outputs were zipped with strict=True: a bare 'zip() argument 2 is longer than argument 1'."""
+    result, model = exported
+    ids, mask = batch([4, 6])
+    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    with pytest.raises(VerificationError, match=r"returns \['logits', 'pooling_weights'\], but "
+                                                r"AttnPoolForSequenceClassification with with_weights=False returns "
+                                                r"\['logits'\]: .*with_weights=True"):
+        verify_onnx(result.path, model, inputs)
 
 
 def test_verification_reports_a_mismatch_clearly(exported):
@@ -216,8 +287,6 @@ def test_outputs_on_a_large_scale_pass_within_float32_rounding(saved, tmp_path):
 
 def test_a_graph_onnxruntime_cannot_run_is_a_verification_error(exported):
     """ids past the vocabulary: onnxruntime's INVALID_ARGUMENT escaped as a traceback, past the CLI's handler."""
-    from attnpool.exporters import VerificationError
-
     result, model = exported
     ids, mask = batch([4, 6])
     ids[0, 1] = 10**6
@@ -265,6 +334,9 @@ def test_run_directories_export_their_first_fold_unless_told(saved, tmp_path, ca
     assert resolve_model_dir(single) == single / "fold_3" / "model"
     with pytest.raises(ValueError, match="is a single saved model; drop the fold"):
         resolve_model_dir(saved, fold=0)
+    model = AttnPoolForSequenceClassification.from_pretrained(saved)
+    with pytest.raises(ValueError, match="fold=7 picks a fold of a train run directory, but a model object was given"):
+        export_onnx(model, tmp_path / "m.onnx", fold=7)  # was ignored
 
 
 def test_cli_exports_a_fold_of_a_run(saved, tmp_path, capsys):
@@ -305,6 +377,20 @@ def test_cli_errors_say_what_where_and_how(saved, tmp_path, capsys):
     AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling="max").save_pretrained(max_model)
     message = _cli_error(["--model", str(max_model), "--output", out, "--with-weights"], capsys)
     assert "pooler 'max' gives no token weights" in message
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_folder_that_is_not_an_attnpool_model_or_is_damaged_is_a_clear_error(saved, tmp_path, capsys):
+    """A plain encoder failed deep in AttnPoolConfig (AttributeError), a cut-short copy in safetensors: tracebacks."""
+    out = str(tmp_path / "m.onnx")
+    message = _cli_error(["--model", save_tiny_encoder(tmp_path / "bert"), "--output", out], capsys)
+    assert "holds a bert model (config.json model_type 'bert'), not an attnpool one" in message
+    assert "AttnPoolForSequenceClassification.from_encoder(" in message
+    cut = tmp_path / "cut"
+    shutil.copytree(saved, cut)
+    os.truncate(cut / "model.safetensors", (cut / "model.safetensors").stat().st_size // 2)
+    message = _cli_error(["--model", str(cut), "--output", out], capsys)
+    assert f"cannot load the model in {cut}: SafetensorError: " in message and "save or copy the model again" in message
     assert not (tmp_path / "m.onnx").exists()
 
 

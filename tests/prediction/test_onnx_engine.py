@@ -194,3 +194,80 @@ def test_a_graph_onnxruntime_cannot_load_is_named_with_the_way_out(setup, tmp_pa
     with pytest.raises(RunError, match=r"fold 0: onnxruntime cannot load .*model.onnx \(\[ONNXRuntimeError\].*\); "
                                        r"delete .*onnx to export it again, or use --backend torch"):
         onnx_engine.OnnxFoldEnsemble.load(Run(setup[1]), folds=[0])
+
+
+def test_a_fold_model_that_does_not_load_is_a_run_error_as_with_torch(tmp_path):
+    """A cut-short model.safetensors escaped the export as a SafetensorError (not a ValueError): a CLI traceback."""
+    from attnpool.prediction import onnx_engine
+
+    run = make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), folds=1)
+    weights = Run(run).model_dir(0) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(RunError, match=r"^fold 0: cannot load the model in .*: SafetensorError: .*re-train") as caught:
+        onnx_engine.graph_file(Run.open(run), 0)
+    assert "--backend torch" not in str(caught.value)  # it fails the same way
+
+
+def test_an_exporter_failure_gives_no_option_predict_lacks(setup, tmp_path, monkeypatch):
+    """The exporter's 'try another opset (--opset 18)' was repeated by predict, which has no --opset."""
+    import shutil
+
+    from torch.onnx._internal.exporter._errors import ConversionError
+
+    from attnpool.exporters import ExportError
+    from attnpool.prediction import onnx_engine
+
+    def failing(*args, **kwargs):
+        raise ConversionError("\x1b[96mThis is step 3/3\x1b[0m") from ValueError("No ONNX function for aten::x")
+
+    run = tmp_path / "run"
+    shutil.copytree(setup[1], run, ignore=shutil.ignore_patterns("onnx"))  # no graph: exported now
+    monkeypatch.setattr(torch.onnx, "export", failing)
+    with pytest.raises(ExportError) as caught:
+        onnx_engine.graph_file(Run.open(run), 0)
+    assert str(caught.value) == ("fold 0: torch.onnx.export (dynamo) could not convert this model to ONNX: ValueError: "
+                                 "No ONNX function for aten::x; use --backend torch")
+
+
+def test_an_int8_ensemble_frees_the_float32_models_it_loaded_for_the_check(setup, monkeypatch):
+    """They served check() once, on 128 rows, and stayed beside the graphs that replace them for the whole prediction.
+    The caller's (serve's, for the word weights) are kept."""
+    import gc
+    import weakref
+
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+    run, loaded, load = Run(setup[1]), [], FoldEnsemble.load.__func__
+
+    def spy(cls, *args, **kwargs):
+        ensemble = load(cls, *args, **kwargs)
+        loaded.extend(weakref.ref(model) for model in ensemble.models)
+        return ensemble
+
+    monkeypatch.setattr(FoldEnsemble, "load", classmethod(spy))
+    ensemble = OnnxFoldEnsemble.load(run, quantize="int8")
+    encodings = dict(ensemble.tokenizer(["the cat sat", "a dog"], ["on the mat", "ran fast"]))
+    ensemble.check(encodings, tolerance=1.0)
+    gc.collect()
+    assert loaded and all(ref() is None for ref in loaded)
+    given = FoldEnsemble.load(run)
+    ensemble = OnnxFoldEnsemble.load(run, quantize="int8", reference=given)
+    ensemble.check(encodings, tolerance=1.0)
+    assert ensemble.reference is given
+
+
+def test_without_onnx_the_onnx_backend_names_it_not_onnxruntime(monkeypatch):
+    """A slim image with onnxruntime but not onnx was told to install onnxruntime."""
+    import importlib
+    import sys
+
+    from attnpool.prediction import onnx_engine
+
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx fails, as when it is not installed
+    try:
+        importlib.reload(onnx_engine)
+        with pytest.raises(ImportError, match=r"^predict --backend onnx needs onnx: pip install 'attnpool\[onnx\]'$"):
+            onnx_engine.OnnxFoldEnsemble.load(None)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(onnx_engine)

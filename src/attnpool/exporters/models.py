@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
+from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import AutoTokenizer
 
@@ -24,6 +26,18 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 class ExportError(ValueError):
     """A model that cannot be exported as asked, or whose exported graph disagrees with PyTorch."""
+
+
+class ExporterFailure(ExportError):
+    """``torch.onnx.export`` raised; ``reason`` is what failed and why, without the advice the message adds."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+class ModelLoadError(ExportError):
+    """A model folder that does not load as an attnpool model: another kind of model, or damaged files."""
 
 
 class OnnxWrapper(nn.Module):
@@ -67,6 +81,7 @@ class OnnxWrapper(nn.Module):
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             return_pooling_weights=self.with_weights,
+            return_dict=True,  # a config saved with return_dict=False would give a tuple, without names
         )
         if not self.with_weights:
             return (getattr(out, self.main_output),)
@@ -120,12 +135,40 @@ def load_for_export(model_dir: str | os.PathLike) -> nn.Module:
 
     Raises:
         FileNotFoundError: No ``config.json`` or no safetensors weights (see ``from_pretrained``).
+        ModelLoadError: The folder holds another kind of model (a plain encoder), or files that do not load.
     """
     model_dir = Path(model_dir)
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{model_dir / 'config.json'} is not readable JSON ({err}): the folder was cut short or "
+                             "damaged; save or copy the model again") from err
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind != "attnpool":  # a plain encoder's config.json fails deep inside AttnPoolConfig otherwise
+        raise ModelLoadError(
+            f"{model_dir} holds a {kind or 'non-attnpool'} model (config.json model_type {kind!r}), not an attnpool "
+            "one: export takes a model saved by attnpool (AttnPoolForSequenceClassification.save_pretrained) or a run "
+            "of attnpool train; to export this encoder, build one first: "
+            f"AttnPoolForSequenceClassification.from_encoder({str(model_dir)!r}, pooling=...), train and save it"
+        )
     cls = AttnPoolModel if "AttnPoolModel" in (config.get("architectures") or []) else AttnPoolForSequenceClassification
-    # float32 whatever the weights were saved in: onnxruntime's CPU kernels and the 1e-4 check want it.
-    return cls.from_pretrained(model_dir, dtype=torch.float32).eval()
+    try:
+        # float32 whatever the weights were saved in: onnxruntime's CPU kernels and the 1e-4 check want it.
+        return cls.from_pretrained(model_dir, dtype=torch.float32).eval()
+    except FileNotFoundError:
+        raise  # no weights: from_pretrained's message names the folder and what it holds
+    except (OSError, SafetensorError) as err:  # truncated or unreadable files
+        raise ModelLoadError(
+            f"cannot load the model in {model_dir}: {type(err).__name__}: {err}. Its files are damaged or incomplete "
+            "(an interrupted save or copy): save or copy the model again (a fold of a run: re-train it, deleting the "
+            "fold folder and running train --resume)"
+        ) from err
+    except Exception as err:  # noqa: BLE001 - the files read, the model did not build: the environment
+        raise ModelLoadError(
+            f"cannot load the model in {model_dir}: {type(err).__name__}: {err}. Its files are readable, so keep "
+            f"them: check that this environment can build it (transformers {transformers.__version__} knows its "
+            "encoder, the packages it needs are installed, there is memory for it)"
+        ) from err
 
 
 def _load_tokenizer(model_dir: Path) -> Any:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from attnpool._version import __version__
 from attnpool.exporters.models import (
+    ExporterFailure,
     ExportError,
     OnnxWrapper,
     _base_model,
@@ -90,14 +92,44 @@ def _export_program(wrapper: OnnxWrapper, example: dict[str, Tensor], opset: int
                 dynamo=True,
                 verbose=False,
             )
-    except Exception as err:  # the exporter raises many types; say which model failed and what to try
-        raise ExportError(
-            f"torch.onnx.export (dynamo) could not export this model: {type(err).__name__}: {str(err)[:500]}. Try "
-            "another opset (--opset 18), or report the encoder and pooler in an issue"
-        ) from err
+    except Exception as err:  # the exporter raises many types; say which model failed, why, and what to try
+        stages = {type(e).__name__ for e in _chain(err)}
+        if stages & _CONVERSION_ERRORS:  # an operator without an ONNX form: another opset may have one
+            what, advice = "convert this model to ONNX", "Try another opset (--opset N, opset= in Python), or report"
+        else:  # no exporter option changes what torch.export can trace
+            what = "trace this model" if "TorchExportError" in stages else "export this model"
+            advice = "Report"
+        reason = f"torch.onnx.export (dynamo) could not {what}: {_root_cause(err)}"
+        raise ExporterFailure(f"{reason}. {advice} the encoder and pooler in an issue", reason=reason) from err
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# torch's classes (private to torch.onnx, so matched by name) for a failure after tracing: decomposition, dispatch,
+# graph construction; and the TorchScript exporter's missing operator. Tracing fails with a TorchExportError.
+_CONVERSION_ERRORS = {"ConversionError", "DispatchError", "GraphConstructionError", "UnsupportedOperatorError"}
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """``err`` and the errors behind it, outermost first, as a traceback prints them (a cause, else a context)."""
+    chain = [err]
+    while True:
+        last = chain[-1]
+        inner = last.__cause__ or (None if last.__suppress_context__ else last.__context__)
+        if inner is None or inner in chain:
+            return chain
+        chain.append(inner)
+
+
+def _root_cause(err: BaseException, limit: int = 500) -> str:
+    """The innermost error behind ``err`` as one line, ``Type: message``: torch's own is a coloured banner."""
+    root = _chain(err)[-1]
+    message = " ".join(_ANSI.sub("", str(root)).split())
+    if len(message) > limit:
+        message = message[:limit] + "..."
+    return f"{type(root).__name__}: {message}" if message else type(root).__name__
 
 
 def _check_opset(program: Any, opset: int | None) -> None:
@@ -155,7 +187,7 @@ def export_onnx(
             :class:`~attnpool.AttnPoolModel`, a folder saved with ``save_pretrained`` (loaded in float32 from
             safetensors), or the output directory of ``attnpool train`` (with ``fold``).
         output: The ``.onnx`` file to write; its folder is created.
-        fold: Which fold's model of a train run; default: its first trained fold.
+        fold: Which fold's model of a train run; default: its first trained fold. Only with a run's folder.
         with_weights: Add the pooler's token weights as a second output ``pooling_weights``, ``(B, T)`` or
             ``(B, heads, T)``.
         opset: The ONNX opset; ``None``: the exporter's default (18 or newer; older ones are converted to).
@@ -175,9 +207,9 @@ def export_onnx(
     Raises:
         ImportError: onnx or onnxscript (or, with ``verify``, onnxruntime) is not installed.
         FileNotFoundError: A path that is not a model folder or run (see :func:`resolve_model_dir`).
-        ValueError: A bad ``fold``; :class:`ExportError` (a ``ValueError``): ``with_weights`` for a pooler without
-            token weights, a model the exporter cannot trace (one with ``recurrent``), or a verification above
-            ``atol``.
+        ValueError: A bad ``fold``, or one with a model object; :class:`ExportError` (a ``ValueError``): a folder
+            that does not load (another kind of model, damaged files), ``with_weights`` for a pooler without token
+            weights, a model the exporter cannot trace (one with ``recurrent``), or a verification above ``atol``.
     """
     needed = ["onnx", "onnxscript", *(["onnxruntime"] if verify else [])]
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
@@ -188,6 +220,9 @@ def export_onnx(
         raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
     model_dir = None
     if isinstance(model_or_path, nn.Module):
+        if fold is not None:
+            raise ValueError(f"fold={fold} picks a fold of a train run directory, but a model object was given; drop "
+                             "the fold, or give the run's folder")
         model = model_or_path
     else:
         model_dir = resolve_model_dir(model_or_path, fold)
@@ -214,7 +249,7 @@ def export_onnx(
         verify_inputs = _example_batch(model, [min(13, limit), min(6, limit), 1], pad_id=pad_id, seed=1,
                                       token_types=wrapper.use_token_types)
     device = next(model.parameters()).device
-    was_training = model.training
+    modes = {module: module.training for module in model.modules()}  # each one's: a frozen encoder stays in eval
     model.eval()
     try:
         program = _export_program(wrapper.eval(), {k: v.to(device) for k, v in example.items()}, opset)
@@ -244,7 +279,8 @@ def export_onnx(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:
-        model.train(was_training)
+        for module, training in modes.items():
+            module.training = training
     return OnnxExport(output, wrapper.input_names, wrapper.output_names, diff, tokenizer_saved)
 
 
@@ -263,14 +299,33 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
 
 
 def _move_into_place(staging: Path, output: Path) -> None:
-    """Rename the staged files beside ``output``: tokenizer and external data first, the graph last."""
+    """Rename the staged files beside ``output``: tokenizer and external data first, the graph last.
+
+    What the earlier export at ``output`` wrote and this one does not (its ``.data`` file, its tokenizer's files) is
+    deleted once the new graph is in place: a server would load the earlier model's tokenizer beside this graph.
+    """
     data = output.with_name(output.name + ".data")
-    stale = not (staging / data.name).exists()
-    for item in sorted((staging / "tokenizer").glob("*")) if (staging / "tokenizer").is_dir() else []:
+    stale = [data] if not (staging / data.name).exists() else []
+    staged = {p.name for p in (staging / "tokenizer").glob("*")} if (staging / "tokenizer").is_dir() else set()
+    if output.is_file() and not _tokenizer_of_another(output):
+        stale += [output.parent / name for name in _SAVED_TOKENIZER_FILES if name not in staged]
+    for item in sorted((staging / "tokenizer").glob("*")) if staged else []:
         os.replace(item, output.parent / item.name)
     for item in sorted(staging.iterdir()):
         if item.is_file() and item.name != output.name:
             os.replace(item, output.parent / item.name)
     os.replace(staging / output.name, output)
-    if stale:  # an earlier, larger export's weights: deleted once no graph in place reads them
-        data.unlink(missing_ok=True)
+    for path in stale:  # deleted once no graph in place reads them
+        path.unlink(missing_ok=True)
+
+
+# What tokenizer.save_pretrained writes for any tokenizer (its vocabulary files vary: left alone).
+_SAVED_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                          "chat_template.jinja")
+
+
+def _tokenizer_of_another(output: Path) -> bool:
+    """Whether the tokenizer beside ``output`` may be another model's: a model folder's, or another graph's there."""
+    folder = output.parent
+    return (folder / "config.json").exists() or any(p.suffix == ".onnx" and p != output and p.is_file()
+                                                    for p in folder.iterdir())

@@ -74,8 +74,8 @@ def verify_onnx(
         The largest absolute difference over all outputs.
 
     Raises:
-        VerificationError: The graph does not load or run in onnxruntime, or its outputs differ from PyTorch's (in
-            shape, or by more than ``atol``).
+        VerificationError: The graph does not load or run in onnxruntime, returns other outputs than ``model`` with
+            ``with_weights``, or its outputs differ from PyTorch's (in shape, or by more than ``atol``).
     """
     import onnxruntime as ort
 
@@ -90,13 +90,20 @@ def verify_onnx(
     missing = [n for n in names if n not in inputs]
     if missing:
         raise ExportError(f"the verification batch lacks the graph input(s) {missing}; it has {sorted(inputs)}")
+    wrapper = OnnxWrapper(model, with_weights=with_weights, use_token_types="token_type_ids" in names)
+    outputs = [o.name for o in session.get_outputs()]
+    if outputs != list(wrapper.output_names):
+        raise VerificationError(
+            f"the graph {os.fspath(path)} returns {outputs}, but {type(model).__name__} with with_weights="
+            f"{with_weights} returns {list(wrapper.output_names)}: verify with the model the graph was exported from, "
+            f"and with_weights={'pooling_weights' in outputs}"
+        )
     feeds = {n: inputs[n].detach().cpu().long().numpy() for n in names}
     try:
         got = session.run(None, feeds)
     except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
         raise VerificationError(f"onnxruntime could not run the exported graph on a batch of shape "
                                 f"{tuple(inputs['input_ids'].shape)}: {str(err)[:300]}") from err
-    wrapper = OnnxWrapper(model, with_weights=with_weights, use_token_types="token_type_ids" in names)
     device = next(model.parameters()).device
     with torch.inference_mode():
         expected = wrapper(*(inputs[n].to(device) for n in names))

@@ -32,16 +32,18 @@ import numpy as np
 from attnpool._version import __version__
 from attnpool.data.batching import padded_batches
 from attnpool.exporters import ExportError, VerificationError, export_onnx
-from attnpool.exporters.models import source_stamp
+from attnpool.exporters.models import ExporterFailure, ModelLoadError, source_stamp
 from attnpool.prediction.engine import FoldEnsemble, FoldScales, combine_folds, fold_tokenizer, fold_weights
 from attnpool.runs.run import Run, RunError
 
+_MISSING: str | None = None  # the module of the onnx extra that did not import, named by load()
 try:
     import onnx
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
-except ImportError:  # the onnx extra is optional; load() says how to install it
+except ImportError as err:  # the onnx extra is optional; load() says how to install it
     ort = None
+    _MISSING = err.name or str(err)  # onnx alone can be missing (a slim serving image with onnxruntime)
 
 logger = logging.getLogger("attnpool.predict")
 
@@ -95,6 +97,10 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
                 f"fold {fold}: {err}. To use the graph anyway, export it yourself: attnpool export --model {run.path} "
                 f"--fold {fold} --output {fp32} (with --opset N or --no-verify), then load the run again; or use "
                 "--backend torch") from err
+        except ModelLoadError as err:  # the fold's model does not load: the torch backend would fail the same way
+            raise RunError(f"fold {fold}: {err}") from err
+        except ExporterFailure as err:  # its advice names export's options (--opset), which predict has not
+            raise ExportError(f"fold {fold}: {err.reason}; use --backend torch") from err
         except ExportError as err:  # the model itself cannot be exported (a recurrent layer...): no option helps
             raise ExportError(f"fold {fold}: {err}; use --backend torch") from err
     if quantize == "none":
@@ -125,8 +131,10 @@ class OnnxFoldEnsemble:
     weights: np.ndarray
     tokenizer: Any
     quantize: str
-    reference: FoldEnsemble | None = None  # the float32 PyTorch models, kept to check a quantized graph
+    reference: FoldEnsemble | None = None  # the caller's float32 PyTorch models (serve's), to check a quantized graph
     scales: FoldScales | None = None  # a Pearson-loss run's fold scales (see FoldScales)
+    run: Run | None = None  # where check() loads the float32 models from when no reference was given
+    how: str = "mean"  # their ensemble weights
 
     @classmethod
     def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean", quantize: str = "none",
@@ -134,26 +142,27 @@ class OnnxFoldEnsemble:
         """Sessions for the chosen folds (default: every trained fold), exporting or quantizing graphs as needed.
 
         ``reference``: the same folds' float32 PyTorch ensemble, when the caller has it loaded already (a quantized
-        ensemble is checked against it); otherwise it is loaded here for a quantized one.
+        ensemble is checked against it, and keeps it); otherwise :meth:`check` loads it for the check only.
 
         Raises:
-            ImportError: onnxruntime is not installed (``pip install 'attnpool[onnx]'``).
+            ImportError: onnx or onnxruntime is not installed (``pip install 'attnpool[onnx]'``).
             ValueError: ``quantize`` is not ``none`` or ``int8``.
         """
         if ort is None:
-            raise ImportError("predict --backend onnx needs onnxruntime: pip install 'attnpool[onnx]'")
+            raise ImportError(f"predict --backend onnx needs {_MISSING}: pip install 'attnpool[onnx]'")
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
-        # A quantized graph is checked against the float32 PyTorch models, so they are loaded; a float32 graph needs
-        # only the folds' weights and the tokenizer (the same rule as the PyTorch engine's).
-        reference = (reference or FoldEnsemble.load(run, folds, how)) if quantize != "none" else None
+        # The float32 PyTorch models serve check() alone, which loads and frees them: held here, they would stay
+        # beside the graphs that replace them for the whole prediction. The caller's (serve's word weights) are kept.
+        reference = reference if quantize != "none" else None
         task, fold_ids, weights = fold_weights(run, folds, how)
         tokenizer = reference.tokenizer if reference else fold_tokenizer(run, fold_ids[0])
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         sessions = [_session(graph_file(run, fold, quantize), options, fold) for fold in fold_ids]
-        return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference, FoldScales.of_run(run, fold_ids))
+        return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference, FoldScales.of_run(run, fold_ids),
+                   run, how)
 
     def scores(self, encodings: dict[str, list], *, batch_size: int,
                on_batch: Callable[[int], object] | None = None, **_: Any) -> np.ndarray:
@@ -181,14 +190,17 @@ class OnnxFoldEnsemble:
               rows: int = CALIBRATION_ROWS) -> float:
         """The largest |this - float32 PyTorch| score on the first ``rows`` rows; ``RunError`` above ``tolerance``.
 
-        Only for a quantized ensemble (the float32 graphs are checked against PyTorch when they are exported).
+        Only for a quantized ensemble (the float32 graphs are checked against PyTorch when they are exported). The
+        float32 models are loaded for the check and freed after it, unless the ensemble was given them.
         """
-        if self.reference is None:
+        if self.quantize == "none":
             raise ValueError("check() compares a quantized ensemble with its float32 models; this one is float32")
+        reference = self.reference or FoldEnsemble.load(self.run, self.folds, self.how)
         head = {k: v[:rows] for k, v in encodings.items()}
         ours = self.scores(head, batch_size=64)
-        where = next(self.reference.models[0].parameters()).device  # the float32 models stay where they are (serve)
-        theirs = self.reference.scores(head, batch_size=64, device=where, precision="fp32")
+        where = next(reference.models[0].parameters()).device  # the float32 models stay where they are (serve)
+        theirs = reference.scores(head, batch_size=64, device=where, precision="fp32")
+        del reference  # before a RunError, whose traceback would hold this frame (and the models) alive
         diff = float(np.max(np.abs(ours - theirs))) if len(ours) else 0.0
         if diff > tolerance:
             raise RunError(f"the {self.quantize} ONNX models depart from the float32 models by up to {diff:.4g} "
