@@ -2,13 +2,16 @@
 what the model is, how it was trained and scored, and how to load it.
 
 Cards are parsed back as the Hub does (``huggingface_hub.ModelCard``: YAML metadata + Markdown text) for a plain
-``save_pretrained`` folder, a trained tiny run's fold model, and an ONNX export of it.
+``save_pretrained`` folder, a trained tiny run's fold model, an ONNX export of it, and what ``push_to_hub`` uploads
+(the Hub's calls stood in for).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -18,7 +21,8 @@ import attnpool
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.card import CARD_FILE, TrainingFacts, model_card, training_facts
 from attnpool.model.card_facts import display_name, hub_name
-from model_helpers import save_tiny_encoder, tiny_config, tiny_tokenizer, write_toy_csv
+from attnpool.model.card_sections import PLACEHOLDER
+from model_helpers import batch, save_tiny_encoder, tiny_config, tiny_tokenizer, write_toy_csv
 
 SECTIONS = ("## Model Details", "### Model Description", "## Usage", "## Framework Versions")
 
@@ -152,12 +156,21 @@ def test_a_fold_model_card_has_its_data_scores_and_recipe(trained):
     assert not list(folder.parent.glob(".*")), "no temporary files left beside the model folder"
 
 
-def test_an_onnx_export_gets_a_card_with_the_graph_and_the_training(trained, tmp_path):
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """The fold model of ``trained`` exported to ONNX: the folder and the export's result."""
     pytest.importorskip("onnxruntime")
     from attnpool.exporters import export_onnx
 
-    result = export_onnx(trained, tmp_path / "serve" / "model.onnx", fold=0)
-    header, text, card = parse(tmp_path / "serve")
+    folder = tmp_path_factory.mktemp("serve")
+    return folder, export_onnx(trained, folder / "model.onnx", fold=0)
+
+
+def test_an_onnx_export_gets_a_card_with_the_graph_and_the_training(trained, exported, tmp_path):
+    from attnpool.exporters import export_onnx
+
+    folder, result = exported
+    header, text, card = parse(folder)
     assert "onnx" in header["tags"] and header["library_name"] == "attnpool"
     assert "\n## ONNX Export\n" in text and "### ONNX Runtime (this folder)" in text
     assert "`input_ids`, `attention_mask`, `token_type_ids`" in text and "- **Outputs:** `logits`" in text
@@ -190,3 +203,114 @@ def test_a_sharded_fold_save_writes_the_card_it_is_given(tmp_path):
     header, text, _ = parse(tmp_path / "model")
     assert "dataset_size:10" in header["tags"] and "## Training Details" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_the_onnx_cards_snippet_runs_when_the_tokenizer_gives_fewer_inputs_than_the_graph_takes(exported):
+    """The BERT graph takes token_type_ids, which this tokenizer does not return: the snippet feeds zeros."""
+    from transformers import AutoTokenizer
+
+    folder, result = exported
+    assert "token_type_ids" in result.input_names
+    assert "token_type_ids" not in AutoTokenizer.from_pretrained(folder)(["a text"])
+    text = (folder / CARD_FILE).read_text(encoding="utf-8")
+    [code] = re.findall(r"### ONNX Runtime \(this folder\).*?```python\n(.*?)```", text, re.S)
+    namespace: dict = {}
+    exec(code.replace(PLACEHOLDER, str(folder)), namespace)
+    assert namespace["logits"].shape == (1, 2)  # one text, the two classes of the binary run
+
+
+# ---------------------------------------------------------------- what the card says of the model
+
+
+@pytest.mark.parametrize("with_head", [True, False])
+def test_the_usage_names_the_outputs_shapes_and_token_weights_only_for_poolers_that_give_them(with_head, tmp_path):
+    cls = AttnPoolForSequenceClassification if with_head else AttnPoolModel
+    for pooling, weighted in [("attention", True), ("max", False), ("gem", False), ("attention+mean", False)]:
+        model = cls.from_encoder(tiny_config("bert"), pooling=pooling, num_labels=3)
+        out = model(*batch([4, 2]), return_pooling_weights=True)
+        assert (out.pooling_weights is not None) == weighted, pooling
+        model.save_pretrained(tmp_path / pooling)
+        _, text, _ = parse(tmp_path / pooling)
+        [usage] = re.findall(r"### Transformers \(Auto classes\).*?```python\n(.*?)```", text, re.S)
+        assert f"  # {'(B, num_labels)' if with_head else '(B, output_dim)'}; " in usage, pooling
+        assert ("pooling_weights" in usage) == weighted and ("return_pooling_weights=True" in usage) == weighted
+        assert ("can be read out with every prediction" in text.split("## Model Details")[0]) == weighted, pooling
+
+
+def test_a_local_encoder_given_by_a_relative_path_is_saved_by_its_absolute_one(tmp_path, monkeypatch):
+    """A card re-written from another directory took "models/enc" for a hub name: a base_model, a hub link."""
+    monkeypatch.chdir(tmp_path)
+    save_tiny_encoder("models/enc")
+    model = AttnPoolForSequenceClassification.from_encoder("models/enc")
+    assert model.config.encoder._name_or_path == str(tmp_path / "models" / "enc")
+    model.save_pretrained(tmp_path / "saved")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    AttnPoolForSequenceClassification.from_pretrained(tmp_path / "saved").save_pretrained(tmp_path / "saved")
+    header, text, _ = parse(tmp_path / "saved")
+    assert "base_model" not in header and "huggingface.co/models" not in text
+    assert "- **Encoder (base model):** `enc` (a local folder)" in text
+
+
+# ---------------------------------------------------------------- pushing to the Hub (its calls stood in for)
+
+
+class FakeHub:
+    """The Hub API calls of an upload, offline: each commit's files as they were when committed."""
+
+    def __init__(self):
+        self.commits = []
+
+    def create_repo(self, repo_id, **kwargs):
+        return SimpleNamespace(repo_id=repo_id)
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        files = {op.path_in_repo: Path(op.path_or_fileobj).read_bytes() for op in operations}
+        self.commits.append(SimpleNamespace(repo_id=repo_id, files=files, **kwargs))
+        return f"commit {len(self.commits)}"
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """The Hub stood in for, where transformers calls it (a new repository, whose card transformers would make)."""
+    import transformers.modeling_utils
+    import transformers.utils.hub
+    from huggingface_hub import ModelCardData
+
+    fake = FakeHub()
+
+    def generic_card(repo_id, tags=None, token=None):
+        return ModelCard.from_template(ModelCardData(tags=tags or [], library_name="transformers"),
+                                       model_description="the generic card of transformers")
+
+    for module in (transformers.utils.hub, transformers.modeling_utils):
+        monkeypatch.setattr(module, "hf_api", lambda: fake)
+        monkeypatch.setattr(module, "create_and_tag_model_card", generic_card)
+    return fake
+
+
+def test_push_to_hub_uploads_attnpools_card_with_the_tags(hub):
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=2)
+    model.add_model_tags(["my-model-tag"])
+    assert model.push_to_hub("me/demo", tags=["my-push-tag"], tokenizer=tiny_tokenizer()) == "commit 1"
+    [commit] = hub.commits
+    assert commit.repo_id == "me/demo"
+    assert {CARD_FILE, "config.json", "model.safetensors", "tokenizer.json"} <= set(commit.files)
+    card = ModelCard(commit.files[CARD_FILE].decode())
+    assert card.data.library_name == "attnpool" and "## Usage" in card.text
+    assert {"attnpool", "task:binary", "my-model-tag", "my-push-tag"} <= set(card.data.tags)
+    assert model.model_tags == ["my-model-tag"]
+
+
+def test_save_pretrained_pushes_once_the_tokenizer_and_the_card_are_written(hub, tmp_path):
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not part of this save")
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=1)
+    model.save_pretrained(folder, tokenizer=tiny_tokenizer(), push_to_hub=True, commit_message="v1")
+    [commit] = hub.commits
+    assert commit.repo_id == "demo" and commit.commit_message == "v1"  # the folder's name by default
+    assert {CARD_FILE, "config.json", "model.safetensors", "tokenizer.json"} <= set(commit.files)
+    assert "notes.txt" not in commit.files  # only what this save wrote
+    assert commit.files[CARD_FILE] == (folder / CARD_FILE).read_bytes()
+    assert ModelCard(commit.files[CARD_FILE].decode()).data.library_name == "attnpool"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from pathlib import Path
 
 import huggingface_hub
@@ -34,6 +35,7 @@ from attnpool.model.card_facts import (
     encoder_source,
     hub_name,
     metric_values,
+    pooler_has_weights,
 )
 from attnpool.model.card_sections import (
     description_section,
@@ -52,20 +54,24 @@ CLASSIFICATION_METRICS = ("accuracy", "macro_f1", "auc")
 
 
 def card_data(config: AttnPoolConfig, *, training: TrainingFacts | None = None, export: ExportFacts | None = None,
-              with_head: bool = True) -> ModelCardData:
-    """The YAML header: library, pipeline tag, base model, tags, metrics, and the validation scores as model-index."""
+              with_head: bool = True, tags: Sequence[str] = ()) -> ModelCardData:
+    """The YAML header: library, pipeline tag, base model, tags, metrics, and the validation scores as model-index.
+
+    ``tags``: more tags, after attnpool's (the model's ``model_tags``, those given to ``push_to_hub``).
+    """
     task = task_of(config.problem_type, config.num_labels)
     pooling = str(config.pooling.get("type", "attention"))
     name = title(config, with_head=with_head)  # the model-index name
-    tags = [LIBRARY_NAME, "attention-pooling", f"pooling:{pooling}", "transformers"]
+    ours = [LIBRARY_NAME, "attention-pooling", f"pooling:{pooling}", "transformers"]
     if with_head:
-        tags += ["text-classification", f"task:{task}"]
+        ours += ["text-classification", f"task:{task}"]
     if training is not None:
-        tags.append("generated_from_trainer")
+        ours.append("generated_from_trainer")
         if training.rows:
-            tags.append(f"dataset_size:{training.rows}")
+            ours.append(f"dataset_size:{training.rows}")
     if export is not None:
-        tags.append("onnx")
+        ours.append("onnx")
+    tags = list(dict.fromkeys([*ours, *tags]))  # in order, each once
     metrics = TASK_METRICS.get(task, CLASSIFICATION_METRICS) if with_head else ()
     scores = metric_values(training)
     results = None
@@ -93,7 +99,8 @@ def title(config: AttnPoolConfig, *, with_head: bool = True) -> str:
 
 
 def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_parameters: int | None = None,
-               training: TrainingFacts | None = None, export: ExportFacts | None = None) -> str:
+               training: TrainingFacts | None = None, export: ExportFacts | None = None,
+               tags: Sequence[str] = ()) -> str:
     """The text of a model card (YAML header + Markdown) for a model with this config.
 
     Args:
@@ -102,16 +109,18 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
         num_parameters: The parameter count, when known.
         training: What training adds (data, split, recipe, validation scores).
         export: What an ONNX export wrote.
+        tags: Hub tags added to attnpool's own (the model's ``model_tags``, those given to ``push_to_hub``).
     """
     architecture = architecture or (config.architectures or ["AttnPoolForSequenceClassification"])[0]
     with_head = architecture != "AttnPoolModel"
-    data = card_data(config, training=training, export=export, with_head=with_head)
+    data = card_data(config, training=training, export=export, with_head=with_head, tags=tags)
     source = hub_name(encoder_source(config))
     encoder = (f"[{source}](https://huggingface.co/{source})" if source else
                f"`{display_name(encoder_source(config))}`" if encoder_source(config) else "(randomly initialised)")
     trained = (f", fine-tuned on `{Path(training.data_file).name}`" if training is not None and training.data_file
                else "")
     task = task_of(config.problem_type, config.num_labels)
+    weighted = pooler_has_weights(config)
     what = ("text embeddings" if not with_head else "text regression" if task == "regression"
             else f"{task} text classification")
     lines = [
@@ -126,8 +135,9 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
         "",
         f"This is an **attnpool** model{' exported to ONNX' if export else ''}: the "
         f"encoder {encoder} with a learned `{config.pooling.get('type')}` pooler"
-        f"{' and a task head' if with_head else ''}{trained}, for {what}. The pooler weighs the tokens of a text "
-        "instead of averaging them, and its weights can be read out with every prediction.",
+        f"{' and a task head' if with_head else ''}{trained}, for {what}."
+        + (" The pooler's token weights (how much each token counts in the text's vector) can be read out with "
+           "every prediction." if weighted else ""),
         "",
         "## Model Details",
         "",
@@ -135,7 +145,7 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
         "",
         *description_section(config, architecture, num_parameters, with_head, training),
         "",
-        *usage_section(with_head, training, export),
+        *usage_section(with_head, training, export, weighted=weighted),
         *export_section(export),
         *evaluation_section(training),
         *training_section(training),

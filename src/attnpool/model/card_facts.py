@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from attnpool.model.configuration import AttnPoolConfig
 from attnpool.model.encoders import looks_like_local_path
+from attnpool.pooling import build_pooler
 
 # Our metric names -> the Hub's metric ids (https://huggingface.co/metrics) and display names.
 HUB_METRICS = {"pearson": ("pearsonr", "Pearson"), "spearman": ("spearmanr", "Spearman"), "rmse": ("rmse", "RMSE"),
@@ -42,6 +45,16 @@ def display_name(name: str | None) -> str:
         return name
     path = Path(name)
     return path.parent.name if path.name == "model" and path.parent.name else path.name
+
+
+def pooler_has_weights(config: AttnPoolConfig) -> bool:
+    """Whether the config's pooler gives token weights (``max``, ``gem``, a combination... do not).
+
+    Composite poolers take the flag from their parts, so the pooler is built, on the meta device: no memory, and no
+    random numbers drawn (a card written before training must not change what it trains).
+    """
+    with torch.device("meta"):
+        return build_pooler(config.pooling, config.hidden_size).has_weights
 
 
 def metric_values(training: TrainingFacts | None) -> dict[str, float]:

@@ -100,7 +100,10 @@ tokenizer = AutoTokenizer.from_pretrained("{folder}")
 session = ort.InferenceSession("{folder}/{file}", providers=["CPUExecutionProvider"])
 names = [i.name for i in session.get_inputs()]
 batch = tokenizer(["a text"], padding=True, truncation=True, max_length={max_length}, return_tensors="np")
-[{outputs}] = session.run(None, {{n: batch[n].astype(np.int64) for n in names}})
+# an input the tokenizer does not return (token_type_ids, for some) is all zeros: one segment
+zeros = np.zeros_like(batch["input_ids"], dtype=np.int64)
+feed = {{n: batch[n].astype(np.int64) if n in batch else zeros for n in names}}
+[{outputs}] = session.run(None, feed)
 ```
 """
 _AUTO_USAGE = """### Transformers (Auto classes)
@@ -112,7 +115,7 @@ from transformers import {auto}, AutoTokenizer
 model = {auto}.from_pretrained("{folder}")
 tokenizer = AutoTokenizer.from_pretrained("{folder}")
 batch = tokenizer(["a text"], padding=True, truncation=True, max_length={max_length}, return_tensors="pt")
-out = model(**batch, return_pooling_weights=True)
+out = model(**batch{weights_arg})
 {result}
 ```
 """
@@ -135,17 +138,22 @@ attnpool export --model {folder} --output serve/model.onnx  # ONNX, verified aga
 """
 
 
-def usage_section(with_head: bool, training: TrainingFacts | None, export: ExportFacts | None) -> list[str]:
-    """How to load and run the model: Auto classes, pipeline, the attnpool commands; ONNX Runtime for an export."""
+def usage_section(with_head: bool, training: TrainingFacts | None, export: ExportFacts | None, *,
+                  weighted: bool = True) -> list[str]:
+    """How to load and run the model: Auto classes, pipeline, the attnpool commands; ONNX Runtime for an export.
+
+    ``weighted``: whether the pooler gives token weights (without them ``pooling_weights`` is ``None``).
+    """
     max_length = (training.recipe.get("max_length") if training is not None else None) or 128
     if export is not None:
         return ["## Usage", "", _ONNX_USAGE.format(folder=PLACEHOLDER, file=export.file, max_length=max_length,
                                                    outputs=", ".join(export.outputs))]
-    result = ("out.logits, out.pooling_weights  # (B, T), (B, heads, T) with heads: 0 on padding, each sums to 1"
-              if with_head
-              else "out.pooler_output, out.pooling_weights  # the text embedding (B, output_dim), token weights")
+    what, shape = ("out.logits", "(B, num_labels)") if with_head else ("out.pooler_output", "(B, output_dim)")
+    result = (f"{what}, out.pooling_weights  # {shape}; token weights (B, T), (B, heads, T) with heads: 0 on "
+              "padding, each sums to 1" if weighted else f"{what}  # {shape}; this pooler gives no token weights")
     auto = "AutoModelForSequenceClassification" if with_head else "AutoModel"
-    parts = [_AUTO_USAGE.format(auto=auto, folder=PLACEHOLDER, max_length=max_length, result=result)]
+    parts = [_AUTO_USAGE.format(auto=auto, folder=PLACEHOLDER, max_length=max_length, result=result,
+                                weights_arg=", return_pooling_weights=True" if weighted else "")]
     if with_head:
         parts.append(_PIPELINE_USAGE.format(folder=PLACEHOLDER))
     if training is not None and training.run_dir:

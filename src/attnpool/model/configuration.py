@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
@@ -10,6 +11,7 @@ from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.tasks import LOSSES
 
 OUTPUT_ACTIVATIONS = (None, "sigmoid")
+logger = logging.getLogger("attnpool.model")
 
 
 def encoder_hidden_size(config: PretrainedConfig) -> int:
@@ -42,7 +44,9 @@ class AttnPoolConfig(PretrainedConfig):
         output_activation: ``"sigmoid"`` for a regression target known to lie in [0, 1] (logits are then the
             sigmoid of the head's output, and the loss defaults to BCE as in the public PPPM recipe); ``None``.
         loss: ``"mse"``, ``"bce"``, ``"cross_entropy"`` or ``"pearson"`` (``1 - r`` of the batch, regression only:
-            :func:`~attnpool.model.losses.pearson_loss`); ``None`` picks it from ``problem_type``.
+            :func:`~attnpool.model.losses.pearson_loss`); ``None`` picks it from ``problem_type``. Single-label
+            classification takes ``cross_entropy`` only (a saved config with another loss loads with ``None``:
+            earlier versions trained it with cross_entropy).
         position_ids_from_mask: Give the encoder ``position_ids = cumsum(attention_mask) - 1``, which makes
             decoder-only encoders correct under left padding. ``None`` (default) turns it on exactly for
             decoder-only architectures.
@@ -129,7 +133,17 @@ class AttnPoolConfig(PretrainedConfig):
         # (the config object may be shared with a live encoder) unless one is asked for.
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:
             kwargs.setdefault("attn_implementation", encoder._attn_implementation)
+        saved = "transformers_version" in kwargs  # a config.json read back (to_dict writes it), not a new config
         super().__init__(**kwargs)
+        if self.problem_type == "single_label_classification" and self.loss not in (None, "cross_entropy"):
+            if not saved:
+                raise ValueError(f"loss {self.loss!r} does not train problem_type 'single_label_classification', "
+                                 "which takes cross_entropy: leave loss None (or 'cross_entropy'); for one-hot or "
+                                 "multi-hot targets with bce or mse use problem_type='multi_label_classification'")
+            # Earlier versions accepted this loss and trained cross_entropy: load the model as it was trained.
+            logger.warning("AttnPoolConfig: loss %r was ignored by this single-label classification model (it "
+                           "trained cross_entropy); loading it with loss None", self.loss)
+            self.loss = None
         classes = self.problem_type is None and self.num_labels > 1  # becomes classification at the first labels
         if output_activation is not None and (self.problem_type not in (None, "regression") or classes):
             raise ValueError(f"output_activation {output_activation!r} is for regression targets in [0, 1], got "

@@ -52,7 +52,8 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     of ``output_activation``, and for multi-label classification after each label's sigmoid (its probabilities).
 
     Raises:
-        ValueError: Labels whose shape, dtype or values do not fit ``problem_type``, saying what was expected.
+        ValueError: Labels whose shape, dtype or values do not fit ``problem_type``, saying what was expected, or a
+            loss that does not train it.
     """
     batch, num_labels = raw.shape
     shape = tuple(labels.shape)
@@ -62,6 +63,10 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
         raise ValueError(f"loss='pearson' needs problem_type='regression' (task regression), not {problem_type!r}: "
                          "use cross_entropy or bce for classification")
     if problem_type == "single_label_classification":
+        if loss_name != "cross_entropy":  # a problem type inferred from the labels (the config could not check it)
+            raise ValueError(f"loss={loss_name!r} does not train single-label classification (integer class "
+                             "labels), which takes cross_entropy: leave loss None (or 'cross_entropy'); for one-hot "
+                             "or multi-hot targets with bce or mse use problem_type='multi_label_classification'")
         if shape not in ((batch,), (batch, 1)) or labels.is_floating_point():
             raise ValueError(
                 f"{where}: expected integer class indices of shape ({batch},); for one-hot or multi-hot targets "
@@ -99,8 +104,9 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     return F.mse_loss(prediction, target)
 
 
-# Added to the variances in pearson_loss: a constant column (one row, or equal values) gives r = 0, not 0 / 0.
-PEARSON_EPS = 1e-8
+# The spread std(p) * std(y) below which pearson_loss takes a column for constant (r = 0): exactly 0 for a batch of one
+# row or equal values, and far below what targets of any sensible scale give (1e-6 each: 1e-12), so that r is exact.
+PEARSON_EPS = 1e-12
 
 
 def pearson_loss(prediction: Tensor, target: Tensor, eps: float = PEARSON_EPS) -> Tensor:
@@ -108,14 +114,15 @@ def pearson_loss(prediction: Tensor, target: Tensor, eps: float = PEARSON_EPS) -
 
     The PPPM 1st-place solution (Kaggle 2022) trained on the competition's metric directly:
 
-    .. math:: r_k = \frac{\operatorname{cov}(p_k, y_k)}{\sqrt{(\operatorname{var} p_k + \epsilon)
-              (\operatorname{var} y_k + \epsilon)}}, \qquad \mathcal{L} = 1 - \frac{1}{K} \sum_k r_k
+    .. math:: r_k = \frac{\operatorname{cov}(p_k, y_k)}{\sqrt{\operatorname{var} p_k \operatorname{var} y_k}},
+              \qquad \mathcal{L} = 1 - \frac{1}{K} \sum_k r_k
 
     with population (co)variances over the batch, in float32 (also under autocast). The loss only sees the batch,
-    so it depends on the batch size (per process, per gradient-accumulation step) and ignores the predictions'
-    scale and offset (the Pearson metric does too). A column that is constant in the batch (a batch of one row,
-    equal targets or equal predictions) has ``cov = 0``, so ``r = 0`` and the loss is 1 with a finite gradient
-    (zero for a one-row batch), never NaN: ``eps`` keeps the denominator above 0.
+    so it depends on the batch size (per process, per gradient-accumulation step) and ignores the scale and offset
+    of the predictions and of the targets (the Pearson metric does too): a perfect fit gives 0 whether the targets
+    lie in [0, 1] or in [0, 1e-4]. A column that is constant in the batch (a batch of one row, equal targets or
+    equal predictions), or whose spread ``std(p) * std(y)`` is below ``eps``, has ``r = 0``: the loss is 1 with a
+    zero gradient, never NaN (nothing in such a batch tells which way to move the predictions).
 
     Shapes:
         prediction, target: ``(B, K)``. Output: a scalar.
@@ -125,5 +132,8 @@ def pearson_loss(prediction: Tensor, target: Tensor, eps: float = PEARSON_EPS) -
     p = p - p.mean(dim=0, keepdim=True)  # (B, K)
     y = y - y.mean(dim=0, keepdim=True)
     cov = (p * y).mean(dim=0)  # (K,)
-    r = cov / torch.sqrt((p.square().mean(dim=0) + eps) * (y.square().mean(dim=0) + eps))
+    spread = p.square().mean(dim=0) * y.square().mean(dim=0)  # (K,) var p * var y
+    varies = spread > eps**2
+    # the square root of a safe 1 where the column is constant: sqrt'(0) = inf would give the gradient 0 * inf = NaN
+    r = torch.where(varies, cov / torch.sqrt(torch.where(varies, spread, 1.0)), 0.0)
     return 1.0 - r.mean()

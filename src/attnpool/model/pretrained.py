@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
+from transformers.utils import hub as transformers_hub
 
 from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_model_card
 from attnpool.model.card import model_card as config_card
@@ -30,6 +32,9 @@ from attnpool.pooling import Pooler, build_pooler
 
 # ``from_pretrained`` options that say where the encoder's files come from: its config is read with them too.
 HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
+# ``save_pretrained(push_to_hub=True)`` options that say where and how to upload (transformers' names).
+HUB_PUSH_KWARGS = ("repo_id", "commit_message", "commit_description", "create_pr", "private", "revision", "token",
+                   "tags")
 
 
 class AttnPoolPreTrainedModel(PreTrainedModel):
@@ -87,7 +92,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         return (model, info) if wants_info else model
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, tokenizer: Any = None,
-                        model_card: str | None = None, **kwargs: Any):
+                        model_card: str | None = None, push_to_hub: bool = False, **kwargs: Any):
         """Save config, weights (``model.safetensors``), a model card and, when given, the tokenizer into one folder.
 
         Args:
@@ -96,21 +101,76 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             model_card: The ``README.md`` to write. By default a card built from the config (encoder, pooler,
                 head, task, how to load it; see :mod:`attnpool.model.card`) is written, unless the folder already
                 has a ``README.md`` of its own, which is kept (attnpool's card of an earlier save is rewritten).
+            push_to_hub: Upload the files this save wrote (weights, tokenizer, card) to the Hub once all are written,
+                to ``repo_id`` (default: the folder's name), with transformers' options ``commit_message``,
+                ``commit_description``, ``create_pr``, ``private``, ``revision`` and ``token``; ``tags`` are added to
+                the card's (with :attr:`model_tags`).
             *args: Of ``PreTrainedModel.save_pretrained``.
-            **kwargs: Of ``PreTrainedModel.save_pretrained`` (``is_main_process=False``: no card either).
+            **kwargs: Of ``PreTrainedModel.save_pretrained`` (``is_main_process=False``: no card either, no upload).
+
+        Returns:
+            The Hub's commit info when pushed, else ``None``.
         """
+        folder = Path(os.fspath(save_directory))
+        main = kwargs.get("is_main_process", True)
+        hub = {key: kwargs.pop(key) for key in HUB_PUSH_KWARGS if key in kwargs} if push_to_hub else {}
+        extra_tags = hub.pop("tags", None)
+        extra_tags = [extra_tags] if isinstance(extra_tags, str) else list(extra_tags or [])
+        upload = push_to_hub and self.should_save_on_this_rank(main)
+        if upload:
+            # Pushed here, not by transformers: it uploads before the tokenizer and the card are written, and
+            # replaces the card with its generic one. The repository first: one that cannot be made fails early.
+            repo_id = transformers_hub.hf_api().create_repo(hub.pop("repo_id", folder.name), exist_ok=True,
+                                                            private=hub.pop("private", None),
+                                                            token=hub.get("token")).repo_id
+            folder.mkdir(parents=True, exist_ok=True)
+            before = self._get_files_timestamps(folder)  # what this save leaves unchanged is not uploaded
         super().save_pretrained(save_directory, *args, **kwargs)
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
-        if not kwargs.get("is_main_process", True):
-            return
-        folder = Path(os.fspath(save_directory))
+        if not main:
+            return None
         # a card of attnpool's own describes the model saved before: rewritten; a README of the user's is kept
         if model_card is None and (not (folder / CARD_FILE).exists() or is_attnpool_card(read_card(folder))):
             model_card = config_card(self.config, architecture=type(self).__name__,
-                                     num_parameters=self.num_parameters())
+                                     num_parameters=self.num_parameters(),
+                                     tags=[*(self.model_tags or []), *extra_tags])
         if model_card is not None:
             write_model_card(save_directory, model_card)
+        return self._upload_modified_files(folder, repo_id, before, **hub) if upload else None
+
+    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, commit_description: str | None = None,
+                    private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
+                    create_pr: bool = False, max_shard_size: int | str | None = "50GB",
+                    tags: list[str] | None = None, tokenizer: Any = None, model_card: str | None = None):
+        """Upload the model to the Hub as :meth:`save_pretrained` writes it: config, weights and attnpool's card.
+
+        transformers' own ``push_to_hub`` uploads its generic "Model Card for Model ID" instead of the card; here
+        the ``README.md`` uploaded, which replaces the repository's, is attnpool's card (or ``model_card``), with
+        ``tags`` and :attr:`model_tags` added to its tags.
+
+        Args:
+            repo_id: The repository (``"user/name"``), created when missing.
+            commit_message: The commit's message (default: transformers', ``"Upload <class name>"``).
+            commit_description: The commit's description.
+            private: Whether a repository created now is private (``None``: the account's default).
+            token: The Hub token (default: the one ``hf auth login`` stored).
+            revision: The branch to upload to (created when missing).
+            create_pr: Open a pull request with the upload instead of committing to the branch.
+            max_shard_size: The largest weights file before the weights are split.
+            tags: Hub tags added to the card's.
+            tokenizer: Uploaded with the model, so that the repository alone loads with the Auto classes.
+            model_card: The ``README.md`` to upload instead of attnpool's card.
+
+        Returns:
+            The Hub's commit info.
+        """
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            return self.save_pretrained(tmp_dir, tokenizer=tokenizer, model_card=model_card, push_to_hub=True,
+                                        repo_id=repo_id, commit_message=commit_message,
+                                        commit_description=commit_description, private=private, token=token,
+                                        revision=revision, create_pr=create_pr, max_shard_size=max_shard_size,
+                                        tags=tags)
 
     def _base(self) -> AttnPoolPreTrainedModel:
         """The :class:`~attnpool.AttnPoolModel` inside (``self`` for the bare model)."""
@@ -221,8 +281,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             encoder_model = AutoModel.from_config(encoder_config, **(encoder_kwargs or {}))
         else:
             name = os.fspath(encoder)
-            if os.path.exists(os.path.expanduser(name)):  # "~/enc": transformers would take it for a hub name
-                name = os.path.expanduser(name)
+            # A local folder by its absolute path ("~/enc" would be taken for a hub name): the encoder keeps it as
+            # its name, saved with the model, and "models/enc" read from another directory looks like a hub name.
+            if os.path.exists(os.path.expanduser(name)):
+                name = os.path.abspath(os.path.expanduser(name))
             check_encoder_source(name)
             kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
             try:
