@@ -106,3 +106,19 @@ def test_adaptive_starts_as_mean_pooling_by_default(query):
 def test_simpool_refuses_a_floor_that_is_not_positive(options):
     with pytest.raises(ValueError, match=f"SimPooling: eps must be positive, got {options['eps']}"):
         SimPooling(HIDDEN, **options)
+
+
+@pytest.mark.parametrize("options", [{"query": "first"}, {"init": "xavier"}, {"query": "first", "num_heads": 4}])
+def test_adaptive_in_fp16_is_finite_where_its_output_is(options):
+    """In fp16, W_q g(H) and W_k h_t overflowed for a token of 3e4 (the zero keys of init="mean" then gave
+    inf * 0 = NaN), although the output, a convex combination of the tokens, is representable."""
+    torch.manual_seed(0)
+    pooler = AdaptivePooling(32, **options).eval()
+    hidden = torch.randn(2, 5, 32)
+    hidden[:, 0] = 3e4 * torch.randn(32).sign()  # an outlier token, as LLM hidden states have
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    expected, weights32 = pooler(hidden, mask, return_weights=True)
+    low, weights = pooler.half()(hidden.half(), mask, return_weights=True)
+    assert torch.isfinite(low).all()
+    torch.testing.assert_close(low.float(), expected, atol=1e-3 * expected.abs().max().item(), rtol=0)
+    torch.testing.assert_close(weights.float(), weights32, atol=1e-3, rtol=0)

@@ -272,3 +272,15 @@ def test_cls_share_survives_the_config_and_zero_means_no_prior():
 def test_cls_share_outside_0_1_is_refused(share):
     with pytest.raises(ValueError, match=rf"AttentionPooling: cls_share must be in \[0, 1\), got {share}"):
         AttentionPooling(HIDDEN, cls_share=share)
+
+
+@pytest.mark.parametrize("name", ["attention", "multihead_attention", "latent_attention"])
+@pytest.mark.parametrize(("batch", "seq_len"), [(0, 5), (2, 0)], ids=["no-rows", "no-tokens"])
+def test_scorers_take_batches_without_tokens_in_pool_itself(name, batch, seq_len):
+    """The scorer's output was viewed as (B, T, -1), ambiguous without elements. forward() now gives such a batch one
+    padded position (the contract tests), but pool() is also called directly, by combined and weighted_layer."""
+    pooler = build_pooler(name, HIDDEN, **({"fused": False} if name == "attention" else {}))
+    with torch.no_grad():
+        pooled, weights = pooler.pool(torch.randn(batch, seq_len, HIDDEN), torch.ones(batch, seq_len, dtype=torch.bool))
+    assert pooled.shape == (batch, pooler.output_dim) and (pooled == 0).all()
+    assert weights.shape[0] == batch and weights.shape[-1] == seq_len

@@ -112,3 +112,15 @@ def test_gem_gradients_match_float64_autograd_of_the_direct_formula():
     direct.pow(2).sum().backward()
     torch.testing.assert_close(hidden32.grad.double(), hidden64.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(pooler.p_param.grad.double(), p64.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_gem_and_mean_compute_float64_in_float64():
+    """Float64 input went through float32: GeM of values near 1000 was off by 3e-4."""
+    hidden, mask, tokens = ragged_batch([5, 3])
+    hidden = hidden.double() + 1000.0
+    gem = GeMPooling(HIDDEN, learnable_p=False).double()(hidden, mask)
+    mean = MeanPooling(HIDDEN)(hidden, mask)
+    for i, t in enumerate(tokens):
+        t = t.double() + 1000.0
+        torch.testing.assert_close(gem[i], t.pow(3).mean(0).pow(1 / 3), atol=1e-11, rtol=0)
+        torch.testing.assert_close(mean[i], t.mean(0), atol=1e-12, rtol=0)

@@ -28,6 +28,48 @@ def test_masked_softmax_keeps_half_precision_without_overflow():
     torch.testing.assert_close(weights, torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float16))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_reductions_run_in_float32_or_wider(dtype):
+    assert F.compute_dtype(dtype) == (torch.float64 if dtype == torch.float64 else torch.float32)
+
+
+def test_masked_softmax_and_attention_keep_float64():
+    """Float64 scores went through float32: weights off by ~1e-8, enough to fail gradcheck."""
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 5, dtype=torch.float64, generator=gen) * 10
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    weights = F.masked_softmax(scores, mask)
+    assert weights.dtype == torch.float64
+    torch.testing.assert_close(weights[0, :4], scores[0, :4].softmax(-1), atol=1e-15, rtol=0)
+    query, key, value = (torch.randn(2, n, HIDDEN, dtype=torch.float64, generator=gen) for n in (1, 5, 5))
+    out, attn = F.masked_attention(query, key, value, mask, num_heads=1)
+    assert attn.dtype == torch.float64
+    expected = (query[0] @ key[0, :4].T * HIDDEN**-0.5).softmax(-1) @ value[0, :4]
+    torch.testing.assert_close(out[0], expected, atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("heads", [None, 3])
+def test_long_fp16_sums_are_accumulated_in_float32_a_block_at_a_time(heads, monkeypatch):
+    """Above HALF_NORMAL_TOKENS fp16 tokens, float32 weights are not rounded to fp16 (their 1/T is subnormal): the
+    sum runs in float32, a block of tokens at a time. Both limits are made small here."""
+    monkeypatch.setattr(F, "HALF_NORMAL_TOKENS", 4)
+    monkeypatch.setattr(F, "SUM_ELEMENTS", 192)  # blocks of 6 tokens (3 heads: 2), the last one shorter
+    gen = torch.Generator().manual_seed(4)
+    hidden = torch.randn(2, 9, HIDDEN, generator=gen).half().requires_grad_(True)
+    weights = torch.rand(2, *([heads] if heads else []), 9, generator=gen).div(3e4).requires_grad_(True)  # subnormal
+    out = F.weighted_sum(weights, hidden)
+    expected = torch.einsum("b...t,bth->b...h", weights.double(), hidden.double())
+    assert out.dtype == torch.float16 and out.shape == expected.shape
+    torch.testing.assert_close(out, expected.half(), atol=0, rtol=0)  # exact up to the final rounding
+    rounded = F.weighted_sum(weights.detach().half(), hidden.detach())  # the fp16 product: weights rounded first
+    assert not torch.equal(rounded, out)
+    out.float().sum().backward()
+    w = weights.detach().view(2, -1, 9)  # (B, K, T)
+    torch.testing.assert_close(hidden.grad, w.sum(1).unsqueeze(-1).expand_as(hidden).half())  # sum of its weights
+    torch.testing.assert_close(weights.grad.view(2, -1, 9), hidden.detach().float().sum(-1, keepdim=True).mT
+                               .expand_as(w))  # the sum of the token's channels
+
+
 def test_weighted_sum_of_one_or_several_distributions():
     gen = torch.Generator().manual_seed(1)
     hidden, weights = torch.randn(2, 5, HIDDEN, generator=gen), torch.rand(2, 3, 5, generator=gen)

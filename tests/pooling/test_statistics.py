@@ -22,6 +22,20 @@ def test_stats_is_the_masked_mean_and_population_std():
         torch.testing.assert_close(pooled[i, HIDDEN:], t.std(0, correction=0), atol=1e-5, rtol=1e-5)
 
 
+def test_stats_softpool_and_ggem_compute_float64_in_float64():
+    """Float64 input went through float32: stats of values near 1000 were off by 9e-5."""
+    hidden, mask, tokens = ragged_batch([5, 3])
+    hidden = hidden.double() + 1000.0
+    stats = StatisticsPooling(HIDDEN)(hidden, mask)
+    soft = SoftPooling(HIDDEN)(hidden - 1000.0, mask)
+    ggem = GroupGeMPooling(HIDDEN, num_groups=2).double()(hidden, mask)
+    for i, t in enumerate(tokens):
+        t = t.double() + 1000.0
+        torch.testing.assert_close(stats[i], torch.cat([t.mean(0), t.std(0, correction=0)]), atol=1e-11, rtol=0)
+        torch.testing.assert_close(soft[i], ((t - 1000.0).softmax(0) * (t - 1000.0)).sum(0), atol=1e-14, rtol=0)
+        torch.testing.assert_close(ggem[i], t.pow(3).mean(0).pow(1 / 3), atol=1e-11, rtol=0)
+
+
 def test_stats_single_token_gives_sqrt_eps_and_finite_gradients():
     pooler = StatisticsPooling(HIDDEN, eps=1e-4)
     hidden = torch.randn(1, 1, HIDDEN, requires_grad=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
 
@@ -66,13 +67,14 @@ class SimPooling(Pooler):
         if self.gamma is None:
             out, weights = F.masked_attention(query, self.wk(tokens), tokens, mask, self.num_heads)  # (B, 1, H)
             return out.squeeze(1), F.merge_heads(weights, hidden_states.dtype)
-        x = tokens.float()
+        dtype = F.compute_dtype(hidden_states.dtype)
+        x = tokens.to(dtype)
         pad = ~mask.unsqueeze(-1)
-        row_min = x.masked_fill(pad, torch.finfo(torch.float32).max).amin(dim=(1, 2), keepdim=True)  # (B, 1, 1)
+        row_min = x.masked_fill(pad, torch.finfo(dtype).max).amin(dim=(1, 2), keepdim=True)  # (B, 1, 1)
         row_min = torch.where(F.has_token(mask).unsqueeze(-1), row_min, torch.zeros_like(row_min))
         powered = (x - row_min + self.eps).clamp(min=self.eps).pow(self.gamma)  # (B, T, H), positive
-        out, weights = F.masked_attention(query.float(), self.wk(tokens).float(), powered, mask, self.num_heads)
-        pooled = out.squeeze(1).float().clamp(min=torch.finfo(torch.float32).tiny).pow(1.0 / self.gamma)  # (B, H)
+        out, weights = F.masked_attention(query.to(dtype), self.wk(tokens).to(dtype), powered, mask, self.num_heads)
+        pooled = out.squeeze(1).clamp(min=torch.finfo(dtype).tiny).pow(1.0 / self.gamma)  # (B, H)
         return F.zero_empty_rows(pooled, mask).to(hidden_states.dtype), F.merge_heads(weights, hidden_states.dtype)
 
 
@@ -141,7 +143,7 @@ class AdaptivePooling(Pooler):
             nn.init.xavier_uniform_(self.query_vector)
 
     def _query_source(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
-        """``g(H)``, ``(B, H)`` or ``(1, H)`` for the learned query."""
+        """``g(H)``, ``(B, H)`` or ``(1, H)`` for the learned query, in the hidden states' dtype."""
         if self.query == "mean":
             return F.masked_mean(hidden_states, mask)
         if self.query == "max":
@@ -153,6 +155,18 @@ class AdaptivePooling(Pooler):
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        query = self.wq(self._query_source(hidden_states, mask)).unsqueeze(1)  # (B|1, 1, H)
-        out, weights = F.masked_attention(query, self.wk(hidden_states), hidden_states, mask, self.num_heads)
+        # The query and the scores are computed in float32 (float64 for float64): in half precision W_q g(H) and
+        # W_k h_t overflow for tokens of ~3e4 (LLM outliers) while the weighted tokens, the output, do not, and the
+        # zero keys of init="mean" then gave inf * 0 = NaN. W_k is folded into the query, the score of token t
+        # being (W_k^T q)_head . h_t: one (heads, H) row per sequence instead of the (B, T, H) keys.
+        dtype = F.compute_dtype(hidden_states.dtype)
+        heads = self.num_heads
+        head_dim = self.hidden_size // heads
+        with torch.autocast(hidden_states.device.type, enabled=False):  # which would run the products in half again
+            source = self._query_source(hidden_states, mask).to(dtype)  # (B|1, H)
+            query = F_nn.linear(source, self.wq.weight.to(dtype), self.wq.bias.to(dtype))  # (B|1, H)
+            w_k = self.wk.weight.to(dtype).view(heads, head_dim, self.hidden_size)  # (heads, d, H), output rows
+            folded = torch.einsum("bhd,hdi->bhi", query.view(-1, heads, head_dim) * head_dim**-0.5, w_k)
+            scores = torch.matmul(folded, hidden_states.to(dtype).transpose(1, 2))  # (B, heads, T)
+        out, weights = F.attend(scores.unsqueeze(2), hidden_states, mask, heads)  # (B, 1, H), (B, heads, 1, T)
         return out.squeeze(1), F.merge_heads(weights, hidden_states.dtype)

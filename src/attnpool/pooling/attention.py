@@ -67,8 +67,10 @@ class _ScoredPooling(Pooler):
         prior = self.score_prior(mask)
         if prior is not None:  # added in float32 (a bf16 prior would move the share), the weights back in dtype
             scores = scores + prior.view(token_mask.shape)
-        weights = self.weight_dropout(normalize(scores, token_mask, self.normalizer).to(dtype))
-        return F.weighted_sum(weights, hidden_states), weights
+        # Unrounded weights (float32 for half precision) go into the sum: fp16 turns weights near 1/T into subnormals.
+        weights = normalize(scores.to(F.compute_dtype(dtype)), token_mask, self.normalizer)
+        weights = self.weight_dropout(weights)
+        return F.weighted_sum(weights, hidden_states), weights.to(dtype)
 
 
 @register_pooler
@@ -299,7 +301,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
             got = None if weights is None else tuple(weights.shape)
             raise ValueError(f"MultiHeadAttentionPooling.auxiliary_loss: expected weights (B, {self.num_heads}, T), "
                              f"got {got}")
-        a = weights.float()
+        a = weights.to(F.compute_dtype(weights.dtype))
         gram = torch.bmm(a, a.transpose(1, 2))  # (B, K, K)
         eye = torch.eye(self.num_heads, device=a.device, dtype=a.dtype)
         per_row = (gram - eye).square().sum(dim=(1, 2))  # (B,)

@@ -46,7 +46,8 @@ class Pooler(nn.Module):
       them, and their gradient is exactly 0. Left and right padding agree. Real tokens holding NaN or ``inf``
       are the caller's to fix: they reach the output like any real value (a pooler that weights them gives NaN).
     * Token weights are ``>= 0``, exactly 0 on padding and sum to 1 over the real tokens of each row.
-    * A row without any real token pools to a zero vector (zero weights) with finite gradients.
+    * A row without any real token pools to a zero vector (zero weights) with finite gradients; so does a batch
+      without tokens (``T == 0``, weights ``(B, [heads,] 0)``), and an empty batch gives ``(0, output_dim)``.
     * Inputs are never modified in place. Bad shapes raise ``ValueError`` naming the shapes received.
 
     Shapes:
@@ -102,16 +103,47 @@ class Pooler(nn.Module):
             ValueError: Shapes that do not fit, or missing attention maps for a ``needs_attentions`` pooler.
         """
         mask = self._validate(hidden_states, attention_mask)
-        if attention_mask is not None:  # without a mask there is no padding to clear
-            hidden_states = self.clear_padding(hidden_states, mask)
         if self.needs_attentions:
             self._validate_attentions(attentions, hidden_states)
-            pooled, weights = self.pool(hidden_states, mask, attentions=attentions)
+        if 0 in mask.shape:
+            pooled, weights = self._pool_empty(hidden_states, mask, attentions)
         else:
-            pooled, weights = self.pool(hidden_states, mask)
+            if attention_mask is not None:  # without a mask there is no padding to clear
+                hidden_states = self.clear_padding(hidden_states, mask)
+            extra = {"attentions": attentions} if self.needs_attentions else {}
+            pooled, weights = self.pool(hidden_states, mask, **extra)
         if return_weights:
             return pooled, weights
         return pooled
+
+    def _pool_empty(
+        self, hidden_states: Tensor, mask: Tensor, attentions: Sequence[Tensor] | Tensor | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Pool a batch without any token (``B == 0`` or ``T == 0``): zeros, and empty weights.
+
+        Reductions over an empty axis fail (``argmax``, ``amax``) and a ``view(..., -1)`` of an empty tensor is
+        ambiguous, so rather than each pooler guarding each operation, an axis of size 0 gets one padded position,
+        which every pooler pools as a row without real tokens (zeros, by the contract), and the result is cut back
+        to ``(B, output_dim)`` and weights ``(B, [heads,] T)``. It stays connected to the inputs and parameters
+        (their gradients are empty or zero).
+        """
+        batch, seq_len = mask.shape
+        rows, tokens = max(batch, 1), max(seq_len, 1)
+        if seq_len == 0:
+            position = hidden_states.new_zeros(*hidden_states.shape[:-2], 1, hidden_states.shape[-1])
+            hidden_states = torch.cat([hidden_states, position], dim=-2)  # (B, [L,] 1, H)
+        if batch == 0:
+            hidden_states = torch.cat([hidden_states, hidden_states.new_zeros(1, *hidden_states.shape[1:])])
+        padding = torch.zeros(rows, tokens, dtype=torch.bool, device=mask.device)
+        extra: dict[str, Any] = {}
+        if self.needs_attentions:
+            if isinstance(attentions, Tensor):  # (L, B, heads, T, T)
+                layers, heads = attentions.shape[0], attentions.shape[2]
+                extra["attentions"] = attentions.new_zeros(layers, rows, heads, tokens, tokens)
+            else:
+                extra["attentions"] = [a.new_zeros(rows, a.shape[1], tokens, tokens) for a in attentions or ()]
+        pooled, weights = self.pool(hidden_states, padding, **extra)
+        return pooled[:batch], None if weights is None else weights[:batch, ..., :seq_len]
 
     def clear_padding(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
         """Hidden states with padded positions replaced by 0, so that no value held there can reach an output.

@@ -73,7 +73,7 @@ class MeanPooling(Pooler):
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        weights = F.mean_weights(mask, torch.float32)  # (B, T)
+        weights = F.mean_weights(mask, F.compute_dtype(hidden_states.dtype))  # (B, T), 1/n unrounded for the sum
         return F.weighted_sum(weights, hidden_states), weights.to(hidden_states.dtype)
 
 
@@ -167,5 +167,5 @@ class GeMPooling(Pooler):
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
-        p = self.p_param.float().clamp(min=1e-3)
+        p = self.p_param.to(F.compute_dtype(self.p_param.dtype)).clamp(min=1e-3)
         return F.masked_generalized_mean(hidden_states, mask, p, self.eps).to(hidden_states.dtype), None

@@ -73,9 +73,9 @@ class DittoPooling(Pooler):
         attention = attentions[self.layer]  # (B, heads, T, T)
         if self.head is not None and not -attention.shape[1] <= self.head < attention.shape[1]:
             raise ValueError(f"DittoPooling: head={self.head} but layer {self.layer} has {attention.shape[1]} heads")
-        diagonal = attention.diagonal(dim1=-2, dim2=-1).float()  # (B, heads, T)
+        diagonal = attention.diagonal(dim1=-2, dim2=-1).to(F.compute_dtype(attention.dtype))  # (B, heads, T)
         diagonal = diagonal.mean(dim=1) if self.head is None else diagonal[:, self.head]  # (B, T)
         diagonal = diagonal.clamp(min=0.0).masked_fill(~mask, 0.0)
-        weights = diagonal / diagonal.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
+        weights = diagonal / diagonal.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(diagonal.dtype).tiny)
         pooled = F.weighted_sum(weights, F.zero_padding(hidden_states, mask))  # (B, H)
         return pooled, weights.to(hidden_states.dtype)

@@ -11,11 +11,28 @@ import math
 import torch
 from torch import Tensor
 
+# Longer rows than this get a float32 weighted sum in fp16: their mean weight 1/T is below fp16's smallest normal
+# number, 2**-14, where subnormal spacing (2**-24) rounds it by up to T * 2**-25 of itself (0.3% at T = 1e5, 3% at
+# 1e6, all weights alike). Up to this length a weight is rounded by at most 2**-11 of itself or 2**-25, together at
+# most about one fp16 ulp of the output; bf16 has float32's exponent range and rounds by 2**-9, within its own ulp.
+HALF_NORMAL_TOKENS = 2**14
+# Elements of the float32 temporary that the float32 weighted sum forms a block of tokens at a time (64 MiB).
+SUM_ELEMENTS = 2**24
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype reductions run in: float32 for half precision and float32, float64 for float64.
+
+    Half precision is upcast (its range and 11 or 8 significant bits do not hold sums and softmax logits); float64
+    is kept, so that float64 inputs are computed in float64 (and ``torch.autograd.gradcheck`` holds).
+    """
+    return torch.promote_types(dtype, torch.float32)
+
 
 def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
-    """Softmax over ``dim`` in float32 with masked positions excluded, cast back to the scores' dtype.
+    """Softmax over ``dim`` in float32 (float64 scores: float64) with masked positions excluded, in the scores' dtype.
 
-    Masked scores are filled with the float32 minimum *before* the softmax (a literal such as ``-1e9`` would
+    Masked scores are filled with the minimum of that dtype *before* the softmax (a literal such as ``-1e9`` would
     overflow half precision), so padding receives exactly zero weight. A row without any real position gives
     all-zero weights and finite gradients, instead of the NaN of a softmax over ``-inf`` only.
 
@@ -28,8 +45,8 @@ def masked_softmax(scores: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
         Weights of the same shape and dtype as ``scores``, summing to 1 over the real positions of each row
         (or to 0 on a row without any).
     """
-    scores32 = scores.float().masked_fill(~mask, torch.finfo(torch.float32).min)
-    weights = torch.softmax(scores32, dim=dim)
+    dtype = compute_dtype(scores.dtype)
+    weights = torch.softmax(scores.to(dtype).masked_fill(~mask, torch.finfo(dtype).min), dim=dim)
     # A fully masked row is uniform after the softmax; zeroing masked positions makes it all zeros.
     return weights.masked_fill(~mask, 0.0).to(scores.dtype)
 
@@ -38,16 +55,54 @@ def weighted_sum(weights: Tensor, hidden_states: Tensor) -> Tensor:
     """Sum of hidden states weighted over the token axis, as one batched matrix product.
 
     Args:
-        weights: ``(B, T)`` or ``(B, K, T)`` token weights.
+        weights: ``(B, T)`` or ``(B, K, T)`` token weights; for half-precision states best unrounded (float32),
+            see :func:`weighted_matmul`.
         hidden_states: ``(B, T, H)``.
 
     Returns:
         ``(B, H)`` for 2-D weights, ``(B, K, H)`` for 3-D weights, in the hidden states' dtype.
     """
-    w = weights.to(hidden_states.dtype)
-    if w.dim() == 2:
-        return torch.bmm(w.unsqueeze(1), hidden_states).squeeze(1)  # (B, H)
-    return torch.bmm(w, hidden_states)  # (B, K, H)
+    w = weights.unsqueeze(1) if weights.dim() == 2 else weights  # (B, K, T)
+    if _needs_float32_sum(w, hidden_states):
+        out = _float32_matmul(w, hidden_states)
+    else:
+        out = torch.bmm(w.to(hidden_states.dtype), hidden_states)  # (B, K, H)
+    return out.squeeze(1) if weights.dim() == 2 else out
+
+
+def weighted_matmul(weights: Tensor, values: Tensor) -> Tensor:
+    """``weights @ values`` over the token axis, in the values' dtype.
+
+    The weights are rounded to the values' dtype for the product, except for fp16 values over more than
+    :data:`HALF_NORMAL_TOKENS` tokens with weights in a wider dtype: there weights of about ``1/T`` are subnormal
+    in fp16 and lose up to a few percent (a mean of 5.0 over a million fp16 tokens gave 5.05), so the sum is
+    accumulated in float32 and only the result rounded (an fp16 matrix product cannot return float32 on the CPU).
+    It forms the float32 products a block of tokens at a time (at most :data:`SUM_ELEMENTS` of them, or one token)
+    and keeps nothing larger than the fp16 values for the backward.
+
+    Shapes:
+        ``weights (..., Q, T)``, ``values (..., T, D)`` (batch axes broadcast) -> ``(..., Q, D)``.
+    """
+    if _needs_float32_sum(weights, values):
+        return _float32_matmul(weights, values)
+    return torch.matmul(weights.to(values.dtype), values)
+
+
+def _needs_float32_sum(weights: Tensor, values: Tensor) -> bool:
+    """Whether rounding the weights to fp16 would cost more than fp16's own rounding (see HALF_NORMAL_TOKENS)."""
+    return values.dtype == torch.float16 and weights.dtype != torch.float16 and values.shape[-2] > HALF_NORMAL_TOKENS
+
+
+def _float32_matmul(weights: Tensor, values: Tensor) -> Tensor:
+    """``weights @ values`` summed in float32 a block of tokens at a time, rounded to the values' dtype at the end."""
+    total = None
+    weights = weights.float()
+    per_token = math.prod(torch.broadcast_shapes(weights.shape[:-2], values.shape[:-2])) * weights.shape[-2]
+    block = max(1, SUM_ELEMENTS // (per_token * values.shape[-1]))  # tokens in a (..., Q, block, D) product
+    for w, v in zip(weights.split(block, dim=-1), values.split(block, dim=-2), strict=True):
+        part = (w.unsqueeze(-1) * v.unsqueeze(-3)).sum(dim=-2)  # (..., Q, D) float32, from a float32 temporary
+        total = part if total is None else total + part
+    return total.to(values.dtype)
 
 
 def mean_weights(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -58,7 +113,7 @@ def mean_weights(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 
 def masked_mean(hidden_states: Tensor, mask: Tensor) -> Tensor:
     """Mean of the real tokens' hidden states, ``(B, T, H) -> (B, H)``; zeros for an empty row."""
-    return weighted_sum(mean_weights(mask, torch.float32), hidden_states)
+    return weighted_sum(mean_weights(mask, compute_dtype(hidden_states.dtype)), hidden_states)
 
 
 def masked_max(hidden_states: Tensor, mask: Tensor) -> Tensor:
@@ -147,9 +202,9 @@ def masked_attention(
     .. math::
         A_h = \mathrm{softmax}_{t: m_t = 1}\Big(\frac{Q_h K_h^\top}{\sqrt{d_h}}\Big), \qquad O_h = A_h V_h
 
-    Scores and softmax are computed in float32 (fp16 scores of large hidden states overflow), padded keys get
-    exactly zero weight, padded values are replaced by 0 before the product (so not even ``inf`` in padding can
-    leak in), and a row without real tokens gives zero weights and a zero output.
+    Scores and softmax are computed in float32 (fp16 scores of large hidden states overflow; float64 inputs in
+    float64), padded keys get exactly zero weight, padded values are replaced by 0 before the product (so not even
+    ``inf`` in padding can leak in), and a row without real tokens gives zero weights and a zero output.
 
     Args:
         query: ``(B, Q, E)`` or ``(1, Q, E)`` for queries shared by the batch (learned seeds).
@@ -159,19 +214,36 @@ def masked_attention(
         num_heads: Number of heads; must divide ``E`` and ``D``.
 
     Returns:
-        ``out (B, Q, D)`` in the value's dtype and ``weights (B, heads, Q, T)`` in float32.
+        ``out (B, Q, D)`` in the value's dtype and ``weights (B, heads, Q, T)`` in float32 (float64 inputs: float64).
     """
     batch, seq_len, embed = key.shape
-    n_query, size = query.shape[1], value.shape[-1]
-    head_dim, value_dim = embed // num_heads, size // num_heads
-    q = query.reshape(query.shape[0], n_query, num_heads, head_dim).transpose(1, 2).float()  # (B|1, h, Q, d)
-    k = key.reshape(batch, seq_len, num_heads, head_dim).transpose(1, 2).float()  # (B, h, T, d)
+    head_dim = embed // num_heads
+    dtype = compute_dtype(torch.promote_types(query.dtype, key.dtype))
+    q = query.reshape(query.shape[0], query.shape[1], num_heads, head_dim).transpose(1, 2).to(dtype)  # (B|1, h, Q, d)
+    k = key.reshape(batch, seq_len, num_heads, head_dim).transpose(1, 2).to(dtype)  # (B, h, T, d)
     with torch.autocast(key.device.type, enabled=False):  # fp16 autocast would run both products in fp16 again
         scores = torch.matmul(q * head_dim**-0.5, k.transpose(-1, -2))  # (B, h, Q, T)
-        weights = masked_softmax(scores, mask[:, None, None, :])  # (B, h, Q, T) float32
-        v = zero_padding(value, mask).reshape(batch, seq_len, num_heads, value_dim).transpose(1, 2)  # (B, h, T, dv)
-        out = torch.matmul(weights.to(v.dtype), v)  # (B, h, Q, dv)
-    return out.transpose(1, 2).reshape(batch, n_query, size), weights
+    return attend(scores, value, mask, num_heads)
+
+
+def attend(scores: Tensor, value: Tensor, mask: Tensor, num_heads: int) -> tuple[Tensor, Tensor]:
+    """The second half of :func:`masked_attention`: masked softmax of the scores, then each head's share of values.
+
+    Args:
+        scores: ``(B, heads, Q, T)``, float32 (or float64).
+        value: ``(B, T, D)``; head ``h`` reads channels ``h * D / heads`` to ``(h + 1) * D / heads``.
+        mask: ``(B, T)`` boolean, ``True`` for real tokens.
+        num_heads: Number of heads; must divide ``D``.
+
+    Returns:
+        ``out (B, Q, D)`` in the value's dtype and ``weights (B, heads, Q, T)`` in the scores' dtype.
+    """
+    batch, seq_len, size = value.shape
+    with torch.autocast(value.device.type, enabled=False):
+        weights = masked_softmax(scores, mask[:, None, None, :])  # (B, h, Q, T)
+        v = zero_padding(value, mask).reshape(batch, seq_len, num_heads, size // num_heads).transpose(1, 2)
+        out = weighted_matmul(weights, v)  # (B, h, Q, dv)
+    return out.transpose(1, 2).reshape(batch, scores.shape[-2], size), weights
 
 
 def merge_heads(weights: Tensor, dtype: torch.dtype) -> Tensor:
@@ -190,8 +262,8 @@ def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps:
     :math:`\exp\big((\mathrm{logsumexp}_t(p \log x_t) - \log n) / p\big)`: ``x ** p`` itself is never formed, so the
     result is finite wherever the true value is (it lies between the smallest and the largest real value),
     however large ``x`` and ``p`` are. A direct ``x.pow(p)`` in float32 overflows for ``x = 100, p = 20`` or
-    ``x = 1e4, p = 10`` and gives ``p`` a NaN gradient. Runs in float32; padding is excluded before the logarithm;
-    a row without real tokens gives zeros with finite (zero) gradients.
+    ``x = 1e4, p = 10`` and gives ``p`` a NaN gradient. Runs in float32 (float64 inputs: float64); padding is
+    excluded before the logarithm; a row without real tokens gives zeros with finite (zero) gradients.
 
     Args:
         hidden_states: ``(B, T, H)``.
@@ -200,16 +272,18 @@ def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps:
         eps: Lower clamp of the hidden states (the generalised mean is defined on positive values).
 
     Returns:
-        ``(B, H)`` in float32.
+        ``(B, H)`` in float32 (float64 inputs: float64).
     """
     pad = ~mask.unsqueeze(-1)  # (B, T, 1)
-    x = hidden_states.float().masked_fill(pad, 1.0).clamp(min=eps)
+    dtype = compute_dtype(hidden_states.dtype)
+    p = p.to(dtype)
+    x = hidden_states.to(dtype).masked_fill(pad, 1.0).clamp(min=eps)
     scaled = p * x.log()  # (B, T, H), log of x ** p
-    # Padding is excluded with the float32 minimum, except on empty rows: there every position stays (at log 1 = 0),
+    # Padding is excluded with the dtype's minimum, except on empty rows: there every position stays (at log 1 = 0),
     # so that the logsumexp and its gradient are finite; those rows are zeroed at the end.
     exclude = pad & has_token(mask).unsqueeze(-1)
-    scaled = scaled.masked_fill(exclude, torch.finfo(torch.float32).min)
-    counts = mask.sum(dim=1, keepdim=True).clamp(min=1).float()  # (B, 1)
+    scaled = scaled.masked_fill(exclude, torch.finfo(dtype).min)
+    counts = mask.sum(dim=1, keepdim=True).clamp(min=1).to(dtype)  # (B, 1)
     log_mean = torch.logsumexp(scaled, dim=1) - counts.log()  # (B, H), log of the mean of x ** p
     return torch.exp(log_mean / p) * has_token(mask)
 

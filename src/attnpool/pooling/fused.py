@@ -32,7 +32,7 @@ import torch.nn.functional as F_nn
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from attnpool.pooling.functional import masked_softmax
+from attnpool.pooling.functional import HALF_NORMAL_TOKENS, compute_dtype, masked_softmax, weighted_sum
 
 # Packing is given up for a layout that needs more row moves than this to unpack in place (e.g. one padded token
 # at the start of a long batch: every later row moves by one). Right or left padding of a ragged batch needs about
@@ -151,7 +151,10 @@ class FusedAttentionPool(torch.autograd.Function):
         """Pool as :class:`~attnpool.pooling.AttentionPooling` does; save what the backward needs."""
         batch, seq_len, size = hidden.shape
         dtype = hidden.dtype
-        packing = _plan_packing(mask) if hidden.device.type == "cpu" else None
+        # Long fp16 rows are summed densely with float32 weights, as weighted_sum does: rounded to fp16, weights near
+        # 1/T would be subnormal (a uniform start over 1e5 tokens gave weights summing to 1.0014).
+        long_half = dtype == torch.float16 and seq_len > HALF_NORMAL_TOKENS
+        packing = _plan_packing(mask) if hidden.device.type == "cpu" and not long_half else None
         if packing is not None:
             buffer = hidden.new_empty(batch * seq_len, size)  # (B*T, H): packed rows now, the gradient later
             rows = torch.index_select(hidden.reshape(-1, size), 0, packing.real, out=buffer[: packing.real.numel()])
@@ -170,8 +173,11 @@ class FusedAttentionPool(torch.autograd.Function):
             scores = scores / temperature
         if prior is not None:
             scores = scores + prior
-        weights = masked_softmax(scores, mask).to(dtype)  # (B, T), exactly 0 on padding; a float32 prior's back
-        if packing is not None:
+        exact = masked_softmax(scores.float() if long_half else scores, mask)  # (B, T), exactly 0 on padding
+        weights = exact.to(dtype)  # a float32 prior's scores back in dtype
+        if long_half:
+            pooled = weighted_sum(exact, buffer)  # (B, H)
+        elif packing is not None:
             row_weights = weights.view(-1).index_select(0, packing.real).to(dtype)  # (N,)
             indices = torch.arange(rows.shape[0])
             pooled = F_nn.embedding_bag(indices, rows, packing.offsets, mode="sum", per_sample_weights=row_weights)
@@ -200,19 +206,20 @@ class FusedAttentionPool(torch.autograd.Function):
         packing: _Packing | None = ctx.packing
         batch, seq_len, size = ctx.hidden_shape
         dtype = buffer.dtype
+        acc = compute_dtype(dtype)  # the softmax backward in float32, float64 for float64
         rows = buffer.view(-1, size)[: tanh_out.shape[0]]  # (N, H): the rows the forward multiplied
         if grad_pooled is None:
             grad_pooled = torch.zeros(batch, size, dtype=dtype, device=buffer.device)
         # d weights: <h_t, g> per token, plus any gradient flowing into the returned weights.
         if packing is not None:
-            row_dots = _packed_row_dots(rows, grad_pooled, packing).float()
+            row_dots = _packed_row_dots(rows, grad_pooled, packing).to(acc)
             grad_a = row_dots.new_zeros(batch * seq_len).index_copy_(0, packing.real, row_dots).view(batch, seq_len)
         else:
             # (B, 1, H) @ (B, H, T): about twice as fast on CPU as (B, T, H) @ (B, H, 1).
-            grad_a = torch.bmm(grad_pooled.unsqueeze(1), buffer.transpose(1, 2)).squeeze(1).float()  # (B, T)
+            grad_a = torch.bmm(grad_pooled.unsqueeze(1), buffer.transpose(1, 2)).squeeze(1).to(acc)  # (B, T)
         if grad_weights is not None:
-            grad_a = grad_a + grad_weights.float()
-        a32 = weights.float()
+            grad_a = grad_a + grad_weights.to(acc)
+        a32 = weights.to(acc)
         grad_scores = a32 * (grad_a - (a32 * grad_a).sum(dim=-1, keepdim=True))  # softmax backward; 0 on padding
         if ctx.temperature != 1.0:
             grad_scores = grad_scores / ctx.temperature

@@ -91,11 +91,12 @@ class LatentAttentionPooling(Pooler):
         q = q.view(batch, seq_len, heads, head_dim).transpose(1, 2)  # (B, h, T, d)
         k = k.reshape(-1, heads, head_dim).transpose(0, 1)  # (h, R, d)
         v = v.reshape(-1, heads, head_dim).transpose(0, 1)  # (h, R, d)
-        attn = torch.matmul(q, k.transpose(-1, -2)).softmax(dim=-1, dtype=torch.float32)  # (B, h, T, R)
-        out = torch.matmul(attn.to(v.dtype), v).transpose(1, 2).reshape(batch, seq_len, -1)  # (B, T, h*d)
-        x = hidden_states + self.to_out(out)
+        dtype = F.compute_dtype(hidden_states.dtype)
+        attn = torch.matmul(q, k.transpose(-1, -2)).softmax(dim=-1, dtype=dtype)  # (B, h, T, R)
+        out = torch.matmul(attn.to(v.dtype), v).transpose(1, 2)  # (B, T, h, d)
+        x = hidden_states + self.to_out(out.reshape(batch, seq_len, heads * head_dim))  # not -1: B or T may be 0
         x = x + self.mlp(self.norm_mlp(x))  # (B, T, H)
-        weights = F.mean_weights(mask, torch.float32)  # (B, T)
+        weights = F.mean_weights(mask, dtype)  # (B, T)
         pooled = F.weighted_sum(weights, F.zero_padding(x, mask))  # (B, H)
         return pooled, weights.to(hidden_states.dtype)
 

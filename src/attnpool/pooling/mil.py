@@ -116,7 +116,7 @@ class ACMILPooling(Pooler):
         keep = mask.unsqueeze(1).expand_as(scores)
         if self.training and self.mask_rate > 0 and self.top_k > 0:
             keep = keep & ~self._stochastic_top_k(scores.detach(), mask)
-        weights = F.masked_softmax(scores, keep)  # (B, K, T)
+        weights = F.masked_softmax(scores.to(F.compute_dtype(scores.dtype)), keep)  # (B, K, T), unrounded for the sum
         branches = F.weighted_sum(weights, hidden_states)  # (B, K, H)
         pooled = branches.mean(dim=1) if self.combine == "mean" else branches.flatten(1)
-        return pooled, weights
+        return pooled, weights.to(scores.dtype)

@@ -78,8 +78,11 @@ class WeightedLayerPooling(Pooler):
         return self.token_pooler.output_dim
 
     def layer_weights(self) -> Tensor:
-        """The current mixture weights (the softmax of the layer logits), ``(L,)`` in float32, summing to 1."""
-        return torch.softmax(self.layer_logits.float(), dim=0)
+        """The current mixture weights (the softmax of the layer logits), ``(L,)`` in float32, summing to 1.
+
+        Float64 logits (a float64 pooler) give float64 weights.
+        """
+        return torch.softmax(self.layer_logits, dim=0, dtype=F.compute_dtype(self.layer_logits.dtype))
 
     @override
     def auxiliary_loss(self, weights: Tensor | None) -> Tensor | None:
@@ -191,8 +194,8 @@ class MultiLayerAttentionPooling(Pooler):
         self.mlp = GEGLUFeedForward(hidden_size, self.mlp_ratio)
 
     def _token_weights(self, mask: Tensor, dtype: torch.dtype) -> Tensor:
-        if self.token == "mean":
-            return F.mean_weights(mask, torch.float32).to(dtype)
+        if self.token == "mean":  # unrounded 1/n (float32 for half precision): see weighted_matmul
+            return F.mean_weights(mask, F.compute_dtype(dtype))
         index = F.last_token_index(mask) if self.token == "last" else F.first_token_index(mask)
         return F.one_hot_weights(index, mask, dtype)
 
@@ -203,7 +206,7 @@ class MultiLayerAttentionPooling(Pooler):
             ``X (B, r, H)`` (before the MLP) and weights ``(B, heads, r, L)`` in float32.
         """
         token_weights = self._token_weights(mask, hidden_states.dtype)  # (B, T)
-        summaries = torch.einsum("bt,blth->blh", token_weights, hidden_states)  # (B, L, H)
+        summaries = F.weighted_matmul(token_weights[:, None, None, :], hidden_states).squeeze(2)  # (B, L, H)
         layers = self.norm(summaries + self.layer_embedding.to(summaries.dtype))  # (B, L, H)
         all_layers = torch.ones(layers.shape[:2], dtype=torch.bool, device=layers.device)  # (B, L)
         latents = self.latents.to(layers.dtype).unsqueeze(0)  # (1, r, H)

@@ -44,7 +44,7 @@ def tanh_projection(proj: nn.Linear, hidden_states: Tensor) -> Tensor:
     """
     batch, seq_len, size = hidden_states.shape
     flat = F_nn.linear(hidden_states.reshape(batch * seq_len, size), proj.weight, proj.bias).tanh_()
-    return flat.view(batch, seq_len, -1)  # (B, T, A)
+    return flat.view(batch, seq_len, proj.out_features)  # (B, T, A); -1 is ambiguous for an empty batch
 
 
 def gated_scores(proj: nn.Linear, score: nn.Linear, hidden_states: Tensor) -> Tensor:

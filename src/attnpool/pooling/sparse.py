@@ -10,10 +10,10 @@ Both map scores to a probability distribution that can put *exactly* zero weight
 
 Both use the exact sort-based algorithms, restricted to the real positions: padding is excluded from the support
 and gets exactly 0, and a row without any real position gives all zeros with zero gradients (the public ``entmax``
-package returns NaN for a row of ``-inf``). Everything runs in float32 and is cast back. The gradients are plain
-autograd (no custom ``autograd.Function``), so the functions work under ``torch.compile`` and ONNX export:
-sparsemax differentiates through the closed form of :math:`\tau`; for entmax the threshold is found on detached
-values and given the gradient of the implicit equation,
+package returns NaN for a row of ``-inf``). Everything runs in float32 (float64 scores: float64) and is cast back.
+The gradients are plain autograd (no custom ``autograd.Function``), so the functions work under ``torch.compile``
+and ONNX export: sparsemax differentiates through the closed form of :math:`\tau`; for entmax the threshold is found
+on detached values and given the gradient of the implicit equation,
 :math:`\partial\tau / \partial x_t = \sqrt{p_t} / \sum_s \sqrt{p_s}`.
 """
 
@@ -24,28 +24,31 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnpool.pooling.functional import masked_softmax
+from attnpool.pooling.functional import compute_dtype, masked_softmax
 
 Normalizer = Literal["softmax", "sparsemax", "entmax15"]
 NORMALIZERS: tuple[str, ...] = ("softmax", "sparsemax", "entmax15")
 
 
 def _prepare(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Float32 scores shifted by the row maximum, the expanded mask, the sort ranks ``1..T`` and the real counts."""
+    """Float32 scores shifted by the row maximum, the expanded mask, the sort ranks ``1..T`` and the real counts.
+
+    Float64 scores stay float64 (:func:`~attnpool.pooling.functional.compute_dtype`), and so do the ranks and counts.
+    """
     mask = mask.expand_as(scores)
-    z = scores.float()
-    lowest = torch.finfo(torch.float32).min
+    z = scores.to(compute_dtype(scores.dtype))
+    lowest = torch.finfo(z.dtype).min
     row_max = z.masked_fill(~mask, lowest).amax(dim=-1, keepdim=True)
     # Both maps are invariant to a shift of the scores; shifting by the detached maximum only helps precision.
     shift = torch.where(mask.any(dim=-1, keepdim=True), row_max, torch.zeros_like(row_max)).detach()
-    ranks = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=torch.float32)  # (T,)
-    counts = mask.sum(dim=-1, keepdim=True).float()  # (..., 1)
+    ranks = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)  # (T,)
+    counts = mask.sum(dim=-1, keepdim=True).to(z.dtype)  # (..., 1)
     return z - shift, mask, ranks, counts
 
 
 def _sorted_real(z: Tensor, mask: Tensor, ranks: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
     """Real scores sorted in descending order, zeros after them, and the boolean ``rank <= count``."""
-    lowest = torch.finfo(torch.float32).min
+    lowest = torch.finfo(z.dtype).min
     z_sorted = z.masked_fill(~mask, lowest).sort(dim=-1, descending=True).values  # padding sorts last
     valid = ranks <= counts
     return torch.where(valid, z_sorted, torch.zeros_like(z_sorted)), valid
@@ -96,7 +99,7 @@ def masked_entmax15(scores: Tensor, mask: Tensor) -> Tensor:
     tau = tau_all.gather(-1, k - 1)  # (..., 1), no gradient yet
     # Implicit gradient of sum_t relu(x_t - tau)^2 = 1: dtau/dx_t = relu(x_t - tau) / sum_s relu(x_s - tau).
     root = (x.detach() - tau).clamp(min=0.0).masked_fill(~mask, 0.0)
-    share = root / root.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny)
+    share = root / root.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(root.dtype).tiny)
     tau = tau + (share * (x - x.detach())).sum(dim=-1, keepdim=True)  # same value, the right gradient
     weights = (x - tau).clamp(min=0.0).square().masked_fill(~mask, 0.0)
     return weights.to(scores.dtype)

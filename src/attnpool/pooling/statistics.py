@@ -53,8 +53,8 @@ class StatisticsPooling(Pooler):
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
-        x = F.zero_padding(hidden_states.float(), mask)  # (B, T, H)
-        weights = F.mean_weights(mask, torch.float32)  # (B, T), 1/n on real tokens
+        x = F.zero_padding(hidden_states.to(F.compute_dtype(hidden_states.dtype)), mask)  # (B, T, H)
+        weights = F.mean_weights(mask, x.dtype)  # (B, T), 1/n on real tokens
         # elementwise sums, not bmm: fp16 autocast would run a bmm in fp16, where a square of 300 overflows
         mean = (weights.unsqueeze(-1) * x).sum(1)  # (B, H)
         centered = F.zero_padding(x - mean.unsqueeze(1), mask)  # (B, T, H)
@@ -85,13 +85,16 @@ class SoftPooling(Pooler):
     name = "softpool"
 
     def channel_weights(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
-        """Per-channel softmax weights over the real tokens, ``(B, T, H)`` in float32 (zeros on padding)."""
-        return F.masked_softmax(hidden_states.float(), mask.unsqueeze(-1), dim=1)  # (B, T, H)
+        """Per-channel softmax weights over the real tokens, ``(B, T, H)`` in float32 (zeros on padding).
+
+        Float64 hidden states give float64 weights.
+        """
+        return F.masked_softmax(hidden_states.to(F.compute_dtype(hidden_states.dtype)), mask.unsqueeze(-1), dim=1)
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
         weights = self.channel_weights(hidden_states, mask)  # (B, T, H)
-        pooled = (weights * F.zero_padding(hidden_states.float(), mask)).sum(dim=1)  # (B, H)
+        pooled = (weights * F.zero_padding(hidden_states.to(weights.dtype), mask)).sum(dim=1)  # (B, H)
         return pooled.to(hidden_states.dtype), None
 
 
@@ -145,5 +148,5 @@ class GroupGeMPooling(Pooler):
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, None]:
         groups = self.channel_groups(hidden_states.device)
-        p = self.p_param.float().clamp(min=1e-3)[groups]  # (H,): each channel its group's exponent
+        p = self.p_param.to(F.compute_dtype(self.p_param.dtype)).clamp(min=1e-3)[groups]  # (H,): its group's exponent
         return F.masked_generalized_mean(hidden_states, mask, p, self.eps).to(hidden_states.dtype), None
