@@ -78,7 +78,7 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
                   "with this decay, e.g. 0.999 (PPPM 2nd place, Kaggle 2022) (default: off; none resets a config "
                   "file's value)",
                   "--head-dropout HEAD_DROPOUT dropout on the pooled vector before the head (default: 0.1)",
-                  "--label-bins LABEL_BINS regression labels are binned", "(default: every fold)",
+                  "--label-bins LABEL_BINS regression labels are binned", "(default: every fold; none alone resets",
                   "--gradient-checkpointing, --no-gradient-checkpointing", "(default: 42)", "(default: 3.0)",
                   "--config FILE a YAML"):
         assert shown in text, shown
@@ -213,3 +213,48 @@ def test_a_misspelt_flag_gets_the_commands_usage_and_the_closest_flag(capsys):
     err = capsys.readouterr().err
     assert err.startswith("usage: attnpool train ")
     assert "attnpool train: error: unrecognized arguments: --max-lenght (did you mean --max-length?) 32" in err
+
+
+def test_none_alone_resets_a_list_option_or_a_computed_switch_of_the_config_file(tmp_path, capsys):
+    """A file's only_folds, group_context_by or freeze_word_embeddings could not be reset from the command line."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\ntext_cols: [q, a]\nonly_folds: [0]\ngroup_context_by: [q]\n"
+                    "freeze_word_embeddings: false\n")
+
+    def config(*flags):
+        return _train_config(build_parser().parse_args(["train", "--config", str(path), *flags]))
+
+    cfg = config("--only-folds", "none", "--group-context-by", "None", "--freeze-word-embeddings", "none")
+    assert (cfg.only_folds, cfg.group_context_by, cfg.freeze_word_embeddings) == (None, [], None)
+    assert config("--text-cols", "none", "--template", "{q}").text_cols == []
+    assert config().freeze_word_embeddings is False and config("--freeze-word-embeddings").freeze_word_embeddings
+    assert config("--no-freeze-word-embeddings").freeze_word_embeddings is False
+    assert config("--only-folds", "1").only_folds == [1]
+    assert main(["train", "--config", str(path), "--only-folds", "0", "none"]) == 2
+    assert "attnpool train: error: --only-folds: none stands alone (it resets a config file's value), got 0 none" in (
+        capsys.readouterr().err)
+    for flags in (["--no-freeze-word-embeddings", "none"], ["--freeze-word-embeddings", "maybe"]):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(["train", *flags])
+        assert exited.value.code == 2
+        assert "the switch takes no value, except none after --freeze-word-embeddings" in capsys.readouterr().err
+
+
+def test_a_template_flag_replaces_a_config_files_text_columns_and_the_reverse(tmp_path):
+    """The flag is the user's latest word: the file's text_cols with --template was refused, and stuck."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\ntext_cols: [q, a]\n")
+    cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--template", "{q} [SEP] {a}"]))
+    assert (cfg.text_cols, cfg.template) == ([], "{q} [SEP] {a}")
+    path.write_text("train_file: a.csv\ntemplate: '{q}'\n")
+    cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--text-cols", "q"]))
+    assert (cfg.text_cols, cfg.template) == (["q"], None)
+
+
+def test_overwrite_and_resume_undo_a_config_files_value(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\ntext_cols: q\nresume: true\noverwrite: true\n")
+    cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--no-resume"]))
+    assert (cfg.resume, cfg.overwrite) == (False, True)
+    cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--no-overwrite"]))
+    assert (cfg.resume, cfg.overwrite) == (True, False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 
 import pytest
@@ -281,3 +282,110 @@ def test_values_that_would_train_wrong_or_fail_later_are_refused_by_validate(opt
         TrainConfig(train_file="x.csv", text_cols=["a"], **options).validate()
     TrainConfig(train_file="x.csv", text_cols=["a"], lr=0.0, weight_decay=0.0, reinit_layers=0, freeze_layers=0,
                 head_dropout=0.0, early_stopping_patience=1, limit=1, resume=True).validate()
+
+
+def test_a_config_files_pooling_options_are_read_as_pooling_opt_reads_them(tmp_path):
+    """YAML reads `eps: 1e-7` as the string "1e-7": validate passed it and gem failed with a TypeError in fold 0."""
+    (tmp_path / "gem.yaml").write_text("train_file: a.csv\ntext_cols: q\npooling: gem\npooling_options:\n"
+                                       "  eps: 1e-7\n  p: '4'\n")
+    cfg = make_config(tmp_path / "gem.yaml").validate()
+    assert cfg.pooling_options == {"eps": 1e-7, "p": 4} and type(cfg.pooling_options["eps"]) is float
+    assert make_config(tmp_path / "gem.yaml", pooling_options={"eps": 1e-6}).pooling_options == {"eps": 1e-6, "p": 4}
+    # the top-level numbers were already read as their options' types, optional ones too
+    (tmp_path / "rates.yaml").write_text("lr: 1e-4\npooler_lr: 3e-4\nadversarial: awp\nadversarial_eps: 1e-3\n"
+                                         "weight_decay: 1e-2\n")
+    cfg = make_config(tmp_path / "rates.yaml")
+    assert (cfg.lr, cfg.pooler_lr, cfg.adversarial_eps, cfg.weight_decay) == (1e-4, 3e-4, 1e-3, 1e-2)
+    assert all(type(v) is float for v in (cfg.lr, cfg.pooler_lr, cfg.adversarial_eps, cfg.weight_decay))
+
+
+def test_pooling_options_that_are_not_a_mapping_are_refused_naming_the_form(tmp_path):
+    """A list or a string crashed the error message itself ('list' object has no attribute 'items')."""
+    for text in ("[attn_size=128]", "attn_size=128"):
+        (tmp_path / "c.yaml").write_text(f"train_file: a.csv\ntext_cols: q\npooling_options: {text}\n")
+        with pytest.raises(ConfigError, match=r"c\.yaml: pooling_options must be a mapping: key: value lines "
+                                              r"indented under pooling_options: \(e\.g\. '  attn_size: 128'\), got "):
+            make_config(tmp_path / "c.yaml")
+    with pytest.raises(ValueError, match=r"^pooling_options must be a mapping of option names to values \(--pooling"):
+        TrainConfig(train_file="a.csv", text_cols=["q"], pooling_options=["attn_size=128"]).validate()
+
+
+def test_empty_lines_of_a_config_file_are_no_columns_and_no_options(tmp_path):
+    """`text_cols:` (None) with a template passed validate and failed in fold 0 on len(None)."""
+    (tmp_path / "c.yaml").write_text("train_file: a.csv\ntext_cols:\ntemplate: '{a} [SEP] {b}'\ngroup_context_by:\n"
+                                     "pooling_options:\n")
+    cfg = make_config(tmp_path / "c.yaml").validate()
+    assert (cfg.text_cols, cfg.group_context_by, cfg.pooling_options) == ([], [], {})
+    assert TrainConfig(text_cols=None, group_context_by=None, pooling_options=None).to_dict() == TrainConfig(
+        text_cols=[], group_context_by=[], pooling_options={}).to_dict()
+
+
+def test_a_pooler_that_does_not_build_is_refused_by_validate_naming_its_options():
+    """attn_size=-3 or a recurrent layer before a multi-layer pooler failed in fold 0, after the run was written."""
+    base = {"train_file": "t.csv", "text_cols": ["text"]}
+    with pytest.raises(ValueError, match=r"^pooling with pooling_options attn_size=-3: the pooler does not build "
+                                         r"\(tried at a stand-in hidden size of \d+\): RuntimeError: .*negative "
+                                         r"dimension -3.*; fix the value in --pooling-opt KEY=VALUE"):
+        TrainConfig(**base, pooling_options={"attn_size": -3}).validate()
+    with pytest.raises(ValueError, match=r"^pooling with pooling_options eps=abc: the pooler does not build .*"
+                                         r"TypeError"):
+        TrainConfig(**base, pooling="gem", pooling_options={"eps": "abc"}).validate()
+    with pytest.raises(ValueError, match=r"^recurrent lstm runs over one sequence of token states, but pooler "
+                                         r"'weighted_layer' reads several encoder layers stacked .* or drop "
+                                         r"--recurrent"):
+        TrainConfig(**base, pooling="weighted_layer", recurrent="lstm").validate()
+    with pytest.raises(ValueError, match="but pooler 'combined' reads several encoder layers"):
+        TrainConfig(**base, pooling="attention+weighted_layer", recurrent="gru").validate()
+    TrainConfig(**base, recurrent="lstm").validate()
+    # values that depend on the encoder's hidden size are left to the real build: no real split is refused
+    for pooling, options in (("multihead_attention", {"num_heads": 12}), ("multihead_attention", {"num_heads": 5}),
+                             ("multihead_attention", {"num_heads": 64}), ("ggem", {"num_groups": 1024})):
+        TrainConfig(**base, pooling=pooling, pooling_options=options).validate()
+    assert logging.getLogger("attnpool.pooling").level == logging.NOTSET, "the trial build restores the logger"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"seed": -1}, "seed must be in [0, 2**32 - 1], the seeds numpy and torch take, got -1; give --seed N with N >= 0"),
+    ({"seed": 2**32}, "seed must be in [0, 2**32 - 1]"),
+    ({"split_seed": -5}, "split_seed must be in [0, 2**32 - 1], the seeds numpy and torch take, got -5; give "
+                         "--split-seed N"),
+    ({"lr": float("inf")}, "lr must be a finite number, got inf"),
+    ({"head_lr": float("inf")}, "head_lr must be a finite number, got inf"),
+    ({"weight_decay": float("inf")}, "weight_decay must be a finite number, got inf"),
+    ({"epochs": float("inf")}, "epochs must be a finite number, got inf"),
+    ({"adversarial": "awp", "adversarial_eps": float("inf")}, "adversarial_eps must be a finite number, got inf"),
+    ({"adversarial": "awp", "adversarial_eps": float("nan")}, "adversarial_eps must be a finite number, got nan"),
+    ({"group_context": "target"}, "--group-context target needs --group-context-by COL [COL ...]"),
+])
+def test_seeds_out_of_range_and_infinite_numbers_are_refused_by_validate(options, message):
+    """A negative seed failed after the config and train.log were written; lr=inf passed `>= 0`."""
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        TrainConfig(train_file="x.csv", text_cols=["a"], **options).validate()
+    TrainConfig(train_file="x.csv", text_cols=["a"], seed=0, split_seed=2**32 - 1).validate()
+    TrainConfig(preset="pppm", data_dir="d", group_context="target").validate()  # the preset's keys: anchor context
+
+
+def test_a_config_files_none_is_the_flags_none_and_a_yaml_switch_for_text_is_explained(tmp_path):
+    """--help lists none for --recurrent, --loss...; YAML's `recurrent: none` was refused, `template: none` taken
+    literally."""
+    (tmp_path / "c.yaml").write_text("recurrent: none\nloss: None\nema_decay: none\ntemplate: none\ngroup_col: none\n"
+                                     "freeze_word_embeddings: none\nonly_folds: none\nid_col: NONE\n")
+    cfg = make_config(tmp_path / "c.yaml")
+    assert all(getattr(cfg, name) is None for name in ("recurrent", "loss", "ema_decay", "template", "group_col",
+                                                      "freeze_word_embeddings", "only_folds", "id_col"))
+    assert make_config({"label": "none"}).label == "none"  # not optional: the text itself
+    (tmp_path / "b.yaml").write_text("label: no\n")
+    with pytest.raises(ConfigError, match=r"b\.yaml: label must be text, got False; YAML reads an unquoted yes, no, "
+                                          r"on, off, true or false as a switch: quote the text \('no'\)$"):
+        make_config(tmp_path / "b.yaml")
+
+
+def test_a_template_given_over_a_config_replaces_its_text_columns_and_the_reverse(tmp_path):
+    """The file's text_cols with --template was refused when the data was read, and could not be cleared."""
+    (tmp_path / "cols.yaml").write_text("train_file: a.csv\ntext_cols: [q, a]\n")
+    (tmp_path / "template.yaml").write_text("train_file: a.csv\ntemplate: '{q} [SEP] {a}'\n")
+    cfg = make_config(tmp_path / "cols.yaml", template="{q}")
+    assert (cfg.text_cols, cfg.template) == ([], "{q}")
+    cfg = make_config(tmp_path / "template.yaml", text_cols=["q"])
+    assert (cfg.text_cols, cfg.template) == (["q"], None)
+    assert make_config(tmp_path / "cols.yaml", template=None).text_cols == ["q", "a"]  # no template given: kept

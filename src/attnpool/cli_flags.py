@@ -2,7 +2,8 @@
 
 Help, group and choices come from the config, so the flags cannot drift from it. They default to "not given" so
 that a value of ``--config FILE.yaml`` is only replaced by a flag actually given; ``--help`` shows the config's
-defaults, and the word ``none`` resets an optional option.
+defaults, and the word ``none`` resets an optional option, a list option (alone) or an on/off/computed switch
+(``--freeze-word-embeddings none``) to its default.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attnpool.config import GROUPS, TrainConfig, parse_options
+from attnpool.config import GROUPS, ConfigError, TrainConfig, parse_options
 
 _TYPES = typing.get_type_hints(TrainConfig)
 
@@ -58,6 +59,28 @@ def _or_none(kind: type) -> Callable[[str], Any]:
     return convert
 
 
+class _SwitchOrNone(argparse.BooleanOptionalAction):
+    """``--x`` on, ``--no-x`` off, ``--x none`` back to the default: a ``bool | None`` option, None meaning computed.
+
+    ``--freeze-word-embeddings none`` over a config file's ``freeze_word_embeddings: false`` freezes them or not as
+    the default does (yes, except with adversarial fgm).
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.nargs, self.metavar = "?", "none"  # the one word a switch takes
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values is None:
+            super().__call__(parser, namespace, values, option_string)
+        elif values.strip().lower() == "none" and not (option_string or "").startswith("--no-"):
+            setattr(namespace, self.dest, NONE)
+        else:
+            raise argparse.ArgumentError(self, f"got {values!r}: the switch takes no value, except none after "
+                                         f"{self.option_strings[0]} to reset a config file's value")
+
+
 def _kinds(f: dataclasses.Field) -> tuple[Any, ...]:
     """The types of a field's annotation: ``int | None`` -> ``(int, NoneType)``, ``int`` -> ``(int,)``."""
     kind = _TYPES[f.name]
@@ -85,13 +108,18 @@ def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_line(meta["help"], _default_text(f))}
     kwargs.update({key: meta[key] for key in ("choices", "metavar") if key in meta})
     lists = [m for m in members if typing.get_origin(m) is list]
-    if members == [bool]:
+    if members == [bool] and _optional(f):  # on, off, or none: computed
+        kwargs["action"] = _SwitchOrNone
+        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none resets a config file's value)"
+    elif members == [bool]:
         kwargs["action"] = argparse.BooleanOptionalAction if meta.get("negatable", True) else "store_true"
     elif _is_mapping(f):
         kwargs["action"] = "append"  # KEY=VALUE items, parsed by parse_options
-    elif lists:
-        # list[int] -> ints; a list or a word (pooling_layers: last | all | indices) -> words TrainConfig parses
-        kwargs.update(nargs="+", type=typing.get_args(lists[0])[0] if len(members) == 1 else str)
+    elif lists and len(members) == 1:  # list[int] -> ints, list[str] -> words; none alone: the default
+        kwargs.update(nargs="+", type=_or_none(typing.get_args(lists[0])[0]))
+        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none alone resets a config file's value)"
+    elif lists:  # a list or a word (pooling_layers: last | all | indices) -> words TrainConfig parses
+        kwargs.update(nargs="+", type=str)
     elif _optional(f):  # none resets it
         kwargs["type"] = _or_none(members[0])
         if "choices" in kwargs:
@@ -127,6 +155,11 @@ def overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, A
             continue
         if given is NONE:
             values[f.name] = None
+        elif isinstance(given, list) and any(item is NONE for item in given):
+            if len(given) > 1:
+                raise ConfigError(f"{f.metadata.get('flag', '--' + f.name.replace('_', '-'))}: none stands alone "
+                                  f"(it resets a config file's value), got {' '.join(map(str, given))}")
+            values[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
         else:
             values[f.name] = parse_options(given, f.metadata.get("flag", f.name)) if _is_mapping(f) else given
     return values

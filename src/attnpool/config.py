@@ -8,6 +8,8 @@ help and argument groups (``--help``), and the checks of :meth:`TrainConfig.vali
 - ``default_text``: how the default reads, where it is computed or ``None`` means something.
 - ``flag``, ``metavar``: a command-line flag other than ``--field-name`` (``pooling_options`` is
   ``--pooling-opt KEY=VALUE``, repeatable); ``negatable=False``: a switch without a ``--no-`` form.
+
+The checks of :meth:`TrainConfig.validate` that take more than a comparison are in :mod:`attnpool.config_checks`.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnpool.config_checks import check_numbers, check_output_flags, check_pooler
 from attnpool.data.context import CONTEXT_POOLING
 from attnpool.data.errors import DataError
 from attnpool.data.readers import table_columns
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.options import ConfigError, load_yaml, parse_options, parse_pooling_layers, parse_value, typed_value
-from attnpool.pooling import check_pooler_options
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
 
@@ -86,9 +88,10 @@ class TrainConfig:
     # --- data
     train_file: str | None = _data(None, "training data: CSV, TSV, JSONL or Parquet, chosen by extension")
     valid_file: str | None = _data(None, "a fixed validation file instead of folds")
-    text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by [SEP])",
-                                metavar="COL")
-    template: str | None = _data(None, 'a text template instead of text_cols, e.g. "{anchor} [SEP] {target}"')
+    text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by [SEP]); given "
+                                 "over a config file, they replace its template", metavar="COL")
+    template: str | None = _data(None, 'a text template instead of text_cols, e.g. "{anchor} [SEP] {target}"; given '
+                                 "over a config file, it replaces its text_cols")
     label: str = _data("label", "the target column")
     id_col: str | None = _data("id", "the id column, kept in the out-of-fold and prediction files when present")
     task: str = _data("regression", "what the label is", choices=TASKS)
@@ -193,10 +196,8 @@ class TrainConfig:
 
     # --- output
     output_dir: str = _output("runs/attnpool", "the run directory")
-    overwrite: bool = _output(False, "replace an existing run in output_dir (only attnpool runs are deleted)",
-                              negatable=False)
-    resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)",
-                           negatable=False)
+    overwrite: bool = _output(False, "replace an existing run in output_dir (only attnpool runs are deleted)")
+    resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)")
     report_to: str = _output("none", "experiment tracking: log each fold's curves, the config and the CV scores "
                              "to TensorBoard (output_dir/tensorboard), MLflow or W&B, one experiment per run; "
                              "all: every one installed", choices=REPORT_TO)
@@ -206,6 +207,9 @@ class TrainConfig:
         for name in ("text_cols", "group_context_by", "only_folds"):  # one value (YAML `text_cols: review`): a list
             if isinstance(getattr(self, name), str | int) and not isinstance(getattr(self, name), bool):
                 setattr(self, name, [getattr(self, name)])
+        for name, empty in (("text_cols", []), ("group_context_by", []), ("pooling_options", {})):
+            if getattr(self, name) is None:  # YAML's empty `text_cols:` line: none, not a None that len() fails on
+                setattr(self, name, empty)
 
     def resolved_adversarial_eps(self) -> float | None:
         """The perturbation's size: ``adversarial_eps``, or the default of ``adversarial`` (``None`` without it)."""
@@ -271,9 +275,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be {'>= 0' if zero else 'positive'}, got {value}")
         if not 0 <= self.head_dropout < 1:
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
-        if self.overwrite and self.resume:
-            raise ValueError("overwrite deletes the run that resume would continue: give one of them (a config "
-                             "file's overwrite or resume too)")
+        check_numbers(self)
+        check_output_flags(self)
         if self.recurrent_layers < 1 or (self.recurrent is None and self.recurrent_layers != 1):
             raise ValueError(f"recurrent_layers must be >= 1 and needs recurrent (lstm or gru), got "
                              f"recurrent_layers={self.recurrent_layers} with recurrent={self.recurrent!r}")
@@ -290,13 +293,16 @@ class TrainConfig:
         if self.freeze_layers is not None and self.freeze_word_embeddings is False:
             raise ValueError(f"freeze_layers={self.freeze_layers} freezes the word embeddings too; drop "
                              "--no-freeze-word-embeddings, or --freeze-layers to train them")
-        self._check_pooler()
+        check_pooler(self)
         self._check_recipe_techniques()
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
         if self.preset is None and not self.text_cols and not self.template:
             raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'"
                              + _columns_hint(self.train_file))
+        if self.group_context and not self.group_context_by and self.preset != "pppm":  # pppm's: anchor context
+            raise ValueError(f"--group-context {self.group_context} needs --group-context-by COL [COL ...]: the "
+                             "columns whose shared values make a group (PPPM: anchor context)")
         if self.group_context_pooling == "own" and not self.group_context:
             raise ValueError("group_context_pooling own pools the row's own text apart from its group context: it "
                              "needs --group-context COL (else there is no context to leave out)")
@@ -304,15 +310,6 @@ class TrainConfig:
             raise ValueError(f"group_context_dropout must be in [0, 1) and needs --group-context COL, got "
                              f"{self.group_context_dropout} with group_context={self.group_context!r}")
         return self
-
-    def _check_pooler(self) -> None:
-        """The pooler's name and option names, before an encoder loads or data is read."""
-        try:
-            check_pooler_options(self.pooling, self.pooling_options)
-        except ValueError as err:
-            where = "pooling" if not self.pooling_options else (
-                "pooling with pooling_options " + ", ".join(f"{k}={v}" for k, v in self.pooling_options.items()))
-            raise ValueError(f"{where}: {err}") from None
 
     def _check_recipe_techniques(self) -> None:
         """The Pearson loss, the weight average and adversarial training: values that fit."""
@@ -360,7 +357,8 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     This is ``--config FILE`` with flags over it: an override replaces the value, except that a dict
     (``pooling_options``) is merged key by key into the config's, as ``--pooling-opt`` adds to the file's options.
     An override of ``pooling`` by another pooler drops the config's ``pooling_options`` (they were that pooler's):
-    the new pooler gets the overriding options alone.
+    the new pooler gets the overriding options alone. Likewise an override of ``template`` drops the config's
+    ``text_cols``, and one of ``text_cols`` its ``template``: the override is the caller's latest word.
 
     Raises:
         FileNotFoundError: ``config`` names a file that does not exist.
@@ -375,6 +373,9 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     pooling = values.get("pooling", TrainConfig.__dataclass_fields__["pooling"].default)
     if overrides.get("pooling", pooling) != pooling:
         values.pop("pooling_options", None)  # the file's options were its pooler's: another pooler starts without
+    for given, replaced in (("template", "text_cols"), ("text_cols", "template")):
+        if overrides.get(given) and replaced not in overrides:  # else the two together are refused at the data
+            values.pop(replaced, None)
     for key, value in overrides.items():
         if isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
             value = {**values[key], **value}

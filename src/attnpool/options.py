@@ -6,7 +6,7 @@ import json
 import os
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,15 +129,22 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
     """A config file's ``value`` of option ``name`` as its declared type ``kind`` (a resolved annotation).
 
     YAML 1.1 reads ``1e-4`` (no dot) as the string "1e-4": it becomes 1e-4, as ``16.0`` becomes 16 for an int and a
-    number becomes text for a text option. A value of another kind fails here, naming the option, not in fold 0.
+    number becomes text for a text option. An optional option's ``none`` is None, as the flag's is; a dict option's
+    text values are read as ``--pooling-opt`` reads them. A value of another kind fails here, naming the option, not
+    in fold 0.
 
     Raises:
-        ConfigError: A missing value where one is needed, a string for a number or a switch, a fraction for a count.
+        ConfigError: A missing value where one is needed, a string for a number or a switch, a fraction for a count,
+            a switch for text, or no mapping for a dict option.
     """
+    if (typing.get_origin(kind) or kind) is dict:
+        return _mapping(name, value, where)
     union = typing.get_origin(kind) in (typing.Union, types.UnionType)
     options = [a for a in typing.get_args(kind) if a is not type(None)] if union else [kind]
+    if union and type(None) in typing.get_args(kind) and isinstance(value, str) and value.strip().lower() == "none":
+        return None  # the word --help offers (--recurrent {lstm,gru,none}), which YAML reads as text
     if len(options) != 1 or options[0] not in _KINDS:
-        return value  # lists, dicts and mixed kinds: their own checks
+        return value  # lists and mixed kinds: their own checks
     if value is None:
         if union:
             return None
@@ -156,5 +163,24 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
         return value
     elif want is str and isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # a column named 2021
-    raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {value!r}"
-                      + (" (unquoted true or false)" if want is bool else ""))
+    hint = " (unquoted true or false)" if want is bool else ""
+    if want is str and isinstance(value, bool):  # the text is lost: YAML 1.1 read `label: no` as false
+        hint = "; YAML reads an unquoted yes, no, on, off, true or false as a switch: quote the text ('no')"
+    raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {value!r}{hint}")
+
+
+def _mapping(name: str, value: Any, where: str) -> dict[str, Any]:
+    """A config file's dict option (``pooling_options``): text values read as ``--pooling-opt`` reads them.
+
+    YAML 1.1 reads ``eps: 1e-7`` (no dot) as the string "1e-7", which the pooler took as is and failed on in fold 0;
+    :func:`parse_value` makes it the number, as ``--pooling-opt eps=1e-7`` does. An empty line is no options.
+
+    Raises:
+        ConfigError: Not a mapping (a list ``[attn_size=128]`` or a string ``attn_size=128``), naming the form.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: {name} must be a mapping: key: value lines indented under {name}: (e.g. "
+                          f"'  attn_size: 128'), got {value!r}")
+    return {key: parse_value(item) if isinstance(item, str) else item for key, item in value.items()}

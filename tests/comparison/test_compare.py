@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -443,3 +444,29 @@ def test_runs_of_one_seed_trained_in_different_precisions_are_paired_with_a_warn
     with caplog.at_level("WARNING", logger="attnpool"):
         runner._check_same_data(tmp_path / "cmp", specs, [1])
     assert "precisions" not in caplog.text
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"bootstrap": -1}, "--bootstrap is a number of replicates and must be >= 1 (e.g. 1000), got -1"),
+    ({"bootstrap": 0}, "--bootstrap is a number of replicates and must be >= 1 (e.g. 1000), got 0"),
+    ({"seeds": [-1, 3]}, "--seeds must be in [0, 2**32 - 1], the seeds numpy and torch take, got [-1, 3]"),
+    ({"poolings": ["attention:attn_size=-3"]}, "--poolings attention:attn_size=-3: the pooler does not build"),
+    ({"poolings": ["weighted_layer"], "recurrent": "lstm"}, "recurrent lstm runs over one sequence of token "
+                                                           "states, but pooler 'weighted_layer' reads several"),
+])
+def test_bad_bootstrap_seeds_or_pooler_values_are_refused_before_anything_trains(setup, tmp_path, monkeypatch,
+                                                                                   options, message):
+    """--bootstrap -1 failed after every run had trained ("negative dimensions are not allowed"); 0 wrote n/a."""
+    from attnpool import api
+    from attnpool.comparison import runner
+
+    def train_missing(out, cfg, specs, seeds):
+        raise AssertionError("trained before the arguments were checked")
+
+    root, _ = setup
+    monkeypatch.setattr(runner, "_train_missing", train_missing)
+    options = {"poolings": ["max"], "seeds": 1, **options}
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        api.compare(output_dir=tmp_path / "c", train_file=str(root / "train.csv"), text_cols=["first", "second"],
+                    **options)
+    assert not (tmp_path / "c").exists()

@@ -147,6 +147,37 @@ def test_a_bad_option_is_refused_before_the_run_directory_is_made_or_overwritten
     assert not (tmp_path / "new").exists(), "no empty run folder is left behind"
 
 
+def test_a_pooler_value_that_cannot_build_is_refused_before_the_run_directory_is_made(encoder, data, tmp_path,
+                                                                                       capsys):
+    """attn_size=-3 failed in fold 0 with a traceback, leaving a run that a corrected command was refused on."""
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--model", encoder,
+            "--output-dir", str(tmp_path / "new")]
+    assert main([*args, "--pooling-opt", "attn_size=-3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnpool train: error: pooling with pooling_options attn_size=-3: the pooler does not "
+                          "build") and err.count("\n") == 1
+    assert main([*args, "--pooling", "weighted_layer", "--recurrent", "lstm"]) == 2
+    assert "recurrent lstm runs over one sequence of token states" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_overwrite_with_resume_is_refused_before_the_run_is_opened(encoder, data, tmp_path, capsys):
+    """--resume --overwrite (or a file's resume: true and --overwrite) resumed, silently, as resume skipped validate."""
+    from model_helpers import make_run
+
+    config = tmp_path / "recipe.yaml"
+    config.write_text(f"train_file: {tmp_path / 'absent.csv'}\ntext_cols: first\nresume: true\n")
+    assert main(["train", "--config", str(config), "--overwrite", "--output-dir", str(tmp_path / "new")]) == 2
+    assert "error: overwrite deletes the run that resume would continue: give one of them (--no-overwrite or " \
+           "--no-resume undoes a config file's)" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    old = make_run(tmp_path / "old", encoder)
+    before = {p.relative_to(old): p.stat().st_mtime_ns for p in old.rglob("*")}
+    assert main(["train", "--output-dir", str(old), "--resume", "--overwrite"]) == 2
+    assert "overwrite deletes the run that resume would continue" in capsys.readouterr().err
+    assert {p.relative_to(old): p.stat().st_mtime_ns for p in old.rglob("*")} == before, "neither resumed nor replaced"
+
+
 def test_encoder_dropout_is_trained_with_saved_in_the_fold_model_and_checked(encoder, data, tmp_path, capsys):
     args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
             "--folds", "2", "--only-folds", "0", "--model", encoder, *FAST]

@@ -15,6 +15,7 @@ interrupted or extended comparison only trains what is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import numbers
@@ -33,6 +34,7 @@ import yaml
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.summary import CompareResult, run_score, summarise
 from attnpool.config import TrainConfig, load_yaml
+from attnpool.config_checks import SEED_BOUND, check_pooler
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.run import Run, RunError
@@ -152,7 +154,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         seeds: The seeds, or their number (that many from ``cfg.seed`` on); each pooler is trained once per seed.
         baseline: The spec every other pooler is compared to; added to ``poolings`` when missing.
         output_dir: The comparison folder.
-        bootstrap: Replicates of the paired bootstrap over examples.
+        bootstrap: Replicates of the paired bootstrap over examples (at least 1).
         overwrite: Delete an existing comparison in ``output_dir`` first.
 
     Returns:
@@ -161,7 +163,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     Raises:
         RunError: A run failed (the end of its log is quoted), ``output_dir`` holds another comparison, or another
             process is writing it.
-        ValueError: Bad pooler specs or seeds.
+        ValueError: Bad pooler specs (values included), seeds or bootstrap, before anything trains.
     """
     # numbers.Integral: numpy's integers (np.int64 from an array) are counts too, though not subclasses of int.
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
@@ -185,12 +187,18 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
                              "one of them differently (they differ only in punctuation)")
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds must be distinct seeds (or one count), got {seeds}")
+    if not all(0 <= seed < SEED_BOUND for seed in seeds):
+        raise ValueError(f"--seeds must be in [0, 2**32 - 1], the seeds numpy and torch take, got {seeds}")
+    if isinstance(bootstrap, bool) or not isinstance(bootstrap, numbers.Integral) or bootstrap < 1:
+        raise ValueError(f"--bootstrap is a number of replicates and must be >= 1 (e.g. 1000), got {bootstrap!r}")
     if len(specs) < 2:
         raise ValueError("compare needs at least one pooler besides the baseline: --poolings attention ...")
     if cfg.pooling != TrainConfig.pooling or cfg.pooling_options:  # e.g. a train config reused: say they go
         logger.warning("compare: the recipe's pooling=%s and pooling_options=%s are replaced by each --poolings spec",
                        cfg.pooling, cfg.pooling_options)
     cfg.validate()
+    for spec in specs:  # a bad value fails here, not in its run after the others trained
+        check_pooler(dataclasses.replace(cfg, pooling=spec.pooling, pooling_options=spec.options), spec.label)
     out = Path(output_dir)
     _refuse_foreign(out)
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere

@@ -25,6 +25,7 @@ import pandas as pd
 
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
+from attnpool.config_checks import check_output_flags
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.precision import precision_reason, training_precision
@@ -93,6 +94,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
         attnpool.data.DataError: Bad input data (missing file or column, bad labels...), before any training.
         RunError: The run directory exists (without resume/overwrite), is not resumable, or another process is
             writing it.
+        ValueError: A bad option (:meth:`TrainConfig.validate`), or overwrite and resume together, before the run
+            directory is made.
     """
     started = time.perf_counter()
     integrations(cfg.report_to)  # a tracker that is not installed: refused before anything is written
@@ -101,6 +104,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
 
     def open_run() -> tuple[Run, TrainConfig]:
         nonlocal lock
+        check_output_flags(cfg)  # resume too: --resume --overwrite resumed, though the overwrite was asked for
         if not cfg.resume:  # a bad option stops here, before the folder is made or an old run overwritten
             cfg.validate()
         run = Run.create(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
