@@ -25,14 +25,22 @@ reproduction of any one of them):
 * ``precision`` bf16 (autocast on the GPU).
 
 The run is resumable (``--output-dir``, default ``runs/pppm_deberta``): finished folds are kept, an interrupted one
-continues from its last checkpoint, and ``--only-folds`` trains some folds now and the others later. On resume the
-run's saved options win. ``--dry-run`` builds and validates the config (``TrainConfig``) and prints it, without
-loading the model or the data; the tests run it. ``--anchors N`` is a smoke run for a new machine: every row of N
-anchors drawn at random (``pppm_quality.anchor_subset``: whole anchors, so the grouped-target texts are as long as on
-the full data), the same recipe; it prints the time per fold and the peak GPU memory, and no verdict on the target.
+continues from its last checkpoint, and ``--only-folds`` trains some folds now and the others later. A resumed run
+trains with its saved options, so a kept run started with other options than the flags give (another ``--epochs``,
+``--anchors``, ``--data-dir``...; ``--only-folds`` aside) is refused with the differences, before anything trains
+(also with ``--dry-run``); whether the run is a smoke run or judged against the target is read from its saved config.
+``--dry-run`` builds and validates the config (``TrainConfig``) and prints it, and checks that the model's tokenizer
+loads (where the model is here: a folder, or the hub cache; else that sentencepiece and protobuf are installed:
+``microsoft/deberta-v3-large`` ships ``spm.model`` and no ``tokenizer.json``, which transformers converts with them,
+``pip install 'attnpool[sentencepiece]'``), without loading the model or the data; the tests run it. Without the
+data it prints ``skipped: ...`` and exits 0 (a dry run without ``--anchors`` still checks the config).
+``--anchors N`` is a smoke run for a new machine: every row of N anchors drawn at random
+(``pppm_quality.anchor_subset``: whole anchors, so the grouped-target texts are as long as on the full data), the
+same recipe; it prints the time per fold and the peak GPU memory, and no verdict on the target.
 
 Usage (from the repository root, on a machine with a GPU and the model)::
 
+    .venv/bin/pip install -e '.[sentencepiece]'                      # DeBERTa-v3's tokenizer (spm.model)
     .venv/bin/python benchmarks/pppm_deberta.py --dry-run
     .venv/bin/python benchmarks/pppm_deberta.py --model /path/to/deberta-v3-large --data-dir ../shared/data/pppm
     .venv/bin/python benchmarks/pppm_deberta.py --only-folds 0 1      # then again with --only-folds 2 3
@@ -48,9 +56,11 @@ the attention calls), so expect this to shrink once that is understood.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +96,8 @@ def rescaled_llrd(llrd: float, layers: int = DEBERTA_LAYERS, reference_layers: i
     return float(llrd ** ((reference_layers - 1) / (layers - 1)))
 
 
-def deberta_config(args: argparse.Namespace) -> TrainConfig:
-    """The run's validated config: PPPM preset, 4 grouped folds, the combination, the GPU recipe, the flags."""
+def deberta_options(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The base options (PPPM preset, 4 grouped folds, the data and budget) and this script's over them."""
     combo = pppm_quality.combine(pppm_quality.parse_combo(args.combo))
     if "llrd" in combo:
         combo["llrd"] = rescaled_llrd(combo["llrd"])
@@ -99,7 +109,92 @@ def deberta_config(args: argparse.Namespace) -> TrainConfig:
     if combo.get("adversarial"):
         recipe["adversarial_eps"] = args.adversarial_eps
     options = {**combo, **recipe, "only_folds": args.only_folds, "seed": args.seed, "output_dir": str(args.output_dir)}
+    return base, options
+
+
+def deberta_config(args: argparse.Namespace) -> TrainConfig:
+    """The run's validated config: PPPM preset, 4 grouped folds, the combination, the GPU recipe, the flags."""
+    base, options = deberta_options(args)
     return make_config(base, **options).validate()
+
+
+PER_CALL = ("only_folds", "output_dir", "resume", "overwrite")  # this call's choice, not the run's recipe (train's)
+_PATHS = ("data_dir", "model")  # saved absolute by train (the model where it is a local folder)
+
+
+def _same(key: str, saved: Any, wanted: Any) -> bool:
+    if key in _PATHS and saved is not None and wanted is not None and Path(wanted).expanduser().exists():
+        return Path(saved).expanduser().resolve() == Path(wanted).expanduser().resolve()
+    return saved == wanted
+
+
+def check_saved_config(run: Run, cfg: TrainConfig, keys: Iterable[str]) -> None:
+    """Refuse to resume ``run`` when it was started with other options than ``cfg`` (``keys`` but the per-call ones).
+
+    ``attnpool.train(resume=True)`` trains with the run's saved config whatever the call says: without this check a
+    kept smoke run (``--anchors 60 --epochs 2``) went on under a full run's flags, and its CV was judged as the full
+    run's against the target. As ``pppm_quality._check_saved_options`` does for a row's runs.
+    """
+    saved = run.config().to_dict()
+    wanted = cfg.to_dict()
+    differ = [k for k in dict.fromkeys(keys) if k not in PER_CALL and not _same(k, saved.get(k), wanted[k])]
+    if differ:
+        changes = "; ".join(f"{k}: run {saved.get(k)!r}, flags {wanted[k]!r}" for k in differ)
+        raise SystemExit(f"{run.path} was started with other options than these flags give ({changes}); a resumed "
+                         "run trains with its saved ones. Give the flags it was started with, or another "
+                         "--output-dir (or delete it)")
+
+
+def smoke_run(cfg: TrainConfig) -> str | None:
+    """What part of the data a run's (saved) config trains on, e.g. ``60 anchors``; ``None`` for the full data."""
+    subset = pppm_quality.subset_of(cfg.data_dir) if cfg.data_dir else None
+    if subset is not None:
+        return f"{subset['anchors']} anchors" if subset.get("anchors") else "an anchor subset"
+    return f"{cfg.limit:,} random rows" if cfg.limit is not None else None
+
+
+def missing_modules(names: Sequence[str] = ("sentencepiece", "google.protobuf")) -> list[str]:
+    """The modules of ``names`` that are not installed (sentencepiece-only tokenizers need both by default)."""
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+def _here(model: str) -> bool:
+    """Whether ``model`` loads without a download: a local folder, or a hub name in the local cache."""
+    if Path(model).expanduser().is_dir():
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model, "tokenizer_config.json"), str)
+    except ValueError:  # not a valid repository id
+        return False
+
+
+SENTENCEPIECE_HINT = ("pip install 'attnpool[sentencepiece]' (sentencepiece and protobuf: DeBERTa-v3's hub repository "
+                      "ships spm.model and no tokenizer.json, which transformers converts with them)")
+
+
+def check_tokenizer(model: str) -> str:
+    """Check that ``model``'s tokenizer loads: load it where the model is here, else check sentencepiece's modules.
+
+    Returns what was checked (for the output); raises ``SystemExit`` naming the extra to install when it cannot load.
+    """
+    missing = missing_modules()
+    if _here(model):
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+        except Exception as err:  # whatever stops it (missing files or modules, a damaged spm.model): said, not raised
+            reason = " ".join(str(err).split())
+            hint = f"; {', '.join(missing)} missing: {SENTENCEPIECE_HINT}" if missing else ""
+            raise SystemExit(f"the tokenizer of {model} does not load ({reason}){hint}") from None
+        return f"tokenizer of {model}: loads ({type(tokenizer).__name__}, {len(tokenizer):,} tokens)"
+    if missing:
+        raise SystemExit(f"{model} is not here (training downloads it), and its tokenizer needs {', '.join(missing)}, "
+                         f"not installed: {SENTENCEPIECE_HINT}")
+    return (f"tokenizer of {model}: not loaded (the model is not here: training downloads it); sentencepiece and "
+            "protobuf are installed")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,15 +228,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.anchors and not (args.data_dir / "train.csv").is_file():
-        raise SystemExit(f"--anchors needs the PPPM train.csv in --data-dir, and {args.data_dir} has none")
-    cfg = deberta_config(args)
+    has_data = (args.data_dir / "train.csv").is_file()
+    if not has_data and (args.anchors or not args.dry_run):
+        print(f"skipped: no PPPM train.csv in {args.data_dir} (give --data-dir; "
+              f"{'--anchors draws from it' if args.anchors else 'training reads it'})")
+        return 0
+    base, options = deberta_options(args)
+    cfg = make_config(base, **options).validate()
     default = TrainConfig().to_dict()
     changed = {k: v for k, v in cfg.to_dict().items() if v != default[k] or k in GPU_RECIPE}
     print(f"combination {args.combo}; config (the recipe's options and those other than the defaults):")
     print(yaml.safe_dump(changed, sort_keys=False).rstrip())
-    if not (args.data_dir / "train.csv").is_file():
+    if not has_data:
         print(f"note: no train.csv in {args.data_dir} yet (give --data-dir before training)")
+    run = Run(args.output_dir)
+    resume = Run.is_run(args.output_dir)
+    if resume and run.config_file.is_file():  # refused before the GPU is asked for: a dry run says so too
+        check_saved_config(run, cfg, [*base, *options])
+        print(f"resuming {args.output_dir}: it was started with these options (only --only-folds is this call's)")
+    print(check_tokenizer(args.model))
     if args.dry_run:
         print("dry run: the config is valid; nothing trained")
         return 0
@@ -149,9 +254,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("pppm_deberta.py trains DeBERTa-v3-large in bf16 on a GPU, and this machine has none; "
                          "use --dry-run here, or benchmarks/pppm_quality.py for the CPU ablation")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    resume = Run.is_run(args.output_dir)
-    if resume:
-        print(f"resuming {args.output_dir}: its saved options win over the flags (only --only-folds is read)")
     started = time.perf_counter()
     result = attnpool.train(cfg, resume=resume)
     for fold in result.metrics["folds"]:
@@ -164,20 +266,23 @@ def main(argv: list[str] | None = None) -> int:
         means = np.mean([f["pearson"] for f in result.metrics["folds"]])
         print(f"out-of-fold Pearson: {scales:.4f} pooled as predicted; {cv:.4f} with each fold's predictions "
               f"standardised (a Pearson-loss model predicts on a scale of its own); mean of the folds {means:.4f}")
-    if args.anchors:
-        print(f"smoke run on {args.anchors} anchors ({cfg.data_dir}): no verdict on the target"
-              + (f"; Pearson of the done folds' rows {cv:.4f}" if cv is not None else ""))
-    elif result.complete and cv is not None:
-        verdict = "PASS" if cv >= TARGET_CV else "FAIL"
-        print(f"CV Pearson {cv:.4f} (out-of-fold, all 4 folds); target >= {TARGET_CV} {verdict} "
-              f"(first place, single model: {FIRST_PLACE_CV})")
-    else:
-        done = [f["fold"] for f in result.metrics["folds"]]
-        print(f"folds done: {done}; the CV needs all 4 (run again with the others, e.g. --only-folds ...)"
-              + (f"; Pearson of the done folds' rows {cv:.4f}" if cv is not None else ""))
+    print(verdict(Run(result.run_dir).config(), result.complete, cv, [f["fold"] for f in result.metrics["folds"]]))
     print(f"wall time {time.perf_counter() - started:.0f} s; peak GPU memory "
           f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB (torch.cuda.max_memory_allocated)")
     return 0
+
+
+def verdict(saved: TrainConfig, complete: bool, cv: float | None, done: Sequence[int]) -> str:
+    """The closing line, judged on the run's saved config: a smoke run gets no verdict on the target."""
+    smoke = smoke_run(saved)
+    done_cv = f"; Pearson of the done folds' rows {cv:.4f}" if cv is not None else ""
+    if smoke is not None:
+        return f"smoke run on {smoke} ({saved.data_dir}): no verdict on the target{done_cv}"
+    if complete and cv is not None:
+        judged = "PASS" if cv >= TARGET_CV else "FAIL"
+        return (f"CV Pearson {cv:.4f} (out-of-fold, all 4 folds); target >= {TARGET_CV} {judged} "
+                f"(first place, single model: {FIRST_PLACE_CV})")
+    return f"folds done: {list(done)}; the CV needs all 4 (run again with the others, e.g. --only-folds ...){done_cv}"
 
 
 if __name__ == "__main__":

@@ -605,6 +605,13 @@ def report(sides: list[Side], info: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
 
 
+def write_output(path: Path, results: dict[str, Any]) -> Path:
+    """Write the JSON of every figure atomically: an interrupted write leaves an earlier file whole, never half."""
+    from attnpool.runs.files import atomic_write_text
+
+    return atomic_write_text(path, json.dumps(results, indent=2, default=str))
+
+
 # --------------------------------------------------------------------------------------------------- main
 
 
@@ -658,10 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     table = report(sides, info)
     print("\n" + table)
     print(f"\nwall time {info['wall_seconds']:.0f} s")
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"info": info, "sides": [s.to_json() for s in sides], "markdown": table}, indent=2,
-                                 default=str), encoding="utf-8")
+    output = write_output(Path(args.output), {"info": info, "sides": [s.to_json() for s in sides], "markdown": table})
     print(f"wrote {output}")
     return 0
 

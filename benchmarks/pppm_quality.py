@@ -50,10 +50,13 @@ percentile interval and p-value. The rows of one anchor share its targets and th
 by one (``--bootstrap-by row``, the rule of the tables dated before 2026-12-05 12:00 UTC) gives too narrow intervals.
 ``--versus ROW ...`` tests it against those rows instead, from one seed on (e.g. one technique's variants).
 
-Resumable: runs live in ``--work-dir`` (default ``runs/pppm_quality``) under a folder named after the model, epochs
-and rows; a (row, seed) whose fold 0 is done is read back, not retrained; an interrupted one continues from its
-last checkpoint (``resume=True``); the notebook's predictions are kept as ``.npz``. A run whose saved options differ
-from the row's (the row was redefined) is refused with its path. Before anything trains, a plan says for each
+Resumable: runs live in ``--work-dir`` (default ``runs/pppm_quality``) under a folder named after the model, epochs,
+rows (``--anchors`` and ``--first-seed`` with anchors) and, for data other than the default folder, a hash of
+``--data-dir``; a (row, seed) whose fold 0 is done is read back, not retrained; an interrupted one continues from its
+last checkpoint (``resume=True``); the notebook's predictions are kept as ``.npz`` with the data and options they
+were trained with. A run (or notebook cache) whose saved options differ from the row's (the row was redefined) is
+refused with its path. Without ``train.csv`` in ``--data-dir`` it prints ``skipped: ...`` and exits 0. Before
+anything trains, a plan says for each
 (row, seed) whether it trains, resumes or is read back, and names the rows that run only because an ``--ensemble``
 needs them; ``--plan`` prints it and exits.
 
@@ -81,6 +84,7 @@ import argparse
 import dataclasses
 import datetime
 import gc
+import hashlib
 import json
 import logging
 import math
@@ -246,8 +250,10 @@ def anchor_subset(data_dir: Path, anchors: int, seed: int) -> tuple[Path, int]:
     """A PPPM folder holding every row of ``anchors`` anchors drawn at random (seeded), and its number of rows.
 
     Unlike ``--rows`` (a random subset of rows), whole anchors keep every target of an anchor, so that the
-    grouped-target context of a row is as long as on the full data. The folder is written once, outside the project,
-    under the system's temporary directory (it is derived data, rebuilt identically when missing).
+    grouped-target context of a row is as long as on the full data. The folder is written outside the project, under
+    the system's temporary directory (it is derived data, rebuilt identically when missing), in a folder named after
+    the draw and a hash of the source folder's path (two sources never share one), and rewritten when its rows are
+    not the draw's (the source changed). Its :data:`SUBSET_FILE` says what it holds (:func:`subset_of`).
     """
     frame = pd.read_csv(data_dir / "train.csv", dtype=str, keep_default_na=False)
     names = sorted(frame["anchor"].unique())
@@ -255,12 +261,44 @@ def anchor_subset(data_dir: Path, anchors: int, seed: int) -> tuple[Path, int]:
         raise SystemExit(f"--anchors must be in 1..{len(names)} (the anchors of {data_dir / 'train.csv'})")
     chosen = set(np.random.default_rng(seed).choice(names, size=anchors, replace=False))
     subset = frame[frame["anchor"].isin(chosen)]
-    folder = Path(tempfile.gettempdir()) / "attnpool_pppm_quality" / f"{anchors}anchors_seed{seed}"
-    if not (folder / "train.csv").is_file():
+    folder = subset_root() / f"{anchors}anchors_seed{seed}_{path_hash(data_dir)}"
+    text = subset.to_csv(index=False)
+    train = folder / "train.csv"
+    if not train.is_file() or train.read_text(encoding="utf-8") != text:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / "cpc_texts.csv", (data_dir / "cpc_texts.csv").read_text(encoding="utf-8"))
-        atomic_write_text(folder / "train.csv", subset.to_csv(index=False))
+        atomic_write_text(train, text)
+    source = {"source": str(Path(data_dir).expanduser().resolve()), "anchors": anchors, "seed": seed,
+              "rows": len(subset)}
+    if subset_of(folder) != source:
+        atomic_write_json(folder / SUBSET_FILE, source)
     return folder, len(subset)
+
+
+SUBSET_FILE = "subset.json"  # in an anchor subset's folder: its source folder, anchors, seed and rows
+
+
+def subset_root() -> Path:
+    """Where :func:`anchor_subset` writes its folders."""
+    return Path(tempfile.gettempdir()) / "attnpool_pppm_quality"
+
+
+def subset_of(data_dir: str | Path) -> dict[str, Any] | None:
+    """What an anchor subset's folder holds (``source``, ``anchors``, ``seed``, ``rows``); ``None`` for another folder.
+
+    A folder under :func:`subset_root` without its :data:`SUBSET_FILE` (written before there was one) gives
+    ``{"anchors": None}``: a subset of unknown size.
+    """
+    folder = Path(data_dir).expanduser()
+    marker = folder / SUBSET_FILE
+    if marker.is_file():
+        return json.loads(marker.read_text(encoding="utf-8"))
+    return {"anchors": None} if folder.resolve().parent == subset_root().resolve() else None
+
+
+def path_hash(path: str | Path) -> str:
+    """A short hash of a folder's absolute path, for names of folders derived from it."""
+    return hashlib.sha256(str(Path(path).expanduser().resolve()).encode()).hexdigest()[:8]
 
 
 def baseline_options(data_dir: str | Path, model: str, epochs: float, limit: int | None = None) -> dict[str, Any]:
@@ -375,9 +413,12 @@ def run_notebook(base: Mapping[str, Any], seed: int, folder: Path, baseline_run:
     from references import notebook_scores  # the benchmarks folder: on sys.path when run as a script
 
     cache, record_file = notebook_files(folder, seed)
-    if cache.is_file() and record_file.is_file():
-        return {**json.loads(record_file.read_text(encoding="utf-8")), "status": "reused"}
     cfg = row_config(base, {"batch_size": NOTEBOOK_BATCH_SIZE}, seed, folder / "unused")
+    recipe = notebook_recipe(cfg)
+    if cache.is_file() and record_file.is_file():
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        _check_notebook_recipe(record_file, record.get("recipe"), recipe)
+        return {**record, "status": "reused"}
     data = load_task(cfg, log=logger)  # resolves the preset into cfg; the same seeded rows as the runs
     folds = Run(baseline_run).read_fold_assignment() if Run.is_run(baseline_run) else None
     if folds is None or len(folds) != data.num_rows:
@@ -394,11 +435,38 @@ def run_notebook(base: Mapping[str, Any], seed: int, folder: Path, baseline_run:
     partial.replace(cache)
     record = {"row": NOTEBOOK, "seed": seed, "pearson": metric_function("regression", "pearson")(target, scores),
               "train_seconds": seconds, "wall_seconds": seconds, "run_dir": str(cache), "status": "trained",
-              "n_train": len(train_idx), "n_valid": len(valid_idx)}
+              "n_train": len(train_idx), "n_valid": len(valid_idx), "recipe": recipe}
     atomic_write_json(record_file, record)
     del data
     gc.collect()
     return record
+
+
+NOTEBOOK_KEYS = ("preset", "data_dir", "model", "limit", "split_seed", "folds", "epochs", "max_length", "batch_size",
+                 "eval_batch_size", "seed")  # what the notebook row's data, split and training follow
+
+
+def notebook_recipe(cfg: TrainConfig) -> dict[str, Any]:
+    """What defines the notebook row's predictions: its config's :data:`NOTEBOOK_KEYS`, paths made absolute."""
+    values = cfg.to_dict()
+    recipe = {k: values[k] for k in NOTEBOOK_KEYS}
+    for key in ("data_dir", "model"):
+        if recipe[key] and Path(recipe[key]).expanduser().exists():  # a hub model name stays a name
+            recipe[key] = str(Path(recipe[key]).expanduser().resolve())
+    return recipe
+
+
+def _check_notebook_recipe(record_file: Path, saved: Mapping[str, Any] | None, recipe: Mapping[str, Any]) -> None:
+    """Refuse the notebook row's cached predictions when they were made for other data or options."""
+    if saved is None:
+        raise SystemExit(f"{record_file} does not say which data and options its notebook predictions were trained "
+                         "with (it predates that check); delete it and its .npz to train it again, or choose another "
+                         "--work-dir")
+    differ = [k for k in recipe if saved.get(k) != recipe[k]]
+    if differ:
+        changes = "; ".join(f"{k}: cached {saved.get(k)!r}, now {recipe[k]!r}" for k in differ)
+        raise SystemExit(f"{record_file} holds the notebook's predictions for other data or options ({changes}); "
+                         "delete it and its .npz to train it again, or choose another --work-dir")
 
 
 def predictions(record: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -752,8 +820,24 @@ def model_tag(model: str) -> str:
     return path.parent.name if path.name == "model" and path.parent.name else path.name
 
 
+def work_tag(args: argparse.Namespace) -> str:
+    """The work folder's name: what the rows' data and budget follow (model, epochs, rows, anchors and their seed).
+
+    Data other than the default folder adds a hash of its path, so that runs on two copies or versions of PPPM never
+    share a folder (the notebook row's cached predictions included).
+    """
+    tag = f"{model_tag(args.model)}_{args.epochs:g}ep_{args.rows or 'all'}rows"
+    tag += f"_{args.anchors}anchors_seed{args.first_seed}" if args.anchors else ""  # --first-seed draws the anchors
+    if Path(args.data_dir).expanduser().resolve() != DEFAULT_DATA_DIR.resolve():
+        tag += f"_data{path_hash(args.data_dir)}"
+    return tag
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not args.list and not (args.data_dir / "train.csv").is_file():
+        print(f"skipped: no PPPM train.csv in {args.data_dir}; give --data-dir (see ../shared/data/pppm/README.md)")
+        return 0
     data_dir, described = args.data_dir, f"{args.rows:,} random rows of train.csv" if args.rows else None
     if args.anchors and not args.list:
         data_dir, count = anchor_subset(args.data_dir, args.anchors, args.first_seed)
@@ -767,13 +851,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{NOTEBOOK:<9} the notebook recipe, batch {NOTEBOOK_BATCH_SIZE}\nbaseline  {describe(base)}")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if not (args.data_dir / "train.csv").is_file():
-        raise SystemExit(f"no PPPM train.csv in {args.data_dir}; give --data-dir (see ../shared/data/pppm/README.md)")
     rows = {n: o for n, o in args.options.items() if n in args.wanted}
     check_rows(base, rows)
-    tag = f"{model_tag(args.model)}_{args.epochs:g}ep_{args.rows or 'all'}rows"
-    tag += f"_{args.anchors}anchors" if args.anchors else ""
-    work = args.work_dir / tag
+    work = args.work_dir / work_tag(args)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     command = " ".join(["python benchmarks/pppm_quality.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     meta = {"command": command, "model": model_tag(args.model), "epochs": args.epochs, "combo": args.combo,

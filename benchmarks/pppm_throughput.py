@@ -61,7 +61,8 @@ are only a load probe by then), so each gets a ratio to the notebook measured un
 * ``attnpool fp32`` (``--fp32-reference``, on by default when ``--precision`` is not fp32): a copy of attnpool's
   initial model trained again in fp32 with the same seed (same batches, same dropout stream), so the Pearson of the
   fast precision against fp32 attnpool is measured on the same rows; its speed gives the precision's own speed-up.
-* ``CrossEncoder`` (``--cross-encoder``, on by default): sentence-transformers' ``CrossEncoder`` (the peer users pick
+* ``CrossEncoder`` (``--cross-encoder``, on by default; skipped with a note, before anything trains, when the
+  ``sentence-transformers`` extra is missing): sentence-transformers' ``CrossEncoder`` (the peer users pick
   for pair scoring: ``BertForSequenceClassification``, the [CLS] token through the encoder's pretrained pooler and
   a new linear classifier) trained by its own ``CrossEncoderTrainer`` with ``BinaryCrossEntropyLoss`` (soft labels,
   the PPPM scores) on the same training rows, encoder, epochs, batch size, learning rates (``--lr``; the new
@@ -85,9 +86,9 @@ loads it (``FoldEnsemble.load``; the model the Trainer trained with bf16 keeps a
 dynamically padded batches of ``--predict-batch-size``, default 128 as ``attnpool predict``), ``torch
 bf16`` (the same under bf16 autocast, ``predict --precision bf16``), ``onnx fp32`` and ``onnx int8``
 (``OnnxFoldEnsemble.load``: the graph ``predict --backend onnx`` exports into the run, and the same dynamic int8
-quantization as ``--quantize int8``; skipped when onnxruntime is missing). After an untimed warm-up pass of each
-path, the passes alternate ``--predict-repeats`` times; the median rate of each is reported (the whole call,
-including its padding; tokenisation is excluded: it is the same for all).
+quantization as ``--quantize int8``; skipped, with a note before training, when the ``onnx`` extra is missing).
+After an untimed warm-up pass of each path, the passes alternate ``--predict-repeats`` times; the median rate of
+each is reported (the whole call, including its padding; tokenisation is excluded: it is the same for all).
 
 Quality. Pearson correlation of each side's predictions with the held-out scores after the same epochs, with a
 paired bootstrap standard error of the difference (held-out sampling noise only; seed-to-seed noise of training
@@ -98,7 +99,8 @@ measured over seeds elsewhere (CR sentiment, MiniLM, 2 epochs, fold 0 of 5, 4 pa
 
 Rows: ``--rows`` training and ``--predict-rows`` held-out rows, a seeded random sample of ``train.csv``
 (``load_task``'s ``limit``), split at random (``--seed``). ``mean padded tokens/row``: the padded length of each
-batch times its rows, averaged over rows (training: the timed steps; prediction: all batches).
+batch times its rows, averaged over rows (training: the timed steps; prediction: all batches). Without ``train.csv``
+in ``--data-dir`` it prints ``skipped: ...`` and exits 0.
 
 Usage::
 
@@ -118,6 +120,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import importlib.util
 import logging
 import math
 import platform
@@ -143,6 +146,8 @@ NOTEBOOK_POOLER = {"attn_size": 512, "init": "xavier"}  # the notebook head's wi
 QUIET_FACTOR = 1.5  # a notebook step slower than this times the median marks a load spike
 DEFAULT_DATA_DIR = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm")
 VERDICT = {True: "PASS", False: "MISS"}
+CROSS_ENCODER_MODULES = ("sentence_transformers", "datasets")  # the sentence-transformers extra
+ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")  # the onnx extra: export and ONNX Runtime
 
 
 class NotebookModel(nn.Module):
@@ -500,11 +505,11 @@ def train_both(args: argparse.Namespace, data: Data, ours, theirs, tmp: Path) ->
     print(f"training {section.line()} (attnpool optimizer fused={trainer.optimizer.defaults.get('fused')})",
           flush=True)
     if args.dump_steps:
-        import json
+        from attnpool.runs.files import atomic_write_json
 
         steps = {"attnpool": section.log, "notebook": notebook.step_log, "timed": section.timed,
                  "quiet": section.quiet}
-        Path(args.dump_steps).write_text(json.dumps(steps), encoding="utf-8")
+        atomic_write_json(args.dump_steps, steps)
     return section, notebook
 
 
@@ -626,14 +631,13 @@ def prediction_paths(args: argparse.Namespace, data: Data, run, theirs) -> dict[
         "torch fp32": lambda: models.scores(encodings, batch_size=bs, device="cpu", precision="fp32"),
         "torch bf16": lambda: models.scores(encodings, batch_size=bs, device="cpu", precision="bf16"),
     }
-    try:
-        from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+    if missing_modules(ONNX_MODULES):  # said before training (drop_missing_peers)
+        return paths
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
 
-        for name, quantize in (("onnx fp32", "none"), ("onnx int8", "int8")):
-            ensemble = OnnxFoldEnsemble.load(run, quantize=quantize, threads=args.threads)
-            paths[name] = lambda e=ensemble: e.scores(encodings, batch_size=bs)
-    except ImportError as err:
-        print(f"ONNX paths skipped: {err}")
+    for name, quantize in (("onnx fp32", "none"), ("onnx int8", "int8")):
+        ensemble = OnnxFoldEnsemble.load(run, quantize=quantize, threads=args.threads)
+        paths[name] = lambda e=ensemble: e.scores(encodings, batch_size=bs)
     return paths
 
 
@@ -746,8 +750,34 @@ def best_accurate_path(rates: dict[str, float], preds: dict[str, np.ndarray], ta
 # --------------------------------------------------------------------------------------------------- main
 
 
+def missing_modules(names: tuple[str, ...]) -> list[str]:
+    """The modules of ``names`` that are not installed."""
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+def drop_missing_peers(args: argparse.Namespace) -> None:
+    """Turn off the sides whose optional extras are missing, with a note, before anything trains.
+
+    The CrossEncoder needs sentence-transformers and datasets (``pip install 'attnpool[sentence-transformers]'``);
+    without them it failed with ``ModuleNotFoundError`` after the main run and the fp32 peer had trained.
+    """
+    missing = missing_modules(CROSS_ENCODER_MODULES) if args.cross_encoder else []
+    if missing:
+        args.cross_encoder = False
+        print(f"note: the CrossEncoder peer is skipped: {', '.join(missing)} not installed (pip install "
+              "'attnpool[sentence-transformers]')", flush=True)
+    missing = missing_modules(ONNX_MODULES)
+    if missing:
+        print(f"note: the ONNX prediction paths are skipped: {', '.join(missing)} not installed (pip install "
+              "'attnpool[onnx]')", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not (Path(args.data_dir) / "train.csv").is_file():
+        print(f"skipped: no PPPM train.csv in {args.data_dir} (give --data-dir; see ../shared/data/pppm/README.md)")
+        return 0
+    drop_missing_peers(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()

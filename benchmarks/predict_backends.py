@@ -1,11 +1,20 @@
 """Prediction rows/s of every backend and precision of ``attnpool predict``, side by side on the same rows.
 
-One trained run (``--run``: the ``--output-dir`` of ``attnpool train``; by default a one-epoch MiniLM run on PPPM
-rows is trained first into ``--work-dir``) predicts the same held-out PPPM rows with:
+One trained run (``--run``: the ``--output-dir`` of ``attnpool train``; by default a one-epoch MiniLM run on
+``--train-rows`` random PPPM rows is trained first into ``--work-dir``, in a folder named after the rows and a hash of
+``--data-dir``, and reused by later calls of the same two) predicts the same held-out PPPM rows with:
 
 * ``torch fp32`` (the reference), ``torch bf16`` (``torch.autocast``; on CPUs with native bf16 it is faster),
 * ``onnx fp32`` (ONNX Runtime on the graph ``predict --backend onnx`` exports into the run),
 * ``onnx int8`` (dynamic quantization of that graph, ``--quantize int8``).
+
+The ONNX paths need the ``onnx`` extra (``pip install 'attnpool[onnx]'``): without it they are left out, with a note,
+before anything trains. Without ``train.csv`` in ``--data-dir`` it prints ``skipped: ...`` and exits 0.
+
+Held-out rows: ``--rows`` rows of ``train.csv`` drawn at random (seed 123) from those no trained fold model of the run
+learned from: the rows outside the run's own (its ``--limit`` draw, read back through ``load_task`` with the run's
+config), and, when a single fold is trained, that fold's validation rows. Their ``Pearson (labels)`` is thus a
+held-out score.
 
 Each is timed on the whole call of its ensemble's ``scores`` over the rows (tokenisation excluded: it is the same for
 all), after an untimed warm-up, ``--repeats`` times alternating between the paths; the median is reported. Printed
@@ -33,8 +42,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import resource
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,21 +55,57 @@ import torch
 import attnpool
 from attnpool.config import default_model
 from attnpool.data.prediction import PredictionInputs
+from attnpool.data.task import load_task
 from attnpool.prediction.engine import FoldEnsemble
-from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
 from attnpool.runs import Run
-from pppm_throughput import cpu_model, predict_all
+from attnpool.runs.files import atomic_write
+from pppm_throughput import ONNX_MODULES, cpu_model, missing_modules, predict_all
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm"
 LONG_MAX_LENGTH = 512  # MiniLM's (and BERT's) position limit
+HELD_OUT_SEED = 123
 
 
 def _train(work: Path, data_dir: Path, rows: int) -> Path:
-    run = work / "run"
-    if not (run / "run.json").is_file() or not Run(run).trained_folds():
-        attnpool.train(preset="pppm", data_dir=str(data_dir), model=default_model(), folds=4, only_folds=[0],
-                       limit=rows, epochs=1, output_dir=str(run), overwrite=True)
+    """The run of ``rows`` random rows of ``data_dir`` in ``work``: trained once, then reused (after a check)."""
+    data_dir = data_dir.expanduser().resolve()
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:8]
+    run = work / f"run_{rows}rows_{digest}"
+    if (run / "run.json").is_file() and Run(run).trained_folds():
+        cfg = Run(run).config()
+        if (cfg.limit, Path(cfg.data_dir or "").resolve()) != (rows, data_dir):
+            raise SystemExit(f"{run} holds a run of {cfg.limit} rows of {cfg.data_dir}, not {rows} of {data_dir}; "
+                             "delete it")
+        return run
+    attnpool.train(preset="pppm", data_dir=str(data_dir), model=default_model(), folds=4, only_folds=[0],
+                   limit=rows, epochs=1, output_dir=str(run), overwrite=True)
     return run
+
+
+def held_out(run: Run, data_dir: Path, rows: int) -> pd.DataFrame:
+    """``rows`` rows of ``data_dir``'s ``train.csv``, drawn at random, that no trained fold of ``run`` learned from.
+
+    The run's rows are those of its config's data (its ``limit`` draw, as ``train`` drew them; from ``data_dir`` when
+    the run's own data folder is not here); a row is held out when it is not one of them, or when it validates the
+    run's only trained fold. Rows are matched by ``id``.
+    """
+    frame = pd.read_csv(data_dir / "train.csv", dtype=str)
+    cfg = run.config()
+    if not (Path(cfg.data_dir or "") / "train.csv").is_file():
+        cfg.data_dir = str(data_dir)
+    task = load_task(cfg, log=logging.getLogger("attnpool"))  # the run's rows, drawn as train drew them
+    ids = task.frame["id"].astype(str).to_numpy()
+    folds = run.read_fold_assignment()
+    trained = run.trained_folds()
+    if folds is None or len(folds) != len(ids):
+        raise SystemExit(f"{run.path}: its folds.csv does not match the rows of its data ({cfg.data_dir})")
+    learned = set(ids[folds != trained[0]]) if len(trained) == 1 else set(ids)
+    candidates = frame[~frame["id"].astype(str).isin(learned)]
+    if candidates.empty:
+        raise SystemExit(f"every row of the data is a training row of {run.path}'s folds {trained}: no held-out rows")
+    if len(candidates) < rows:
+        print(f"note: {len(candidates)} held-out rows, fewer than --rows {rows}")
+    return candidates.sample(n=min(rows, len(candidates)), random_state=HELD_OUT_SEED).reset_index(drop=True)
 
 
 def lengthen(frame: pd.DataFrame, tokenizer, tokens: int) -> pd.DataFrame:
@@ -104,21 +151,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not (args.data_dir / "train.csv").is_file():
-        raise SystemExit(f"no PPPM data in {args.data_dir}: give --data-dir (the benchmark needs real rows)")
+        print(f"skipped: no PPPM train.csv in {args.data_dir} (give --data-dir: the benchmark needs real rows)")
+        return 0
+    onnx = not missing_modules(ONNX_MODULES)
+    if not onnx:
+        print(f"note: the ONNX paths are skipped: {', '.join(missing_modules(ONNX_MODULES))} not installed (pip "
+              "install 'attnpool[onnx]')", flush=True)
     run = Run.open(args.run or _train(args.work_dir, args.data_dir, args.train_rows))
     cfg = run.config()
-    frame = pd.read_csv(args.data_dir / "train.csv", dtype=str)
-    frame = frame.sample(n=min(args.rows, len(frame)), random_state=123).reset_index(drop=True)
+    frame = held_out(run, args.data_dir, args.rows)
     torch_models = FoldEnsemble.load(run)
     if args.long:
         frame = lengthen(frame, torch_models.tokenizer, args.long_tokens)
         cfg.max_length = LONG_MAX_LENGTH
     sample = args.work_dir / ("heldout_long.csv" if args.long else "heldout.csv")
-    sample.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(sample, index=False)
+    atomic_write(sample, lambda tmp: frame.to_csv(tmp, index=False))
     labels = frame["score"].astype(float).to_numpy()
 
     inputs = PredictionInputs(cfg, run.info(), sample, torch_models.tokenizer, log=logging.getLogger("attnpool"))
@@ -128,14 +178,18 @@ def main(argv: list[str] | None = None) -> None:
         "torch fp32": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="fp32"),
         "torch bf16": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="bf16"),
     }
-    onnx_fp32 = OnnxFoldEnsemble.load(run)
-    onnx_int8 = OnnxFoldEnsemble.load(run, quantize="int8")
-    paths["onnx fp32"] = lambda: onnx_fp32.scores(encodings, batch_size=args.batch_size)
-    paths["onnx int8"] = lambda: onnx_int8.scores(encodings, batch_size=args.batch_size)
+    if onnx:
+        from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+        onnx_fp32 = OnnxFoldEnsemble.load(run)
+        onnx_int8 = OnnxFoldEnsemble.load(run, quantize="int8")
+        paths["onnx fp32"] = lambda: onnx_fp32.scores(encodings, batch_size=args.batch_size)
+        paths["onnx int8"] = lambda: onnx_int8.scores(encodings, batch_size=args.batch_size)
 
     rates, outputs = predict_all(paths, args.repeats)  # after a warm-up pass, whose predictions are compared
     reference, base = outputs["torch fp32"], rates["torch fp32"]
-    print(f"{len(frame)} held-out PPPM rows{' lengthened (--long)' if args.long else ''}, tokens/row mean "
+    print(f"{len(frame)} held-out PPPM rows (none a training row of the run)"
+          f"{' lengthened (--long)' if args.long else ''}, tokens/row mean "
           f"{np.mean(tokens):.0f} (min {min(tokens)}, max {max(tokens)}; max_length {cfg.max_length}), batch "
           f"{args.batch_size}, run {run.path} (folds {run.trained_folds()}), median of {args.repeats}, "
           f"{torch.get_num_threads()} torch threads on {cpu_model()}")
@@ -147,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{np.corrcoef(out, labels)[0, 1]:.4f} | {np.corrcoef(out, reference)[0, 1]:.5f} | "
               f"{np.max(np.abs(out - reference)):.2e} |")
     print(f"peak resident memory of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GB")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

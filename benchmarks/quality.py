@@ -35,13 +35,16 @@ Usage::
     .venv/bin/python benchmarks/quality.py --seeds 4 --set-seeds pppm=8 --reference-seeds 4 --rows mpqa=5000
 
 Everything is kept in ``--output-dir`` (default ``runs/quality``): an interrupted call resumes, finished runs and
-reference predictions are reused.
+reference predictions are reused; ``quality.json`` there holds the summary of every set measured (a call replaces its
+sets' entries and keeps the others'). A reference whose optional extra is missing (the CrossEncoder's
+``sentence-transformers``) is left out with a note before anything trains.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import logging
 import math
@@ -64,7 +67,7 @@ from attnpool.comparison import (
 )
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.config import TrainConfig
-from attnpool.runs.files import atomic_write, atomic_write_text
+from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
 from attnpool.tasks import primary_metric
 
 logger = logging.getLogger("attnpool.quality")
@@ -74,6 +77,8 @@ POOLERS = ("mean", "cls", "attention")
 BASELINES = ("mean", "cls")
 # The heading of docs/quality.md's hand-written section, which a rerun keeps (see write_docs).
 HAND_SECTION = "## Probes since the table (added by hand"
+# The modules a reference needs beyond attnpool's own (the sentence-transformers extra for the CrossEncoder).
+REFERENCE_MODULES = {"notebook": (), "cross-encoder": ("sentence_transformers", "datasets")}
 
 
 @dataclass
@@ -167,6 +172,36 @@ def reference_scores(name: str, cfg: TrainConfig, run_dir: Path, seed: int, cach
     np.save(partial, scores)
     partial.replace(cache)
     return scores
+
+
+def available_references(spec: DataSet) -> list[str]:
+    """The set's references whose modules are installed; a note names each one left out, before anything trains.
+
+    Without the check the CrossEncoder failed with ``ModuleNotFoundError`` after the poolers and the notebook trained.
+    """
+    kept = []
+    for name in spec.references:
+        missing = [m for m in REFERENCE_MODULES.get(name, ()) if importlib.util.find_spec(m) is None]
+        if missing:
+            print(f"note: {spec.name}: the {name} reference is skipped: {', '.join(missing)} not installed (pip "
+                  "install 'attnpool[sentence-transformers]')", flush=True)
+        else:
+            kept.append(name)
+    return kept
+
+
+def write_results(path: Path, summaries: list[dict[str, Any]]) -> None:
+    """Write this call's sets' summaries into the JSON at ``path`` (atomically), keeping the other sets' entries.
+
+    A set's entry replaces the one of the same ``set``, in its place; new sets go last (as :func:`write_docs` keeps
+    the other sets' tables): ``--sets cr`` rewrites CR's alone.
+    """
+    if not summaries:
+        return
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    new = {s["set"]: s for s in summaries}
+    merged = [new.pop(entry["set"], entry) for entry in old]
+    atomic_write_json(path, [*merged, *new.values()])
 
 
 def evaluate_set(spec: DataSet, cfg: TrainConfig, out: Path, seeds: list[int], references: bool,
@@ -334,13 +369,16 @@ def main(argv: list[str] | None = None) -> int:
     work = args.output_dir / "data"  # converted inputs: a fixed path, so that a later call resumes the same recipe
     work.mkdir(parents=True, exist_ok=True)
     summaries = []
+    if not args.no_references:
+        for spec in wanted:
+            spec.references = available_references(spec)
     for spec in wanted:
         cfg = recipe(spec, args.data_root, work, args)
         summary = evaluate_set(spec, cfg, args.output_dir / spec.name, _seeds(args, spec.name),
                                not args.no_references, args.bootstrap, args.reference_seeds)
         summaries.append(summary)
         print(markdown(summary), flush=True)
-    (args.output_dir / "quality.json").write_text(json.dumps(summaries, indent=2))
+    write_results(args.output_dir / "quality.json", summaries)
     if str(args.docs) != "-":
         write_docs(args.docs, summaries, " ".join(sys.argv[1:] if argv is None else argv))
         print(f"written: {args.docs}")

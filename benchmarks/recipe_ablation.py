@@ -17,8 +17,10 @@ Usage::
 
 Runs are kept in ``--output-dir`` (default ``runs/recipe_ablation``; one folder per change): a second call reuses
 them, once it has checked that they ran the same recipe (its defaults resolved: a default changed since is caught),
-and a speed ratio of sides timed in different calls says so. Sets whose data is missing under ``--data-root`` are
-skipped.
+and a speed ratio of sides timed in different calls says so. The training time of a side is its folds'
+``train_seconds``, as ``attnpool compare`` reports it (not the process's wall time). Sets whose data is missing under
+``--data-root`` are skipped (``skipped: ...``). The results go to ``--output-dir``/``CHANGE.json``, one entry per set:
+a call replaces its sets' entries and keeps the others'; a call that measured nothing writes nothing.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ from attnpool.comparison import (
 )
 from attnpool.comparison.runner import _check_recipe, _run_one, _wanted_folds
 from attnpool.comparison.stats import metric_function, sign_flip_test
-from attnpool.comparison.summary import run_score
+from attnpool.comparison.summary import _cost, run_score
 from attnpool.options import ConfigError, parse_options
 from attnpool.runs import RunError
+from attnpool.runs.files import atomic_write_json
 from attnpool.tasks import primary_metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -87,8 +90,9 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
             _run_one(cfg, spec, s, run)
             trained += 1
     predictions = {s: run_predictions(runs[s], cfg.task) for s in seeds}
-    seconds = {s: json.loads(run.with_name(f"{run.name}.cost.json").read_text())["wall_seconds"]
-               for s, run in runs.items()}
+    # the folds' training seconds, as `attnpool compare` times a run (not the process's start-up, tokenising and
+    # final prediction in .cost.json's wall_seconds, which weigh more on the faster side)
+    seconds = {s: _cost(run)[0] for s, run in runs.items()}
     keys, _ = shared_bootstrap_keys({s: (runs[s], s) for s in seeds},  # whole groups of grouped folds, else ids/rows
                                     per_seed_rows=cfg.limit is not None and cfg.split_seed is None)
     return {"scores": [run_score(runs[s], cfg.task) for s in seeds], "predictions": predictions, "keys": keys,
@@ -140,6 +144,20 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def write_results(path: Path, results: list[dict[str, Any]]) -> None:
+    """Write this call's sets' results into the JSON at ``path`` (atomically), keeping the other sets' entries.
+
+    A set's entry replaces the one of the same ``set`` in its place, new sets go last; nothing is written when
+    nothing was measured (no set had its data).
+    """
+    if not results:
+        return
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    new = {r["set"]: r for r in results}
+    merged = [new.pop(entry["set"], entry) for entry in old]
+    atomic_write_json(path, [*merged, *new.values()])
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", dest="changes", nargs="+", required=True, metavar="KEY=VALUE",
@@ -169,19 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     changes = parse_changes(args.changes)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sets = data_sets(args.pppm_rows)
+    missing = [name for name in args.sets if not (args.data_root / sets[name].source).is_file()]
+    if missing:
+        print(f"skipped: no data for {', '.join(missing)} under {args.data_root} (see its READMEs)")
     work = args.output_dir / "data"
-    work.mkdir(parents=True, exist_ok=True)
     results = []
-    for name in args.sets:
-        spec = sets[name]
-        if not (args.data_root / spec.source).is_file():
-            print(f"skipped {name}: no {spec.source} under {args.data_root}")
-            continue
-        cfg = recipe(spec, args.data_root, work, args)
+    for name in [n for n in args.sets if n not in missing]:
+        work.mkdir(parents=True, exist_ok=True)
+        cfg = recipe(sets[name], args.data_root, work, args)
         result = evaluate(name, cfg, changes, args.output_dir / name, _seeds(args, name), args.bootstrap)
         results.append(result)
         print(markdown(result), flush=True)
-    (args.output_dir / f"{slug(changes)}.json").write_text(json.dumps(results, indent=2))
+        write_results(args.output_dir / f"{slug(changes)}.json", [result])  # each set as soon as it is measured
     return 0
 
 

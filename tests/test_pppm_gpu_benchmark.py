@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -39,3 +40,21 @@ def test_the_report_says_whether_attnpools_word_embeddings_trained(freeze, said,
     args = pppm_gpu.parse_args(["--no-freeze-word-embeddings"]) if freeze is False else pppm_gpu.parse_args([])
     cfg = pppm_gpu.attnpool_config(args, tmp_path, tmp_path, tmp_path / "run")
     assert cfg.freeze_word_embeddings is freeze
+
+
+def test_the_json_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The JSON was written in place: a write killed half-way left a truncated file instead of the earlier one."""
+    output = tmp_path / "pppm_gpu.json"
+    assert pppm_gpu.write_output(output, {"sides": [1], "path": tmp_path}) == output
+    before, real = output.read_text(), Path.write_text
+    assert json.loads(before) == {"sides": [1], "path": str(tmp_path)}  # default=str, as before
+
+    def half_then_fail(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        pppm_gpu.write_output(output, {"sides": [2]})
+    monkeypatch.undo()
+    assert output.read_text() == before and list(tmp_path.iterdir()) == [output]

@@ -246,7 +246,8 @@ def test_the_plan_says_what_trains_and_which_rows_an_ensemble_adds(tmp_path, cap
                      "ctx, seed 43: train (a member of --ensemble blend, not in --only)"]
 
 
-def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys):
+def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
     assert pppm_deberta.main(["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "dry run: the config is valid" in out and "microsoft/deberta-v3-large" in out and "bf16" in out
@@ -330,18 +331,28 @@ def test_an_anchor_subset_keeps_whole_anchors_and_is_rebuilt_identically(tmp_pat
         pq.anchor_subset(tmp_path / "pppm", anchors=7, seed=0)
 
 
+def _tiny_pppm(folder, anchors=5, extra=2):
+    import pandas as pd
+
+    rows = [{"id": f"{a}{t}", "anchor": f"anchor {a}", "target": f"target {t}", "context": "A01",
+             "score": "0.5"} for a in range(anchors) for t in range(a + extra)]
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "train.csv", index=False)
+    (folder / "cpc_texts.csv").write_text("context,text\nA01,HUMAN NECESSITIES\n", encoding="utf-8")
+    return rows
+
+
 def test_deberta_smoke_run_on_anchors_uses_whole_anchors_of_the_data(tmp_path, monkeypatch, capsys):
     import pandas as pd
 
     monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
     run = ["--dry-run", "--output-dir", str(tmp_path / "run"), "--anchors", "2", "--seed", "3"]
-    with pytest.raises(SystemExit, match="--anchors needs the PPPM train.csv in --data-dir"):
-        pppm_deberta.main([*run, "--data-dir", str(tmp_path / "empty")])
-    rows = [{"id": f"{a}{t}", "anchor": f"anchor {a}", "target": f"target {t}", "context": "A01",
-             "score": "0.5"} for a in range(5) for t in range(a + 2)]
-    (tmp_path / "pppm").mkdir()
-    pd.DataFrame(rows).to_csv(tmp_path / "pppm" / "train.csv", index=False)
-    (tmp_path / "pppm" / "cpc_texts.csv").write_text("context,text\nA01,HUMAN NECESSITIES\n", encoding="utf-8")
+    for flags in (run, run[1:], ["--output-dir", str(tmp_path / "run")]):  # no data: skipped, also when training
+        assert pppm_deberta.main([*flags, "--data-dir", str(tmp_path / "empty")]) == 0
+        assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+    rows = _tiny_pppm(tmp_path / "pppm")
     assert pppm_deberta.main([*run, "--data-dir", str(tmp_path / "pppm")]) == 0
     cfg = pppm_deberta.deberta_config(pppm_deberta.parse_args([*run, "--data-dir", str(tmp_path / "pppm")]))
     folder, count = pq.anchor_subset(tmp_path / "pppm", anchors=2, seed=3)  # the same draw as the run's
@@ -462,3 +473,130 @@ def test_the_anchors_come_from_the_runs_and_runs_on_other_data_are_refused(tmp_p
         by.run_anchors([a, b], tmp_path)
     with pytest.raises(SystemExit, match="row 1 has anchor 'w', another kept run's 'x'"):
         by.run_anchors([a, kept("c", ["x", "w", "y"])])
+
+
+def _saved_as_train_saves(cfg, run_dir):
+    """A run folder holding ``cfg`` as ``attnpool.train`` saves it: the preset resolved, the data paths absolute."""
+    import copy
+
+    from attnpool.data.task import apply_preset
+    from attnpool.training.recipe import _absolute_paths
+
+    run = pq.Run.create(run_dir)
+    run.write_info({"task": "regression"})
+    run.write_config(_absolute_paths(apply_preset(copy.deepcopy(cfg)).to_dict()))
+    return run
+
+
+def test_deberta_refuses_to_resume_a_run_started_with_other_options(tmp_path, monkeypatch, capsys):
+    """A kept smoke run (--anchors 2 --epochs 2) went on under a full run's flags, and was judged against the target."""
+    monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
+    _tiny_pppm(tmp_path / "pppm")
+    out = str(tmp_path / "run")
+    smoke = ["--data-dir", str(tmp_path / "pppm"), "--output-dir", out, "--anchors", "2", "--epochs", "2"]
+    saved = _saved_as_train_saves(pppm_deberta.deberta_config(pppm_deberta.parse_args([*smoke, "--only-folds", "0"])),
+                                  tmp_path / "run")
+    assert pppm_deberta.main([*smoke, "--only-folds", "1", "--dry-run"]) == 0  # the same run, other folds now
+    assert "resuming" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"other options than these flags give \(data_dir: run '.*2anchors_seed42_"
+                                         r".*', flags '.*pppm'; epochs: run 2\.0, flags 5\.0\).*--output-dir"):
+        pppm_deberta.main(["--data-dir", str(tmp_path / "pppm"), "--output-dir", out, "--dry-run"])
+    with pytest.raises(SystemExit, match=r"lr: run 2e-05, flags 0\.0001"):
+        pppm_deberta.main([*smoke, "--lr", "1e-4", "--dry-run"])
+    # the verdict follows the run's saved config, whatever the flags: a smoke run is never judged against the target
+    line = pppm_deberta.verdict(saved.config(), complete=True, cv=0.9, done=[0, 1, 2, 3])
+    assert line.startswith("smoke run on 2 anchors") and "PASS" not in line
+    full = _saved_as_train_saves(pppm_deberta.deberta_config(pppm_deberta.parse_args(
+        ["--data-dir", str(tmp_path / "pppm"), "--output-dir", str(tmp_path / "full")])), tmp_path / "full")
+    assert "target >= 0.85 PASS" in pppm_deberta.verdict(full.config(), complete=True, cv=0.9, done=[0, 1, 2, 3])
+    assert "folds done: [0]" in pppm_deberta.verdict(full.config(), complete=False, cv=0.9, done=[0])
+
+
+def test_deberta_dry_run_checks_that_the_tokenizer_loads(tmp_path, monkeypatch, capsys):
+    """microsoft/deberta-v3-large ships spm.model and no tokenizer.json: transformers needs sentencepiece for it."""
+    from model_helpers import save_tiny_encoder
+
+    dry = ["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]
+    monkeypatch.setattr(pppm_deberta, "_here", lambda model: False)  # the hub model not downloaded (as here)
+    monkeypatch.setattr(pppm_deberta, "missing_modules", lambda names=(): ["sentencepiece"])
+    with pytest.raises(SystemExit, match=r"its tokenizer needs sentencepiece.*pip install 'attnpool\[sentencepiece\]'"):
+        pppm_deberta.main(dry)
+    monkeypatch.setattr(pppm_deberta, "missing_modules", lambda names=(): [])
+    assert pppm_deberta.main(dry) == 0
+    assert "not loaded (the model is not here" in capsys.readouterr().out
+    monkeypatch.undo()
+    encoder = save_tiny_encoder(tmp_path / "encoder")  # a local folder: its tokenizer is loaded
+    assert pppm_deberta.check_tokenizer(encoder).startswith(f"tokenizer of {encoder}: loads (")
+    (tmp_path / "nowhere").mkdir()
+    with pytest.raises(SystemExit, match="the tokenizer of .*nowhere does not load"):
+        pppm_deberta.check_tokenizer(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("sentencepiece") is not None,
+                    reason="sentencepiece is installed")
+def test_a_sentencepiece_only_tokenizer_without_sentencepiece_names_the_extra(tmp_path):
+    """DeBERTa-v3's files (spm.model, no tokenizer.json): without sentencepiece transformers cannot convert them."""
+    folder = tmp_path / "deberta"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "deberta-v2"}')
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "DebertaV2Tokenizer"}')
+    (folder / "spm.model").write_bytes(b"\0" * 64)
+    with pytest.raises(SystemExit, match=r"does not load .*sentencepiece.* pip install 'attnpool\[sentencepiece\]'"):
+        pppm_deberta.check_tokenizer(str(folder))
+
+
+@pytest.mark.parametrize("flags", [[], ["--anchors", "10"]])
+def test_pppm_quality_without_data_is_skipped(tmp_path, capsys, flags):
+    args = ["--data-dir", str(tmp_path / "none"), "--work-dir", str(tmp_path / "work"), "--docs", "-", *flags]
+    assert pq.main(args) == 0
+    assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_work_folder_names_the_anchor_draw_and_other_data(tmp_path):
+    """--first-seed draws the --anchors subset, and --data-dir is the data: both name the folder, so they never mix."""
+    default = pq.work_tag(pq.parse_args(["--epochs", "3"]))
+    assert default.endswith("_3ep_allrows")  # the default data: the folder of the runs kept so far
+    a = pq.work_tag(pq.parse_args(["--anchors", "10", "--first-seed", "7"]))
+    assert a.endswith("_10anchors_seed7") and a != pq.work_tag(pq.parse_args(["--anchors", "10"]))
+    other = pq.work_tag(pq.parse_args(["--data-dir", str(tmp_path)]))
+    assert other == default + f"_data{pq.path_hash(tmp_path)}"
+    assert other != pq.work_tag(pq.parse_args(["--data-dir", str(tmp_path / "b")]))
+
+
+def test_anchor_subsets_of_two_sources_never_share_a_folder(tmp_path, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    _tiny_pppm(tmp_path / "a", anchors=4, extra=1)
+    _tiny_pppm(tmp_path / "b", anchors=4, extra=3)  # the same anchors' names, more rows each
+    a, rows_a = pq.anchor_subset(tmp_path / "a", anchors=2, seed=0)
+    b, rows_b = pq.anchor_subset(tmp_path / "b", anchors=2, seed=0)
+    assert a != b and rows_a < rows_b and len(pd.read_csv(b / "train.csv")) == rows_b
+    assert pq.subset_of(a) == {"source": str((tmp_path / "a").resolve()), "anchors": 2, "seed": 0, "rows": rows_a}
+    assert pq.subset_of(tmp_path / "a") is None  # the source is no subset
+    _tiny_pppm(tmp_path / "c", anchors=4, extra=1)
+    (tmp_path / "a" / "train.csv").write_text((tmp_path / "c" / "train.csv").read_text().replace("0.5", "0.25"))
+    again, _ = pq.anchor_subset(tmp_path / "a", anchors=2, seed=0)  # the source changed: its subset is rewritten
+    assert again == a and set(pd.read_csv(a / "train.csv")["score"]) == {0.25}
+
+
+def test_the_notebook_cache_is_refused_for_other_data_or_options(tmp_path):
+    """notebook/seed_S.npz was read back whatever data_dir or max_length it was trained with."""
+    folder = tmp_path / "notebook"
+    base = pq.baseline_options(tmp_path / "a", "m", epochs=1)
+    cfg = pq.row_config(base, {"batch_size": pq.NOTEBOOK_BATCH_SIZE}, 42, folder / "unused")
+    cache, record_file = pq.notebook_files(folder, 42)
+    folder.mkdir()
+    np.savez(cache, rows=[0], target=[0.5], scores=[0.5])
+    record = {"row": pq.NOTEBOOK, "seed": 42, "pearson": 0.7, "run_dir": str(cache), "recipe": pq.notebook_recipe(cfg)}
+    record_file.write_text(json.dumps(record))
+    assert pq.run_notebook(base, 42, folder, tmp_path / "none")["status"] == "reused"  # the same: read back
+    for other, changed in ((pq.baseline_options(tmp_path / "b", "m", epochs=1), "data_dir: cached '.*a', now '.*b'"),
+                           ({**base, "max_length": 128}, "max_length: cached 96, now 128")):
+        with pytest.raises(SystemExit, match=f"other data or options \\({changed}\\).*--work-dir"):
+            pq.run_notebook(other, 42, folder, tmp_path / "none")
+    record_file.write_text(json.dumps({k: v for k, v in record.items() if k != "recipe"}))  # written before the check
+    with pytest.raises(SystemExit, match="does not say which data and options"):
+        pq.run_notebook(base, 42, folder, tmp_path / "none")

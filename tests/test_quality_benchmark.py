@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -138,3 +139,44 @@ def test_references_on_fewer_seeds_are_compared_on_theirs(summary, monkeypatch, 
     assert v["diff"] == pytest.approx(two["per_seed"]["attention"][0] - two["per_seed"]["notebook"][0])
     assert quality.check_targets(two)[">= notebook"] == (v["diff"] >= 0)
     assert "(seeds 1; Δ on those)" in quality.markdown(two)
+
+
+def test_a_reference_whose_extra_is_missing_is_left_out_before_training(monkeypatch, capsys):
+    """Without sentence-transformers the PPPM CrossEncoder failed with ModuleNotFoundError after the others trained."""
+    real = quality.importlib.util.find_spec
+    monkeypatch.setattr(quality.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sentence_transformers" else real(name, *a))
+    spec = quality.data_sets(100)["pppm"]
+    assert quality.available_references(spec) == ["notebook"]
+    assert "the cross-encoder reference is skipped: sentence_transformers not installed" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert quality.available_references(spec) == ["notebook", "cross-encoder"]  # installed here (the test extra)
+
+
+def test_quality_json_keeps_the_other_sets_and_is_written_whole(tmp_path, monkeypatch):
+    """quality.json was rewritten with this call's sets alone: a --sets cr call dropped PPPM's and MPQA's."""
+    path = tmp_path / "quality.json"
+    quality.write_results(path, [{"set": "pppm", "mean": 1}, {"set": "cr", "mean": 2}, {"set": "mpqa", "mean": 3}])
+    quality.write_results(path, [{"set": "cr", "mean": 20}])
+    assert json.loads(path.read_text()) == [{"set": "pppm", "mean": 1}, {"set": "cr", "mean": 20},
+                                            {"set": "mpqa", "mean": 3}]
+    quality.write_results(path, [])  # nothing measured: nothing written
+    assert json.loads(path.read_text())[1] == {"set": "cr", "mean": 20}
+    _interrupted_write_keeps_the_old_file(monkeypatch, path, lambda: quality.write_results(path, [{"set": "cr"}]))
+
+
+def _interrupted_write_keeps_the_old_file(monkeypatch, path, write):
+    """``write`` killed half-way through writing ``path``'s text: the earlier file stays whole, nothing else is left."""
+    from pathlib import Path
+
+    before, real = path.read_text(), Path.write_text
+
+    def half_then_fail(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        write()
+    monkeypatch.undo()
+    assert path.read_text() == before and list(path.parent.iterdir()) == [path]

@@ -3,6 +3,7 @@ runs timed in different calls says so."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -21,9 +22,7 @@ def test_kept_runs_of_another_recipe_are_not_paired_with_new_ones(tmp_path, monk
     monkeypatch.setattr(ra, "run_score", lambda run, task: 0.5)
     monkeypatch.setattr(ra, "shared_bootstrap_keys", lambda runs, **kw: ({}, False))
     for seed in (1, 2):
-        cost = tmp_path / "default" / "runs" / "attention" / f"seed_{seed}.cost.json"
-        cost.parent.mkdir(parents=True, exist_ok=True)
-        cost.write_text('{"wall_seconds": 10.0}')
+        _timed_run(tmp_path / "default" / "runs" / "attention" / f"seed_{seed}", [4.0], wall=10.0)
     cfg = TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1)
     side = ra.train_side(cfg, tmp_path / "default", [1, 2])
     assert side["scores"] == [0.5, 0.5] and not side["all_trained_now"]  # reused: timed by earlier calls
@@ -38,3 +37,39 @@ def test_a_speed_ratio_of_runs_timed_in_different_calls_says_so():
     assert "2.00x as fast; " in ra.markdown({**result, "timed_together": True})
     assert "2.00x as fast (timed in different calls, not side by side)" in ra.markdown({**result,
                                                                                           "timed_together": False})
+
+
+def _timed_run(run, fold_seconds, wall):
+    """A run's metrics.json with its folds' train_seconds, and the .cost.json `attnpool compare` writes beside it."""
+    run.mkdir(parents=True, exist_ok=True)
+    folds = [{"fold": i, "train_seconds": s} for i, s in enumerate(fold_seconds)]
+    (run / "metrics.json").write_text(json.dumps({"folds": folds}))
+    run.with_name(f"{run.name}.cost.json").write_text(json.dumps({"wall_seconds": wall}))
+
+
+def test_the_speed_ratio_is_of_the_folds_training_seconds(tmp_path, monkeypatch):
+    """The ratio took .cost.json's wall_seconds: start-up, tokenising and the final prediction weighed on both sides."""
+    monkeypatch.setattr(ra, "_wanted_folds", lambda run, folds: True)
+    monkeypatch.setattr(ra, "run_predictions", lambda run, task: None)
+    monkeypatch.setattr(ra, "run_score", lambda run, task: 0.5)
+    monkeypatch.setattr(ra, "shared_bootstrap_keys", lambda runs, **kw: ({}, False))
+    for side, seconds in (("default", 20.0), ("lr-0.0001", 10.0)):
+        for seed in (1, 2):
+            _timed_run(tmp_path / side / "runs" / "attention" / f"seed_{seed}", [seconds / 2, seconds / 2], wall=60.0)
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1)
+    assert ra.train_side(cfg, tmp_path / "default", [1, 2])["seconds"] == {1: 20.0, 2: 20.0}
+    assert ra.train_side(cfg, tmp_path / "lr-0.0001", [1, 2])["seconds"] == {1: 10.0, 2: 10.0}  # not 60 and 60
+
+
+def test_no_data_writes_nothing_and_a_call_keeps_the_other_sets_results(tmp_path, capsys, monkeypatch):
+    """Without data it wrote [] over earlier results; a --sets cr call replaced the PPPM and MPQA entries."""
+    out = tmp_path / "out"
+    assert ra.main(["--set", "lr=1e-4", "--data-root", str(tmp_path / "none"), "--output-dir", str(out)]) == 0
+    assert "skipped: no data for pppm, cr, mpqa" in capsys.readouterr().out and not out.exists()
+    path = out / "lr-0.0001.json"
+    ra.write_results(path, [{"set": "pppm", "diff": 1}, {"set": "cr", "diff": 2}, {"set": "mpqa", "diff": 3}])
+    ra.write_results(path, [{"set": "cr", "diff": 20}])
+    assert json.loads(path.read_text()) == [{"set": "pppm", "diff": 1}, {"set": "cr", "diff": 20},
+                                            {"set": "mpqa", "diff": 3}]
+    ra.write_results(path, [])
+    assert len(json.loads(path.read_text())) == 3

@@ -71,3 +71,90 @@ def test_long_texts_reach_the_token_count_with_other_rows_phrases():
         pb.lengthen(frame.assign(anchor="", target=""), tok, tokens=5)
     assert (pb.parse_args(["--long"]).rows, pb.parse_args(["--long"]).batch_size) == (256, 16)
     assert (pb.parse_args([]).rows, pb.parse_args([]).batch_size) == (2048, 64)
+
+
+def test_without_data_both_scripts_skip_cleanly(tmp_path, capsys):
+    """pppm_throughput.py raised a DataError traceback, predict_backends.py exited 1."""
+    assert pt.main(["--data-dir", str(tmp_path / "none"), "--quick"]) == 0
+    assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+    assert pb.main(["--data-dir", str(tmp_path / "none"), "--work-dir", str(tmp_path / "work")]) == 0
+    assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+    assert not (tmp_path / "work").exists()
+
+
+def test_missing_extras_drop_their_sides_before_anything_trains(monkeypatch, capsys):
+    """Without sentence-transformers the CrossEncoder failed with ModuleNotFoundError after the other sides trained."""
+    missing = {"datasets", "onnxruntime"}
+    monkeypatch.setattr(pt, "missing_modules", lambda names: [n for n in names if n in missing])
+    args = pt.parse_args(["--quick"])
+    assert args.cross_encoder
+    pt.drop_missing_peers(args)
+    out = capsys.readouterr().out
+    assert not args.cross_encoder and "CrossEncoder peer is skipped: datasets not installed" in out
+    assert "ONNX prediction paths are skipped: onnxruntime not installed (pip install 'attnpool[onnx]')" in out
+    args = pt.parse_args(["--quick", "--no-cross-encoder"])
+    pt.drop_missing_peers(args)
+    assert "CrossEncoder" not in capsys.readouterr().out  # not asked for: nothing to say
+
+
+def _pppm(folder, rows=60, seed=0):
+    rng = np.random.default_rng(seed)
+    words = ["red", "blue", "green", "tree", "house", "river", "stone", "cloud"]
+    folder.mkdir(parents=True)
+    pd.DataFrame({"id": [f"r{i:03d}" for i in range(rows)], "anchor": [f"anchor {i % 10}" for i in range(rows)],
+                  "target": [" ".join(rng.choice(words, 2)) for _ in range(rows)],
+                  "context": rng.choice(["A01", "B02"], rows), "score": rng.choice([0.0, 0.25, 0.5, 1.0], rows)}
+                 ).to_csv(folder / "train.csv", index=False)
+    pd.DataFrame({"context": ["A01", "B02"], "text": ["HUMAN NECESSITIES", "PERFORMING OPERATIONS"]}).to_csv(
+        folder / "cpc_texts.csv", index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A PPPM run of 30 of 60 rows (fold 0 of 2 trained) on a tiny encoder, as predict_backends trains its own."""
+    import attnpool
+    from model_helpers import save_tiny_encoder
+
+    root = tmp_path_factory.mktemp("backends")
+    data = _pppm(root / "pppm")
+    attnpool.train(preset="pppm", data_dir=str(data), model=save_tiny_encoder(root / "encoder"), folds=2,
+                   only_folds=[0], limit=30, epochs=1, batch_size=8, max_length=32, precision="fp32",
+                   pooling_options={"attn_size": 8}, output_dir=str(root / "run"))
+    return pb.Run.open(root / "run"), data
+
+
+def test_the_held_out_rows_are_no_training_rows_of_the_run(tiny_run):
+    """The rows were sampled from all of train.csv: about a tenth of them were the run's training rows."""
+    from attnpool.data.task import load_task
+
+    run, data = tiny_run
+    task = load_task(run.config(), log=__import__("logging").getLogger("test"))
+    folds = run.read_fold_assignment()
+    ids = task.frame["id"].astype(str).to_numpy()
+    learned = set(ids[folds != 0])  # fold 0's model trained on the other folds' rows
+    frame = pb.held_out(run, data, rows=1000)
+    assert len(frame) == 60 - len(learned) and not set(frame["id"]) & learned
+    assert set(ids[folds == 0]) <= set(frame["id"])  # fold 0's validation rows: held out from its model
+    assert set(pb.held_out(run, data, rows=5)["id"]) <= set(frame["id"])
+
+
+def test_the_trained_run_is_kept_per_data_and_rows(tmp_path, monkeypatch):
+    """The run in --work-dir was reused whatever --train-rows and --data-dir asked."""
+    calls = []
+    monkeypatch.setattr(pb.attnpool, "train", lambda **options: calls.append(options))
+    runs = {pb._train(tmp_path, tmp_path / data, rows) for data, rows in (("a", 30), ("a", 40), ("b", 30))}
+    assert len(runs) == 3 and [(c["data_dir"], c["limit"]) for c in calls] == [
+        (str((tmp_path / d).resolve()), r) for d, r in (("a", 30), ("a", 40), ("b", 30))]
+
+
+def test_predict_backends_leaves_out_onnx_when_its_extra_is_missing(tiny_run, tmp_path, monkeypatch, capsys):
+    """onnx missing: ImportError after training (the default run); now a note, and the torch paths alone."""
+    run, data = tiny_run
+    monkeypatch.setattr(pb, "missing_modules", lambda names: ["onnxruntime"])
+    assert pb.main(["--run", str(run.path), "--data-dir", str(data), "--rows", "20", "--repeats", "1",
+                    "--work-dir", str(tmp_path / "work")]) == 0
+    out = capsys.readouterr().out
+    assert "the ONNX paths are skipped: onnxruntime not installed" in out
+    assert "| torch fp32 |" in out and "| torch bf16 |" in out and "onnx" not in out.split("| path |")[1]
+    assert "held-out PPPM rows (none a training row of the run)" in out
