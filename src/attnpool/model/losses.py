@@ -104,9 +104,11 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     return F.mse_loss(prediction, target)
 
 
-# The spread std(p) * std(y) below which pearson_loss takes a column for constant (r = 0): exactly 0 for a batch of one
-# row or equal values, and far below what targets of any sensible scale give (1e-6 each: 1e-12), so that r is exact.
-PEARSON_EPS = 1e-12
+# The relative spread below which pearson_loss takes a column for constant (r = 0): std over the batch at most this
+# share of the column's largest magnitude. Centring equal float32 values leaves a rounding residue of about 1e-7 of
+# them, which an absolute threshold took for a spread (equal predictions of 0.3 got gradients of 1e7); a real
+# spread is far above it at any scale (targets in [0, 1e-4] have a relative spread near 0.3).
+PEARSON_EPS = 1e-5
 
 
 def pearson_loss(prediction: Tensor, target: Tensor, eps: float = PEARSON_EPS) -> Tensor:
@@ -121,19 +123,22 @@ def pearson_loss(prediction: Tensor, target: Tensor, eps: float = PEARSON_EPS) -
     so it depends on the batch size (per process, per gradient-accumulation step) and ignores the scale and offset
     of the predictions and of the targets (the Pearson metric does too): a perfect fit gives 0 whether the targets
     lie in [0, 1] or in [0, 1e-4]. A column that is constant in the batch (a batch of one row, equal targets or
-    equal predictions), or whose spread ``std(p) * std(y)`` is below ``eps``, has ``r = 0``: the loss is 1 with a
-    zero gradient, never NaN (nothing in such a batch tells which way to move the predictions).
+    equal predictions: a standard deviation at most ``eps`` times the column's largest magnitude, float32 rounding)
+    has ``r = 0``: the loss is 1 with a zero gradient, never NaN (nothing in such a batch tells which way to move
+    the predictions).
 
     Shapes:
         prediction, target: ``(B, K)``. Output: a scalar.
     """
     p = prediction.float()
     y = target.float()
+    floor_p = (eps * p.detach().abs().amax(dim=0)).square()  # (K,) the variance rounding alone can leave
+    floor_y = (eps * y.abs().amax(dim=0)).square()
     p = p - p.mean(dim=0, keepdim=True)  # (B, K)
     y = y - y.mean(dim=0, keepdim=True)
     cov = (p * y).mean(dim=0)  # (K,)
-    spread = p.square().mean(dim=0) * y.square().mean(dim=0)  # (K,) var p * var y
-    varies = spread > eps**2
+    var_p, var_y = p.square().mean(dim=0), y.square().mean(dim=0)
+    varies = (var_p > floor_p) & (var_y > floor_y) & (var_p * var_y > 0)
     # the square root of a safe 1 where the column is constant: sqrt'(0) = inf would give the gradient 0 * inf = NaN
-    r = torch.where(varies, cov / torch.sqrt(torch.where(varies, spread, 1.0)), 0.0)
+    r = torch.where(varies, cov / torch.sqrt(torch.where(varies, var_p * var_y, 1.0)), 0.0)
     return 1.0 - r.mean()
