@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import linecache
+import warnings
+
 import pytest
 import torch
 from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
 
 import attnpool.pooling.fused as fused_impl
-from attnpool.pooling import AttentionPooling
+from attnpool.pooling import AttentionPooling, build_pooler
 
 
 def grads(pooler, hidden, mask, fused):
@@ -182,3 +185,13 @@ def test_tracing_and_functorch_transforms_take_the_plain_path():
         pooler.zero_grad()
         loss(dict(pooler.named_parameters()), hidden[1], mask[1]).backward()
         torch.testing.assert_close(grad[1], dict(pooler.named_parameters())[name].grad)
+
+
+def test_tracing_a_pooler_does_not_branch_on_an_empty_batch():
+    """The empty-batch check (B or T = 0) read the traced sizes as Python booleans: a TracerWarning per trace."""
+    pooler = build_pooler("mean", hidden_size=8).eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.jit.trace(pooler, (torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.long)))
+    lines = [linecache.getline(w.filename, w.lineno) for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    assert not [line for line in lines if "0 in mask.shape" in line]

@@ -105,7 +105,7 @@ class Pooler(nn.Module):
         mask = self._validate(hidden_states, attention_mask)
         if self.needs_attentions:
             self._validate_attentions(attentions, hidden_states)
-        if 0 in mask.shape:
+        if not torch.jit.is_tracing() and 0 in mask.shape:  # a trace keeps the pooler's own path, for any size
             pooled, weights = self._pool_empty(hidden_states, mask, attentions)
         else:
             if attention_mask is not None:  # without a mask there is no padding to clear
