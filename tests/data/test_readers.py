@@ -305,7 +305,10 @@ def test_a_pandas_index_stored_in_parquet_becomes_columns(tmp_path, chunked):
     pytest.importorskip("pyarrow")
     frame = pd.DataFrame({"id": ["a1", "a2", "a3"], "g": [1, 1, 2], "text": ["x", "y", "z"]})
     cases = {"named.parquet": frame.set_index("id"), "two.parquet": frame.set_index(["id", "g"]),
-             "unnamed.parquet": frame.iloc[[2, 0, 1]]}  # a stored, unnamed index is dropped
+             "unnamed.parquet": frame.iloc[[2, 0, 1]],  # a stored, unnamed index is dropped
+             # an index named like a column is dropped: set_index("id", drop=False) failed as "id already exists"
+             "kept.parquet": frame.set_index("id", drop=False),
+             "both.parquet": frame.set_index("id").set_index("g", drop=False, append=True)}
     for name, stored in cases.items():
         stored.to_parquet(tmp_path / name)
         out = pd.concat(iter_table(tmp_path / name, 2)) if chunked else read_table(tmp_path / name)
@@ -334,6 +337,21 @@ def test_a_file_separated_by_another_delimiter_says_so(tmp_path, chunked, name, 
         list(iter_table(path, 1)) if chunked else read_table(path)
     path.write_text("a|b\nx\n")  # a one-column header holding '|' above rows without it: a name, read as it is
     assert read_table(path).columns.tolist() == ["a|b"]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize(("name", "content"), [
+    ("prose.tsv", "review, short\nGreat, cheap\nok\n"),  # commas in prose, split unlike the header's
+    ("uneven.csv", "text;label\nhello;there;1\n"),
+    ("second.csv", "text;label\nhello;1\nbye\n"),  # the second data row is one field
+])
+def test_a_one_column_file_whose_texts_hold_another_delimiter_reads_as_it_is(tmp_path, chunked, name, content):
+    """A one-column TSV of reviews was refused as comma-separated: its header and first row both held a comma."""
+    path = tmp_path / name
+    path.write_text(content)
+    out = pd.concat(iter_table(path, 2)) if chunked else read_table(path)
+    lines = content.splitlines()
+    assert out.to_dict("list") == {lines[0]: lines[1:]}
 
 
 def test_column_names_with_control_characters_are_shown_quoted(tmp_path):

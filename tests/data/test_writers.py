@@ -26,3 +26,26 @@ def test_jsonl_keeps_every_digit_of_a_float(tmp_path):
     assert json.loads(lines[1]) == {"id": None, "prob": 1 / 3, "p32": None, "probs": [0.25], "text": None}
     back = read_table(path)
     assert back["prob"].tolist() == [3e-11, 1 / 3] and back["id"].tolist()[0] == 1
+
+
+def test_jsonl_encodes_numbers_and_texts_a_column_at_a_time(tmp_path, monkeypatch):
+    """A Python loop over every cell made JSONL 10x slower than pandas' to_json (200k rows: 3.4 s, not 0.36 s)."""
+    from attnpool.data import writers
+
+    def per_cell(value):
+        raise AssertionError(f"encoded cell by cell: {value!r}")
+
+    monkeypatch.setattr(writers, "_json_value", per_cell)
+    frame = pd.DataFrame({
+        "id": ["a1", None, "caf\u00e9 \"q\"\n"], "n": [1, 2, -3], "N": pd.array([7, None, 2**40], dtype="Int64"),
+        "p": [1.2345678901e-11, np.inf, -0.0], "p32": np.array([0.1, np.nan, 123456789], dtype=np.float32),
+        "ok": [True, False, True], "100%": ["", "x", None],
+    })
+    path = tmp_path / "out.jsonl"
+    write_table(frame, path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == '{"id":"a1","n":1,"N":7,"p":1.2345678901e-11,"p32":0.1,"ok":true,"100%":""}'
+    assert [json.loads(line) for line in lines[1:]] == [
+        {"id": None, "n": 2, "N": None, "p": None, "p32": None, "ok": False, "100%": "x"},
+        {"id": 'caf\u00e9 "q"\n', "n": -3, "N": 2**40, "p": -0.0, "p32": 123456790.0, "ok": True, "100%": None},
+    ]

@@ -44,8 +44,7 @@ def check_fields(frame: pd.DataFrame, path: Path, sep: str) -> None:
     """
     other = _other_delimiter(frame, sep)
     if isinstance(frame.index, pd.RangeIndex):
-        first = frame.iloc[0, 0] if len(frame) and other else None
-        if isinstance(first, str) and other in first:  # the data row is split the same way: not a name that holds it
+        if other and _splits_alike(frame, other):  # the data rows are split the same way: not a name that holds it
             raise DataError(f"{path}: the header is one column, {str(frame.columns[0])!r}, and the first data row "
                             f"holds {other!r} too: {_looks_separated(sep, other)}")
         return
@@ -63,6 +62,19 @@ def _other_delimiter(frame: pd.DataFrame, sep: str) -> str | None:
     if len(frame.columns) != 1:
         return None
     return next((d for d in _OTHER_DELIMITERS if d != sep and d in str(frame.columns[0])), None)
+
+
+def _splits_alike(frame: pd.DataFrame, other: str) -> bool:
+    """Whether the header and the first data rows (two at most) split at ``other`` into as many fields, 2 or more.
+
+    A one-column file whose texts hold ``other`` (commas in prose: ``review, short`` above ``Great, cheap``) is read
+    as it is. Only the chunk holding the first data row is checked: a later one starts elsewhere in the file.
+    """
+    if not len(frame) or frame.index[0] != 0:
+        return False
+    cells = [str(frame.columns[0]), *frame.iloc[:2, 0]]
+    counts = {len(cell.split(other)) if isinstance(cell, str) else 1 for cell in cells}
+    return len(counts) == 1 and counts.pop() >= 2
 
 
 def _looks_separated(sep: str, other: str) -> str:

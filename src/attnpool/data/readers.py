@@ -348,10 +348,11 @@ def _frame(table) -> pd.DataFrame:
     """A pyarrow table as a frame, with the levels of a pandas index stored in it as columns, the unnamed dropped.
 
     ``df.set_index("id").to_parquet(...)`` stores the ids as the index: a column, as in CSV, for ``--id-col``
-    (:func:`iter_table` numbers the rows in the index, where the ids would be lost).
+    (:func:`iter_table` numbers the rows in the index, where the ids would be lost). A level named like a column
+    (``set_index("id", drop=False)``) is dropped: the column holds it already.
     """
     frame = table.to_pandas(**_TO_PANDAS)
-    named = [name for name in frame.index.names if name is not None]
+    named = [name for name in frame.index.names if name is not None and name not in frame.columns]
     return (frame.reset_index(level=named) if named else frame).reset_index(drop=True)
 
 

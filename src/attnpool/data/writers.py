@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+from json.encoder import encode_basestring  # C-accelerated; ensure_ascii=False's string encoder
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,40 @@ def write_table(frame, path: str | Path, like: str | Path | None = None, *, head
 
 
 def _write_jsonl(frame: pd.DataFrame, path: Path) -> None:
-    """``json.dumps`` per row: pandas' ``to_json`` rounds floats to 10 decimals (15 at most), so 3e-11 became 0.0."""
-    names = [str(name) for name in frame.columns]
-    # numpy floats keep their precision (float32); the rest as Python objects: Int64's 1 not 1.0, Timestamps
-    columns = [column.to_numpy() if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f"
-               else column.astype(object).to_numpy() for _, column in frame.items()]
+    """Each column encoded at once, then joined per row: pandas' ``to_json`` rounds floats (3e-11 became 0.0)."""
+    keys = [json.dumps(str(name), ensure_ascii=False) + ":" for name in frame.columns]
+    columns = [_json_column(column) for _, column in frame.items()]
+    # %-formatting fills the values in as they are; only the keys are read as a template, hence the escaped %
+    line = "{" + ",".join(key.replace("%", "%%") + "%s" for key in keys) + "}\n"
     with path.open("w", encoding="utf-8", newline="\n") as f:
-        for row in zip(*columns, strict=True):
-            record = dict(zip(names, map(_json_value, row), strict=True))
-            f.write(json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n")
+        f.writelines(map(line.__mod__, zip(*columns, strict=True)))
+
+
+def _json_column(column: pd.Series) -> list[str]:
+    """A column as JSON texts: floats in their shortest digits that read back exactly, missing as ``null``."""
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        values = column.to_numpy()
+        # repr: the shortest digits that read back exactly. A float32 in the shortest of its own precision (numpy's
+        # str, as 0.1 or 1.2345679e+08), not as the float64 it widens to (0.10000000149011612)
+        texts = list(map(repr, values.tolist())) if dtype == np.float64 else values.astype(str).tolist()
+        return _with_nulls(texts, ~np.isfinite(values))  # NaN and infinite, as pandas writes them
+    if dtype.kind == "b" and not column.hasnans:
+        return np.where(column.to_numpy(dtype=bool), "true", "false").tolist()
+    if pd.api.types.is_integer_dtype(dtype):  # Int64 with missing values too: 1, not 1.0
+        return _with_nulls(column.astype(str).tolist(), column.isna().to_numpy())
+    if pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty"):
+        strings = column.to_numpy(dtype=object, na_value="").tolist()
+        return _with_nulls(list(map(encode_basestring, strings)), column.isna().to_numpy())
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    return [encode(_json_value(value)) for value in column.astype(object).tolist()]
+
+
+def _with_nulls(texts: list[str], missing: np.ndarray) -> list[str]:
+    """``texts`` with ``null`` in the rows where ``missing`` is true."""
+    for row in np.flatnonzero(missing).tolist():
+        texts[row] = "null"
+    return texts
 
 
 def _json_value(value: Any) -> Any:
