@@ -215,8 +215,8 @@ def test_a_misspelt_flag_gets_the_commands_usage_and_the_closest_flag(capsys):
     assert "attnpool train: error: unrecognized arguments: --max-lenght (did you mean --max-length?) 32" in err
 
 
-def test_none_alone_resets_a_list_option_or_a_computed_switch_of_the_config_file(tmp_path, capsys):
-    """A file's only_folds, group_context_by or freeze_word_embeddings could not be reset from the command line."""
+def test_none_alone_resets_a_list_of_numbers_or_a_computed_switch_of_the_config_file(tmp_path, capsys):
+    """A file's only_folds or freeze_word_embeddings could not be reset from the command line."""
     path = tmp_path / "recipe.yaml"
     path.write_text("train_file: a.csv\ntext_cols: [q, a]\nonly_folds: [0]\ngroup_context_by: [q]\n"
                     "freeze_word_embeddings: false\n")
@@ -224,9 +224,9 @@ def test_none_alone_resets_a_list_option_or_a_computed_switch_of_the_config_file
     def config(*flags):
         return _train_config(build_parser().parse_args(["train", "--config", str(path), *flags]))
 
-    cfg = config("--only-folds", "none", "--group-context-by", "None", "--freeze-word-embeddings", "none")
-    assert (cfg.only_folds, cfg.group_context_by, cfg.freeze_word_embeddings) == (None, [], None)
-    assert config("--text-cols", "none", "--template", "{q}").text_cols == []
+    cfg = config("--only-folds", "none", "--freeze-word-embeddings", "none")
+    assert (cfg.only_folds, cfg.group_context_by, cfg.freeze_word_embeddings) == (None, ["q"], None)
+    assert config("--template", "{q}").text_cols == []  # --template replaces the file's columns
     assert config().freeze_word_embeddings is False and config("--freeze-word-embeddings").freeze_word_embeddings
     assert config("--no-freeze-word-embeddings").freeze_word_embeddings is False
     assert config("--only-folds", "1").only_folds == [1]
@@ -238,6 +238,22 @@ def test_none_alone_resets_a_list_option_or_a_computed_switch_of_the_config_file
             build_parser().parse_args(["train", *flags])
         assert exited.value.code == 2
         assert "the switch takes no value, except none after --freeze-word-embeddings" in capsys.readouterr().err
+
+
+def test_a_column_named_none_is_a_column_of_the_list_flags(tmp_path, capsys):
+    """--text-cols None reset text_cols to [] (a column named None could not be read); only numbers' none resets."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text("train_file: a.csv\ntext_cols: [q, a]\ngroup_context_by: [q]\n")
+    for word in ("None", "none", "NONE"):
+        cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--text-cols", word, "b",
+                                                       "--group-context-by", word]))
+        assert (cfg.text_cols, cfg.group_context_by) == ([word, "b"], [word])
+        cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--text-cols", word]))
+        assert cfg.text_cols == [word]
+    text = _help(["train"], capsys)
+    assert "they replace its template (default: none) --template" in text  # not "none alone resets"
+    assert "of group_context's groups (default: none; PPPM: anchor context) --group" in text
+    assert "(default: every fold; none alone resets a config file's value)" in text
 
 
 def test_a_template_flag_replaces_a_config_files_text_columns_and_the_reverse(tmp_path):

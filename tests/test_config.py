@@ -8,6 +8,7 @@ import logging
 import re
 
 import pytest
+import torch
 
 from attnpool.config import (
     GROUPS,
@@ -19,6 +20,7 @@ from attnpool.config import (
     parse_options,
 )
 from attnpool.options import parse_pooling_layers
+from attnpool.pooling import Pooler, register_pooler, registry
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
 
@@ -342,6 +344,44 @@ def test_a_pooler_that_does_not_build_is_refused_by_validate_naming_its_options(
                              ("multihead_attention", {"num_heads": 64}), ("ggem", {"num_groups": 1024})):
         TrainConfig(**base, pooling=pooling, pooling_options=options).validate()
     assert logging.getLogger("attnpool.pooling").level == logging.NOTSET, "the trial build restores the logger"
+
+
+def test_a_pooler_that_builds_at_a_real_hidden_size_or_needs_real_tensors_is_not_refused_by_validate():
+    """The trial build at a stand-in size on the meta device refused heads that split a real encoder (pma
+    num_heads=11: hidden size 704) and every pooler of a user's calling .item() in __init__, resumed runs too."""
+    base = {"train_file": "t.csv", "text_cols": ["text"]}
+    for pooling in ("pma", "adaptive", "multihead_attention"):
+        TrainConfig(**base, pooling=pooling, pooling_options={"num_heads": 11}).validate()
+    with pytest.raises(ValueError, match=r"^pooling with pooling_options num_heads=-1: the pooler does not build .*"
+                                         r"num_heads must be >= 1, got -1"):
+        TrainConfig(**base, pooling="pma", pooling_options={"num_heads": -1}).validate()
+
+    @register_pooler
+    class ScaledMean(Pooler):
+        name = "test_config_scaled_mean"
+
+        def __init__(self, hidden_size: int, scale: float = 1.0) -> None:
+            super().__init__(hidden_size)
+            self.scale = torch.nn.Parameter(torch.tensor(scale))
+            if not self.scale.item() > 0:
+                raise ValueError(f"scale must be positive, got {scale}")
+
+        def pool(self, hidden_states, mask):
+            return hidden_states.mean(1) * self.scale, None
+
+    @register_pooler
+    class ScaledLayers(ScaledMean):
+        name = "test_config_scaled_layers"
+        needs_all_layers = True
+
+    try:
+        TrainConfig(**base, pooling="test_config_scaled_mean", pooling_options={"scale": 2.0}).validate()
+        TrainConfig(**base, pooling="attention+test_config_scaled_mean", recurrent="lstm").validate()
+        with pytest.raises(ValueError, match="but pooler 'test_config_scaled_layers' reads several encoder layers"):
+            TrainConfig(**base, pooling="test_config_scaled_layers", recurrent="lstm").validate()
+    finally:
+        registry._REGISTRY.pop("testconfigscaledmean")
+        registry._REGISTRY.pop("testconfigscaledlayers")
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -2,8 +2,9 @@
 
 Help, group and choices come from the config, so the flags cannot drift from it. They default to "not given" so
 that a value of ``--config FILE.yaml`` is only replaced by a flag actually given; ``--help`` shows the config's
-defaults, and the word ``none`` resets an optional option, a list option (alone) or an on/off/computed switch
-(``--freeze-word-embeddings none``) to its default.
+defaults, and the word ``none`` resets an optional option, a list of numbers (alone: ``--only-folds none``) or an
+on/off/computed switch (``--freeze-word-embeddings none``) to its default. A list of words takes ``none`` as a word:
+``--text-cols None`` is the column named None.
 """
 
 from __future__ import annotations
@@ -115,9 +116,11 @@ def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
         kwargs["action"] = argparse.BooleanOptionalAction if meta.get("negatable", True) else "store_true"
     elif _is_mapping(f):
         kwargs["action"] = "append"  # KEY=VALUE items, parsed by parse_options
-    elif lists and len(members) == 1:  # list[int] -> ints, list[str] -> words; none alone: the default
+    elif lists and len(members) == 1 and typing.get_args(lists[0])[0] is not str:  # ints; none alone: the default
         kwargs.update(nargs="+", type=_or_none(typing.get_args(lists[0])[0]))
         kwargs["help"] = kwargs["help"].removesuffix(")") + "; none alone resets a config file's value)"
+    elif lists and len(members) == 1:  # words taken as given: a column may be named None (--text-cols None)
+        kwargs.update(nargs="+", type=str)
     elif lists:  # a list or a word (pooling_layers: last | all | indices) -> words TrainConfig parses
         kwargs.update(nargs="+", type=str)
     elif _optional(f):  # none resets it

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from attnpool.pooling import Pooler, build_pooler, check_pooler_options
+from attnpool.pooling import Pooler, build_pooler, check_pooler_options, get_pooler_class
 
 TrainConfig = Any  # attnpool.config.TrainConfig: that module imports this one
 
@@ -23,6 +23,8 @@ TrainConfig = Any  # attnpool.config.TrainConfig: that module imports this one
 # of two up to 1024, so that the heads of a real encoder are not refused for not splitting it. Built on the meta
 # device, which allocates nothing, its size costs nothing.
 TRIAL_HIDDEN_SIZE = 2**10 * 3**2 * 5 * 7
+# The retry's hidden size is at most this many times the stand-in: (H, H) weights of a larger one overflow int64.
+TRIAL_SPLIT_BOUND = 2**10
 SEED_BOUND = 2**32  # numpy's and torch's seeds are in [0, 2**32)
 
 
@@ -49,10 +51,10 @@ def check_output_flags(cfg: TrainConfig) -> None:
 def check_pooler(cfg: TrainConfig, spec: str | None = None) -> None:
     """The pooler's name, its options and their values, and whether it fits the recurrent layer.
 
-    The names are checked first (a miss lists the valid ones); then the pooler is built once on the meta device at
-    :data:`TRIAL_HIDDEN_SIZE`, so that a bad value (``attn_size=-3``, ``eps=abc``) is refused before an encoder loads
-    or data is read. The encoder's own hidden size is only known then: a value that fails at it alone (heads that do
-    not split it) is still refused when the model is built.
+    The names are checked first (a miss lists the valid ones); then the pooler is built on the meta device at a
+    stand-in hidden size (:func:`_trial_pooler`), so that a bad value (``attn_size=-3``, ``eps=abc``) is refused before
+    an encoder loads or data is read. The encoder's own hidden size is only known then: a value that fails at it alone
+    (heads that do not split it) is refused when the model is built, as is one a user's pooler refuses.
 
     ``spec``: the ``compare --poolings`` spec the pooler comes from, named in the errors instead of the options.
     """
@@ -69,15 +71,24 @@ def check_pooler(cfg: TrainConfig, spec: str | None = None) -> None:
     fix = ("--poolings NAME:key=value,..." if spec else
            "--pooling-opt KEY=VALUE (or under pooling_options: in a config file)")
     pooler = _trial_pooler(cfg.pooling, options, f"{where}: the pooler does not build", f"; fix the value in {fix}")
-    if pooler is not None and cfg.recurrent is not None and pooler.needs_all_layers:
+    # a pooler the trial cannot build (a user's needing real tensors) answers from its class
+    known = pooler if pooler is not None else get_pooler_class(cfg.pooling)
+    if cfg.recurrent is not None and known.needs_all_layers:
         raise ValueError(f"recurrent {cfg.recurrent} runs over one sequence of token states, but pooler "
-                         f"{pooler.name!r} reads several encoder layers stacked (needs_all_layers): use a token pooler "
+                         f"{known.name!r} reads several encoder layers stacked (needs_all_layers): use a token pooler "
                          "(e.g. --pooling attention; --pooling-layers then picks the layers averaged into the "
                          "recurrent layer's input), or drop --recurrent (--recurrent none over a config file's)")
 
 
 def _trial_pooler(name: str, options: Mapping[str, object], failed: str, fix: str) -> Pooler | None:
-    """The pooler built on the meta device, or None where an operation has no meta kernel (not the options' fault).
+    """The pooler built on the meta device, or None where its build says nothing about the options.
+
+    A build that fails at :data:`TRIAL_HIDDEN_SIZE` is tried again at a multiple of it that every positive integer
+    option divides, so that heads or groups that a real encoder's hidden size would split are not refused for not
+    splitting the stand-in (that pooler is returned). A failure at both sizes is a bad value and refused, except where
+    it is not the options' fault, when None is returned and the real build decides: an operation the meta device
+    lacks (``NotImplementedError``, ``.item()``...), or a pooler defined outside attnpool taking part in the build
+    (its code may need real tensors or a real size).
 
     Raises:
         ValueError: ``failed``, whatever the build raised (a negative size, a value of the wrong type...), ``fix``.
@@ -85,16 +96,35 @@ def _trial_pooler(name: str, options: Mapping[str, object], failed: str, fix: st
     pooling_logger = logging.getLogger("attnpool.pooling")
     level = pooling_logger.level
     pooling_logger.setLevel(logging.ERROR)  # its warnings come again, once, when the model is built
+    sizes, errors = [TRIAL_HIDDEN_SIZE], []
+    split = math.lcm(TRIAL_HIDDEN_SIZE, *(v for v in options.values() if type(v) is int and v > 0))
+    if split != TRIAL_HIDDEN_SIZE and split <= TRIAL_HIDDEN_SIZE * TRIAL_SPLIT_BOUND:
+        sizes.append(split)
     try:
-        with torch.device("meta"):
-            return build_pooler(name, TRIAL_HIDDEN_SIZE, **options)
-    except NotImplementedError:
-        return None
-    except Exception as err:  # any failure of the build is a bad value: said in one line, not a traceback
+        for size in sizes:
+            try:
+                with torch.device("meta"):
+                    return build_pooler(name, size, **options)
+            except Exception as err:  # any failure at every size is a bad value: said in one line, not a traceback
+                if isinstance(err, NotImplementedError) or "meta" in str(err) or _raised_in_outside_pooler(err):
+                    return None
+                errors.append(err)
+        first = errors[0]  # the stand-in's: the same value fails the same way at the retry's size
         raise ValueError(f"{failed} (tried at a stand-in hidden size of {TRIAL_HIDDEN_SIZE}): "
-                         f"{type(err).__name__}: {' '.join(str(err).split())}{fix}") from None
+                         f"{type(first).__name__}: {' '.join(str(first).split())}{fix}") from None
     finally:
         pooling_logger.setLevel(level)
+
+
+def _raised_in_outside_pooler(err: BaseException) -> bool:
+    """Whether the constructor of a pooler defined outside attnpool (a user's, registered) is on ``err``'s trace."""
+    trace = err.__traceback__
+    while trace is not None:
+        owner = trace.tb_frame.f_locals.get("self")
+        if isinstance(owner, Pooler) and not type(owner).__module__.startswith("attnpool."):
+            return True
+        trace = trace.tb_next
+    return False
 
 
 __all__ = ["SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags", "check_pooler"]

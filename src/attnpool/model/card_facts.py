@@ -51,10 +51,16 @@ def pooler_has_weights(config: AttnPoolConfig) -> bool:
     """Whether the config's pooler gives token weights (``max``, ``gem``, a combination... do not).
 
     Composite poolers take the flag from their parts, so the pooler is built, on the meta device: no memory, and no
-    random numbers drawn (a card written before training must not change what it trains).
+    random numbers drawn (a card written before training must not change what it trains). A pooler that does not build
+    there (a user's calling ``.item()``...) is built on the CPU at the model's hidden size, the random generator's
+    state put back after; the card is written after training too and must not fail where the model was built.
     """
-    with torch.device("meta"):
-        return build_pooler(config.pooling, config.hidden_size).has_weights
+    try:
+        with torch.device("meta"):
+            return build_pooler(config.pooling, config.hidden_size).has_weights
+    except Exception:  # noqa: BLE001 - the CPU build below raises what is the config's fault
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+            return build_pooler(config.pooling, config.hidden_size).has_weights
 
 
 def metric_values(training: TrainingFacts | None) -> dict[str, float]:
