@@ -26,7 +26,6 @@ a call replaces its sets' entries and keeps the others'; a call that measured no
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from dataclasses import replace
@@ -46,11 +45,10 @@ from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.comparison.summary import _cost, run_score
 from attnpool.options import ConfigError, parse_options
 from attnpool.runs import RunError
-from attnpool.runs.files import atomic_write_json
 from attnpool.tasks import primary_metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality import DEFAULT_DATA_ROOT, _seeds, data_sets, recipe  # noqa: E402
+from quality import DEFAULT_DATA_ROOT, _seeds, data_sets, recipe, write_results  # noqa: E402
 
 POOLER = "attention"
 
@@ -142,20 +140,6 @@ def markdown(r: dict[str, Any]) -> str:
              f"{r['boot'][1]:+.4f}]); training {speed:.2f}x as fast{together}; "
              f"{'within noise or better' if r['within_noise'] else 'WORSE than the noise'}.", ""]
     return "\n".join(lines)
-
-
-def write_results(path: Path, results: list[dict[str, Any]]) -> None:
-    """Write this call's sets' results into the JSON at ``path`` (atomically), keeping the other sets' entries.
-
-    A set's entry replaces the one of the same ``set`` in its place, new sets go last; nothing is written when
-    nothing was measured (no set had its data).
-    """
-    if not results:
-        return
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    new = {r["set"]: r for r in results}
-    merged = [new.pop(entry["set"], entry) for entry in old]
-    atomic_write_json(path, [*merged, *new.values()])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import torch
 from transformers import (
@@ -17,6 +19,8 @@ from transformers import (
     ModernBertConfig,
     RobertaConfig,
 )
+
+from attnpool.pooling import Pooler, register_pooler, registry
 
 VOCAB = 99
 COMMON = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -191,3 +195,30 @@ def train_killed_after_save(options: dict, fold: int, step: int):
     of step ``step`` or later, as a machine that goes down would leave it; returns the finished process."""
     return subprocess.run([sys.executable, "-c", _KILL_AFTER_SAVE, json.dumps(options), str(fold), str(step)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@contextlib.contextmanager
+def users_item_pooler(name: str, *, has_weights: bool = False, needs_all_layers: bool = False) -> Iterator[type]:
+    """A user's pooler, registered as ``name`` for the block: a scaled mean whose ``__init__`` calls ``.item()``.
+
+    The meta device cannot build it (``Tensor.item() cannot be called on meta tensors``): what trial builds of a
+    pooler (``validate``, the model card) must survive.
+    """
+    class ScaledMean(Pooler):
+        def __init__(self, hidden_size: int, scale: float = 1.0) -> None:
+            super().__init__(hidden_size)
+            self.scale = torch.nn.Parameter(torch.tensor(scale))
+            if not self.scale.item() > 0:
+                raise ValueError(f"scale must be positive, got {scale}")
+
+        def pool(self, hidden_states, mask):
+            weights = mask.float() / mask.float().sum(1, keepdim=True).clamp(min=1)
+            pooled = torch.einsum("bt,bth->bh", weights, hidden_states) * self.scale
+            return pooled, weights if self.has_weights else None
+
+    ScaledMean.name, ScaledMean.has_weights, ScaledMean.needs_all_layers = name, has_weights, needs_all_layers
+    register_pooler(ScaledMean)
+    try:
+        yield ScaledMean
+    finally:
+        registry._REGISTRY.pop(registry._normalize(name))

@@ -8,7 +8,6 @@ import logging
 import re
 
 import pytest
-import torch
 
 from attnpool.config import (
     GROUPS,
@@ -20,9 +19,9 @@ from attnpool.config import (
     parse_options,
 )
 from attnpool.options import parse_pooling_layers
-from attnpool.pooling import Pooler, register_pooler, registry
 from attnpool.precision import PRECISIONS
 from attnpool.tasks import LOSSES, TASKS
+from model_helpers import users_item_pooler
 
 # Every field and its default: run directories and users' YAML files rely on these (model is computed).
 DEFAULTS = {
@@ -356,32 +355,12 @@ def test_a_pooler_that_builds_at_a_real_hidden_size_or_needs_real_tensors_is_not
                                          r"num_heads must be >= 1, got -1"):
         TrainConfig(**base, pooling="pma", pooling_options={"num_heads": -1}).validate()
 
-    @register_pooler
-    class ScaledMean(Pooler):
-        name = "test_config_scaled_mean"
-
-        def __init__(self, hidden_size: int, scale: float = 1.0) -> None:
-            super().__init__(hidden_size)
-            self.scale = torch.nn.Parameter(torch.tensor(scale))
-            if not self.scale.item() > 0:
-                raise ValueError(f"scale must be positive, got {scale}")
-
-        def pool(self, hidden_states, mask):
-            return hidden_states.mean(1) * self.scale, None
-
-    @register_pooler
-    class ScaledLayers(ScaledMean):
-        name = "test_config_scaled_layers"
-        needs_all_layers = True
-
-    try:
+    with users_item_pooler("test_config_scaled_mean"), users_item_pooler("test_config_scaled_layers",
+                                                                           needs_all_layers=True):
         TrainConfig(**base, pooling="test_config_scaled_mean", pooling_options={"scale": 2.0}).validate()
         TrainConfig(**base, pooling="attention+test_config_scaled_mean", recurrent="lstm").validate()
         with pytest.raises(ValueError, match="but pooler 'test_config_scaled_layers' reads several encoder layers"):
             TrainConfig(**base, pooling="test_config_scaled_layers", recurrent="lstm").validate()
-    finally:
-        registry._REGISTRY.pop("testconfigscaledmean")
-        registry._REGISTRY.pop("testconfigscaledlayers")
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -23,8 +23,7 @@ from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.card import CARD_FILE, TrainingFacts, model_card, training_facts
 from attnpool.model.card_facts import display_name, hub_name
 from attnpool.model.card_sections import PLACEHOLDER
-from attnpool.pooling import Pooler, registry
-from model_helpers import batch, save_tiny_encoder, tiny_config, tiny_tokenizer, write_toy_csv
+from model_helpers import batch, save_tiny_encoder, tiny_config, tiny_tokenizer, users_item_pooler, write_toy_csv
 
 SECTIONS = ("## Model Details", "### Model Description", "## Usage", "## Framework Versions")
 
@@ -242,22 +241,7 @@ def test_the_usage_names_the_outputs_shapes_and_token_weights_only_for_poolers_t
 def test_a_users_pooler_that_needs_real_tensors_gets_its_card(tmp_path):
     """A registered pooler calling .item() in __init__ trained, then crashed save_pretrained: its card built it on the
     meta device ("Tensor.item() cannot be called on meta tensors")."""
-    @attnpool.register_pooler
-    class ScaledMean(Pooler):
-        name = "test_card_scaled_mean"
-        has_weights = True
-
-        def __init__(self, hidden_size: int, scale: float = 1.0) -> None:
-            super().__init__(hidden_size)
-            self.scale = torch.nn.Parameter(torch.tensor(scale))
-            if not self.scale.item() > 0:
-                raise ValueError(f"scale must be positive, got {scale}")
-
-        def pool(self, hidden_states, mask):
-            weights = mask.float() / mask.float().sum(1, keepdim=True).clamp(min=1)
-            return torch.einsum("bt,bth->bh", weights, hidden_states) * self.scale, weights
-
-    try:
+    with users_item_pooler("test_card_scaled_mean", has_weights=True):
         model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), "test_card_scaled_mean",
                                                                num_labels=1)
         state = torch.random.get_rng_state()
@@ -265,8 +249,6 @@ def test_a_users_pooler_that_needs_real_tensors_gets_its_card(tmp_path):
         assert torch.equal(torch.random.get_rng_state(), state), "the card draws no random numbers"
         _, text, _ = parse(tmp_path / "m")
         assert "learned `test_card_scaled_mean` pooler" in text and "can be read out with every prediction" in text
-    finally:
-        registry._REGISTRY.pop("testcardscaledmean")
 
 
 def test_a_local_encoder_given_by_a_relative_path_is_saved_by_its_absolute_one(tmp_path, monkeypatch):
