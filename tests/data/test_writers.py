@@ -35,7 +35,7 @@ def test_jsonl_encodes_numbers_and_texts_a_column_at_a_time(tmp_path, monkeypatc
     def per_cell(value):
         raise AssertionError(f"encoded cell by cell: {value!r}")
 
-    monkeypatch.setattr(writers, "_json_value", per_cell)
+    monkeypatch.setattr(writers, "json_value", per_cell)
     frame = pd.DataFrame({
         "id": ["a1", None, "caf\u00e9 \"q\"\n"], "n": [1, 2, -3], "N": pd.array([7, None, 2**40], dtype="Int64"),
         "p": [1.2345678901e-11, np.inf, -0.0], "p32": np.array([0.1, np.nan, 123456789], dtype=np.float32),

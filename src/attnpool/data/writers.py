@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import json
-import math
 from json.encoder import encode_basestring  # C-accelerated; ensure_ascii=False's string encoder
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from attnpool.json_values import json_value
 
 
 def write_table(frame, path: str | Path, like: str | Path | None = None, *, header: bool = True) -> None:
@@ -57,7 +56,7 @@ def _json_column(column: pd.Series) -> list[str]:
         strings = column.to_numpy(dtype=object, na_value="").tolist()
         return _with_nulls(list(map(encode_basestring, strings)), column.isna().to_numpy())
     encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-    return [encode(_json_value(value)) for value in column.astype(object).tolist()]
+    return [encode(json_value(value, as_text=True)) for value in column.astype(object).tolist()]
 
 
 def _with_nulls(texts: list[str], missing: np.ndarray) -> list[str]:
@@ -65,20 +64,3 @@ def _with_nulls(texts: list[str], missing: np.ndarray) -> list[str]:
     for row in np.flatnonzero(missing).tolist():
         texts[row] = "null"
     return texts
-
-
-def _json_value(value: Any) -> Any:
-    """A cell as a JSON value: missing, NaN and infinite as ``null`` (as pandas writes them), arrays as lists."""
-    if isinstance(value, np.ndarray | list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, np.floating):
-        value = float(str(value))  # the shortest digits of its own precision: a float32 0.1 stays 0.1
-    elif isinstance(value, np.generic):
-        value = value.item()
-    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and not math.isfinite(value)):
-        return None
-    if isinstance(value, datetime.date | datetime.time | pd.Timedelta):
-        return value.isoformat()
-    return value if isinstance(value, str | int | float | bool) else str(value)

@@ -19,8 +19,9 @@ from attnpool.explanations.faithfulness import (
     removal_orders,
     summarize,
 )
-from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation, jsonable
+from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
+from attnpool.json_values import json_value
 from attnpool.tasks import class_names, label_text, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 
@@ -189,7 +190,7 @@ def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, name
         return None, None
     if problem_type == "regression":
         target = np.asarray(label, dtype=np.float64).ravel()
-        return (jsonable(target.tolist()) if target.size > 1 else float(target[0]),
+        return (json_value(target.tolist()) if target.size > 1 else float(target[0]),
                 float(np.abs(prediction.ravel() - target).mean()))
     if problem_type == "single_label_classification":
         # keys as label_text writes labels: classes 1.0, 1.5, 2.0 are saved as "1.0", "1.5", "2.0", and 1.0 reads "1"
@@ -203,7 +204,7 @@ def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, name
         if index is None:
             return label_text(label), None
         return (names[index] if names else index), float(index != int(np.argmax(prediction)))
-    return jsonable(label.tolist() if isinstance(label, np.ndarray) else label), None
+    return json_value(label.tolist() if isinstance(label, np.ndarray) else label), None
 
 
 def _as_index(label: Any) -> int | None:

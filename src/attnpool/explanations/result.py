@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 from attnpool._version import __version__
 from attnpool.explanations.faithfulness import ErasureCurves, ErasureSummary
 from attnpool.explanations.words import Word
+from attnpool.json_values import json_value
 
 MEASURES = {
     "regression": "|change of the predicted value| (mean over outputs)",
@@ -104,17 +104,4 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         """All numbers as JSON-able data (``json.dumps`` works on it); each word carries its ``weights`` per head."""
-        return {"attnpool_version": __version__, **jsonable(dataclasses.asdict(self))}
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON data: string keys, lists for tuples and arrays, plain floats and ints."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+        return {"attnpool_version": __version__, **json_value(dataclasses.asdict(self))}

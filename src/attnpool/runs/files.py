@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attnpool.json_values import json_value
+
 
 def _umask() -> int:
     """The process's umask, read without changing it where Linux tells it (``/proc/self/status``).
@@ -70,8 +72,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:
-    """Atomically write JSON (NaN written as null)."""
-    return atomic_write_text(path, json.dumps(_nan_to_none(data), indent=2, sort_keys=False) + "\n")
+    """Atomically write JSON (NaN and infinities written as null, NumPy values as numbers: :func:`json_value`)."""
+    return atomic_write_text(path, json.dumps(json_value(data), indent=2, sort_keys=False) + "\n")
 
 
 def atomic_save_dir(path: str | Path, save: Callable[[Path], None]) -> Path:
@@ -108,13 +110,3 @@ def atomic_save_dir(path: str | Path, save: Callable[[Path], None]) -> Path:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return path
-
-
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nan_to_none(v) for v in value]
-    return value
