@@ -35,5 +35,6 @@ def test_dates_are_iso_text_and_unknown_objects_are_left_for_json_to_name_unless
 
 def test_run_files_never_hold_infinity_or_numpy_values(tmp_path):
     """Python's json writes inf as Infinity, which JSON readers (browsers, jq) refuse: a run's files must parse."""
-    path = atomic_write_json(tmp_path / "m.json", {"loss": np.float32(np.inf), "pearson": np.float64(0.5), "n": np.int64(2)})
+    data = {"loss": np.float32(np.inf), "pearson": np.float64(0.5), "n": np.int64(2)}
+    path = atomic_write_json(tmp_path / "m.json", data)
     assert json.loads(path.read_text(), parse_constant=pytest.fail) == {"loss": None, "pearson": 0.5, "n": 2}

@@ -251,6 +251,25 @@ def test_a_users_pooler_that_needs_real_tensors_gets_its_card(tmp_path):
         assert "learned `test_card_scaled_mean` pooler" in text and "can be read out with every prediction" in text
 
 
+def test_a_models_card_asks_its_own_pooler_and_builds_no_second_one(tmp_path, monkeypatch):
+    """The card of a built model read `has_weights` by building the pooler again from the config (for a user's pooler,
+    a full CPU build, its random numbers forked): the live pooler answers."""
+    from attnpool.model import card
+
+    def rebuilt(config):
+        raise AssertionError("the pooler was built again for the card")
+
+    monkeypatch.setattr(card, "pooler_has_weights", rebuilt)
+    for pooling, weighted in [("attention", True), ("max", False)]:
+        model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=pooling, num_labels=1)
+        model.save_pretrained(tmp_path / pooling)
+        _, text, _ = parse(tmp_path / pooling)
+        assert ("can be read out with every prediction" in text) == weighted, pooling
+        embedder = AttnPoolModel.from_encoder(tiny_config("bert"), pooling=pooling)
+        embedder.save_pretrained(tmp_path / f"{pooling}_bare")
+        assert ("pooling_weights" in parse(tmp_path / f"{pooling}_bare")[1]) == weighted, pooling
+
+
 def test_a_local_encoder_given_by_a_relative_path_is_saved_by_its_absolute_one(tmp_path, monkeypatch):
     """A card re-written from another directory took "models/enc" for a hub name: a base_model, a hub link."""
     monkeypatch.chdir(tmp_path)

@@ -294,7 +294,8 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
                                                      output.parent)
         return
     card = model_card(model.config, architecture=type(model).__name__, num_parameters=sum(p.numel() for p in
-                      model.parameters()), training=training_facts(model_dir) if model_dir else None, export=facts)
+                      model.parameters()), training=training_facts(model_dir) if model_dir else None, export=facts,
+                      has_weights=model.base_model.pooler.has_weights)
     (staging / CARD_FILE).write_text(card, encoding="utf-8")
 
 

@@ -100,7 +100,7 @@ def title(config: AttnPoolConfig, *, with_head: bool = True) -> str:
 
 def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_parameters: int | None = None,
                training: TrainingFacts | None = None, export: ExportFacts | None = None,
-               tags: Sequence[str] = ()) -> str:
+               tags: Sequence[str] = (), has_weights: bool | None = None) -> str:
     """The text of a model card (YAML header + Markdown) for a model with this config.
 
     Args:
@@ -110,6 +110,8 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
         training: What training adds (data, split, recipe, validation scores).
         export: What an ONNX export wrote.
         tags: Hub tags added to attnpool's own (the model's ``model_tags``, those given to ``push_to_hub``).
+        has_weights: Whether the model's pooler gives token weights (its ``pooler.has_weights``); by default the
+            pooler is built from the config to find out (:func:`pooler_has_weights`).
     """
     architecture = architecture or (config.architectures or ["AttnPoolForSequenceClassification"])[0]
     with_head = architecture != "AttnPoolModel"
@@ -120,7 +122,7 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
     trained = (f", fine-tuned on `{Path(training.data_file).name}`" if training is not None and training.data_file
                else "")
     task = task_of(config.problem_type, config.num_labels)
-    weighted = pooler_has_weights(config)
+    weighted = pooler_has_weights(config) if has_weights is None else has_weights
     what = ("text embeddings" if not with_head else "text regression" if task == "regression"
             else f"{task} text classification")
     lines = [

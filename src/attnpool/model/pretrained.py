@@ -134,7 +134,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         if model_card is None and (not (folder / CARD_FILE).exists() or is_attnpool_card(read_card(folder))):
             model_card = config_card(self.config, architecture=type(self).__name__,
                                      num_parameters=self.num_parameters(),
-                                     tags=[*(self.model_tags or []), *extra_tags])
+                                     tags=[*(self.model_tags or []), *extra_tags],
+                                     has_weights=self._base().pooler.has_weights)
         if model_card is not None:
             write_model_card(save_directory, model_card)
         return self._upload_modified_files(folder, repo_id, before, **hub) if upload else None

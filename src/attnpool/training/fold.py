@@ -214,7 +214,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     peak_memory = _peak_memory_bytes(args.device)
     # the card so far (data, split, recipe); the validation scores are added below, once measured
     draft = model_card(trainer.model.config, architecture=type(trainer.model).__name__,
-                       training=training_facts(cfg, data, fold, train_idx, valid_idx, run))
+                       training=training_facts(cfg, data, fold, train_idx, valid_idx, run),
+                       has_weights=trainer.model.base_model.pooler.has_weights)
     _save_fold_model(trainer, data.tokenizer, run.model_dir(fold), draft)
     # load_best_model_at_end restored the best checkpoint's weights; sharded ones are read back whole from the folder.
     best = trainer.model
@@ -249,7 +250,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
                     100 * pooling.get("pooling_special_share", float("nan")))
     card = model_card(best.config, architecture=type(best).__name__, num_parameters=best.num_parameters(),
                       training=training_facts(cfg, data, fold, train_idx, valid_idx, run, validation,
-                                              train_seconds=round(train_seconds, 2), device=args.device.type))
+                                              train_seconds=round(train_seconds, 2), device=args.device.type),
+                      has_weights=best.base_model.pooler.has_weights)
     on_main(lambda: atomic_write_text(run.model_dir(fold) / CARD_FILE, card))
     ids = data.frame[data.id_col].to_numpy()[valid_idx] if data.id_col else None
     groups = data.groups[valid_idx] if data.groups is not None else None
