@@ -279,6 +279,28 @@ def test_an_incomplete_run_logs_no_cv_entry_and_a_complete_one_logs_it_once(reci
     assert [(e.step, e.value) for e in events.Scalars("fold/pearson")] == [(0, 0.5), (1, pytest.approx(0.7))]
 
 
+def test_a_complete_run_resumed_logs_no_second_cv_entry_but_gives_it_to_a_tracker_that_missed_it(
+        recipe, mlflow_store, monkeypatch):
+    """Each --resume of a complete run added a cv run to MLflow (and W&B): two entries read as two runs' scores."""
+    _, client = mlflow_store
+    folder, values = recipe
+    values = values | {"epochs": 1}
+    result = attnpool.train(values, output_dir=str(folder / "resumed_cv"), report_to="mlflow")
+    experiment = client.get_experiment_by_name(tracking.experiment_name(Run(result.run_dir)))
+    attnpool.train(values, output_dir=str(folder / "resumed_cv"), report_to="mlflow", resume=True)
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name.rsplit("/", 1)[1] for r in runs) == ["cv", "fold_0", "fold_1"]
+    assert "tracking: the cv entry was logged when the run completed, kept: mlflow: experiment" in \
+        (result.run_dir / "train.log").read_text()
+    # a tracker added on resume (or one that was down) gets the entry then, once
+    monkeypatch.setitem(tracking._INSTALLED, "tensorboard", lambda: True)
+    written = []
+    monkeypatch.setattr(tracking, "_tensorboard", lambda cfg, run, folds, overall: written.append(run) or "tb")
+    for _ in range(2):
+        attnpool.train(values, output_dir=str(folder / "resumed_cv"), report_to="all", resume=True)
+    assert len(written) == 1 and len(client.search_runs([experiment.experiment_id])) == 3
+
+
 def test_a_run_is_one_experiment_whichever_path_reaches_it(tmp_path, monkeypatch):
     """Started as runs/x, resumed as /home/me/runs/x (or through a link): one MLflow experiment, one W&B group."""
     (tmp_path / "runs").mkdir()

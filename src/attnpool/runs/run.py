@@ -11,6 +11,7 @@ A run directory, written by ``attnpool train``::
       fold_K/onnx/          the fold's ONNX graphs, once ``predict --backend onnx`` has exported them
       oof.csv  metrics.json  learning_curve.png
       tensorboard/fold_K/  tensorboard/cv/   with --report-to tensorboard: each fold's curves, the CV scores
+      tracked.json          the trackers that took the run's cv entry (a complete run resumed logs it no more)
 
 ``run.json`` records the attnpool version, the layout format and the task facts that prediction needs (task,
 classes, label and id columns, number of folds). Every other module reaches these files through :class:`Run`.
@@ -51,6 +52,7 @@ HISTORY_FILE = "log_history.json"
 ONNX_DIR = "onnx"
 CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
+TRACKED_FILE = "tracked.json"
 SUMMARY_RUN = "cv"  # the name of the run-level (cross-validation) entry of a tracker
 
 
@@ -303,6 +305,16 @@ class Run:
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         """Write the run's ``metrics.json``."""
         atomic_write_json(self.path / METRICS_FILE, metrics)
+
+    def tracked(self) -> dict[str, str]:
+        """The trackers that took the run's ``cv`` entry, each with where it went (``tracked.json``)."""
+        path = self.path / TRACKED_FILE
+        return dict(_read_json(path)) if path.is_file() else {}
+
+    def record_tracked(self, tracker: str, where: str) -> None:
+        """Record that ``tracker`` took the run's ``cv`` entry (``where``: the line that says where it went)."""
+        if self.has_info():  # a run directory's (a summary logged for a bare folder is not recorded)
+            atomic_write_json(self.path / TRACKED_FILE, self.tracked() | {tracker: where})
 
     def oof(self) -> pd.DataFrame:
         """The run's out-of-fold predictions, every finished fold, sorted by row."""

@@ -40,7 +40,7 @@ from attnpool.training.progress import SUMMARY, quiet_third_party
 from attnpool.training.tracking import integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
-_THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds")  # what a resumed run takes from the call
+_THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds", "report_to")  # what a resumed run takes from the call
 _DATA_PATHS = ("train_file", "valid_file", "data_dir")  # saved absolute with the run's config
 _PATH_OPTIONS = (*_DATA_PATHS, "model")  # the model too where it is a local folder
 
@@ -161,7 +161,9 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
     """On resume the run's saved config wins (the same data, folds and recipe), whatever else the call says.
 
     Only ``only_folds`` comes from the call: which folds to train now is a choice of this call, not part of the
-    run's recipe. The ``given`` options the saved config overrides are named in a warning.
+    run's recipe; so does ``report_to`` where the call gives it (where to log is not the recipe either: a tracker
+    added on resume logs the folds trained from now on, and the ``cv`` entry if it has not had it). The ``given``
+    options the saved config overrides are named in a warning.
     """
     if not cfg.resume or not run.config_file.is_file():
         return cfg
@@ -177,6 +179,8 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
     if values.get("adversarial") is None and values.get("adversarial_start", 1.0) != 1.0:
         values["adversarial_start"] = 1.0  # without adversarial training it never applied
     values.update({"resume": True, "overwrite": False, "output_dir": cfg.output_dir, "only_folds": cfg.only_folds})
+    if "report_to" in (given or {}):
+        values["report_to"] = cfg.report_to
     return TrainConfig.from_dict(values, where=str(run.config_file))
 
 

@@ -4,7 +4,8 @@ Each fold's ``Trainer`` reports its logs (training loss, learning rate, every ev
 own integration callbacks; attnpool names and groups them by the run directory's absolute path (``DIR``, the same
 whichever working directory a run is resumed from), and once every fold is trained logs one more entry per run,
 ``DIR/cv``, with the resolved config, every fold's final validation metrics (step = fold) and the cross-validation
-scores of the out-of-fold predictions (``cv/<metric>``). A fold that fails ends its tracker runs as failed.
+scores of the out-of-fold predictions (``cv/<metric>``), once per tracker (a complete run resumed logs it no more). A
+fold that fails ends its tracker runs as failed.
 
 - TensorBoard: ``RUN_DIR/tensorboard/fold_K/`` and ``RUN_DIR/tensorboard/cv/``; ``tensorboard --logdir
   RUN_DIR/tensorboard`` shows the folds side by side.
@@ -229,7 +230,8 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
     The entry holds the resolved config, each fold's final validation metrics (``fold/<metric>`` at step K) and
     the out-of-fold scores (``cv/<metric>``). An incomplete run (``metrics["complete"]`` false, as after
     ``--only-folds``) logs nothing, so that no partial score reads as the run's, nor a fold's entry is logged again
-    on resume: the one line returned says the entry waits for the remaining folds.
+    on resume: the one line returned says the entry waits for the remaining folds. A tracker that took the entry
+    (recorded in the run directory) is not given it again when a complete run is resumed.
     """
     used = integrations(cfg.report_to)
     if used and not metrics.get("complete"):
@@ -241,10 +243,14 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
     writers = {"tensorboard": lambda: _tensorboard(cfg, run, folds, overall),
                "mlflow": lambda: _mlflow(cfg, run, name, folds, overall),
                "wandb": lambda: _wandb(cfg, name, folds, overall)}
-    where = []
+    where, logged = [], run.tracked()
     for tracker in used:
+        if tracker in logged:  # a complete run resumed: a second entry would read as a second run's scores
+            where.append(f"the {SUMMARY_RUN} entry was logged when the run completed, kept: {logged[tracker]}")
+            continue
         try:
             where.append(writers[tracker]())
+            run.record_tracked(tracker, where[-1])
         except Exception as err:  # noqa: BLE001 - every fold is trained and saved: a tracker must not fail the run
             logger.warning("tracking: %s did not take the CV summary (%s: %s); every fold is trained and the "
                            "run's results are saved in %s", tracker, type(err).__name__, err, run.path)
@@ -255,7 +261,7 @@ def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, fl
                  overall: dict[str, float]) -> str:
     from torch.utils.tensorboard import SummaryWriter
 
-    # a complete run resumed again replaces its entry: logged twice, TensorBoard would draw every point twice
+    # an entry logged before and not recorded (a folder without run.json) is replaced: TensorBoard would draw it twice
     for old in run.tensorboard_dir().glob("events.out.tfevents.*"):
         old.unlink()
     writer = SummaryWriter(log_dir=str(run.tensorboard_dir()))
