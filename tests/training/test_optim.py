@@ -56,6 +56,32 @@ def test_llrd_gives_a_norm_after_the_last_layer_the_top_rate(family, top, bottom
         **dict.fromkeys(top, 1.0), **dict.fromkeys(bottom, 0.5**layers)}  # relative embeddings feed every layer
 
 
+class FsdpLike(torch.nn.Module):
+    """Names its parameters as FSDP with ``use_orig_params`` does: ``_fsdp_wrapped_module.`` before each unit's."""
+
+    def __init__(self, model):
+        super().__init__()
+        self._fsdp_wrapped_module = model
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._fsdp_wrapped_module, name)
+
+
+@pytest.mark.parametrize("wrap", [FsdpLike, torch.compile], ids=["fsdp", "compile"])
+def test_a_wrapped_model_gets_the_groups_of_the_model_inside(model, wrap):
+    """The Trainer builds the optimizer of an FSDP model after wrapping it: the encoder's names then start with
+    `_fsdp_wrapped_module.`, and every encoder parameter got the head's rate (1e-3 for a 2e-5 encoder)."""
+    kwargs = {"lr": 2e-5, "head_lr": 1e-3, "weight_decay": 0.01, "llrd": 0.8, "pooler_lr": 5e-3}
+    expected = rates(model, parameter_groups(model, **kwargs))
+    wrapped = wrap(model)
+    assert any(name.startswith(("_fsdp_wrapped_module.", "_orig_mod.")) for name, _ in wrapped.named_parameters())
+    assert rates(model, parameter_groups(wrapped, **kwargs)) == expected
+    assert {r for n, (r, _) in expected.items() if n.startswith("attnpool.encoder.layer.")} != {1e-3}
+
+
 def test_no_weight_decay_for_biases_and_norms(model):
     got = rates(model, parameter_groups(model, lr=1e-4, head_lr=1e-3, weight_decay=0.01))
     for name, (_, decay) in got.items():

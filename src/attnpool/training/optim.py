@@ -11,6 +11,9 @@ from torch import nn
 from attnpool.model.encoders import encoder_layers
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
+# the modules a wrapper inserts into parameter names: FSDP (the Trainer creates the optimizer of an FSDP model after
+# wrapping it), activation checkpointing, torch.compile
+_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
 
 
 def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float, llrd: float = 1.0, *,
@@ -22,7 +25,8 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
     (``head_lr`` when ``None``), the head ``head_lr``; biases and norm weights get no weight decay.
 
     Args:
-        model: An :class:`~attnpool.AttnPoolForSequenceClassification`.
+        model: An :class:`~attnpool.AttnPoolForSequenceClassification`, or one wrapped by FSDP (original parameters
+            kept, ``use_orig_params``), activation checkpointing or ``torch.compile``.
         lr: Learning rate of the top encoder layer.
         head_lr: Learning rate of the head (trained from scratch, so usually higher).
         weight_decay: Decoupled weight decay for weight matrices.
@@ -43,9 +47,10 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
                 depth_of[id(p)] = num - 1 - i
         depth_of.update(_outside_the_layers(encoder, set(depth_of), num))
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
-    for name, p in model.named_parameters():
+    for wrapped_name, p in model.named_parameters():
         if not p.requires_grad:
             continue
+        name = _WRAPPERS.sub("", wrapped_name)  # "_fsdp_wrapped_module.attnpool.encoder..." is the encoder's
         in_encoder = name.startswith("attnpool.encoder.")
         if in_encoder:
             rate = lr * (llrd ** depth_of.get(id(p), 0))
