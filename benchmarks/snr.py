@@ -33,6 +33,7 @@ import torch
 
 import attnpool
 from attnpool.pooling import get_pooler_class
+from attnpool.runs import atomic_write
 from attnpool.synthetic import snr_sweep
 
 DEFAULT_POOLERS = ("mean", "max", "attention", "gated_attention", "adaptive")
@@ -120,11 +121,15 @@ def verdict(rows: list[dict[str, Any]], poolers: list[str]) -> str:
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """All rows, one per (pooler, set size, signal count, seed)."""
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    """All rows, one per (pooler, set size, signal count, seed), written whole or not at all."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_write(path, write)
 
 
 def plot(rows: list[dict[str, Any]], poolers: list[str], path: Path) -> None:
@@ -160,7 +165,7 @@ def plot(rows: list[dict[str, Any]], poolers: list[str], path: Path) -> None:
     axes[0][-1].legend(fontsize=8, loc="lower right")
     fig.suptitle("Pooling rare signal among distractors (Brothers, 2025, arXiv:2506.09215)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
 
 

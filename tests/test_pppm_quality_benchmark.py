@@ -600,3 +600,24 @@ def test_the_notebook_cache_is_refused_for_other_data_or_options(tmp_path):
     record_file.write_text(json.dumps({k: v for k, v in record.items() if k != "recipe"}))  # written before the check
     with pytest.raises(SystemExit, match="does not say which data and options"):
         pq.run_notebook(base, 42, folder, tmp_path / "none")
+
+
+def test_the_bootstrap_by_table_skips_cleanly_without_data_or_runs(tmp_path, capsys):
+    import pppm_bootstrap_by as by
+
+    assert by.main(["--data-dir", str(tmp_path / "no_data"), "--pair", "a", "b"]) == 0
+    assert capsys.readouterr().out.startswith(f"skipped: no PPPM train.csv in {tmp_path / 'no_data'}")
+    assert by.main(["--runs", str(tmp_path / "no_runs"), "--pair", "a", "b"]) == 0
+    assert capsys.readouterr().out.startswith(f"skipped: no kept runs in {tmp_path / 'no_runs'}")
+
+
+def test_the_snr_sweeps_csv_is_written_whole_or_not_at_all(tmp_path):
+    """A write that fails half-way (an interrupted sweep's rows) must leave the last complete file as it was."""
+    import snr
+
+    path = tmp_path / "snr.csv"
+    snr.write_csv([{"pooler": "mean", "accuracy": 0.5}], path)
+    before = path.read_text()
+    with pytest.raises(ValueError, match="dict contains fields not in fieldnames"):
+        snr.write_csv([{"pooler": "max", "accuracy": 0.6}, {"pooler": "gem", "extra": 1}], path)
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["snr.csv"]

@@ -261,7 +261,7 @@ def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, fl
                  overall: dict[str, float]) -> str:
     from torch.utils.tensorboard import SummaryWriter
 
-    # an entry logged before and not recorded (a folder without run.json) is replaced: TensorBoard would draw it twice
+    # an entry logged before and not recorded (a folder that is no run) is replaced: TensorBoard would draw it twice
     for old in run.tensorboard_dir().glob("events.out.tfevents.*"):
         old.unlink()
     writer = SummaryWriter(log_dir=str(run.tensorboard_dir()))
