@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 
 import numpy as np
@@ -42,6 +43,33 @@ def test_info_is_version_checked(tmp_path):
     (tmp_path / "run.json").write_text("{not json")
     with pytest.raises(RunError, match="is corrupt"):
         Run.open(tmp_path)
+    (tmp_path / "run.json").write_bytes(b"\xff\xfe{}")  # not UTF-8 (saved as UTF-16 by an editor)
+    with pytest.raises(RunError, match="run.json is corrupt .*restore the file"):
+        Run.open(tmp_path)
+
+
+def test_a_damaged_metrics_file_is_a_run_error_naming_it(tmp_path):
+    """A cut-short metrics.json (a copy or a full disk) gave a bare parser error that named no file."""
+    run = Run.create(tmp_path / "r")
+    run.write_info({"task": "regression"})
+    (tmp_path / "r" / "metrics.json").write_bytes(b'{"folds": [], "overall": {"pearson": 0.8')
+    with pytest.raises(RunError, match=f"{re.escape(str(tmp_path / 'r' / 'metrics.json'))} is corrupt .*--resume"):
+        run.metrics()
+    (tmp_path / "r" / "metrics.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(RunError, match="metrics.json is corrupt"):
+        run.metrics()
+
+
+def test_a_damaged_tracked_file_reads_as_nothing_recorded(tmp_path, caplog):
+    """tracked.json is read after every fold is trained: a damaged one must not fail the run, nor stop recording."""
+    run = Run.create(tmp_path / "r")
+    run.write_info({"task": "regression"})
+    for damaged in (b'{"mlflow": "logged', b"\xff\xfe{}", b'["mlflow"]'):
+        (tmp_path / "r" / "tracked.json").write_bytes(damaged)
+        assert run.tracked() == {}
+        assert "tracked.json" in caplog.text
+    run.record_tracked("tensorboard", "the cv entry went to tensorboard/cv")
+    assert run.tracked() == {"tensorboard": "the cv entry went to tensorboard/cv"}
 
 
 def _fold(run: Run, fold: int) -> None:
@@ -59,6 +87,9 @@ def test_one_fold_rule(tmp_path):
     assert run.trained_folds() == [0, 2, 10]  # numeric order
     assert run.select_folds() == [0, 2, 10] and run.select_folds([10, 2]) == [10, 2] and run.select_folds(2) == [2]
     assert run.select_fold() == 0 and run.select_fold(10) == 10
+    # a fold number from numpy (a column of folds, np.arange) is one fold, not a sequence of them
+    assert run.select_folds(np.int64(2)) == [2] and run.select_fold(np.int64(10)) == 10
+    assert run.select_folds(np.array([10, 2])) == [10, 2]
     with pytest.raises(RunError, match="has no trained fold 1; trained folds: 0, 2, 10"):
         run.select_folds([0, 1])
 
@@ -159,6 +190,37 @@ def test_a_start_killed_while_writing_its_folds_counts_as_never_started(tmp_path
     assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name != ".lock") == ["train.log"]
     (tmp_path / "run" / "notes.txt").write_text("mine")
     assert not Run.never_started(tmp_path / "run")  # a file of the user's: not ours to delete
+
+
+def test_a_pppm_start_whose_folds_fail_counts_as_never_started(tmp_path):
+    """A PPPM start copies its CPC titles before it makes the folds: when making them fails (--folds 5 with three
+    anchors) the folder held config.yaml, cpc_texts.csv and train.log, which train, --resume and --overwrite all
+    refused for good."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("train.log", "config.yaml", "cpc_texts.csv", ".cpc_texts.csv.abc123.tmp"):
+        (run / name).write_text("...")
+    assert Run.never_started(run)
+    Run.create(run)  # the same command again: starts afresh (the titles are copied again)
+    assert sorted(p.name for p in run.iterdir() if p.name != ".attnpool.lock") == ["train.log"]
+    (tmp_path / "titles").mkdir()
+    (tmp_path / "titles" / "cpc_texts.csv").write_text("context,text\n")
+    assert not Run.never_started(tmp_path / "titles")  # no config saved before it: the user's own copy
+
+
+def test_a_pppm_start_with_too_many_folds_can_be_started_again(tmp_path):
+    data = tmp_path / "pppm"
+    data.mkdir()
+    rows = [{"id": f"{a}{t}", "anchor": f"anchor {a}", "target": f"target {t}", "context": "A01", "score": "0.5"}
+            for a in range(3) for t in range(a + 2)]
+    pd.DataFrame(rows).to_csv(data / "train.csv", index=False)
+    (data / "cpc_texts.csv").write_text("context,text\nA01,HUMAN NECESSITIES\n")
+    recipe = {"preset": "pppm", "data_dir": str(data), "model": str(save_tiny_encoder(tmp_path / "encoder")),
+              "folds": 5, "epochs": 1, "max_length": 16}
+    for _ in range(2):  # the second start was refused: "already exists" (and --overwrite: "not a run")
+        with pytest.raises(ValueError, match="cannot make 5 grouped folds from 3 distinct groups"):
+            attnpool.train(recipe, output_dir=str(tmp_path / "run"))
+    assert Run.never_started(tmp_path / "run")
 
 
 def test_an_overwrite_cut_short_leaves_a_run_that_overwrite_accepts_again(tmp_path, monkeypatch):

@@ -24,6 +24,9 @@ default the first trained fold.
 from __future__ import annotations
 
 import json
+import logging
+import numbers
+import operator
 import re
 import shutil
 from collections.abc import Sequence
@@ -54,6 +57,8 @@ CHECKPOINTS_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 TRACKED_FILE = "tracked.json"
 SUMMARY_RUN = "cv"  # the name of the run-level (cross-validation) entry of a tracker
+
+logger = logging.getLogger(__name__)
 
 
 class Run:
@@ -97,7 +102,7 @@ class Run:
                 raise RunError(f"--resume: {path} holds a run that stopped before it started (no {RUN_FILE}, e.g. "
                                "bad data); start it again without --resume")
             with RunLock(path, purpose="train"):  # not from under a start that is still reading its data
-                for name in (CONFIG_FILE, FOLDS_FILE):
+                for name in (CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES):
                     (path / name).unlink(missing_ok=True)
                     for leftover in path.glob(f".{name}.*.tmp"):  # written when the start was killed
                         leftover.unlink(missing_ok=True)
@@ -127,18 +132,21 @@ class Run:
 
     @classmethod
     def never_started(cls, path: str | Path) -> bool:
-        """Whether ``path`` holds only what a start leaves before ``run.json`` (its log, config, folds, lock).
+        """Whether ``path`` holds only what a start leaves before ``run.json`` (its log, config, PPPM titles, folds).
 
-        ``train`` opens its log and saves its config before the data is fully checked; a start that stops there
-        (a mistyped column, an unreadable file) recorded no run to resume, and nothing but attnpool's own files.
+        ``train`` opens its log and saves its config (and a PPPM run's copy of its CPC titles) before the data is
+        fully checked and the folds are made; a start that stops there (a mistyped column, an unreadable file, more
+        folds than groups) recorded no run to resume, and nothing but attnpool's own files.
         """
         path = Path(path)
         if not path.is_dir() or cls.is_run(path):
             return False
-        own = {LOG_FILE, CONFIG_FILE, FOLDS_FILE}
+        own = {LOG_FILE, CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES}
         names = {p.name for p in path.iterdir()} - {LOCK_NAME}
         # ... and the temporary file of one of them, when the start was killed while writing it (.folds.csv.x.tmp)
         temporary = {n for n in names if n.endswith(".tmp") and any(n.startswith(f".{o}.") for o in own)}
+        if CONTEXT_TITLES in names and CONFIG_FILE not in names:  # copied after the config: a lone one is the user's
+            return False
         return bool(names) and names - temporary <= own
 
     def lock(self, purpose: str) -> RunLock:
@@ -152,10 +160,10 @@ class Run:
         if not file.is_file():
             raise RunError(f"{self.path} is not an attnpool run directory (no {RUN_FILE}); give the --output-dir of "
                            "a train run")
-        try:
-            info = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise RunError(f"{file} is corrupt ({err}); re-run training or restore the file") from err
+        info = _read_json(file, fix="restore the file (from a copy of the run) or re-train the run")
+        if not isinstance(info, dict):
+            raise RunError(f"{file} is corrupt (not a JSON object); restore the file (from a copy of the run) or "
+                           "re-train the run")
         if info.get("format") != RUN_FORMAT:
             raise RunError(
                 f"{self.path} was written by attnpool {info.get('attnpool_version', '?')} in run format "
@@ -252,7 +260,9 @@ class Run:
             raise RunError(f"{self.path} has no trained fold (no fold_K/model/); finish training with --resume first")
         if folds is None:
             return trained
-        wanted = [int(folds)] if isinstance(folds, int) else [int(f) for f in folds]
+        if isinstance(folds, bool):
+            raise TypeError(f"folds must be a fold number or a sequence of fold numbers, not {folds!r}")
+        wanted = [operator.index(folds)] if isinstance(folds, numbers.Integral) else [int(f) for f in folds]
         missing = [f for f in wanted if f not in trained]
         if missing or not wanted:
             raise RunError(f"{self.path} has no trained fold {', '.join(map(str, missing)) or '(none given)'}; "
@@ -296,7 +306,8 @@ class Run:
         path = self.path / METRICS_FILE
         if not path.is_file():
             raise RunError(f"{self.path} has no {METRICS_FILE}: the run has not finished a fold yet")
-        return json.loads(path.read_text(encoding="utf-8"))
+        return _read_json(path, fix="re-run `attnpool train --resume` on the run: it rewrites "
+                          f"{METRICS_FILE} from the trained folds")
 
     def has_metrics(self) -> bool:
         """Whether the run wrote its ``metrics.json``."""
@@ -307,9 +318,23 @@ class Run:
         atomic_write_json(self.path / METRICS_FILE, metrics)
 
     def tracked(self) -> dict[str, str]:
-        """The trackers that took the run's ``cv`` entry, each with where it went (``tracked.json``)."""
+        """The trackers that took the run's ``cv`` entry, each with where it went (``tracked.json``).
+
+        ``{}`` when nothing is recorded, and when the file cannot be read (a warning): it must not stop a run whose
+        folds are all trained; at worst a tracker takes the ``cv`` entry a second time.
+        """
         path = self.path / TRACKED_FILE
-        return dict(_read_json(path)) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        try:
+            tracked = _read_json(path, fix="it is rewritten when a tracker next takes the run's cv entry")
+        except (RunError, OSError) as err:
+            logger.warning("%s; reading it as no tracker recorded", err)
+            return {}
+        if not isinstance(tracked, dict):
+            logger.warning("%s is corrupt (not a JSON object); reading it as no tracker recorded", path)
+            return {}
+        return {str(tracker): str(where) for tracker, where in tracked.items()}
 
     def record_tracked(self, tracker: str, where: str) -> None:
         """Record that ``tracker`` took the run's ``cv`` entry (``where``: the line that says where it went)."""
@@ -328,10 +353,12 @@ class Run:
         atomic_write(self.path / OOF_FILE, lambda tmp: oof.to_csv(tmp, index=False))
 
 
-def _read_json(path: Path) -> Any:
-    """A fold's JSON file, or a RunError naming it when it cannot be parsed (cut short by a full disk, edited)."""
+_FOLD_FIX = "re-train that fold (delete the fold folder and run train --resume) or restore the file"
+
+
+def _read_json(path: Path, fix: str = _FOLD_FIX) -> Any:
+    """A JSON file of the run, or a RunError naming it and ``fix`` when it cannot be parsed (cut short, edited)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunError(f"{path} is corrupt ({err}); re-train that fold (delete the fold folder and run train "
-                       "--resume) or restore the file") from err
+        raise RunError(f"{path} is corrupt ({err}); {fix}") from err
