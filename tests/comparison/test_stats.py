@@ -17,11 +17,14 @@ import pytest
 from attnpool.comparison import PoolerSpec, summary
 from attnpool.comparison.stats import (
     MIN_SEEDS_FOR_5_PERCENT,
+    metric_function,
     metric_range,
+    paired_bootstrap,
     paired_t_test,
     score_interval,
     sign_flip_test,
 )
+from attnpool.metrics import task_metrics
 
 # ---------------------------------------------------------------- intervals
 
@@ -291,3 +294,73 @@ def test_the_table_names_the_seed_that_has_no_score(tmp_path, monkeypatch):
     line = next(row for row in table.splitlines() if row.startswith("| `attention`"))
     assert line.count("n/a (no score on seed 43: diverged?)") == 2, line  # its interval and its difference
     assert "nan" not in line and "no spread" not in line
+
+
+# ---------------------------------------------------------------- the bootstrap's score is the run's score
+
+
+def _regression_case(rng, n: int):
+    """Three targets: one that varies, one of zeros and a sparse one (two non-zero rows), with noisy predictions."""
+    sparse = np.zeros(n)
+    sparse[rng.choice(n, 2, replace=False)] = 1.0
+    target = np.stack([rng.random(n), np.zeros(n), sparse], axis=1)
+    return target, target + rng.normal(0, 0.3, target.shape)
+
+
+def _cases(rng):
+    """Whole rows and bootstrap draws of them (many draws miss the sparse column's non-zero rows)."""
+    for n in (2, 3, 12, 60):
+        target, prediction = _regression_case(rng, n)
+        yield target, prediction
+        for _ in range(8):
+            idx = rng.integers(0, n, n)
+            yield target[idx], prediction[idx]
+
+
+def test_the_bootstraps_pearson_is_the_runs_pearson_when_a_target_column_is_constant():
+    """A constant target column made the fast Pearson NaN where the run's metric leaves the column out."""
+    pearson, rng = metric_function("regression", "pearson"), np.random.default_rng(0)
+    sparse_left_out = 0
+    for target, prediction in _cases(rng):
+        expected = task_metrics("regression", target, prediction)["pearson"]
+        assert pearson(target, prediction) == pytest.approx(expected, nan_ok=True)
+        sparse_left_out += len(target) > 2 and not target[:, 2].any() and math.isfinite(expected)
+    assert sparse_left_out  # some draws had the sparse column constant, and still a score
+    target, prediction = _regression_case(rng, 30)
+    collapsed, diverged = prediction.copy(), prediction.copy()
+    collapsed[:, 0], diverged[5, 0] = 0.4, np.nan  # where the target varies: NaN, as the run's metric
+    unused = prediction.copy()
+    unused[:, 1], unused[3, 1] = 0.4, np.inf  # in the constant column: ignored, as the run's metric
+    for predicted in (collapsed, diverged, unused):
+        expected = task_metrics("regression", target, predicted)["pearson"]
+        assert pearson(target, predicted) == pytest.approx(expected, nan_ok=True)
+    assert math.isnan(pearson(target, collapsed)) and math.isfinite(pearson(target, unused))
+    assert math.isnan(pearson(np.zeros((30, 2)), prediction[:, :2]))  # no column varies: no score
+
+
+@pytest.mark.parametrize(("task", "metric"), [("regression", "spearman"), ("regression", "rmse"),
+                                              ("binary", "accuracy"), ("multiclass", "accuracy"),
+                                              ("multiclass", "macro_f1")])
+def test_every_bootstrap_metric_is_the_runs_metric(task, metric):
+    score, rng = metric_function(task, metric), np.random.default_rng(1)
+    for case, (target, prediction) in enumerate(_cases(rng)):
+        if task != "regression":
+            classes = 2 if task == "binary" else 3
+            target = (target[:, 0] * classes).astype(int) % classes
+            prediction = rng.dirichlet(np.ones(classes), len(target))
+            if case % 5 == 0:
+                prediction[0] = np.nan  # a diverged run
+        expected = task_metrics(task, target, prediction)[metric]
+        assert score(target, prediction) == pytest.approx(expected, nan_ok=True)
+
+
+def test_a_constant_or_sparse_target_column_leaves_the_bootstrap_a_finite_difference():
+    """The observed difference was NaN (compare.md: n/a), and draws without the sparse rows were dropped."""
+    rng = np.random.default_rng(2)
+    target, _ = _regression_case(rng, 200)
+    a, b = target + rng.normal(0, 0.2, target.shape), target + rng.normal(0, 0.5, target.shape)
+    test = paired_bootstrap([(target, a, b)], metric_function("regression", "pearson"), num_samples=200,
+                            clusters=[np.arange(len(target)).astype(str)])
+    expected = task_metrics("regression", target, a)["pearson"] - task_metrics("regression", target, b)["pearson"]
+    assert test.diff == pytest.approx(expected) and test.diff > 0
+    assert all(math.isfinite(v) for v in (test.low, test.high, test.p)) and test.low <= test.diff <= test.high
