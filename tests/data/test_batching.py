@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from attnpool.data import LengthGroupedSampler, length_sorted_batches
+from attnpool.data.batching import padded_batches
+from model_helpers import tiny_tokenizer
 
 
 def padded_tokens(lengths: np.ndarray, batches: list[list[int]]) -> int:
@@ -61,6 +63,20 @@ def test_sampler_groups_by_length(lengths):
 def test_tiny_inputs():
     assert length_sorted_batches([], 4) == []
     assert length_sorted_batches([7], 4) == [[0]]
+
+
+@pytest.mark.parametrize("tensors", ["pt", "np"])
+def test_a_batch_of_rows_without_tokens_is_one_masked_padding_token_wide(tensors):
+    """A tokenizer without special tokens gives an empty text no token: a batch of those padded to (rows, 0), which
+    the models (PyTorch's and ONNX Runtime's) cannot reshape."""
+    encodings = {"input_ids": [[], [5, 6], []], "attention_mask": [[], [1, 1], []], "token_type_ids": [[], [0, 0], []]}
+    batches = list(padded_batches(encodings, 2, tiny_tokenizer(), return_tensors=tensors))
+    assert [b for b, _ in batches] == [[1, 0], [2]]
+    (_, mixed), (_, empty) = batches
+    assert np.asarray(mixed["attention_mask"]).tolist() == [[1, 1], [0, 0]]
+    assert {k: np.asarray(v).tolist() for k, v in empty.items()} == {
+        "input_ids": [[0]], "attention_mask": [[0]], "token_type_ids": [[0]]}
+    assert [b for b, _ in padded_batches(encodings, 2, tiny_tokenizer(), rows=[2, 0])] == [[0, 1]]
 
 
 def test_bad_arguments():

@@ -374,3 +374,39 @@ def test_utf16_is_named_and_cp1252_is_the_suggested_encoding(tmp_path):
     path.write_bytes("text\tlabel\nit\u2019s\t1\n".encode("cp1252"))
     with pytest.raises(DataError, match=re.escape("usually Windows' cp1252 (Excel), e.g. `iconv -f cp1252 -t utf-8")):
         read_table(path)
+
+
+def test_parquet_strings_stored_as_bytes_read_as_text(tmp_path):
+    """A BYTE_ARRAY column without its UTF-8 annotation reads as pyarrow binary: str(b"cat") made the text "b'cat'"."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "bytes.parquet"
+    pq.write_table(pa.table({"id": pa.array([b"1", None, b"3"], pa.binary()),
+                             "first": pa.array([b"cat", "caf\u00e9".encode(), b""], pa.large_binary())}), path)
+    out = read_table(path, text_columns=["id", "first"])
+    assert out["id"].tolist()[0::2] == ["1", "3"] and pd.isna(out["id"].iloc[1])
+    assert out["first"].tolist() == ["cat", "caf\u00e9", ""]
+    chunks = list(iter_table(path, 2, text_columns=["id", "first"]))
+    assert [v for c in chunks for v in c["first"]] == ["cat", "caf\u00e9", ""]
+    pq.write_table(pa.table({"first": pa.array([b"ok", b"ok", "caf\u00e9".encode("cp1252")], pa.binary())}), path)
+    message = (r"bytes.parquet: column 'first', data row 3 holds bytes that are not UTF-8 text \(e9 at byte 3\); "
+               r"store the column as UTF-8 strings")
+    for read in (read_table, lambda p, **kw: list(iter_table(p, 2, **kw))):
+        with pytest.raises(DataError, match=message):
+            read(path, text_columns=["first"])
+
+
+def test_a_jsonl_escape_of_a_lone_surrogate_names_the_line_and_key(tmp_path):
+    """json.loads accepts "\\ud83d" alone; pandas' string column then failed with a bare UnicodeEncodeError."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": 1, "text": "ok \\ud83d\\ude00"}\n{"id": 2, "text": "a \\ud83d b"}\n', encoding="utf-8")
+    for read in (read_table, lambda p: list(iter_table(p, 1))):
+        with pytest.raises(DataError, match=r"t\.jsonl: line 2, key 'text': the escape \\ud83d is half of a UTF-16 "
+                                            r"surrogate pair without its other half.*or remove the escape"):
+            read(path)
+    path.write_text('{"id": 1, "text": "ok", "tags": ["\\uD83D"]}\n', encoding="utf-8")  # in a list too
+    with pytest.raises(DataError, match=r"t\.jsonl: line 1, key 'tags': the escape \\ud83d is half"):
+        read_table(path)
+    path.write_text('{"id": 1, "text": "ok \\ud83d\\ude00"}\n', encoding="utf-8")  # a whole pair: one emoji
+    assert read_table(path)["text"].tolist() == ["ok \U0001f600"]

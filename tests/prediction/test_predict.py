@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 import re
 import sys
 import weakref
@@ -23,7 +24,7 @@ from attnpool.data.readers import iter_table
 from attnpool.precision import resolve_precision
 from attnpool.prediction import FoldEnsemble, PredictionSummary, predict, predict_encoded
 from attnpool.runs import Run, RunError
-from model_helpers import make_run, save_tiny_encoder, write_toy_csv
+from model_helpers import WORDS, make_run, save_tiny_encoder, tiny_config, write_toy_csv
 
 # Exact comparisons: float32 unless a test asks for another precision (auto is bf16 on a CPU with native bf16).
 predict = functools.partial(predict, precision="fp32")
@@ -601,6 +602,66 @@ def test_an_output_whose_format_is_unknown_is_refused_before_anything_runs(run, 
                                         r"follows its extension: \.csv, \.tsv, \.jsonl, \.parquet"):
         predict(run, source, tmp_path / name, progress=False)
     assert list(tmp_path.iterdir()) == [source]
+
+
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(run, frame, tmp_path, capsys):
+    """predict(run, "in.csv", "in.csv") replaced the input with the predictions (the final rename), without a word."""
+    source = write(frame, tmp_path / "in.csv")
+    (tmp_path / "sub").mkdir()
+    os.link(source, tmp_path / "linked.csv")
+    before = source.read_bytes()
+    message = r"--output .*: is the input file \(.*in\.csv\).*; write the predictions to another file"
+    for output in [source, tmp_path / "sub" / ".." / "in.csv", tmp_path / "linked.csv"]:
+        with pytest.raises(DataError, match=message):
+            predict(run, source, output, progress=False)
+    argv = ["predict", "--run", str(run), "--input", str(source), "--output", str(source), "--precision", "fp32"]
+    assert main(argv) != 0
+    assert "is the input file" in capsys.readouterr().err
+    assert source.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "linked.csv", "sub"]  # no lock, no parts
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(tmp_path_factory):
+    """A run of a tiny GPT-2-like encoder whose tokenizer adds no special tokens: an empty text is no token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModel, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    torch.manual_seed(0)
+    AutoModel.from_config(tiny_config("gpt2")).save_pretrained(folder / "encoder")
+    words = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(WORDS)}},
+                                       unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="[PAD]", unk_token="[UNK]").save_pretrained(
+        folder / "encoder")
+    return make_run(folder / "run", str(folder / "encoder"), text_cols=["first"], folds=1)
+
+
+def test_a_batch_of_only_empty_texts_is_predicted_as_beside_longer_ones(gpt2_run, tmp_path):
+    """Without special tokens an empty text is 0 tokens; sorted by length, the empty rows made a last batch of
+    shape (rows, 0), on which both engines crashed ("cannot reshape tensor of 0 elements"). ONNX Runtime's padding
+    (NumPy batches) is checked in tests/data/test_batching.py, without exporting a graph."""
+    source = tmp_path / "in.csv"
+    pd.DataFrame({"id": ["1", "2", "3"], "first": ["cat dog", "", ""]}).to_csv(source, index=False)
+    outputs = [read(predict(gpt2_run, source, tmp_path / f"{size}.csv", progress=False, batch_size=size).output)
+               for size in (8, 1)]
+    pd.testing.assert_frame_equal(outputs[1], outputs[0], atol=1e-6)
+    assert outputs[0]["id"].tolist() == ["1", "2", "3"] and outputs[0]["prediction"].notna().all()
+
+
+def test_parquet_texts_and_ids_stored_as_bytes_are_predicted_as_the_same_strings(run, frame, tmp_path):
+    """Un-annotated BYTE_ARRAY columns read as bytes: the model read the text "b'cat dog'", wrote the id "b'0001'"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    as_bytes = pa.table({name: pa.array([v.encode() for v in frame[name]], pa.binary()) for name in frame.columns})
+    pq.write_table(as_bytes, tmp_path / "bytes.parquet")
+    strings = write(frame, tmp_path / "strings.parquet")
+    expected = read(predict(run, strings, tmp_path / "expected.csv", progress=False).output)
+    got = read(predict(run, tmp_path / "bytes.parquet", tmp_path / "got.csv", progress=False, chunk_rows=CHUNK).output)
+    assert got["id"].tolist() == frame["id"].tolist()
+    pd.testing.assert_frame_equal(got, expected, atol=1e-6)
 
 
 def test_a_pppm_run_copied_away_from_its_data_folder_predicts_with_its_own_titles(encoder, tmp_path):

@@ -60,13 +60,18 @@ def padded_batches(encodings: dict[str, list], batch_size: int, tokenizer: Any, 
 
     Yields:
         ``(positions, features)``: the batch's positions in ``rows`` (row indices when ``rows`` is ``None``) and
-        its padded ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the encodings have them).
+        its padded ``input_ids``, ``attention_mask`` (and ``token_type_ids`` when the encodings have them); at least
+        one token wide: a batch of rows without tokens is one masked padding token wide.
     """
     rows = np.arange(len(encodings["input_ids"])) if rows is None else np.asarray(rows)
     keys = [k for k in ENCODING_KEYS if k in encodings]
-    for batch in length_sorted_batches([len(encodings["input_ids"][i]) for i in rows], batch_size):
+    lengths = [len(encodings["input_ids"][i]) for i in rows]
+    for batch in length_sorted_batches(lengths, batch_size):
+        # Empty rows only (a tokenizer that adds no special tokens, GPT-2's): one masked padding token each, as an
+        # empty row gets beside longer ones, since a (rows, 0) batch breaks the models' reshapes.
+        width = {"padding": "max_length", "max_length": 1} if lengths[batch[0]] == 0 else {}
         yield batch, tokenizer.pad([{k: encodings[k][rows[i]] for k in keys} for i in batch],
-                                   return_tensors=return_tensors)
+                                   return_tensors=return_tensors, **width)
 
 
 class LengthGroupedSampler(torch.utils.data.Sampler):

@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pandas as pd
 
 from attnpool.data.delimited import MergedRows, check_fields, check_header, csv_error
 from attnpool.data.errors import DataError
+from attnpool.data.parquet import iter_parquet, read_parquet, require_pyarrow
 from attnpool.data.text_files import Utf8Stream, is_blank, not_utf8, read_utf8
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -56,7 +58,7 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
     suffix = p.suffix.lower()
     keep_text = set(text_columns)
     if suffix == ".parquet":
-        frame = _read_parquet(p)
+        frame = read_parquet(p)
     else:
         text = read_utf8(p)
         if not text.strip():
@@ -65,7 +67,7 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
             frame = _read_jsonl(text, p, keep_text)
         else:
             frame = _read_delimited(text, p, "\t" if suffix == ".tsv" else ",", keep_text)
-    _text_as_str(frame, keep_text)
+    _text_as_str(frame, keep_text, p)
     if len(frame) == 0:
         raise _no_rows(p, frame.columns)
     return frame
@@ -108,7 +110,7 @@ def iter_table(path: str | os.PathLike[str], chunk_rows: int, *, text_columns: I
     suffix = p.suffix.lower()
     keep_text = set(text_columns)
     if suffix == ".parquet":
-        chunks = _iter_parquet(p, int(chunk_rows), _require_pyarrow(p))
+        chunks = iter_parquet(p, int(chunk_rows), require_pyarrow(p))
     elif is_blank(p):
         raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
     elif suffix == ".jsonl":
@@ -134,8 +136,8 @@ def _numbered(path: Path, chunks: Iterator[pd.DataFrame], keep_text: set[str]) -
         columns = frame.columns
         if len(frame) == 0:
             continue
-        _text_as_str(frame, keep_text)
         frame.index = pd.RangeIndex(rows, rows + len(frame))
+        _text_as_str(frame, keep_text, path)  # after the numbering: its errors give the row in the file
         rows += len(frame)
         yield frame
         del frame  # before the next chunk is read: the caller may have let go of this one
@@ -159,12 +161,30 @@ def _checked_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def _text_as_str(frame: pd.DataFrame, keep_text: set[str]) -> None:
+def _text_as_str(frame: pd.DataFrame, keep_text: set[str], path: Path) -> None:
     for name in keep_text.intersection(frame.columns):
         if not pd.api.types.is_string_dtype(frame[name]):  # Parquet/JSONL types: write the values as text
-            values = frame[name].map(lambda v: v if isinstance(v, str) or _missing(v) else str(v))
+            values = pd.Series([_as_text(v, path, name, row) for row, v in frame[name].items()], index=frame.index,
+                               dtype=object)
             # pandas 2's astype(str) writes a missing value as the text "nan" or "None": keep it missing
             frame[name] = values.astype(str).where(values.notna(), np.nan)
+
+
+def _as_text(value: object, path: Path, name: str, row: int) -> object:
+    """A value as text; bytes (Parquet strings stored as BYTE_ARRAY without their UTF-8 annotation) decoded."""
+    if isinstance(value, str) or _missing(value):
+        return value
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = value[e.start : e.end].hex(" ")
+        raise DataError(
+            f"{path}: column {name!r}, data row {row + 1} holds bytes that are not UTF-8 text ({bad} at byte "
+            f"{e.start}); store the column as UTF-8 strings, e.g. decoded from its encoding with "
+            f"`df[{name!r}] = df[{name!r}].str.decode('cp1252')` before `df.to_parquet(...)`"
+        ) from None
 
 
 def _no_rows(path: Path, columns: Iterable) -> DataError:
@@ -297,6 +317,23 @@ def _jsonl_keys(path: Path, keys: list[str]) -> list[str]:
     return [k for k in keys if k in found]
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # a \u escape of half a UTF-16 pair (paired or not)
+
+
+def _check_surrogates(record: dict, lineno: int, path: Path) -> None:
+    """A DataError for the escape of a lone surrogate (half a UTF-16 pair): no character, UTF-8 cannot hold it."""
+    for name, value in record.items():
+        text = json.dumps([name, value], ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DataError(
+                f"{path}: line {lineno}, key {name!r}: the escape \\u{ord(text[e.start]):04x} is half of a UTF-16 "
+                "surrogate pair without its other half: no character, and not writable as UTF-8; write the character "
+                "itself, or both halves of its pair (e.g. \\ud83d\\ude00 for one emoji), or remove the escape"
+            ) from None
+
+
 def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) -> dict | None:
     """One line's object (``None`` for a blank line), with ``text_columns`` values as written in the file."""
     if not line.strip():
@@ -314,76 +351,10 @@ def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) ->
             f"{path}: line {lineno} holds a JSON {type(record).__name__}, not an object; a .jsonl file holds one "
             'JSON object per line, e.g. {"text": "...", "label": 1}'
         )
+    if _SURROGATE_ESCAPE.search(line):
+        _check_surrogates(record, lineno, path)
     for name in text_columns.intersection(record):
         value = record[name]
         if value is not None and not isinstance(value, str):
             record[name] = json.dumps(value, ensure_ascii=False)  # 4112 -> "4112", as written in the file
     return record
-
-
-def _require_pyarrow(path: Path):
-    """``pyarrow.parquet`` (pandas' Parquet engine), or a DataError saying how to get it."""
-    try:
-        import pyarrow.parquet
-    except ImportError:
-        raise DataError(
-            f"{path}: reading Parquet needs the pyarrow package; install it (`pip install 'attnpool[parquet]'`) "
-            "or convert the file to CSV"
-        ) from None
-    return pyarrow.parquet
-
-
-def _parquet_error(path: Path, error: Exception) -> DataError:
-    return DataError(
-        f"{path}: could not be read as Parquet ({type(error).__name__}: {error}); check that it is a complete "
-        "Parquet file, or rename it if it is another format"
-    )
-
-
-# Integers with nulls stay Python ints (and None), not floats: an id 4112 is "4112" as text, as in CSV, not "4112.0".
-_TO_PANDAS = {"integer_object_nulls": True}
-
-
-def _frame(table) -> pd.DataFrame:
-    """A pyarrow table as a frame, with the levels of a pandas index stored in it as columns, the unnamed dropped.
-
-    ``df.set_index("id").to_parquet(...)`` stores the ids as the index: a column, as in CSV, for ``--id-col``
-    (:func:`iter_table` numbers the rows in the index, where the ids would be lost). A level named like a column
-    (``set_index("id", drop=False)``) is dropped: the column holds it already.
-    """
-    frame = table.to_pandas(**_TO_PANDAS)
-    named = [name for name in frame.index.names if name is not None and name not in frame.columns]
-    return (frame.reset_index(level=named) if named else frame).reset_index(drop=True)
-
-
-def _read_parquet(path: Path) -> pd.DataFrame:
-    pq = _require_pyarrow(path)
-    try:
-        return _frame(pq.read_table(path))
-    except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
-        raise _parquet_error(path, e) from e
-
-
-def _iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
-    """Batches regrouped into chunks of exactly ``chunk_rows`` rows (pyarrow's batches may stop at row groups)."""
-    import pyarrow as pa
-
-    try:
-        file = pq.ParquetFile(path)
-        schema = file.schema_arrow
-        if file.metadata.num_rows == 0:
-            yield _frame(schema.empty_table())
-            return
-        pending: list = []
-        rows = 0
-        for batch in file.iter_batches(batch_size=chunk_rows):
-            pending.append(batch)
-            rows += batch.num_rows
-            while rows >= chunk_rows:
-                table = pa.Table.from_batches(pending, schema=batch.schema)
-                yield _frame(table.slice(0, chunk_rows))
-                pending, rows = table.slice(chunk_rows).to_batches(), rows - chunk_rows
-        if rows:
-            yield _frame(pa.Table.from_batches(pending, schema=schema))
-    except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
-        raise _parquet_error(path, e) from e

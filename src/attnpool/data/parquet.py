@@ -1,0 +1,83 @@
+"""Parquet files (through pyarrow, pandas' Parquet engine), read whole or in chunks of rows.
+
+The Parquet side of :mod:`attnpool.data.readers`, whose :func:`~attnpool.data.readers.read_table` and
+:func:`~attnpool.data.readers.iter_table` turn the columns read as text into strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from attnpool.data.errors import DataError
+
+
+def require_pyarrow(path: Path):
+    """``pyarrow.parquet`` (pandas' Parquet engine), or a DataError saying how to get it."""
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise DataError(
+            f"{path}: reading Parquet needs the pyarrow package; install it (`pip install 'attnpool[parquet]'`) "
+            "or convert the file to CSV"
+        ) from None
+    return pyarrow.parquet
+
+
+def _parquet_error(path: Path, error: Exception) -> DataError:
+    return DataError(
+        f"{path}: could not be read as Parquet ({type(error).__name__}: {error}); check that it is a complete "
+        "Parquet file, or rename it if it is another format"
+    )
+
+
+# Integers with nulls stay Python ints (and None), not floats: an id 4112 is "4112" as text, as in CSV, not "4112.0".
+_TO_PANDAS = {"integer_object_nulls": True}
+
+
+def _frame(table) -> pd.DataFrame:
+    """A pyarrow table as a frame, with the levels of a pandas index stored in it as columns, the unnamed dropped.
+
+    ``df.set_index("id").to_parquet(...)`` stores the ids as the index: a column, as in CSV, for ``--id-col``
+    (:func:`~attnpool.data.readers.iter_table` numbers the rows in the index, where the ids would be lost). A level
+    named like a column (``set_index("id", drop=False)``) is dropped: the column holds it already.
+    """
+    frame = table.to_pandas(**_TO_PANDAS)
+    named = [name for name in frame.index.names if name is not None and name not in frame.columns]
+    return (frame.reset_index(level=named) if named else frame).reset_index(drop=True)
+
+
+def read_parquet(path: Path) -> pd.DataFrame:
+    """The whole file as a frame; a DataError when pyarrow is missing or the file is not Parquet."""
+    pq = require_pyarrow(path)
+    try:
+        return _frame(pq.read_table(path))
+    except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
+        raise _parquet_error(path, e) from e
+
+
+def iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
+    """Batches regrouped into chunks of exactly ``chunk_rows`` rows (pyarrow's batches may stop at row groups)."""
+    import pyarrow as pa
+
+    try:
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
+        if file.metadata.num_rows == 0:
+            yield _frame(schema.empty_table())
+            return
+        pending: list = []
+        rows = 0
+        for batch in file.iter_batches(batch_size=chunk_rows):
+            pending.append(batch)
+            rows += batch.num_rows
+            while rows >= chunk_rows:
+                table = pa.Table.from_batches(pending, schema=batch.schema)
+                yield _frame(table.slice(0, chunk_rows))
+                pending, rows = table.slice(chunk_rows).to_batches(), rows - chunk_rows
+        if rows:
+            yield _frame(pa.Table.from_batches(pending, schema=schema))
+    except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
+        raise _parquet_error(path, e) from e
