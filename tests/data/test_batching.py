@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnpool.data import LengthGroupedSampler, length_sorted_batches
-from attnpool.data.batching import padded_batches
+from attnpool.data.batching import PaddingCollator, padded_batches
 from model_helpers import tiny_tokenizer
 
 
@@ -77,6 +77,26 @@ def test_a_batch_of_rows_without_tokens_is_one_masked_padding_token_wide(tensors
     assert {k: np.asarray(v).tolist() for k, v in empty.items()} == {
         "input_ids": [[0]], "attention_mask": [[0]], "token_type_ids": [[0]]}
     assert [b for b, _ in padded_batches(encodings, 2, tiny_tokenizer(), rows=[2, 0])] == [[0, 1]]
+
+
+def test_the_training_collator_pads_a_batch_of_rows_without_tokens_to_one_masked_token():
+    """Training's batches too: the length-grouped sampler puts the empty texts together, and a (rows, 0) batch broke
+    the encoder ("cannot reshape tensor of 0 elements"); other batches are padded as transformers pads them."""
+    import transformers
+
+    from attnpool.model import AttnPoolForSequenceClassification
+    from model_helpers import tiny_config
+
+    tokenizer = tiny_tokenizer()
+    empty = [{"input_ids": [], "attention_mask": [], "labels": label} for label in (0.5, 1.0)]
+    batch = PaddingCollator(tokenizer)(empty)
+    assert batch["input_ids"].tolist() == [[0], [0]] and batch["attention_mask"].tolist() == [[0], [0]]
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("gpt2"), num_labels=1)
+    assert torch.isfinite(model(**batch).loss)
+    rows = [{"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1], "labels": 0.5}, empty[1]]
+    expected = transformers.DataCollatorWithPadding(tokenizer)(rows)
+    got = PaddingCollator(tokenizer)(rows)
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
 
 
 def test_bad_arguments():

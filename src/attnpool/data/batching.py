@@ -6,16 +6,18 @@ lengths vary; grouping rows of similar length and padding per batch (``tokenizer
 
 * Prediction: :func:`length_sorted_batches`, rows sorted by length (longest first), outputs put back in input order.
 * Training: :class:`LengthGroupedSampler`, transformers' shuffled length grouping, seeded per epoch and grouped by
-  the global batch so that every process draws the same order.
+  the global batch so that every process draws the same order; :class:`PaddingCollator` pads each batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+import transformers
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
 ENCODING_KEYS = ("input_ids", "attention_mask", "token_type_ids")  # what a model reads of a tokenizer's output
@@ -72,6 +74,23 @@ def padded_batches(encodings: dict[str, list], batch_size: int, tokenizer: Any, 
         width = {"padding": "max_length", "max_length": 1} if lengths[batch[0]] == 0 else {}
         yield batch, tokenizer.pad([{k: encodings[k][rows[i]] for k in keys} for i in batch],
                                    return_tensors=return_tensors, **width)
+
+
+@dataclasses.dataclass
+class PaddingCollator(transformers.DataCollatorWithPadding):
+    """Transformers' padding collator for training and evaluation, at least one token wide.
+
+    A batch of rows without tokens (empty texts, with a tokenizer that adds no special tokens, GPT-2's; the
+    length-grouped sampler puts them together) is one masked padding token wide, as in :func:`padded_batches`:
+    padded to ``(rows, 0)`` it broke the encoders' reshapes.
+    """
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        """The padded batch of ``features`` (pre-tokenised rows with their labels)."""
+        if features and max(len(f["input_ids"]) for f in features) == 0:
+            one = dataclasses.replace(self, padding="max_length", max_length=1)
+            return transformers.DataCollatorWithPadding.__call__(one, features)
+        return super().__call__(features)
 
 
 class LengthGroupedSampler(torch.utils.data.Sampler):

@@ -19,7 +19,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from attnpool.allocator import keep_freed_memory, largest_parameter_bytes
 from attnpool.config import TrainConfig
-from attnpool.data.batching import LengthGroupedSampler
+from attnpool.data.batching import LengthGroupedSampler, PaddingCollator
 from attnpool.metrics import task_metrics
 from attnpool.model.dropout import use_cpu_dropout
 from attnpool.runs.files import atomic_write_json
@@ -324,7 +324,7 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
         callbacks.append(transformers.EarlyStoppingCallback(early_stopping_patience=cfg.early_stopping_patience))
     with fold_environment(run, fold):  # the integrations' callbacks read it when the Trainer makes them
         trainer = RecipeTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                                data_collator=transformers.DataCollatorWithPadding(tokenizer),
+                                data_collator=PaddingCollator(tokenizer),
                                 compute_metrics=compute_metrics, callbacks=callbacks, recipe=cfg, monitor=monitor,
                                 ema=ema, adversary=adversary)
     tracking.watch(trainer.callback_handler.callbacks)
