@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,9 +15,14 @@ import pytest
 import yaml
 
 from attnpool.cli import main
-from attnpool.comparison import PoolerSpec, holm, paired_bootstrap, paired_t_test, t_interval
+from attnpool.comparison import PoolerSpec, holm, paired_bootstrap, paired_t_test, runner, t_interval
 from attnpool.comparison.stats import metric_function
+from attnpool.config import TrainConfig
+from attnpool.metrics import task_metrics
 from attnpool.pooling import build_pooler
+from attnpool.runs import LockedError, Run, RunError, RunLock
+from attnpool.runs import lock as lock_mod
+from attnpool.runs.tables import oof_frame
 from model_helpers import save_tiny_encoder, write_toy_csv
 
 # ---------------------------------------------------------------- statistics
@@ -321,6 +330,13 @@ def test_a_numpy_integer_is_a_number_of_seeds(setup, tmp_path, monkeypatch):
     assert trained.value.args[0] == [7, 8] and all(type(seed) is int for seed in trained.value.args[0])
     with pytest.raises(ValueError, match="a single value is a number of seeds and must be >= 1, got 0"):
         api.compare(poolings=["max"], seeds=np.int64(0), output_dir=tmp_path / "d")
+    # seeds=np.arange(7, 9): np.int64 seeds, which yaml.safe_dump cannot write in the runs' requests
+    with pytest.raises(Trained) as trained:
+        api.compare(poolings=["max"], seeds=np.arange(7, 9), output_dir=tmp_path / "e",
+                    train_file=str(root / "train.csv"), text_cols=["first", "second"])
+    assert trained.value.args[0] == [7, 8] and all(type(seed) is int for seed in trained.value.args[0])
+    with pytest.raises(ValueError, match=r"--seeds must be integer seeds \(or one count\), got \[True, 2\]"):
+        api.compare(poolings=["max"], seeds=[True, 2], output_dir=tmp_path / "f")
 
 
 def test_specs_that_would_share_a_run_folder_are_refused(tmp_path):
@@ -340,6 +356,137 @@ def test_a_failed_run_is_reported_with_its_log(setup, tmp_path, capsys):
     assert main(["compare", *bad, "--poolings", "max", "--seeds", "1", "--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "training mean with seed 42 failed (exit 2)" in err and "seed_42.log" in err and "nothere" in err
+
+
+def test_a_start_stopped_by_bad_data_is_started_again_not_resumed(tmp_path, monkeypatch):
+    """A run folder left with only train.log (bad data, Ctrl-C while reading) was resumed: train --resume refuses a
+    run that never started, so the comparison failed on it until the user deleted the folder."""
+    run_dir = tmp_path / "runs" / "mean" / "seed_42"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("DataError: missing column(s) 'second'\n")
+    commands = []
+
+    class Started(Exception):
+        pass
+
+    def popen(command, **kwargs):
+        commands.append(command)
+        raise Started
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    cfg, spec = TrainConfig(train_file="x.csv", text_cols=["a"]), PoolerSpec.parse("mean")
+    with pytest.raises(Started):
+        runner._run_one(cfg, spec, 42, run_dir)
+    Run(run_dir).write_info({"task": "regression"})  # a run that started: resumed
+    with pytest.raises(Started):
+        runner._run_one(cfg, spec, 42, run_dir)
+    assert ["--resume" in command for command in commands] == [False, True]
+
+
+def test_overwrite_refuses_to_delete_a_run_another_process_is_training(tmp_path, monkeypatch):
+    """compare --overwrite held the comparison's lock only: it deleted a run a worker left by a killed compare (or a
+    train --resume by hand) was training."""
+    helpers = importlib.util.spec_from_file_location("lock_helpers", Path(__file__).parents[1] / "runs"
+                                                     / "lock_helpers.py")
+    lock_helpers = importlib.util.module_from_spec(helpers)
+    helpers.loader.exec_module(lock_helpers)
+    monkeypatch.setattr(runner, "_train_missing", lambda *args: pytest.fail("trained before the runs were locked"))
+    out, cfg = tmp_path / "cmp", TrainConfig(train_file="x.csv", text_cols=["a"])
+    with RunLock(out, purpose="compare"):
+        runner._check_recipe(out, cfg, overwrite=False)  # an earlier comparison
+    busy = out / "runs" / "mean" / "seed_42"
+    Run.create(busy).write_info({"task": "regression"})
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", lock_helpers.HOLDER, lock_mod.__file__, str(busy), str(ready),
+                               "-", "dir"], stderr=subprocess.PIPE, text=True)
+    try:
+        lock_helpers.wait_for(ready, holder)
+        with pytest.raises(LockedError, match=rf"{re.escape(str(busy))} is in use by another attnpool process "
+                                              rf"\(train, PID {holder.pid} on host"):
+            runner.compare(cfg, ["max"], seeds=[42], output_dir=out, overwrite=True)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stderr.close()
+    assert Run.is_run(busy) and (out / "compare_config.yaml").is_file()  # nothing deleted
+
+
+def fake_training(monkeypatch, rows: int = 40, fingerprint=lambda seed: "the same rows") -> list:
+    """Replace the training process by one that writes a finished regression run of ``rows`` rows in 2 folds (only
+    ``only_folds`` when given), with ``fingerprint(seed)`` as its data fingerprint; returns the (pooler, seed) trained.
+    """
+    trained = []
+
+    def run_one(cfg, spec, seed, run_dir):
+        trained.append((spec.label, seed))
+        run = Run.create(run_dir, overwrite=True)
+        run.write_info({"task": "regression", "classes": None, "data_sha256": fingerprint(seed)})
+        run.write_config({**cfg.to_dict(), "pooling": spec.pooling, "pooling_options": spec.options, "seed": seed})
+        run.write_fold_assignment(np.arange(rows) % 2)
+        folds = cfg.only_folds if cfg.only_folds is not None else [0, 1]
+        valid = np.flatnonzero(np.isin(np.arange(rows) % 2, folds))
+        target = np.random.default_rng(seed).random(rows)[valid]
+        predicted = target + np.random.default_rng(len(trained)).normal(0, 0.3, len(valid))
+        run.write_oof(oof_frame("regression", None, valid, None, target, predicted, 0))
+        run.write_metrics({"folds": [{"fold": f} for f in folds], "overall": task_metrics("regression", target,
+                                                                                          predicted),
+                           "complete": len(folds) == 2})
+
+    monkeypatch.setattr(runner, "_run_one", run_one)
+    return trained
+
+
+def test_a_limit_of_exactly_the_files_rows_draws_nothing(tmp_path, monkeypatch):
+    """--limit 40 on a file of 40 rows: every seed validated on the same rows, but the row count alone read as a draw,
+    so the bootstrap counted each seed's rows as examples of their own (an interval too narrow)."""
+    fake_training(monkeypatch, rows=40)
+    drawn = []
+
+    def summarise(*args, per_seed_rows, **kwargs):
+        drawn.append(per_seed_rows)
+        return real_summarise(*args, per_seed_rows=per_seed_rows, **kwargs)
+
+    real_summarise = runner.summarise
+    monkeypatch.setattr(runner, "summarise", summarise)
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2, limit=40)
+    runner.compare(cfg, ["attention"], seeds=[1, 2], output_dir=tmp_path / "cmp", bootstrap=20)
+    assert drawn == [False]  # the same fingerprint in every seed: the same rows, keys shared by the seeds
+    runs = [tmp_path / "cmp" / "runs" / "mean" / f"seed_{seed}" for seed in (1, 2)]
+    Run(runs[1]).write_info({**Run(runs[1]).info(), "data_sha256": "other rows"})  # each seed drew its own
+    assert runner.draws_rows_per_seed(cfg, *runs)
+
+
+def test_the_table_says_one_validation_file_served_every_seed(tmp_path, monkeypatch):
+    """With a valid_file the notes said each seed drew its own split, though every seed validated on that file."""
+    fake_training(monkeypatch)
+    cfg = TrainConfig(train_file="x.csv", valid_file="v.csv", text_cols=["a"])
+    result = runner.compare(cfg, ["attention"], seeds=[1, 2], output_dir=tmp_path / "cmp", bootstrap=20)
+    assert "One validation file for every seed (valid_file): the seeds vary the training only" in result.markdown
+    assert "Each seed drew its own split" not in result.markdown
+    assert result.markdown == (tmp_path / "cmp" / "compare.md").read_text()
+
+
+def test_only_folds_that_would_leave_a_seed_s_runs_unpaired_are_refused_before_anything_trains(tmp_path, monkeypatch):
+    """A full comparison, then a new pooler with --only-folds 0: it trained, then the comparison failed with "predicted
+    different rows ... was the data changed during the comparison?"."""
+    trained = fake_training(monkeypatch)
+    out = tmp_path / "cmp"
+    runner.compare(TrainConfig(train_file="x.csv", text_cols=["a"], folds=2), ["attention"], seeds=[1, 2],
+                   output_dir=out, bootstrap=20)
+    assert len(trained) == 4
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2, only_folds=[0])
+    with pytest.raises(RunError, match=re.escape(
+            f"--only-folds 0: the runs of seed 1 in {out} would hold different folds (mean, attention: fold(s) 0, 1; "
+            "gem: fold(s) 0), so their out-of-fold rows would not be paired. Give --only-folds 0 1 (the folds of "
+            "every run of the seed), or leave --only-folds out to train every fold")):
+        runner.compare(cfg, ["attention", "gem"], seeds=[1, 2], output_dir=out, bootstrap=20)
+    assert len(trained) == 4 and not (out / "runs" / "gem").exists()
+    # the same folds as the kept runs: only the new pooler trains, and it pairs
+    other = tmp_path / "partial"
+    runner.compare(cfg, ["attention"], seeds=[1, 2], output_dir=other, bootstrap=20)
+    result = runner.compare(cfg, ["attention", "gem"], seeds=[1, 2], output_dir=other, bootstrap=20)
+    assert trained[-2:] == [("gem", 1), ("gem", 2)] and [r["pooler"] for r in result.rows] == ["mean", "attention",
+                                                                                                  "gem"]
 
 
 def test_bootstrap_keys_name_the_same_example_in_every_seed(tmp_path):

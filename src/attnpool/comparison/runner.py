@@ -15,6 +15,7 @@ interrupted or extended comparison only trains what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -66,13 +67,21 @@ def _refuse_foreign(out: Path) -> None:
 
 
 def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
-    """Save the shared recipe, or check that an existing comparison used the same one (``out`` is locked)."""
+    """Save the shared recipe, or check that an existing comparison used the same one (``out`` is locked).
+
+    ``overwrite`` first takes the lock of every run inside, as ``train --overwrite`` does of its run: a run another
+    process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted
+    from under it.
+    """
     path = out / CONFIG_FILE
     recipe = _shared_recipe(cfg)
     if path.is_file() and overwrite:
-        for child in out.iterdir():
-            if child.name != LOCK_NAME:  # the lock this process holds stays
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        with contextlib.ExitStack() as held:  # all of them before anything is deleted; LockedError names the holder
+            for run_dir in sorted(p for p in out.glob("runs/*/seed_*") if p.is_dir()):
+                held.enter_context(Run(run_dir).lock("compare --overwrite"))
+            for child in out.iterdir():
+                if child.name != LOCK_NAME:  # the lock this process holds stays
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
     elif path.is_file():
         # A field the saved recipe lacks is one added to attnpool since: it ran with that field's default.
         saved = {**_shared_recipe(TrainConfig()), **load_yaml(path)}
@@ -98,6 +107,34 @@ def _wanted_folds(run_dir: Path, only_folds: list[int] | None) -> bool:
     return only_folds is not None and set(only_folds) <= done
 
 
+def _check_folds(out: Path, only_folds: list[int] | None, specs: list[PoolerSpec], seeds: list[int]) -> None:
+    """Refuse, before anything trains, ``only_folds`` that would leave the runs of a seed with different folds.
+
+    Their out-of-fold rows would not pair (a full comparison, then a new pooler with ``--only-folds 0``). Without
+    ``only_folds`` every run is trained to the end, so all hold every fold.
+    """
+    if only_folds is None:
+        return
+    for seed in seeds:
+        after: dict[frozenset[int], list[str]] = {}  # the folds each run will hold after this call
+        for spec in specs:
+            run_dir = out / "runs" / spec.slug / f"seed_{seed}"
+            run = Run(run_dir)
+            if _wanted_folds(run_dir, only_folds):  # kept as it is: the folds of its out-of-fold file
+                folds = {f["fold"] for f in run.metrics()["folds"]}
+            else:  # resumed (or started): the folds it finished, and those of this call
+                folds = {f for f in run.trained_folds() if run.fold_done(f)} | set(only_folds)
+            after.setdefault(frozenset(folds), []).append(spec.label)
+        if len(after) > 1:
+            groups = "; ".join(f"{', '.join(labels)}: fold(s) {', '.join(map(str, sorted(folds)))}"
+                               for folds, labels in after.items())
+            every = " ".join(map(str, sorted(set().union(*after))))
+            raise RunError(f"--only-folds {' '.join(map(str, only_folds))}: the runs of seed {seed} in {out} would "
+                           f"hold different folds ({groups}), so their out-of-fold rows would not be paired. Give "
+                           f"--only-folds {every} (the folds of every run of the seed), or leave --only-folds out "
+                           "to train every fold")
+
+
 def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> dict[str, float]:
     """Train one (pooler, seed) run in a process of its own; returns its wall time and peak RSS.
 
@@ -109,7 +146,7 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     request = run_dir.parent / f"seed_{seed}.yaml"
     atomic_write_text(request, yaml.safe_dump(values, sort_keys=False))
     command = [sys.executable, "-m", "attnpool.comparison.worker", str(request)]
-    if run_dir.is_dir() and any(run_dir.iterdir()):
+    if Run.is_run(run_dir):  # not a start that stopped before it recorded its run (bad data): never resumable
         command.append("--resume")
     log_path = run_dir.parent / f"seed_{seed}.log"
     started = time.perf_counter()
@@ -170,7 +207,10 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         if seeds < 1:
             raise ValueError(f"--seeds: a single value is a number of seeds and must be >= 1, got {seeds}")
         seeds = list(range(cfg.seed, cfg.seed + operator.index(seeds)))
-    seeds = list(seeds)
+    listed = [seeds] if isinstance(seeds, bool) else list(seeds)
+    if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in listed):
+        raise ValueError(f"--seeds must be integer seeds (or one count), got {listed!r}")
+    seeds = [operator.index(s) for s in listed]  # ints: np.int64 from np.arange is no YAML for the runs' requests
     specs = [PoolerSpec.parse(p) for p in poolings]
     base = PoolerSpec.parse(baseline)
     if base.label not in [s.label for s in specs]:
@@ -203,10 +243,12 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     _refuse_foreign(out)
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere
         _check_recipe(out, cfg, overwrite)
+        _check_folds(out, cfg.only_folds, specs, seeds)
         trained = _train_missing(out, cfg, specs, seeds)
         _check_same_data(out, specs, seeds)
+        base_runs = [out / "runs" / base.slug / f"seed_{seed}" for seed in seeds]
         result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
-                           per_seed_rows=draws_rows_per_seed(cfg, out / "runs" / base.slug / f"seed_{seeds[0]}"))
+                           per_seed_rows=draws_rows_per_seed(cfg, *base_runs), valid_file=bool(cfg.valid_file))
     result.trained = trained
     return result
 
@@ -262,13 +304,18 @@ def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: 
     return len(todo)
 
 
-def draws_rows_per_seed(cfg: TrainConfig, run_dir: Path | None = None) -> bool:
+def draws_rows_per_seed(cfg: TrainConfig, *run_dirs: Path) -> bool:
     """Whether each seed validated on rows of its own: a ``limit`` drawn by the seed (no ``split_seed``).
 
     A ``valid_file`` is read whole, so its rows are the same examples in every seed (the limit draws training rows),
-    and so is a file of no more rows than the limit: ``run_dir``, one of the runs, says how many it trained on.
+    and so is a file of no more rows than the limit. ``run_dirs``, one run per seed, say which: their data
+    fingerprints differ between seeds only when the seeds drew. Without them (one seed, runs from before the
+    fingerprints) the first run's row count decides, though a file of exactly ``limit`` rows then counts as drawn.
     """
     if cfg.limit is None or cfg.split_seed is not None or cfg.valid_file:
         return False
-    folds = Run(run_dir).read_fold_assignment() if run_dir is not None else None
+    fingerprints = [Run(run_dir).info().get("data_sha256") for run_dir in run_dirs if Run.is_run(run_dir)]
+    if len(fingerprints) == len(run_dirs) > 1 and None not in fingerprints:
+        return len(set(fingerprints)) > 1
+    folds = Run(run_dirs[0]).read_fold_assignment() if run_dirs else None
     return folds is None or len(folds) >= cfg.limit  # fewer rows than the limit: nothing was drawn

@@ -153,10 +153,11 @@ def _pooling_stats(run_dir: Path) -> dict[str, float]:
 
 
 def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, seeds: list[int], *,
-              bootstrap: int = 1000, split_seed: int | None = None, per_seed_rows: bool = False) -> CompareResult:
+              bootstrap: int = 1000, split_seed: int | None = None, per_seed_rows: bool = False,
+              valid_file: bool = False) -> CompareResult:
     """Compute the comparison table from the finished runs in ``out`` and write its four files.
 
-    ``split_seed`` is the recipe's: when set, every seed trained on one split, which the table says.
+    ``split_seed`` and ``valid_file`` (whether set) are the recipe's: the table says when one split served all seeds.
     ``per_seed_rows``: each seed drew its own rows (a ``limit`` without ``split_seed``; see :func:`bootstrap_keys`).
     """
     metric, _ = primary_metric(task)
@@ -221,7 +222,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     for key in ("p_ttest", "p_signflip", "p_bootstrap"):
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
-    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group)
+    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group, valid_file)
     _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds, by_group)
     return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
 
@@ -291,7 +292,7 @@ def _bootstrap(r: dict[str, Any]) -> str:
 
 
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
-              split_seed: int | None = None, by_group: bool = False) -> str:
+              split_seed: int | None = None, by_group: bool = False, valid_file: bool = False) -> str:
     n = len(seeds)
     resampled = ("whole groups of out-of-fold examples (the folds' group_col: the examples of a group are not "
                  "independent)" if by_group else "the out-of-fold examples")
@@ -326,23 +327,23 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
         "Each pooler was trained once per seed with the same folds, data order and recipe (paired). "
         + (f"One split for every seed (split_seed {split_seed}): the seeds vary the training only (initialisation, "
            "dropout, data order). " if split_seed is not None else
+           "One validation file for every seed (valid_file): the seeds vary the training only (initialisation, "
+           "dropout, data order, and the training rows a limit draws). " if valid_file else
            "Each seed drew its own split (folds, and the rows of a limit), so the spread over seeds includes the "
            "split's (split_seed keeps one). ")
         + f"95% CI of the score: {scales}. Δ over seeds: the mean of the per-seed paired differences to the baseline, "
-        f"with its Student t 95% interval from {MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over "
-        "seeds can exclude 0 at 95% by the exact "
-        "test, so the per-seed differences are listed instead). p over seeds: the exact sign-flip permutation test "
-        "of the paired differences (all 2^n sign patterns, no normality assumed); with n seeds it cannot go below "
-        f"2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of {resampled}, "
-        "drawn once for all seeds (an example two seeds validated on counts once) and averaged over seeds; "
-        f"n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread over the resamples; it asks whether "
-        "these trained runs differ on these examples, not whether a new seed would. p-values are Holm-corrected "
-        "over the poolers compared to the baseline. The paired t-test over seeds "
-        "is in compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go "
-        "far below what the seeds allow. Weight entropy: the normalised entropy of the pooling weights on the "
-        "validation rows (1: mean pooling, 0: all weight on one token; '-': the pooler has no token weights), and "
-        "the share of the weight on special tokens, averaged over folds and seeds. Time and memory: training time "
-        "and peak memory relative to the baseline.",
+        f"with its Student t 95% interval from {MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over seeds "
+        "can exclude 0 at 95% by the exact test, so the per-seed differences are listed instead). p over seeds: the "
+        "exact sign-flip permutation test of the paired differences (all 2^n sign patterns, no normality assumed); "
+        f"with n seeds it cannot go below 2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of "
+        f"{resampled}, drawn once for all seeds (an example two seeds validated on counts once) and averaged over "
+        f"seeds; n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread over the resamples; it asks whether "
+        "these trained runs differ on these examples, not whether a new seed would. p-values are Holm-corrected over "
+        "the poolers compared to the baseline. The paired t-test over seeds is in compare.csv and compare.json "
+        "(p_ttest) for reference only: it assumes normal differences and can go far below what the seeds allow. Weight "
+        "entropy: the normalised entropy of the pooling weights on the validation rows (1: mean pooling, 0: all weight "
+        "on one token; '-': the pooler has no token weights), and the share of the weight on special tokens, averaged "
+        "over folds and seeds. Time and memory: training time and peak memory relative to the baseline.",
     ]
     if n < MIN_SEEDS_FOR_5_PERCENT:
         lines += ["", f"**{n} seed(s) are too few to test a difference over seeds**: the smallest p-value they allow "
@@ -365,8 +366,7 @@ def _write_outputs(out: Path, rows: list[dict[str, Any]], markdown: str, metric:
     atomic_write(out / "compare.csv", lambda tmp: flat.to_csv(tmp, index=False))
     atomic_write_json(out / "compare.json", {"metric": metric, "baseline": baseline, "seeds": seeds,
                                              "bootstrap": bootstrap, "bootstrap_by": "group" if by_group else "example",
-                                             "metric_range": list(bounds),
-                                             "poolers": rows})
+                                             "metric_range": list(bounds), "poolers": rows})
     _plot(out / "compare.png", rows, metric, bounds)
 
 
