@@ -84,3 +84,21 @@ def test_a_pooler_regulariser_a_pipeline_would_drop_is_refused():
     with pytest.raises(ValueError, match="AttnPooling: pooler 'multihead_attention' has a training regulariser"):
         AttnPooling("multihead_attention", 16, num_heads=2, penalty=0.5)
     assert AttnPooling("multihead_attention", 16, num_heads=2).get_embedding_dimension() > 0
+
+
+@pytest.mark.parametrize("pooling", ["attention", "mean"])
+def test_a_batch_packed_into_one_row_is_pooled_text_by_text(pooling):
+    """sentence-transformers packs a flash-attention encoder's batch into one row (cu_seq_lens_q marks each text's
+    start, no attention mask): pooled as it came, the batch got one embedding."""
+    torch.manual_seed(0)
+    module = AttnPooling(pooling, 32).eval()
+    tokens = torch.randn(1, 7, 32)
+    features = {"token_embeddings": tokens.clone(), "input_ids": torch.arange(1, 8)[None],
+                "cu_seq_lens_q": torch.tensor([0, 3, 7]), "cu_seq_lens_k": torch.tensor([0, 3, 7]),
+                "max_length_q": 4, "max_length_k": 4}
+    with torch.no_grad():
+        packed = module(features)["sentence_embedding"]
+        alone = [module({"token_embeddings": tokens[:, a:b], "attention_mask": torch.ones(1, b - a)})
+                 ["sentence_embedding"] for a, b in ((0, 3), (3, 7))]
+    assert packed.shape == (2, 32)
+    torch.testing.assert_close(packed, torch.cat(alone))

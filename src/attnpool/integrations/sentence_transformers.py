@@ -35,6 +35,11 @@ except ImportError:  # pragma: no cover - depends on the installed version
 from safetensors.torch import load_model, save_model
 from torch import Tensor
 
+try:  # where sentence-transformers packs a batch into one row (flash attention), it also ships the way back
+    from sentence_transformers.util import repad_flattened_features
+except ImportError:  # pragma: no cover - earlier versions never pack, so never call it
+    repad_flattened_features = None
+
 from attnpool.pooling import Pooler, build_pooler
 
 
@@ -74,7 +79,14 @@ class AttnPooling(Module):
         return self.pooler.get_config()
 
     def forward(self, features: dict[str, Tensor | Any], **kwargs: Any) -> dict[str, Tensor | Any]:
-        """Pool the token embeddings into ``features["sentence_embedding"]``."""
+        """Pool the token embeddings into ``features["sentence_embedding"]``.
+
+        A batch that sentence-transformers packed into one row (a flash-attention encoder: every text's tokens side
+        by side, ``cu_seq_lens_q`` marking where each starts, no attention mask) is padded back to one row per text
+        first, as sentence-transformers' own ``Pooling`` does: pooled as it came, it gave one embedding per batch.
+        """
+        if "cu_seq_lens_q" in features:
+            features = repad_flattened_features(features)
         pooled, weights = self.pooler(features["token_embeddings"], features.get("attention_mask"), return_weights=True)
         features["sentence_embedding"] = pooled
         if weights is not None:
