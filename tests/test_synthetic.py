@@ -335,3 +335,13 @@ def test_snr_sweep_takes_generators_and_numpy_arrays():
 def test_snr_sweep_refuses_a_set_size_that_is_not_an_integer():
     with pytest.raises(ValueError, match=r"snr_sweep: a set size must be an integer >= 1, got 2\.5"):
         snr_sweep(["mean"], set_sizes=[2.5], num_signals=[1], epochs=1)
+
+
+def test_a_poolers_regulariser_is_added_to_the_sets_training_loss():
+    """multihead_attention's penalty was never added here: penalty 10 trained exactly as penalty 0."""
+    train = make_signal_sets(64, set_size=8, num_signal=1, dim=8, seed=1)
+    test = make_signal_sets(32, set_size=8, num_signal=1, dim=8, seed=2)
+    fits = [train_pooler_on_sets("multihead_attention", train, test, epochs=2, seed=0,
+                                 pooling_options={"num_heads": 2, "penalty": penalty}) for penalty in (0.0, 10.0)]
+    plain, penalised = (dict(fit.pooler.named_parameters()) for fit in fits)
+    assert any(not torch.equal(plain[name], penalised[name]) for name in plain)

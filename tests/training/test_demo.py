@@ -58,3 +58,20 @@ def test_a_second_demo_replaces_the_first_demos_files(tmp_path):
         (folder / name).write_text("old")
     demo._clear_demo_folder(folder)
     assert [p.name for p in folder.iterdir() if p.name != ".attnpool.lock"] == []
+
+
+def test_the_demos_first_line_comes_first_in_a_log_of_both_streams(tmp_path):
+    """`attnpool demo > demo.log 2>&1`: stdout, buffered in a file, put the opening line after both runs' lines."""
+    import os
+    import subprocess
+    import sys
+
+    encoder = save_tiny_encoder(tmp_path / "enc")
+    code = ("from attnpool.training.demo import run_demo; "
+            f"run_demo(output_dir={str(tmp_path / 'demo')!r}, model={encoder!r}, n_train=32, n_valid=16)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"OMP_NUM_THREADS": "1"}
+    with (tmp_path / "demo.log").open("w") as log:
+        subprocess.run([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env, check=True,
+                       timeout=300)
+    lines = (tmp_path / "demo.log").read_text().splitlines()
+    assert lines[0].startswith("attnpool demo: 32 training / 16 validation texts"), lines[:3]

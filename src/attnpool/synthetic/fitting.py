@@ -164,8 +164,10 @@ def _train(
     for _ in range(epochs):
         model.train()
         for batch in torch.randperm(len(train), generator=gen).split(batch_size):
-            logits = classifier(model(train.vectors[batch], train.mask[batch]))  # (B, C)
-            loss = F_nn.cross_entropy(logits, train.labels[batch])
+            pooled, weights = model(train.vectors[batch], train.mask[batch], return_weights=True)
+            loss = F_nn.cross_entropy(classifier(pooled), train.labels[batch])  # logits (B, C)
+            if model.has_auxiliary_loss:  # the pooler's regulariser (multihead_attention's penalty), as in training
+                loss = loss + model.auxiliary_loss(weights)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

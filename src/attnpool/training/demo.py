@@ -108,7 +108,7 @@ def _run_demo(output_dir: Path, seconds: float, model: str, n_train: int | None,
     make_key_token_data(n_train, seed=0).to_csv(output_dir / "train.csv", index=False)
     make_key_token_data(n_valid, seed=1).to_csv(output_dir / "valid.csv", index=False)
     print(f"attnpool demo: {n_train} training / {n_valid} validation texts of 16-96 words; the label is the score of "
-          f"the one key word ({', '.join(KEYS)}) hidden among distractors")
+          f"the one key word ({', '.join(KEYS)}) hidden among distractors", flush=True)  # before the runs' stderr
     scores = {}
     for pooling in ("mean", "attention"):
         cfg = TrainConfig(train_file=str(output_dir / "train.csv"), valid_file=str(output_dir / "valid.csv"),
