@@ -157,6 +157,19 @@ def test_a_fold_model_card_has_its_data_scores_and_recipe(trained):
     assert not list(folder.parent.glob(".*")), "no temporary files left beside the model folder"
 
 
+def test_a_run_started_with_relative_paths_gets_a_card_with_absolute_ones(tmp_path, monkeypatch):
+    """`--train-file cr.csv --output-dir runs/cr` wrote `attnpool predict --run runs/cr` into the card: a command
+    that works from that folder only, though config.yaml keeps the absolute paths."""
+    monkeypatch.chdir(tmp_path)
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    write_toy_csv(tmp_path / "train.csv", n=16, seed=0)
+    attnpool.train(train_file="train.csv", text_cols=["first"], folds=2, only_folds=[0], epochs=1, batch_size=8,
+                   max_length=16, model=encoder, output_dir="runs/r")
+    facts = training_facts(tmp_path / "runs" / "r" / "fold_0" / "model")
+    assert facts.data_file == str(tmp_path / "train.csv") and facts.run_dir == str(tmp_path / "runs" / "r")
+    assert f"attnpool predict --run {tmp_path / 'runs' / 'r'} --folds 0" in parse(tmp_path / "runs/r/fold_0/model")[1]
+
+
 @pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory):
     """The fold model of ``trained`` exported to ONNX: the folder and the export's result."""

@@ -259,7 +259,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 (default: regression for one label), ``head_dropout``, ``pooling_layers``...
 
         Returns:
-            The model, with the pooler and head initialised as the recipe says (Xavier for the pooler).
+            The model, with the pooler and head initialised by their ``reset_parameters`` (the pooler's ``init``
+            option: ``attention`` starts from uniform weights, or its ``cls_share`` on ``[CLS]`` when ``paired``).
 
         Raises:
             FileNotFoundError: A local encoder path that does not exist.

@@ -120,11 +120,15 @@ def training_facts(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.nd
     recipe["seed"] = cfg.seed + fold  # what build_model seeds this fold with
     text = f"template `{cfg.template}`" if cfg.template else ", ".join(f"`{c}`" for c in cfg.text_cols) or None
     scores = {k: float(v) for k, v in (scores or {}).items() if math.isfinite(v)}
-    return TrainingFacts(
-        data_file=cfg.train_file or cfg.data_dir, rows=data.num_rows, train_rows=len(train_idx),
+    return TrainingFacts(  # paths absolute: the card's `attnpool predict --run DIR` works from any folder
+        data_file=_absolute(cfg.train_file or cfg.data_dir), rows=data.num_rows, train_rows=len(train_idx),
         valid_rows=len(valid_idx), fold=None if cfg.valid_file else fold, folds=None if cfg.valid_file else cfg.folds,
-        valid_file=cfg.valid_file, text=text, label=data.label_name, validation=scores, recipe=recipe,
-        run_dir=str(run.path), **more)
+        valid_file=_absolute(cfg.valid_file), text=text, label=data.label_name, validation=scores, recipe=recipe,
+        run_dir=_absolute(run.path), **more)
+
+
+def _absolute(path: str | os.PathLike | None) -> str | None:
+    return None if path is None else str(Path(path).expanduser().absolute())
 
 
 def _save_fold_model(trainer, tokenizer, folder: Path, card: str | None = None) -> None:
