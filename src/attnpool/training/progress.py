@@ -7,192 +7,37 @@ lines go above it. When its stream is not a terminal (a file, CI, a ``compare`` 
 :data:`MIN_BAR_COLUMNS` wide or of no size (0x0), it prints plain lines instead, one per evaluation and one at least
 every ``interval`` seconds between them, without carriage returns or escape sequences.
 
-:func:`quiet_third_party` keeps, for the length of a run, transformers' loading and saving bars, its log lines and
-known-harmless deprecation warnings of the libraries underneath off the console; they go to ``train.log`` with
-every raw ``Trainer`` log, through :data:`DETAIL_LOGGER`. Everything it changes is restored afterwards, so a Python
-caller's own transformers settings survive :func:`attnpool.train`.
-
-The verbosity (:func:`set_verbosity`): ``quiet`` (the summary and errors), ``normal``, or ``verbose`` (the
-``Trainer``'s own bars and log dicts, transformers' messages, as without attnpool). The command line sets it from
-``--quiet`` / ``--verbose`` with :func:`console`.
+What else reaches the console, the verbosity and third-party output (:func:`console`, :func:`quiet_third_party`,
+:func:`set_verbosity`) are :mod:`attnpool.training.console_logging`'s, importable from here too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import logging
 import math
 import os
 import sys
 import time
-import warnings
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TextIO
 
-import huggingface_hub.utils
 import transformers
 from tqdm import tqdm
 from tqdm.utils import disp_len
 
-VERBOSITIES = ("quiet", "normal", "verbose")
-# The level of the lines that --quiet keeps: the end-of-run summary (between INFO and WARNING).
-SUMMARY = 25
-logging.addLevelName(SUMMARY, "SUMMARY")
-# What only train.log gets: every raw Trainer log, the progress lines, third-party messages (not propagated to the
-# console's handlers; the run attaches its log file to it).
-DETAIL_LOGGER = "attnpool.detail"
-_detail = logging.getLogger(DETAIL_LOGGER)
-_detail.propagate = False
-_detail.setLevel(logging.INFO)
-_detail.addHandler(logging.NullHandler())  # outside a run (or off the main process): nowhere, not stderr
-# Libraries whose own console handlers a run turns down to errors (their records go to train.log instead).
-_QUIET_LOGGERS = ("transformers", "mlflow")
-# Libraries whose FutureWarning / DeprecationWarning (raised in their own code) say nothing to an attnpool user.
-_QUIET_WARNING_PACKAGES = ("transformers", "torch", "accelerate", "huggingface_hub", "tokenizers", "safetensors",
-                           "tensorboard", "mlflow")
+from attnpool.training.console_logging import (
+    DETAIL_LOGGER,
+    SUMMARY,
+    VERBOSITIES,
+    console,
+    get_verbosity,
+    quiet_third_party,
+    set_verbosity,
+)
 
-_settings = {"verbosity": "normal"}
+_detail = logging.getLogger(DETAIL_LOGGER)  # train.log only: the raw Trainer logs and the progress lines
 # Narrower than this (or a terminal that reports no size, 0x0), a live line cannot say much: plain lines instead.
 MIN_BAR_COLUMNS = 40
-
-
-def get_verbosity() -> str:
-    """The current verbosity: ``quiet``, ``normal`` or ``verbose``."""
-    return _settings["verbosity"]
-
-
-def set_verbosity(verbosity: str) -> str:
-    """Set the verbosity of training output (``quiet``, ``normal``, ``verbose``); returns the previous one."""
-    if verbosity not in VERBOSITIES:
-        raise ValueError(f"verbosity must be one of {', '.join(VERBOSITIES)}, got {verbosity!r}")
-    previous, _settings["verbosity"] = _settings["verbosity"], verbosity
-    return previous
-
-
-class _Stderr(logging.StreamHandler):
-    """A console handler that writes to whatever ``sys.stderr`` is when it writes (tests swap it)."""
-
-    @property
-    def stream(self) -> TextIO:  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: TextIO) -> None:
-        pass
-
-    def emit(self, record: logging.LogRecord) -> None:
-        # a live progress line on this terminal is cleared before the log line and redrawn below it, not written over
-        with tqdm.external_write_mode(file=self.stream):
-            super().emit(record)
-
-
-@contextlib.contextmanager
-def console(verbosity: str = "normal") -> Iterator[None]:
-    """The terminal of one command: log lines on stderr at the verbosity's level, no third-party bars.
-
-    ``quiet`` shows the summary (:data:`SUMMARY`) and warnings and errors; ``normal`` the INFO lines too;
-    ``verbose`` also leaves the libraries' progress bars on. Everything is restored on exit.
-    """
-    previous = set_verbosity(verbosity)
-    handler = _Stderr()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.setLevel(SUMMARY if verbosity == "quiet" else logging.INFO)
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        with contextlib.nullcontext() if verbosity == "verbose" else _no_library_bars():
-            yield
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-        set_verbosity(previous)
-
-
-@contextlib.contextmanager
-def _no_library_bars() -> Iterator[None]:
-    """No tqdm bars from transformers and huggingface_hub ("Loading weights", "Writing model shards"), then back."""
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
-    transformers.utils.logging.disable_progress_bar()  # also turns huggingface_hub's off
-    try:
-        yield
-    finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
-        if hub_bars:
-            huggingface_hub.utils.enable_progress_bars()
-        else:
-            huggingface_hub.utils.disable_progress_bars()
-
-
-def _package_dirs() -> tuple[str, ...]:
-    dirs = []
-    for name in _QUIET_WARNING_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            dirs.append(str(Path(spec.origin).parent) + os.sep)
-    return tuple(dirs)
-
-
-@contextlib.contextmanager
-def quiet_third_party(log_handler: logging.Handler | None = None) -> Iterator[None]:
-    """For one run: third-party bars off, their log lines and deprecation warnings to ``log_handler``, not the console.
-
-    ``log_handler`` (``train.log``) also gets :data:`DETAIL_LOGGER`'s records; at ``verbose`` that is all that
-    changes. Everything is restored on exit.
-
-    A ``FutureWarning`` or ``DeprecationWarning`` raised inside transformers, torch and the other libraries below
-    attnpool is one to their callers' authors (us), not to the user; one raised in attnpool's code or the user's is
-    still shown. Errors that the libraries log still reach the console.
-    """
-    stack = contextlib.ExitStack()
-    with stack:
-        if log_handler is not None:
-            _detail.addHandler(log_handler)
-            stack.callback(_detail.removeHandler, log_handler)
-        if get_verbosity() != "verbose":
-            stack.enter_context(_no_library_bars())
-            for name in _QUIET_LOGGERS:
-                stack.enter_context(_logger_to_file(logging.getLogger(name), log_handler))
-            stack.enter_context(_warnings_to_file(_package_dirs()))
-        yield
-
-
-@contextlib.contextmanager
-def _logger_to_file(library: logging.Logger, log_handler: logging.Handler | None) -> Iterator[None]:
-    """A library's own (console) handlers turned down to errors, and its records sent to ``log_handler``."""
-    levels = [(handler, handler.level) for handler in library.handlers]
-    for handler, level in levels:
-        handler.setLevel(max(level, logging.ERROR))
-    if log_handler is not None:
-        library.addHandler(log_handler)
-    try:
-        yield
-    finally:
-        if log_handler is not None:
-            library.removeHandler(log_handler)
-        for handler, level in levels:
-            handler.setLevel(level)
-
-
-@contextlib.contextmanager
-def _warnings_to_file(package_dirs: tuple[str, ...]) -> Iterator[None]:
-    with warnings.catch_warnings():  # restores showwarning and the filters on exit
-        def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                 line: str | None = None) -> None:
-            text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
-            if issubclass(category, FutureWarning | DeprecationWarning) and filename.startswith(package_dirs):
-                _detail.warning("%s", text)
-            else:
-                tqdm.write(text, file=sys.stderr)  # above a live progress line, not through it
-
-        warnings.showwarning = show
-        yield
 
 
 def _clock(seconds: float) -> str:
@@ -394,3 +239,7 @@ class FoldProgress(transformers.TrainerCallback):
         self.close()
         _detail.info("%s: done at step %d in %s", self.label, state.global_step,
                      _clock(time.perf_counter() - self._started))
+
+
+__all__ = ["DETAIL_LOGGER", "MIN_BAR_COLUMNS", "SUMMARY", "VERBOSITIES", "FoldProgress", "console", "get_verbosity",
+           "quiet_third_party", "set_verbosity"]

@@ -1,0 +1,262 @@
+"""What reaches the console: attnpool's own log lines at the verbosity's level; other libraries' output in train.log.
+
+:func:`console` (a command's terminal) prints log lines on stderr. Outside ``verbose`` those are attnpool's own
+records; another library's that propagate to the root logger (matplotlib's "generated new fontManager") only from
+WARNING, and during a run only its errors: :func:`quiet_third_party` sends the rest to ``train.log``.
+
+:func:`quiet_third_party` keeps, for the length of a run, transformers' loading and saving bars, its log lines, other
+libraries' log lines and known-harmless deprecation warnings of the libraries underneath off the console; they go
+to ``train.log`` with every raw ``Trainer`` log, through :data:`DETAIL_LOGGER`. Everything it changes is restored
+afterwards, so a Python caller's own transformers and logging settings survive :func:`attnpool.train`.
+
+The verbosity (:func:`set_verbosity`): ``quiet`` (the summary and errors), ``normal``, or ``verbose`` (the
+``Trainer``'s own bars and log dicts, transformers' messages, as without attnpool). The command line sets it from
+``--quiet`` / ``--verbose`` with :func:`console`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import huggingface_hub.utils
+import transformers
+from tqdm import tqdm
+
+VERBOSITIES = ("quiet", "normal", "verbose")
+# The level of the lines that --quiet keeps: the end-of-run summary (between INFO and WARNING).
+SUMMARY = 25
+logging.addLevelName(SUMMARY, "SUMMARY")
+# What only train.log gets: every raw Trainer log, the progress lines, third-party messages (not propagated to the
+# console's handlers; the run attaches its log file to it).
+DETAIL_LOGGER = "attnpool.detail"
+_detail = logging.getLogger(DETAIL_LOGGER)
+_detail.propagate = False
+_detail.setLevel(logging.INFO)
+_detail.addHandler(logging.NullHandler())  # outside a run (or off the main process): nowhere, not stderr
+# Libraries whose own console handlers a run turns down to errors (their records go to train.log instead).
+_QUIET_LOGGERS = ("transformers", "mlflow")
+# Libraries that print through a console handler of their own: the root's console handler does not print their
+# records again (transformers propagates them under CI=true, huggingface_hub always).
+_OWN_CONSOLE_LOGGERS = ("transformers", "huggingface_hub")
+# Libraries whose FutureWarning / DeprecationWarning (raised in their own code) say nothing to an attnpool user.
+_QUIET_WARNING_PACKAGES = ("transformers", "torch", "accelerate", "huggingface_hub", "tokenizers", "safetensors",
+                           "tensorboard", "mlflow")
+
+_settings = {"verbosity": "normal"}
+
+
+def get_verbosity() -> str:
+    """The current verbosity: ``quiet``, ``normal`` or ``verbose``."""
+    return _settings["verbosity"]
+
+
+def set_verbosity(verbosity: str) -> str:
+    """Set the verbosity of training output (``quiet``, ``normal``, ``verbose``); returns the previous one."""
+    if verbosity not in VERBOSITIES:
+        raise ValueError(f"verbosity must be one of {', '.join(VERBOSITIES)}, got {verbosity!r}")
+    previous, _settings["verbosity"] = _settings["verbosity"], verbosity
+    return previous
+
+
+def _own(record: logging.LogRecord) -> bool:
+    """Whether a record is attnpool's (``attnpool`` or ``attnpool.*``), not another library's."""
+    return record.name == "attnpool" or record.name.startswith("attnpool.")
+
+
+class _OwnLines(logging.Filter):
+    """The console outside ``verbose``: attnpool's records; another library's only from ``floor`` up.
+
+    ``floor`` is WARNING, and ERROR during a run (:func:`quiet_third_party`), whose ``train.log`` gets the rest.
+    """
+
+    floor = logging.WARNING
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _own(record) or record.levelno >= self.floor
+
+
+class _OthersTo(logging.Handler):
+    """On the root logger for a run: other libraries' records to ``target`` (attnpool's reach it by its logger)."""
+
+    def __init__(self, target: logging.Handler) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not _own(record):
+            self.target.handle(record)
+
+
+class _Stderr(logging.StreamHandler):
+    """A console handler that writes to whatever ``sys.stderr`` is when it writes (tests swap it)."""
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # a live progress line on this terminal is cleared before the log line and redrawn below it, not written over
+        with tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
+
+@contextlib.contextmanager
+def console(verbosity: str = "normal") -> Iterator[None]:
+    """The terminal of one command: log lines on stderr at the verbosity's level, no third-party bars.
+
+    ``quiet`` shows the summary (:data:`SUMMARY`) and warnings and errors; ``normal`` the INFO lines too;
+    ``verbose`` also leaves the libraries' progress bars on and shows their log lines. Outside ``verbose`` another
+    library's records are shown from WARNING only (during a run, errors only). Everything is restored on exit.
+    """
+    previous = set_verbosity(verbosity)
+    handler = _Stderr()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setLevel(SUMMARY if verbosity == "quiet" else logging.INFO)
+    if verbosity != "verbose":
+        handler.addFilter(_OwnLines())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.ExitStack() as stack:
+            for name in _OWN_CONSOLE_LOGGERS:
+                if logging.getLogger(name).handlers:  # printed by their own handler: not a second time
+                    stack.enter_context(_not_propagated(logging.getLogger(name)))
+            if verbosity != "verbose":
+                stack.enter_context(_no_library_bars())
+            yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        set_verbosity(previous)
+
+
+@contextlib.contextmanager
+def _not_propagated(library: logging.Logger) -> Iterator[None]:
+    propagate, library.propagate = library.propagate, False
+    try:
+        yield
+    finally:
+        library.propagate = propagate
+
+
+@contextlib.contextmanager
+def _no_library_bars() -> Iterator[None]:
+    """No tqdm bars from transformers and huggingface_hub ("Loading weights", "Writing model shards"), then back."""
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()  # also turns huggingface_hub's off
+    try:
+        yield
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+        if hub_bars:
+            huggingface_hub.utils.enable_progress_bars()
+        else:
+            huggingface_hub.utils.disable_progress_bars()
+
+
+def _package_dirs() -> tuple[str, ...]:
+    dirs = []
+    for name in _QUIET_WARNING_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            dirs.append(str(Path(spec.origin).parent) + os.sep)
+    return tuple(dirs)
+
+
+@contextlib.contextmanager
+def quiet_third_party(log_handler: logging.Handler | None = None) -> Iterator[None]:
+    """For one run: third-party bars off, their log lines and deprecation warnings to ``log_handler``, not the console.
+
+    ``log_handler`` (``train.log``) also gets :data:`DETAIL_LOGGER`'s records; at ``verbose`` that is all that
+    changes. Otherwise it also gets what other libraries log to the root logger (the :func:`console` shows only
+    their errors meanwhile), and transformers' and mlflow's records, which stop propagating for the run.
+
+    A ``FutureWarning`` or ``DeprecationWarning`` raised inside transformers, torch and the other libraries below
+    attnpool is one to their callers' authors (us), not to the user; one raised in attnpool's code or the user's is
+    still shown. Errors that the libraries log still reach the console.
+    """
+    stack = contextlib.ExitStack()
+    with stack:
+        if log_handler is not None:
+            _detail.addHandler(log_handler)
+            stack.callback(_detail.removeHandler, log_handler)
+        if get_verbosity() != "verbose":
+            stack.enter_context(_no_library_bars())
+            for name in _QUIET_LOGGERS:
+                stack.enter_context(_logger_to_file(logging.getLogger(name), log_handler))
+            if log_handler is not None:
+                stack.enter_context(_others_to_file(log_handler))
+            stack.enter_context(_warnings_to_file(_package_dirs()))
+        yield
+
+
+@contextlib.contextmanager
+def _others_to_file(log_handler: logging.Handler) -> Iterator[None]:
+    """Other libraries' records that reach the root logger to ``log_handler``; on the console only their errors."""
+    root, others, floor = logging.getLogger(), _OthersTo(log_handler), _OwnLines.floor
+    root.addHandler(others)
+    _OwnLines.floor = logging.ERROR
+    try:
+        yield
+    finally:
+        _OwnLines.floor = floor
+        root.removeHandler(others)
+
+
+@contextlib.contextmanager
+def _logger_to_file(library: logging.Logger, log_handler: logging.Handler | None) -> Iterator[None]:
+    """A library's own (console) handlers turned down to errors, and its records sent to ``log_handler`` only.
+
+    With a ``log_handler`` the library's records stop propagating for the run (transformers' do under CI=true): not
+    to the console's handler on the root logger, nor to ``log_handler`` a second time from there.
+    """
+    levels = [(handler, handler.level) for handler in library.handlers]
+    propagate = library.propagate
+    for handler, level in levels:
+        handler.setLevel(max(level, logging.ERROR))
+    if log_handler is not None:
+        library.addHandler(log_handler)
+        library.propagate = False
+    try:
+        yield
+    finally:
+        if log_handler is not None:
+            library.removeHandler(log_handler)
+        library.propagate = propagate
+        for handler, level in levels:
+            handler.setLevel(level)
+
+
+@contextlib.contextmanager
+def _warnings_to_file(package_dirs: tuple[str, ...]) -> Iterator[None]:
+    with warnings.catch_warnings():  # restores showwarning and the filters on exit
+        def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+            text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+            if issubclass(category, FutureWarning | DeprecationWarning) and filename.startswith(package_dirs):
+                _detail.warning("%s", text)
+            else:
+                tqdm.write(text, file=sys.stderr)  # above a live progress line, not through it
+
+        warnings.showwarning = show
+        yield
+
+
+__all__ = ["DETAIL_LOGGER", "SUMMARY", "VERBOSITIES", "console", "get_verbosity", "quiet_third_party",
+           "set_verbosity"]
