@@ -6,10 +6,11 @@ import json
 import re
 
 import pytest
+import torch
 import transformers
 from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
 from torch.utils.data import BatchSampler
-from trainer_helpers import StopAt2, tiny_trainer
+from trainer_helpers import StopAt2, tiny_model, tiny_trainer, weights
 
 from attnpool.training.trainer import last_complete_checkpoint
 
@@ -53,6 +54,39 @@ def test_a_resumed_fold_keeps_counting_evaluations_without_improvement(tmp_path)
     resumed = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2, early_stopping_patience=3, callbacks=[Count()])
     resumed.train(resume_from_checkpoint=True)
     assert counts == [[2]]
+
+
+def test_a_finished_fold_resumed_from_its_last_checkpoint_trains_no_further(tmp_path):
+    """With fractional epochs the last step falls inside an epoch: resumed from its final checkpoint (a fold that
+    failed after training), the Trainer ran one more epoch past max_steps, evaluated and saved it as a candidate."""
+    options = {"epochs": 1.5, "eval_steps": 2, "ema_decay": 0.5}
+    first = tiny_trainer(tmp_path, **options)
+    first.train()
+    resumed = tiny_trainer(tmp_path, model=tiny_model(seed=4), **options)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == resumed.state.max_steps == first.state.global_step
+    after, before = weights(resumed.model), weights(first.model)
+    assert all(torch.equal(after[name], before[name]) for name in before)
+
+
+def test_a_fold_stopped_early_and_resumed_from_that_checkpoint_stays_stopped(tmp_path):
+    """Early stopping's count is saved with the checkpoint; the Trainer cleared the stop flag on resume and trained
+    on for `patience` more evaluations."""
+    options = {"epochs": 3.0, "eval_steps": 2, "early_stopping_patience": 1, "lr": 0.0, "head_lr": 0.0}  # no gain
+    first = tiny_trainer(tmp_path / "straight", **options)
+    first.train()
+    assert first.state.global_step < first.state.max_steps  # it stopped early
+
+    class KillAtStop(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if control.should_training_stop:
+                raise KeyboardInterrupt  # killed once the stopping checkpoint is written
+
+    with pytest.raises(KeyboardInterrupt):
+        tiny_trainer(tmp_path / "killed", callbacks=[KillAtStop()], **options).train()
+    resumed = tiny_trainer(tmp_path / "killed", **options)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == first.state.global_step
 
 
 def test_a_cut_short_state_is_passed_over_and_a_moved_best_checkpoint_is_found(tmp_path, caplog):

@@ -193,6 +193,21 @@ class RecipeTrainer(transformers.Trainer):
             self.ema.resume_from = str(resume_from_checkpoint) if found else None
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
+        """The Trainer's epoch, unless training is over: a fold resumed from the checkpoint it finished at.
+
+        Resumed there, the Trainer clears its stop flag and, where the last step falls inside an epoch (fractional
+        ``epochs``), runs one more epoch without checking ``max_steps``: a step past the schedule's end, evaluated and
+        saved, that could become the fold's best. The same after early stopping's last checkpoint (its count of
+        evaluations without improvement is saved). Not the saved stop flag: a run stopped on purpose resumes.
+        """
+        stoppers = [c for c in self.callback_handler.callbacks if isinstance(c, transformers.EarlyStoppingCallback)]
+        if self.state.global_step >= self.state.max_steps or any(
+                c.early_stopping_patience_counter >= c.early_stopping_patience for c in stoppers):
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any],
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
         """The Trainer's step, then, from ``adversarial_start`` on, the same step on the perturbed model.
