@@ -18,6 +18,8 @@ GOOD = {"first": "the cat", "second": "a dog"}
     ({"rows": [{"first": 3, "second": "a"}]}, 422, "rows[0].first", "must be a string, got a number"),
     ({"rows": [{**GOOD, "id": [1]}]}, 422, "rows[0].id", "must be a string or an integer, got an array"),
     ({"rows": [{**GOOD, "id": 3.0}]}, 422, "rows[0].id", "must be a string or an integer, got a decimal number"),
+    ({"rows": [{**GOOD, "id": "\ud83d"}]}, 422, "rows[0].id", "must be valid Unicode text: it holds a lone surrogate"),
+    ({"rows": [{**GOOD, "first": "a\udc00"}]}, 422, "rows[0].first", "must be valid Unicode text"),
     ({"rows": []}, 422, "rows", "empty"),
     ({"rows": [GOOD] * (MAX_ROWS + 1)}, 422, "rows", f"{MAX_ROWS + 1} rows, at most {MAX_ROWS} per request"),
     ({"rows": [{"first": "cat " * 150, "second": "a"}]}, 422, "rows[0].first", "600 characters, at most 512"),

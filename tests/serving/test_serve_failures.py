@@ -121,3 +121,61 @@ def test_a_body_that_is_not_utf8_says_so(service):
     error = json.loads(body)["error"]
     assert status == 400, error
     assert error == "the body is not valid UTF-8 JSON (byte 0xe9 at position 23): send UTF-8"
+
+
+def test_requests_whose_clients_left_are_withdrawn_and_counted_499(service):
+    """Nothing cancelled a handler whose client left: its rows kept their place in the queue, used the model, and
+    counted as 200; clients that time out and retry filled the queue with dead work."""
+    app = create_app(service, Settings(max_batch=4, max_wait_ms=60_000))  # one row waits a minute for company
+    one, four = ({"rows": [{"text": "the cat"}] * n} for n in (1, 4))  # four rows: a full batch, run at once
+    batcher, leave, calls = app.state.batcher, asyncio.Event(), {"receive": 0, "watch cancelled": 0}
+
+    def uvicorn_receive(body, left):
+        """As uvicorn's: the body, then nothing until the client leaves (``left``) or the answer is complete."""
+        messages = iter([{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}])
+
+        async def receive():
+            calls["receive"] += 1
+            for message in messages:
+                return message
+            try:
+                await (left.wait() if left else asyncio.Event().wait())
+            except asyncio.CancelledError:
+                calls["watch cancelled"] += 1
+                raise
+            return {"type": "http.disconnect"}
+        return receive
+
+    async def call(receive):
+        sent = []
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/predict", "raw_path": b"/predict", "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
+
+        async def send(message):
+            sent.append(message)
+        await app(scope, receive, send)
+        return next(m["status"] for m in sent if m["type"] == "http.response.start")
+
+    async def main():
+        async with lifespan(app):
+            gone = [asyncio.ensure_future(call(uvicorn_receive(one, leave))) for _ in range(3)]
+            while batcher.queued_requests < 3:
+                await asyncio.sleep(0.01)
+            leave.set()  # the three clients leave before their batch ran
+            statuses = await asyncio.wait_for(asyncio.gather(*gone), 10)
+            queued, rows_before = (batcher.queued_rows, batcher.queued_requests), app.state.metrics.summary("x").rows
+            calls["receive"] = 0
+            stayed = await call(uvicorn_receive(four, None))
+            repeated = await asgi_call(app, "POST", "/predict", json.dumps(four).encode())  # repeats the request
+            metrics = (await asgi_call(app, "GET", "/metrics"))[2].decode()
+        return statuses, queued, rows_before, stayed, repeated[0], metrics
+
+    statuses, queued, rows_before, stayed, repeated, metrics = asyncio.run(main())
+    assert statuses == [499, 499, 499] and queued == (0, 0) and rows_before == 0
+    assert (stayed, repeated) == (200, 200)
+    assert calls == {"receive": 2, "watch cancelled": 1}  # the body, then one watch, which the answer ended
+    assert 'attnpool_requests_total{path="/predict",status="499"} 3' in metrics
+    assert 'attnpool_requests_total{path="/predict",status="200"} 2' in metrics
+    assert "attnpool_rows_total 8" in metrics and "attnpool_queue_rows 0" in metrics

@@ -53,6 +53,16 @@ def test_bad_options_stop_the_start_up(recipe, capsys, never_listen, args, messa
     assert code == 2 and message in err
 
 
+@pytest.mark.parametrize(("max_length", "message"), [
+    ("-3", "--max-length must be an integer >= 1 (tokens per row), got -3"),
+    ("100", "--max-length 100 is over what the encoder of"),
+])
+def test_a_model_folder_max_length_that_cannot_serve_stops_the_start_up(classifier, capsys, never_listen, max_length,
+                                                                       message):
+    code, err = serve_cli(capsys, "--run", str(classifier), "--max-length", max_length)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
 def test_a_folder_that_is_neither_a_run_nor_a_model(tmp_path, capsys, never_listen):
     code, err = serve_cli(capsys, "--run", str(tmp_path))
     assert code == 2 and "neither a train run directory nor a saved model folder" in err
@@ -65,6 +75,22 @@ def test_a_port_in_use_is_a_clear_error(recipe, capsys):
         port = taken.getsockname()[1]
         code = cli.main(["serve", "--run", str(recipe["run"]), "--port", str(port), "--device", "cpu"])
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["::", "[::]"])
+def test_listening_on_the_ipv6_any_address_takes_ipv4_too(host):
+    """uvicorn --host :: takes IPv4 connections; socket.create_server made "::" IPv6-only."""
+    if not socket.has_ipv6 or not socket.has_dualstack_ipv6():
+        pytest.skip("no dual-stack IPv6 here")
+    try:
+        listening = server_module.listen(host, 0)
+    except OSError as err:
+        pytest.skip(f"cannot listen on IPv6 here: {err}")
+    with listening, socket.create_connection(("127.0.0.1", listening.getsockname()[1]), timeout=10):
+        listening.settimeout(10)
+        accepted, (address, *_) = listening.accept()
+        accepted.close()
+    assert address == "::ffff:127.0.0.1"
 
 
 def test_a_failure_after_listening_closes_the_port(recipe, monkeypatch):

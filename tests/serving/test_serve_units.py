@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import pytest
+import torch
+import yaml
 from serve_helpers import asgi, asgi_call
 
+from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.runs.run import RunError
 from attnpool.serving.guard import _hostname, is_loopback
 from attnpool.serving.metrics import Metrics
 from attnpool.serving.page import render_page
+from attnpool.serving.positions import position_limit
 from attnpool.serving.schemas import where
+from attnpool.serving.service import Service
+from model_helpers import make_run, tiny_config
 
 
 def test_histograms_are_cumulative_and_paths_are_a_closed_set():
@@ -160,3 +167,45 @@ def test_a_second_lifespan_of_the_same_app_serves_again(classifier, monkeypatch)
     second = asyncio.run(lifespan_once(drain=False))
     assert first[:2] == (200, 200) and second[:2] == (200, 200), (first, second)
     assert second[2] == first[2]
+
+
+@pytest.mark.parametrize(("family", "limit"), [("bert", 64), ("roberta", 68), ("gpt2", 64), ("deberta-v3", None),
+                                               ("modernbert", None)])
+def test_the_position_limit_is_the_longest_row_the_encoder_reads(family, limit):
+    """RoBERTa counts positions from pad_token_id + 1 (70 - 2); relative and rotary positions set no limit."""
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config(family), num_labels=1).eval()
+    assert position_limit(model) == limit
+    for length, reads in ((limit, True), (limit + 1, False)) if limit else ((200, True),):
+        ids = torch.full((1, length), 5)
+        try:
+            with torch.no_grad():
+                model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        except (IndexError, RuntimeError):
+            assert not reads, length
+        else:
+            assert reads, length
+
+
+def test_a_model_folder_max_length_is_checked_against_the_encoder(classifier, monkeypatch):
+    """--max-length 100 on a 64-position encoder made every long request a 500; 0 became 128; -3 a traceback."""
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    with pytest.raises(RunError, match=r"--max-length 100 is over .* 64 tokens .*; give --max-length 64 or less"):
+        Service.load(classifier, device="cpu", precision="fp32", max_length=100)
+    for bad in (0, -3, True, 2.5, "16"):
+        with pytest.raises(ValueError, match=r"--max-length must be an integer >= 1"):
+            Service.load(classifier, device="cpu", precision="fp32", max_length=bad)
+    assert Service.load(classifier, device="cpu", precision="fp32").max_length == 64  # 128 unless it reads less
+    service = Service.load(classifier, device="cpu", precision="fp32", max_length=64)
+    (answer,) = service.run([service.encode([{"text": "the cat " * 60}])], batch_size=4)  # 121 tokens: truncated
+    assert answer.scores.shape == (1, 2)
+
+
+def test_a_run_whose_max_length_its_encoder_cannot_read_is_capped_with_a_warning(encoder, tmp_path, caplog):
+    """Trained on short rows only, such a run's long requests were a 500; it reads their first 64 tokens now."""
+    make_run(tmp_path / "run", encoder, folds=1)
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({**config, "max_length": 100}, sort_keys=False))
+    service = Service.load(tmp_path / "run", device="cpu", precision="fp32")
+    assert service.max_length == 64 and "max_length 100 (its config.yaml), over the 64 tokens" in caplog.text
+    (answer,) = service.run([service.encode([{"first": "the cat " * 60, "second": "dog"}])], batch_size=4)
+    assert answer.scores.shape == (1,)

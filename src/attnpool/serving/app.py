@@ -7,7 +7,8 @@ Host, 401 a missing or wrong API key, 404/405 no such endpoint or method, 413 a 
 that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full queue or a batcher that is not
 running; an error inside the model is a 500 that names its type (the server logs the traceback; the client does
 not get the text, which may quote its rows or the server's paths), scores that are not finite a 500 that names the
-rows, and the server goes on serving.
+rows, and the server goes on serving. A request whose client disconnects before its rows ran leaves the queue
+(counted as 499 in ``/metrics``; nobody reads that answer).
 
 FastAPI and Starlette come from :mod:`attnpool.serving.web`, at call time. This module does not use ``from
 __future__ import annotations``: FastAPI reads the type of ``/predict``'s body from the handler's annotation, and
@@ -20,7 +21,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +45,15 @@ _ERRORS = {400: "malformed JSON, or a Host refused on a loopback server", 401: "
            422: "invalid request: what and where, e.g. rows[3].target: missing",
            500: "an error inside the model (named; the server logs the details), or scores that are not finite",
            503: "queue full: retry later; or the batcher is not running"}
+CLIENT_LEFT = 499  # nginx's "client closed request": counted in /metrics; the client is gone and reads nothing
 
 
 class ScoresNotFinite(ValueError):
     """A request's scores (or word weights) hold NaN or infinity, which JSON cannot carry: the model failed."""
+
+
+class ClientLeft(Exception):
+    """The client disconnected while its request waited for the model: the request was withdrawn."""
 
 
 @dataclass
@@ -118,7 +124,7 @@ def create_app(service: Service, settings: Settings) -> Any:
         check_finite(answer, service.precision)
         return _json(service.respond(answer, ids))
 
-    async def predict(body: body_model) -> Any:  # type: ignore[valid-type]
+    async def predict(body: body_model, request: web.Request) -> Any:  # type: ignore[valid-type]
         """Predict rows (up to --max-rows), batched with concurrent requests; ``"weights": true`` adds the words."""
         if body.weights and not service.token_weights:
             return _error(422, f"weights: the model's pooler {service.pooler.get('type')!r} gives no token weights; "
@@ -129,7 +135,9 @@ def create_app(service: Service, settings: Settings) -> Any:
         except DataError as err:
             return _error(422, f"rows: {err}")
         try:
-            answer = await batcher.submit(job, job.rows)
+            answer = await unless_client_leaves(batcher.submit(job, job.rows), request.receive)
+        except ClientLeft:
+            return _error(CLIENT_LEFT, "the client closed the connection before its rows ran; they were withdrawn")
         except Busy as err:
             return _error(503, f"busy: {err}; retry later", {"Retry-After": "1"})
         except NotRunning as err:
@@ -239,6 +247,31 @@ def begin_drain(app: Any) -> None:
     """Mark the server as shutting down (``/health`` answers 503) and run queued requests without waiting."""
     app.state.draining = True
     app.state.batcher.flush()
+
+
+async def unless_client_leaves(work: Awaitable[Any], receive: Callable[[], Awaitable[dict]]) -> Any:
+    """``await work``, unless the client disconnects first: then cancel it and raise :class:`ClientLeft`.
+
+    Neither Starlette nor uvicorn cancels a handler whose client left, so a request abandoned by its client (one
+    that timed out, and may be retrying) would keep its place in the batcher's queue and use the model. Once the
+    body has been read, the server's ``receive`` returns ``http.disconnect`` only when the client leaves (or the
+    answer is complete): it is awaited once, alongside ``work``, never polled. Any other message (an ASGI test
+    client's that repeats the request) or a failure of ``receive`` ends the watch: the request is served as usual.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(receive())
+    watcher.add_done_callback(lambda done: done.cancelled() or done.exception())  # a failed watch is not logged
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        left = (watcher.done() and not watcher.cancelled() and watcher.exception() is None
+                and watcher.result().get("type") == "http.disconnect")
+        if left and not task.done():
+            task.cancel()  # the batcher withdraws the rows if they wait still; a batch already running ends unread
+            raise ClientLeft
+        return await task
+    finally:  # a handler cancelled itself cancels both; a finished request stops watching
+        watcher.cancel()
+        task.cancel()
 
 
 def check_finite(answer: Answer, precision: str) -> None:

@@ -8,7 +8,8 @@ is one forward pass per model when the rows fit in one batch.
 
 The queue is bounded (``max_queue_rows``): past it :meth:`Batcher.submit` raises :class:`Busy`, which the server
 answers with 503 instead of letting latency grow without bound. ``max_batch=1, max_wait_ms=0`` turns batching
-off: one request (of one row) per forward pass.
+off: one request (of one row) per forward pass. A request cancelled while it waits (its client left) leaves the
+queue at once; one cancelled while its batch runs gets no result.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class NotRunning(RuntimeError):
     """The worker is not running (never started, or stopped on an error): the request was not queued (answer 503)."""
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity (a payload's arrays have no truth value)
 class _Pending:
     payload: Any
     rows: int
@@ -126,7 +127,11 @@ class Batcher:
         self._queue.append(pending)
         self._rows += rows
         self._arrived.set()
-        return await pending.future
+        try:
+            return await pending.future
+        except asyncio.CancelledError:  # its client left (see attnpool.serving.app.unless_client_leaves)
+            self._withdraw(pending)
+            raise
 
     def flush(self) -> None:
         """Stop waiting for requests to join: run what is queued at once (when draining)."""
@@ -214,6 +219,12 @@ class Batcher:
         self._queue.clear()
         self._rows = 0
         self._fail(waiting, NotRunning(self.not_running or "the batcher is not running"))
+
+    def _withdraw(self, pending: _Pending) -> None:
+        """Take a cancelled request out of the queue (and the queue's gauges) if it waits still."""
+        if pending in self._queue:
+            self._queue.remove(pending)
+            self._rows -= pending.rows
 
     def _take(self) -> list[_Pending]:
         """The oldest requests that fit in ``max_batch`` rows (at least one), skipping cancelled ones."""

@@ -3,7 +3,7 @@
 Exposed (text format 0.0.4):
 
 * ``attnpool_requests_total{path,status}``: requests answered; ``attnpool_request_errors_total{status}``: those
-  answered 4xx or 5xx;
+  answered 4xx or 5xx (499: the client left before its rows ran, and they were withdrawn from the queue);
 * ``attnpool_request_duration_seconds{path}``: a latency histogram (from the request's arrival to the end of
   its answer);
 * ``attnpool_batch_rows`` and ``attnpool_batch_requests``: histograms of the rows and of the requests in each

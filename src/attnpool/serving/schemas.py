@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from attnpool.serving import web
 from attnpool.serving.service import Service
@@ -44,7 +44,8 @@ def build_models(service: Service, max_rows: int) -> Models:
         fields[f"optional_{i}"] = (strict_str | None, f(None, alias=name, max_length=chars, description=(
             f"optional text field {name!r}: with it the row is a text pair")))
     if service.id_field:
-        fields["row_id"] = (strict_str | strict_int | None, f(None, alias=service.id_field, description=(
+        row_id = Annotated[strict_str | strict_int | None, web.AfterValidator(_encodable)]
+        fields["row_id"] = (row_id, f(None, alias=service.id_field, description=(
             "an id for the row, returned with its prediction")))
     optional = f" (optional: {', '.join(service.optional_fields)})" if service.optional_fields else ""
     row = web.create_model("Row", __config__=web.ConfigDict(extra="forbid"), **fields,
@@ -89,6 +90,20 @@ def build_models(service: Service, max_rows: int) -> Models:
         "'ready' (200); 'draining' (503) once the server is shutting down; or why the batcher that runs the "
         "requests is not running (503)"))))
     return Models(request, response, error, health)
+
+
+def _encodable(value: Any) -> Any:
+    """Refuse an id holding a lone surrogate (valid JSON: a backslash-u escape from D800 to DFFF without its pair).
+
+    Echoed in the answer, such an id could not be written (a 500). A text's length limit makes pydantic refuse one
+    (``string_unicode``); an id has no limit, so it is checked here, with the same error.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise web.PydanticCustomError("string_unicode", "not valid Unicode") from err
+    return value
 
 
 def _classes(service: Service) -> str:
@@ -158,6 +173,9 @@ def _what(kind: str, ctx: dict[str, Any], value: Any, message: str, service: Ser
                 + (f" (optional: {', '.join(optional)})" if optional else ""))
     if kind == "string_type":
         return f"must be a string, got {got}"
+    if kind == "string_unicode":
+        return ("must be valid Unicode text: it holds a lone surrogate (\\ud800 to \\udfff without its pair), which "
+                "has no UTF-8 encoding")
     if kind == "bool_type":
         return f"must be true or false, got {got}"
     if kind in ("model_type", "dict_type", "model_attributes_type"):

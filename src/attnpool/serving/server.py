@@ -10,6 +10,7 @@ stops and :func:`run_server` returns; a second Ctrl+C forces the exit.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import math
 import os
@@ -86,16 +87,27 @@ def read_api_key(variable: str | None) -> str | None:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (``port`` 0: a free port, the socket says which).
+    """A listening TCP socket on ``host:port`` (``port`` 0: a free port, the socket says which); ``::`` takes IPv4 too.
 
     Raises:
         OSError: The address is in use or cannot be bound, with the address in the message.
     """
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    # "::" takes IPv4 connections too, as uvicorn's own --host :: does (create_server would make it IPv6-only)
+    dualstack = family == socket.AF_INET6 and _unspecified(address) and socket.has_dualstack_ipv6()
     try:
-        return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
+        return socket.create_server((address, port), family=family, backlog=2048, dualstack_ipv6=dualstack)
     except OSError as err:
         raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+
+
+def _unspecified(address: str) -> bool:
+    """Whether ``address`` is the any-address (``::``, ``0.0.0.0``) in any spelling."""
+    try:
+        return ipaddress.ip_address(address).is_unspecified
+    except ValueError:
+        return False
 
 
 def _check_options(**values: float) -> None:

@@ -45,6 +45,7 @@ from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
+from attnpool.serving.positions import check_max_length, model_max_length, run_max_length
 from attnpool.serving.weights import word_weights
 from attnpool.tasks import class_names, task_of
 from attnpool.threads import set_threads
@@ -119,11 +120,12 @@ class Service:
 
         Raises:
             RunError: Not a run nor a model folder, no such trained fold, a fold model or tokenizer that cannot be
-                loaded; ``max_length`` given for a run (it has its own).
+                loaded; ``max_length`` given for a run (it has its own), or over what a model folder's encoder reads.
             ValueError: A bad ``ensemble``, ``precision`` or ``context_view`` (or one other than ``with`` for a model
-                folder or a run without a group context).
+                folder or a run without a group context); a ``max_length`` that is not an integer >= 1.
         """
         source = Path(source)
+        check_max_length(max_length)
         device_ = inference_device(device)
         threads = set_threads(threads, tokenizer_threads=False)  # requests are tokenised while the model runs
         logger.info("precision: %s; %d CPU threads", precision_reason(precision, device_), threads)
@@ -142,7 +144,7 @@ class Service:
             if folds is not None:
                 raise RunError(f"{source} is one saved model: --folds is for a train run")
             context_views(context_view, False, str(source))
-            service = cls._load_model(source, max_length or 128, device_, precision)
+            service = cls._load_model(source, max_length, device_, precision)
         else:
             raise RunError(f"{source} is neither a train run directory nor a saved model folder (no config.json); "
                            "give the --output-dir of attnpool train or a save_pretrained folder")
@@ -165,8 +167,10 @@ class Service:
         # group_context: a row's context comes from the other rows of its request, as predict takes it from the file
         inputs = [PredictionInputs(run.config(), info, "request", ensemble.tokenizer, log=logger, context_from="chunk",
                                    with_context=view) for view in views]
+        max_length = run_max_length(inputs[0].cfg.max_length, ensemble.models[0], run.path)
         for view in inputs:  # PPPM: the CPC titles now, so a missing data folder fails start-up, not each request
             view.titles()
+            view.cfg.max_length = max_length
         fields = run_fields(inputs[0].cfg)
         id_field = info.get("id_col") or cfg.id_col
         model = ensemble.models[0]
@@ -176,14 +180,14 @@ class Service:
                    _bare=inputs[1] if len(inputs) > 1 else None)
 
     @classmethod
-    def _load_model(cls, folder: Path, max_length: int, device: torch.device, precision: str) -> Service:
+    def _load_model(cls, folder: Path, max_length: int | None, device: torch.device, precision: str) -> Service:
         try:
             model = AttnPoolForSequenceClassification.from_pretrained(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder)
         except Exception as err:  # noqa: BLE001 - any failure to load: say which folder and stop the start-up
             raise RunError(f"cannot load the model in {folder}: {err}. Give a folder saved with "
                            "model.save_pretrained(folder, tokenizer=tokenizer)") from err
-        config = model.config
+        config, max_length = model.config, model_max_length(max_length, model, folder)
         task = task_of(getattr(config, "problem_type", None) or None, config.num_labels)
         classes = None if task == "regression" else class_names(getattr(config, "id2label", None), config.num_labels)
         ensemble = FoldEnsemble(task, [], [model], np.array([1.0]), tokenizer)

@@ -18,7 +18,8 @@ try:
     import uvicorn
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
-    from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
+    from pydantic_core import PydanticCustomError
     from starlette.concurrency import run_in_threadpool
     from starlette.datastructures import Headers
     from starlette.exceptions import HTTPException
@@ -31,7 +32,7 @@ except ModuleNotFoundError as _err:
     MISSING: ModuleNotFoundError | None = _err
     uvicorn = FastAPI = RequestValidationError = BaseModel = ConfigDict = Field = StrictBool = StrictInt = None
     StrictStr = create_model = run_in_threadpool = Headers = HTTPException = CORSMiddleware = Request = None
-    HTMLResponse = JSONResponse = PlainTextResponse = Response = None
+    HTMLResponse = JSONResponse = PlainTextResponse = Response = AfterValidator = PydanticCustomError = None
 else:
     MISSING = None
 

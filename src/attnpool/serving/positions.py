@@ -1,0 +1,74 @@
+"""How many tokens a served model can read: the ``max_length`` of a model folder is checked against it.
+
+An encoder with absolute position embeddings (BERT, RoBERTa, ELECTRA, GPT-2...) fails on a sequence longer than
+its table; served with a longer ``--max-length``, every long request would be a 500. RoBERTa-style embeddings count
+positions from ``pad_token_id + 1``, so they read ``max_position_embeddings - pad_token_id - 1`` tokens (514 - 2 =
+512). Encoders whose positions are relative or rotary (DeBERTa-v3, ModernBERT, Llama) have no such limit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from torch import nn
+
+from attnpool.runs.run import RunError
+
+logger = logging.getLogger("attnpool.serve")
+
+DEFAULT_MAX_LENGTH = 128  # a model folder's, unless --max-length
+
+
+def position_limit(model: nn.Module) -> int | None:
+    """The most tokens ``model``'s encoder takes in one row; ``None`` when its position embeddings set no limit."""
+    base = getattr(model, "attnpool", model)
+    encoder = getattr(base, "encoder", None)
+    embeddings = getattr(encoder, "embeddings", None)
+    table = getattr(embeddings, "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        table = getattr(encoder, "wpe", None)  # GPT-2
+        if not isinstance(table, nn.Embedding):
+            return None
+        return table.num_embeddings
+    offset = getattr(embeddings, "padding_idx", None)  # RoBERTa-style: positions from pad_token_id + 1
+    if isinstance(offset, int) and offset >= 0 and not getattr(base, "positions_from_mask", False):
+        return table.num_embeddings - offset - 1
+    return table.num_embeddings
+
+
+def model_max_length(max_length: Any, model: nn.Module, folder: Any) -> int:
+    """A model folder's ``--max-length`` (``None``: 128, or less when the encoder reads less), checked.
+
+    Raises:
+        ValueError: Not an integer >= 1.
+        RunError: Over what the encoder reads.
+    """
+    limit = position_limit(model)
+    if max_length is None:
+        return DEFAULT_MAX_LENGTH if limit is None else min(DEFAULT_MAX_LENGTH, limit)
+    if limit is not None and max_length > limit:
+        raise RunError(f"--max-length {max_length} is over what the encoder of {folder} reads: {limit} tokens (its "
+                       f"position embeddings); give --max-length {limit} or less")
+    return max_length
+
+
+def check_max_length(max_length: Any) -> None:
+    """Raise ``ValueError`` unless ``max_length`` is ``None`` or an integer >= 1."""
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                   or max_length < 1):
+        raise ValueError(f"--max-length must be an integer >= 1 (tokens per row), got {max_length!r}")
+
+
+def run_max_length(max_length: int, model: nn.Module, run: Any) -> int:
+    """A run's ``max_length`` (its config.yaml), capped with a warning at what its encoder reads.
+
+    Such a run trained on rows no longer than that (a longer one fails in the encoder): ``predict`` fails on a
+    longer row, and the server would answer it 500; capped, it reads the first tokens, as a model folder does.
+    """
+    limit = position_limit(model)
+    if limit is None or max_length <= limit:
+        return max_length
+    logger.warning("attnpool serve: %s has max_length %d (its config.yaml), over the %d tokens its encoder reads: "
+                   "rows are truncated at %d tokens", run, max_length, limit, limit)
+    return limit
