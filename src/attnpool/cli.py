@@ -251,7 +251,8 @@ def _add_serve(commands: Any) -> None:
          "must send (Authorization: Bearer KEY)", shown="no key", metavar="VAR")
     _arg(serve, "--cors-origin", "web origins allowed to call the API from a browser", shown="none: CORS off",
          nargs="+", dest="cors_origins", metavar="ORIGIN")
-    _arg(serve, "--max-length", "truncation, for a model folder (a run uses its own)", shown="128, or what the encoder reads if less", type=int)
+    _arg(serve, "--max-length", "truncation, for a model folder (a run uses its own)",
+         shown="128, or what the encoder reads if less", type=int)
     _arg(serve, "--device", "cpu, cuda...", shown="cuda when available")
     _add_engine(serve, "--calibration-file")
     _arg(serve, "--calibration-file", "rows to check int8 on (the first 128)", shown="the run's training file")
