@@ -125,6 +125,27 @@ def test_masked_attention_equals_scaled_dot_product_attention_on_the_real_tokens
     assert torch.equal(out[1], torch.zeros(3, HIDDEN)) and torch.equal(weights[1], torch.zeros(2, 3, 6))
 
 
+@pytest.mark.parametrize("poison", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_masked_mean_and_attention_ignore_non_finite_padding(poison):
+    """Called directly (poolers clear padding first), masked_mean gave NaN (0 * inf) and masked_attention gave the
+    query a NaN gradient from padded keys (their scores are masked only after the product)."""
+    hidden, mask, _ = ragged_batch([3, 1, 0], seq_len=4, pad_value=1.0)
+    mask = mask.bool()
+    dirty = hidden.masked_fill(~mask.unsqueeze(-1), poison)
+    results = []
+    for h in (hidden, dirty):
+        h = h.clone().requires_grad_(True)
+        query = torch.randn(1, 2, HIDDEN, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
+        mean = F.masked_mean(h, mask)
+        out, weights = F.masked_attention(query, h, h, mask, num_heads=2)
+        (mean.pow(2).sum() + out.pow(2).sum()).backward()
+        results.append([mean, out, weights, query.grad, h.grad])
+    for dirty_result, clean_result in zip(results[1], results[0], strict=True):
+        assert torch.isfinite(dirty_result).all()
+        torch.testing.assert_close(dirty_result, clean_result)
+    assert (results[1][-1][~mask] == 0).all()  # no gradient reaches the padding
+
+
 def test_generalized_mean_closed_forms_and_extremes():
     hidden, mask, tokens = ragged_batch([4, 2, 0], seq_len=5)
     mask, x = mask.bool(), hidden.abs() + 0.1

@@ -77,6 +77,24 @@ def test_padding_values_and_position_do_not_matter(fn):
 
 
 @pytest.mark.parametrize("fn", SPARSE)
+@pytest.mark.parametrize("poison", [-float("inf"), float("inf"), float("nan")], ids=["-inf", "inf", "nan"])
+def test_sparse_maps_ignore_non_finite_padded_scores(poison, fn):
+    """Padded scores pre-filled with -inf (or holding inf/NaN) gave entmax15 NaN weights: x - x.detach() at -inf."""
+    clean = torch.tensor([[0.5, 0.2, -0.1, 0.0], [0.0, 1.0, 0.3, 0.0]])
+    mask = torch.tensor([[True, True, True, False], [False, True, True, False]])
+    scores = clean.clone().requires_grad_(True)
+    poisoned = clean.masked_fill(~mask, poison).requires_grad_(True)
+    outputs = []
+    for s in (scores, poisoned):
+        out = fn(s, mask)
+        (out * torch.arange(1.0, 5.0)).sum().backward()
+        outputs.append(out)
+    torch.testing.assert_close(outputs[1], outputs[0])
+    torch.testing.assert_close(poisoned.grad, scores.grad)
+    assert torch.isfinite(poisoned.grad).all() and (poisoned.grad[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("fn", SPARSE)
 def test_fully_masked_rows_give_zeros_and_finite_gradients(fn):
     scores = torch.randn(2, 5, requires_grad=True)
     mask = torch.tensor([[False] * 5, [True, True, False, True, False]])

@@ -173,8 +173,11 @@ class FusedAttentionPool(torch.autograd.Function):
             scores = scores / temperature
         if prior is not None:
             scores = scores + prior
-        exact = masked_softmax(scores.float() if long_half else scores, mask)  # (B, T), exactly 0 on padding
-        weights = exact.to(dtype)  # a float32 prior's scores back in dtype
+        # The softmax in float32 (float64: float64), as in the plain path. Its backward needs these exact weights:
+        # rounded to half precision they no longer sum to 1, and the softmax gradient loses its cancellation. The
+        # returned weights and the weighted sum use them rounded to dtype, as the plain path's do.
+        exact = masked_softmax(scores.to(compute_dtype(scores.dtype)), mask)  # (B, T), exactly 0 on padding
+        weights = exact.to(dtype)
         if long_half:
             pooled = weighted_sum(exact, buffer)  # (B, H)
         elif packing is not None:
@@ -183,7 +186,7 @@ class FusedAttentionPool(torch.autograd.Function):
             pooled = F_nn.embedding_bag(indices, rows, packing.offsets, mode="sum", per_sample_weights=row_weights)
         else:
             pooled = torch.bmm(weights.unsqueeze(1).to(dtype), buffer).squeeze(1)  # (B, H)
-        ctx.save_for_backward(buffer, tanh_out, weights, w1, w2)
+        ctx.save_for_backward(buffer, tanh_out, exact, w1, w2)  # exact: float32 for half precision, (B, T) only
         ctx.packing = packing
         ctx.hidden_shape = (batch, seq_len, size)
         ctx.temperature = temperature
@@ -202,7 +205,7 @@ class FusedAttentionPool(torch.autograd.Function):
                 "build the pooler with fused=False to backward through it twice (retain_graph=True)"
             )
         ctx.consumed = True
-        buffer, tanh_out, weights, w1, w2 = ctx.saved_tensors
+        buffer, tanh_out, exact, w1, w2 = ctx.saved_tensors  # exact: the unrounded weights
         packing: _Packing | None = ctx.packing
         batch, seq_len, size = ctx.hidden_shape
         dtype = buffer.dtype
@@ -219,7 +222,7 @@ class FusedAttentionPool(torch.autograd.Function):
             grad_a = torch.bmm(grad_pooled.unsqueeze(1), buffer.transpose(1, 2)).squeeze(1).to(acc)  # (B, T)
         if grad_weights is not None:
             grad_a = grad_a + grad_weights.to(acc)
-        a32 = weights.to(acc)
+        a32 = exact.to(acc)
         grad_scores = a32 * (grad_a - (a32 * grad_a).sum(dim=-1, keepdim=True))  # softmax backward; 0 on padding
         if ctx.temperature != 1.0:
             grad_scores = grad_scores / ctx.temperature
@@ -242,7 +245,7 @@ class FusedAttentionPool(torch.autograd.Function):
             # get weight 0 and grad_pre 0 (their scores' gradient is 0, their tanh output finite), so exactly 0.
             w1_scaled = w1 * w2_col  # (A, H)
             if packing is not None:
-                row_weights = weights.view(-1).index_select(0, packing.real).to(dtype)
+                row_weights = exact.view(-1).index_select(0, packing.real).to(dtype)  # rounded, as in the forward
                 torch.index_select(grad_pooled, 0, packing.row_seq, out=rows).mul_(row_weights.unsqueeze(1))
                 rows.addmm_(grad_pre, w1_scaled)  # (N, H)
                 flat = buffer.view(-1, size)  # (B*T, H)
@@ -251,7 +254,7 @@ class FusedAttentionPool(torch.autograd.Function):
                 flat.index_fill_(0, packing.pad, 0.0)
                 grad_hidden = flat.view(batch, seq_len, size)
             else:
-                rank_one = (weights.to(dtype).unsqueeze(-1), grad_pooled.unsqueeze(1))  # (B, T, 1), (B, 1, H)
+                rank_one = (exact.to(dtype).unsqueeze(-1), grad_pooled.unsqueeze(1))  # (B, T, 1), (B, 1, H)
                 grad_hidden = torch.mul(*rank_one, out=buffer) if ctx.owned else torch.mul(*rank_one)
                 grad_hidden.view(-1, size).addmm_(grad_pre, w1_scaled)  # (B*T, H)
         return grad_hidden, None, grad_w1, grad_b1, grad_w2, None, None

@@ -31,7 +31,7 @@ NORMALIZERS: tuple[str, ...] = ("softmax", "sparsemax", "entmax15")
 
 
 def _prepare(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Float32 scores shifted by the row maximum, the expanded mask, the sort ranks ``1..T`` and the real counts.
+    """Float32 scores shifted by the row maximum (0 on padding), the expanded mask, the sort ranks and the real counts.
 
     Float64 scores stay float64 (:func:`~attnpool.pooling.functional.compute_dtype`), and so do the ranks and counts.
     """
@@ -43,7 +43,9 @@ def _prepare(scores: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tens
     shift = torch.where(mask.any(dim=-1, keepdim=True), row_max, torch.zeros_like(row_max)).detach()
     ranks = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)  # (T,)
     counts = mask.sum(dim=-1, keepdim=True).to(z.dtype)  # (..., 1)
-    return z - shift, mask, ranks, counts
+    # Padding is replaced by 0, not just kept out of the sort: an inf or NaN there would make NaN of `x - x.detach()`
+    # and of `0 * nan` in the gradients (masked_fill's backward gives it exactly 0).
+    return (z - shift).masked_fill(~mask, 0.0), mask, ranks, counts
 
 
 def _sorted_real(z: Tensor, mask: Tensor, ranks: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
