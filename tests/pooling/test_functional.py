@@ -126,24 +126,26 @@ def test_masked_attention_equals_scaled_dot_product_attention_on_the_real_tokens
 
 
 @pytest.mark.parametrize("poison", [float("inf"), float("nan")], ids=["inf", "nan"])
-def test_masked_mean_and_attention_ignore_non_finite_padding(poison):
-    """Called directly (poolers clear padding first), masked_mean gave NaN (0 * inf) and masked_attention gave the
-    query a NaN gradient from padded keys (their scores are masked only after the product)."""
+@pytest.mark.parametrize("name", ["mean_max", "adaptive", "latent_attention", "pma"])
+def test_poolers_built_on_masked_mean_and_attention_ignore_non_finite_padding(name, poison):
+    """masked_mean and masked_attention take finite padding (0 * inf is NaN; zeroing it there would copy every
+    input): the poolers built on them get theirs cleared by Pooler.forward, so inf or NaN in padding reach no output
+    and no gradient."""
+    from attnpool.pooling import build_pooler
+
     hidden, mask, _ = ragged_batch([3, 1, 0], seq_len=4, pad_value=1.0)
-    mask = mask.bool()
-    dirty = hidden.masked_fill(~mask.unsqueeze(-1), poison)
+    torch.manual_seed(0)
+    pooler = build_pooler(name, HIDDEN)
     results = []
-    for h in (hidden, dirty):
+    for h in (hidden, hidden.masked_fill(~mask.bool().unsqueeze(-1), poison)):
         h = h.clone().requires_grad_(True)
-        query = torch.randn(1, 2, HIDDEN, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
-        mean = F.masked_mean(h, mask)
-        out, weights = F.masked_attention(query, h, h, mask, num_heads=2)
-        (mean.pow(2).sum() + out.pow(2).sum()).backward()
-        results.append([mean, out, weights, query.grad, h.grad])
-    for dirty_result, clean_result in zip(results[1], results[0], strict=True):
-        assert torch.isfinite(dirty_result).all()
-        torch.testing.assert_close(dirty_result, clean_result)
-    assert (results[1][-1][~mask] == 0).all()  # no gradient reaches the padding
+        pooler.zero_grad(set_to_none=True)
+        pooled = pooler(h, mask)
+        pooled.pow(2).sum().backward()
+        results.append([pooled, h.grad, *(p.grad for p in pooler.parameters() if p.grad is not None)])
+    for dirty, clean in zip(results[1], results[0], strict=True):
+        assert torch.isfinite(dirty).all()
+        torch.testing.assert_close(dirty, clean)
 
 
 def test_generalized_mean_closed_forms_and_extremes():

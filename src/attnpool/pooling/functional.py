@@ -114,10 +114,11 @@ def mean_weights(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 def masked_mean(hidden_states: Tensor, mask: Tensor) -> Tensor:
     """Mean of the real tokens' hidden states, ``(B, T, H) -> (B, H)``; zeros for an empty row.
 
-    Padding is replaced by 0 first (one copy): given weight 0 in the sum, an inf or NaN there would still give NaN.
+    Padded positions must hold finite values (weight 0 times inf is NaN): every pooler's input is cleared by
+    :meth:`Pooler.forward`; a direct caller with inf or NaN in padding zeroes it first (:func:`zero_padding`). Not
+    done here: a copy of the whole input costs 15 times the mean itself on a CPU.
     """
-    weights = mean_weights(mask, compute_dtype(hidden_states.dtype))
-    return weighted_sum(weights, zero_padding(hidden_states, mask))
+    return weighted_sum(mean_weights(mask, compute_dtype(hidden_states.dtype)), hidden_states)
 
 
 def masked_max(hidden_states: Tensor, mask: Tensor) -> Tensor:
@@ -207,9 +208,10 @@ def masked_attention(
         A_h = \mathrm{softmax}_{t: m_t = 1}\Big(\frac{Q_h K_h^\top}{\sqrt{d_h}}\Big), \qquad O_h = A_h V_h
 
     Scores and softmax are computed in float32 (fp16 scores of large hidden states overflow; float64 inputs in
-    float64), padded keys get exactly zero weight, padded keys and values are replaced by 0 before the products (so
-    not even ``inf`` or NaN in padding can leak into the output or any gradient), and a row without real tokens gives
-    zero weights and a zero output.
+    float64), padded keys get exactly zero weight, padded values are replaced by 0 before the product (so not even
+    ``inf`` in padding can leak into the output), and a row without real tokens gives zero weights and a zero output.
+    Padded keys must be finite for the query's gradient (their masked scores pass it 0 times the key): poolers'
+    keys are projections of inputs :meth:`Pooler.forward` cleared.
 
     Args:
         query: ``(B, Q, E)`` or ``(1, Q, E)`` for queries shared by the batch (learned seeds).
@@ -225,10 +227,7 @@ def masked_attention(
     head_dim = embed // num_heads
     dtype = compute_dtype(torch.promote_types(query.dtype, key.dtype))
     q = query.reshape(query.shape[0], query.shape[1], num_heads, head_dim).transpose(1, 2).to(dtype)  # (B|1, h, Q, d)
-    # Padded keys are replaced by 0 (one copy): their scores are masked, but an inf or NaN there would still reach
-    # the query's gradient as 0 * nan.
     k = key.reshape(batch, seq_len, num_heads, head_dim).transpose(1, 2).to(dtype)  # (B, h, T, d)
-    k = k.masked_fill(~mask[:, None, :, None], 0.0)
     with torch.autocast(key.device.type, enabled=False):  # fp16 autocast would run both products in fp16 again
         scores = torch.matmul(q * head_dim**-0.5, k.transpose(-1, -2))  # (B, h, Q, T)
     return attend(scores, value, mask, num_heads)
