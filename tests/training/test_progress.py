@@ -201,7 +201,9 @@ def _recorder():
     return handler, records
 
 
-def test_other_libraries_log_lines_go_to_the_log_and_only_their_errors_to_the_console(capfd):
+def test_other_libraries_log_lines_go_to_the_log_and_only_their_warnings_to_the_console(capfd):
+    """A fresh machine printed matplotlib's "generated new fontManager" (INFO) between the fold lines; a library's
+    warning (accelerate's "the process may hang") stays on the console, and train.log gets all of them."""
     handler, records = _recorder()
     library = logging.getLogger("matplotlib.font_manager")  # propagates to the console's handler on the root logger
     with progress.console():
@@ -216,7 +218,7 @@ def test_other_libraries_log_lines_go_to_the_log_and_only_their_errors_to_the_co
     err = capfd.readouterr().err
     assert "a warning outside a run" in err and "a library error" in err and "attnpool's own line" in err
     assert "an info outside a run" not in err and "generated new fontManager" not in err
-    assert "a library warning" not in err and "a warning after the run" in err
+    assert "a library warning" in err and "a warning after the run" in err
     logged = [r.getMessage() for r in records]  # once each; attnpool's own reach train.log by the attnpool logger
     assert logged == ["generated new fontManager", "a library warning", "a library error"]
 

@@ -2,7 +2,8 @@
 
 :func:`console` (a command's terminal) prints log lines on stderr. Outside ``verbose`` those are attnpool's own
 records; another library's that propagate to the root logger (matplotlib's "generated new fontManager") only from
-WARNING, and during a run only its errors: :func:`quiet_third_party` sends the rest to ``train.log``.
+WARNING (a library's warning may be the one a user needs: accelerate's "the process may hang"), and during a run
+:func:`quiet_third_party` sends all of them to ``train.log`` too.
 
 :func:`quiet_third_party` keeps, for the length of a run, transformers' loading and saving bars, its log lines, other
 libraries' log lines and known-harmless deprecation warnings of the libraries underneath off the console; they go
@@ -74,7 +75,7 @@ def _own(record: logging.LogRecord) -> bool:
 class _OwnLines(logging.Filter):
     """The console outside ``verbose``: attnpool's records; another library's only from ``floor`` up.
 
-    ``floor`` is WARNING, and ERROR during a run (:func:`quiet_third_party`), whose ``train.log`` gets the rest.
+    During a run (:func:`quiet_third_party`) ``train.log`` gets all of them, the console still those from WARNING.
     """
 
     floor = logging.WARNING
@@ -118,7 +119,7 @@ def console(verbosity: str = "normal") -> Iterator[None]:
 
     ``quiet`` shows the summary (:data:`SUMMARY`) and warnings and errors; ``normal`` the INFO lines too;
     ``verbose`` also leaves the libraries' progress bars on and shows their log lines. Outside ``verbose`` another
-    library's records are shown from WARNING only (during a run, errors only). Everything is restored on exit.
+    library's records are shown from WARNING only. Everything is restored on exit.
     """
     previous = set_verbosity(verbosity)
     handler = _Stderr()
@@ -208,14 +209,12 @@ def quiet_third_party(log_handler: logging.Handler | None = None) -> Iterator[No
 
 @contextlib.contextmanager
 def _others_to_file(log_handler: logging.Handler) -> Iterator[None]:
-    """Other libraries' records that reach the root logger to ``log_handler``; on the console only their errors."""
-    root, others, floor = logging.getLogger(), _OthersTo(log_handler), _OwnLines.floor
+    """Other libraries' records that reach the root logger to ``log_handler`` too (the console keeps its floor)."""
+    root, others = logging.getLogger(), _OthersTo(log_handler)
     root.addHandler(others)
-    _OwnLines.floor = logging.ERROR
     try:
         yield
     finally:
-        _OwnLines.floor = floor
         root.removeHandler(others)
 
 
