@@ -68,8 +68,8 @@ def test_a_damaged_tracked_file_reads_as_nothing_recorded(tmp_path, caplog):
         (tmp_path / "r" / "tracked.json").write_bytes(damaged)
         assert run.tracked() == {}
         assert "tracked.json" in caplog.text
-    run.record_tracked("tensorboard", "the cv entry went to tensorboard/cv")
-    assert run.tracked() == {"tensorboard": "the cv entry went to tensorboard/cv"}
+    run.record_tracked("tensorboard", "the cv entry went to tensorboard/cv", "abc")
+    assert run.tracked() == {"tensorboard": {"where": "the cv entry went to tensorboard/cv", "scores": "abc"}}
 
 
 def _fold(run: Run, fold: int) -> None:

@@ -301,6 +301,23 @@ def test_a_complete_run_resumed_logs_no_second_cv_entry_but_gives_it_to_a_tracke
     assert len(written) == 1 and len(client.search_runs([experiment.experiment_id])) == 3
 
 
+def test_a_fold_retrained_after_the_cv_entry_changes_it(recipe, tmp_path, mlflow_store):
+    """A complete run whose fold was re-trained (deleted, then --resume, as a damaged fold's error says) has other
+    scores: the trackers that took its cv entry take the new one; the same scores are not logged twice."""
+    _, client = mlflow_store
+    cfg = attnpool.TrainConfig(**recipe[1], report_to="mlflow")
+    run = Run.create(tmp_path / "run")
+    run.write_info({"task": "regression"})
+    assert tracking.log_summary(cfg, run, _summary_metrics())[0].startswith("mlflow: experiment")
+    assert tracking.log_summary(cfg, run, _summary_metrics())[0].startswith("the cv entry was logged when the run")
+    retrained = _summary_metrics()
+    retrained["folds"][1]["pearson"], retrained["overall"]["pearson"] = 0.3, 0.4
+    tracking.log_summary(cfg, run, retrained)
+    experiment = client.get_experiment_by_name(tracking.experiment_name(run))
+    cv = sorted(r.data.metrics["cv/pearson"] for r in client.search_runs([experiment.experiment_id]))
+    assert cv == [0.4, 0.6]
+
+
 def test_a_run_is_one_experiment_whichever_path_reaches_it(tmp_path, monkeypatch):
     """Started as runs/x, resumed as /home/me/runs/x (or through a link): one MLflow experiment, one W&B group."""
     (tmp_path / "runs").mkdir()

@@ -317,11 +317,12 @@ class Run:
         """Write the run's ``metrics.json``."""
         atomic_write_json(self.path / METRICS_FILE, metrics)
 
-    def tracked(self) -> dict[str, str]:
-        """The trackers that took the run's ``cv`` entry, each with where it went (``tracked.json``).
+    def tracked(self) -> dict[str, dict[str, str]]:
+        """The trackers that took the run's ``cv`` entry, ``{tracker: {"where": ..., "scores": ...}}`` (tracked.json).
 
-        ``{}`` when nothing is recorded, and when the file cannot be read (a warning): it must not stop a run whose
-        folds are all trained; at worst a tracker takes the ``cv`` entry a second time.
+        ``where`` says where the entry went, ``scores`` which results it holds (:meth:`record_tracked`). ``{}`` when
+        nothing is recorded, and when the file cannot be read (a warning): it must not stop a run whose folds are all
+        trained; at worst a tracker takes the ``cv`` entry a second time.
         """
         path = self.path / TRACKED_FILE
         if not path.is_file():
@@ -334,12 +335,16 @@ class Run:
         if not isinstance(tracked, dict):
             logger.warning("%s is corrupt (not a JSON object); reading it as no tracker recorded", path)
             return {}
-        return {str(tracker): str(where) for tracker, where in tracked.items()}
+        return {str(tracker): {"where": str(entry.get("where")), "scores": str(entry.get("scores"))}
+                for tracker, entry in tracked.items() if isinstance(entry, dict)}
 
-    def record_tracked(self, tracker: str, where: str) -> None:
-        """Record that ``tracker`` took the run's ``cv`` entry (``where``: the line that says where it went)."""
+    def record_tracked(self, tracker: str, where: str, scores: str) -> None:
+        """Record that ``tracker`` took the run's ``cv`` entry: ``where`` it went, a key of the ``scores`` it holds.
+
+        A fold re-trained since changes the scores, and the entry is logged again.
+        """
         if self.has_info():  # a run directory's (a summary logged for a bare folder is not recorded)
-            atomic_write_json(self.path / TRACKED_FILE, self.tracked() | {tracker: where})
+            atomic_write_json(self.path / TRACKED_FILE, self.tracked() | {tracker: {"where": where, "scores": scores}})
 
     def oof(self) -> pd.DataFrame:
         """The run's out-of-fold predictions, every finished fold, sorted by row."""

@@ -20,6 +20,8 @@ fold that fails ends its tracker runs as failed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import os
@@ -243,17 +245,24 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
     writers = {"tensorboard": lambda: _tensorboard(cfg, run, folds, overall),
                "mlflow": lambda: _mlflow(cfg, run, name, folds, overall),
                "wandb": lambda: _wandb(cfg, name, folds, overall)}
+    scores = hashlib.sha256(json.dumps([folds, overall], sort_keys=True).encode()).hexdigest()[:16]
     where, logged = [], run.tracked()
     for tracker in used:
-        if tracker in logged:  # a complete run resumed: a second entry would read as a second run's scores
-            where.append(f"the {SUMMARY_RUN} entry was logged when the run completed, kept: {logged[tracker]}")
+        if logged.get(tracker, {}).get("scores") == scores:  # resumed: a second entry would read as another run's
+            where.append(f"the {SUMMARY_RUN} entry was logged when the run completed, kept: "
+                         f"{logged[tracker]['where']}")
             continue
         try:
             where.append(writers[tracker]())
-            run.record_tracked(tracker, where[-1])
         except Exception as err:  # noqa: BLE001 - every fold is trained and saved: a tracker must not fail the run
             logger.warning("tracking: %s did not take the CV summary (%s: %s); every fold is trained and the "
                            "run's results are saved in %s", tracker, type(err).__name__, err, run.path)
+            continue
+        try:
+            run.record_tracked(tracker, where[-1], scores)
+        except OSError as err:  # a read-only run folder: the entry is logged, and would be logged again on resume
+            logger.warning("tracking: %s took the CV summary, but %s could not record it (%s)", tracker, run.path,
+                           err)
     return where
 
 
