@@ -126,6 +126,43 @@ def test_an_empty_context_is_not_counted_as_an_empty_text(rows):
     assert _words(tokenizer, encodings["input_ids"][0]) == ["wood", "[SEP]", "timber", "[SEP]", "[SEP]"]
 
 
+def _pair_rows(*sizes: int) -> pd.DataFrame:
+    """One group of rows of ``sizes`` distinct words each (row i: ``w{i}x0 w{i}x1 ...``)."""
+    return pd.DataFrame({"q": ["g"] * len(sizes),
+                         "text": [" ".join(f"w{i}x{j}" for j in range(n)) for i, n in enumerate(sizes)]})
+
+
+def test_a_pair_truncates_the_context_before_the_rows_own_text():
+    """One text column: the pair (text, context) loses context tokens first (longest_first cut the text too)."""
+    rows = _pair_rows(10, 10, 10, 10)
+    tokenizer = _tokenizer(rows)
+    cfg = TrainConfig(text_cols=["text"], group_context="text", group_context_by=["q"], max_length=20)
+    encodings, counts = encode_texts(tokenizer, add_group_context(rows, "text", ["q"]), cfg)
+    words = tokenizer.convert_ids_to_tokens(encodings["input_ids"][0])
+    assert [w for w in words if w.startswith("w0")] == rows.text[0].split()  # the own text whole
+    assert len(words) == 20 and words[11] == "[SEP]" and words[12].startswith("w1")  # the context filled the rest
+    assert counts["truncated"] == 4
+    # a pair of two columns of the rows' own (no group context) is truncated as before: the longer text first
+    two = rows.assign(other=[" ".join(f"w{i + 1}x{j}" for j in range(10)) for i in range(4)])
+    pair, _ = encode_texts(tokenizer, two.iloc[:1], TrainConfig(text_cols=["text", "other"], max_length=20))
+    assert sum(w.startswith("w0") for w in tokenizer.convert_ids_to_tokens(pair["input_ids"][0])) < 10
+
+
+def test_a_row_whose_own_text_fills_max_length_still_encodes_with_no_context():
+    """"only_second" refuses a row whose context would lose every token: it is tokenised without its context."""
+    rows = _pair_rows(4, 30, 17, 5, 16)  # 17 words + [CLS] [SEP] [SEP] = 20: exactly max_length
+    tokenizer = _tokenizer(rows)
+    cfg = TrainConfig(text_cols=["text"], group_context="text", group_context_by=["q"], max_length=20)
+    encodings, counts = encode_texts(tokenizer, add_group_context(rows, "text", ["q"]), cfg)
+    words = [tokenizer.convert_ids_to_tokens(ids) for ids in encodings["input_ids"]]
+    assert [len(w) for w in words] == [20] * 5 and counts["truncated"] == 5
+    assert words[1] == ["[CLS]", *rows.text[1].split()[:17], "[SEP]", "[SEP]"]  # own text cut, no context
+    assert words[2] == ["[CLS]", *rows.text[2].split(), "[SEP]", "[SEP]"]  # own text whole, no room for context
+    for i in (0, 3, 4):  # the other rows, in their places: own text whole, then their context
+        assert words[i][1 : len(rows.text[i].split()) + 2] == [*rows.text[i].split(), "[SEP]"]
+        assert words[i][-2].startswith("w") and not words[i][-2].startswith(f"w{i}")
+
+
 # --- presets and options
 
 

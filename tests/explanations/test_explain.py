@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from explain_helpers import PIECES, key_token_model, tiny_model, wordpiece_tokenizer
 
 import attnpool
+from attnpool.config import TrainConfig
+from attnpool.data.task import encode_texts
 from attnpool.explanations.faithfulness import prediction_change, removal_orders, summarize
 
 TEXTS = ["the cat sat on the mat", "a big red dog", "unbelievable", "the cat , the dog !"]
@@ -100,6 +103,23 @@ def test_truncation_is_flagged():
                               max_length=8, erasure_k=1)
     assert [x.truncated for x in result.examples] == [True, False]
     assert len(result.examples[0].tokens) == 8
+
+
+def test_group_context_pairs_lose_their_context_before_the_rows_own_text():
+    """A run's one text column with --group-context: the pair (text, context) is truncated as training did."""
+    texts, contexts = ["the cat sat on the mat", "the big red dog sat on the mat , a cat"], ["a red dog big", "a cat"]
+    tokenizer = wordpiece_tokenizer()
+    cfg = TrainConfig(text_cols=["text"], group_context="text", group_context_by=["q"], max_length=11)
+    rows = encode_texts(tokenizer, pd.DataFrame({"text": texts, "group_context": contexts}), cfg)[0]["input_ids"]
+    result = attnpool.explain(tiny_model(), tokenizer, texts, text_pairs=contexts, max_length=11, erasure_k=1,
+                              context_pairs=True)
+    assert [x.tokens for x in result.examples] == [tokenizer.convert_ids_to_tokens(ids) for ids in rows]
+    assert result.examples[0].tokens == ["[CLS]", *texts[0].split(), "[SEP]", "a", "red", "[SEP]"]
+    assert result.examples[1].tokens == ["[CLS]", *texts[1].split()[:8], "[SEP]", "[SEP]"]  # too long: no context
+    assert [x.truncated for x in result.examples] == [True, True]
+    assert [w.segment for w in result.examples[0].words if w.kind == "word"] == [0] * 6 + [1] * 2
+    pairs = attnpool.explain(tiny_model(), tokenizer, texts, text_pairs=contexts, max_length=11, erasure_k=1)
+    assert pairs.examples[0].tokens[:7] != result.examples[0].tokens[:7]  # two texts of a pair: the longer cut first
 
 
 def test_the_erasure_curve_shows_the_forced_token_as_decisive():

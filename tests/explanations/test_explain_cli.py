@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from attnpool.cli import main
-from model_helpers import save_tiny_encoder, write_toy_csv
+from attnpool.explanations import explain_file
+from attnpool.serving.service import Service
+from model_helpers import make_run, save_tiny_encoder, write_toy_csv
 
 FAST = ["--epochs", "1", "--batch-size", "8", "--eval-batch-size", "16", "--max-length", "16",
         "--pooling-opt", "attn_size=8"]
@@ -169,3 +171,22 @@ def test_source_errors_are_one_clear_line(run, data, tmp_path, capsys):
     assert "neither a train run directory" in capsys.readouterr().err
     assert main(["explain", "--run", str(run / "fold_0" / "model"), *common, "--text-cols", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_a_one_column_group_context_run_is_explained_and_served_as_it_predicts(tmp_path):
+    """Its rows are pairs (text, context) that lose their context first: explain and serve re-tokenise them so."""
+    run = make_run(tmp_path / "run", save_tiny_encoder(tmp_path / "encoder"), text_cols=["text"],
+                   group_context="text", group_context_by=["q"])  # max_length 16
+    rows = pd.DataFrame({"id": ["a", "b", "c", "d"], "q": ["g"] * 4,
+                         "text": ["the cat sat on the mat", "a big red dog ran fast on the mat", "the small tree",
+                                  " ".join(["the big house"] * 5)]})  # 15 words: 18 tokens with the pair's specials
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    explanation = explain_file(run, tmp_path / "rows.csv", tmp_path / "report.html", erasure_k=1, device="cpu")
+    for x, text in zip(explanation.examples, rows.text, strict=True):
+        own = [w.text for w in x.words if w.kind == "word" and w.segment == 0]
+        assert own == text.split()[:13] and x.truncated and len(x.tokens) == 16  # the row's own text first
+    assert [w.segment for w in explanation.examples[3].words if w.kind == "word"] == [0] * 13  # no context left
+    service = Service.load(run, device="cpu", precision="fp32")
+    job = service.encode(rows[service.fields].to_dict("records"), texts=True)
+    served = service.run([job], batch_size=8)[0].words
+    assert [[w["text"] for w in row] for row in served] == [[w.text for w in x.words] for x in explanation.examples]

@@ -5,10 +5,14 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from transformers import AutoTokenizer
 
+from attnpool.config import TrainConfig
+from attnpool.data.context import CONTEXT_FIELD, add_group_context
+from attnpool.data.task import encode_texts
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.prediction import FoldEnsemble
 from attnpool.serving.weights import word_weights
@@ -61,3 +65,30 @@ def test_a_blank_second_text_gets_the_tokens_it_was_predicted_with(tmp_path):
     assert [word["text"] for word in rows[2]] == ["[CLS]", "red", "tree", "[SEP]", "big", "house", "[SEP]"]
     assert [word["segment"] for word in rows[2]][4:6] == [1, 1]
     assert all(sum(word["weight"] for word in row) == pytest.approx(1.0) for row in rows)
+
+
+def test_a_group_context_pair_truncated_context_first_gets_the_tokens_it_was_predicted_with(tmp_path):
+    """A run with --group-context and one text column: its rows' contexts give up their tokens first."""
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling="attention",
+                                                           pooling_options={"attn_size": 8}).eval()
+    tokenizer = tiny_tokenizer()
+    ensemble = FoldEnsemble("regression", [0], [model], np.array([1.0]), tokenizer)
+    rows = pd.DataFrame({"q": ["g"] * 3, "text": ["the big red cat sat on the mat", "dog ran fast", "a tree"]})
+    cfg = TrainConfig(text_cols=["text"], group_context="text", group_context_by=["q"], max_length=10)
+    frame = add_group_context(rows, "text", ["q"])
+    ids = encode_texts(tokenizer, frame, cfg)[0]["input_ids"]  # as the prediction tokenises them
+    texts = list(zip(frame["text"], frame[CONTEXT_FIELD], strict=True))
+
+    def words(**kwargs) -> list[list[dict]]:
+        return word_weights(ensemble, texts, ids, max_length=10, batch_size=4, device=torch.device("cpu"),
+                            precision="fp32", lock=threading.Lock(), **kwargs)
+
+    served = words()  # the served rows do not say: the predicted tokens tell
+    assert [word["text"] for word in served[0]] == ["[CLS]", *"the big red cat sat on the".split(), "[SEP]", "[SEP]"]
+    assert [word["text"] for word in served[1]][:5] == ["[CLS]", "dog", "ran", "fast", "[SEP]"]
+    assert len(served[1]) == 10 and [word["segment"] for word in served[1]][5:9] == [1] * 4
+    assert all(sum(word["weight"] for word in row) == pytest.approx(1.0) for row in served)
+    assert words(context_pairs=True) == served
+    with pytest.raises(RuntimeError, match="differ from the predicted tokens"):
+        words(context_pairs=False)  # truncated as a pair of two texts: not what was predicted

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from transformers import BatchEncoding
 
 from attnpool.data.columns import build_texts, check_columns, template_fields, text_fields
 from attnpool.data.errors import DataError
@@ -110,6 +111,54 @@ def context_text_spec(text_cols: Sequence[str] | None, template: str | None) -> 
         return None, template if named else f"{template} [SEP] {{{CONTEXT_FIELD}}}"
     cols = list(text_cols or [])
     return (cols if CONTEXT_FIELD in cols else [*cols, CONTEXT_FIELD]), None
+
+
+def is_context_pair(group_context: str | None, text_cols: Sequence[str] | None, template: str | None) -> bool:
+    """Whether the texts built from ``text_cols`` (or ``template``) are a pair whose second text is the context.
+
+    One text column with ``group_context`` (after :func:`context_text_spec`): the tokenizer's pair
+    ``(text, group_context)``, which :func:`tokenize_rows` truncates context first.
+    """
+    cols = list(text_cols or [])
+    return bool(group_context) and not template and len(cols) == 2 and cols[1] == CONTEXT_FIELD
+
+
+def tokenize_rows(tokenizer: Any, first: Sequence[str], second: Sequence[str] | None, max_length: int, *,
+                  context_pair: bool = False, **kwargs: Any) -> BatchEncoding:
+    """The rows tokenised and truncated to ``max_length``, as training, prediction, explain and serve tokenise them.
+
+    A text, or a pair of two text columns, is truncated by ``truncation=True`` (a pair: the longer text first). A
+    pair whose second text is the group context (``context_pair``, :func:`is_context_pair`) gives up its context
+    first (``truncation="only_second"``), so the row's own text keeps all its tokens while the context can make room;
+    a row whose own text alone (with the pair's special tokens) fills ``max_length`` gets an empty context and its
+    own text truncated. The rows are tokenised in two batches at most; ``kwargs`` go to each call.
+    """
+    if second is None:
+        return tokenizer(list(first), truncation=True, max_length=max_length, **kwargs)
+    if not context_pair or not len(first):
+        return tokenizer(list(first), list(second), truncation=True, max_length=max_length, **kwargs)
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=True)
+    own = tokenizer(list(first), add_special_tokens=False, verbose=False)["input_ids"]
+    # "only_second" refuses a row whose context would have to give up every token or more
+    full = [i for i, ids in enumerate(own) if len(ids) >= room]
+    rest = [i for i, ids in enumerate(own) if len(ids) < room]
+    parts = []
+    if rest:
+        parts.append((rest, tokenizer([first[i] for i in rest], [second[i] for i in rest],
+                                      truncation="only_second", max_length=max_length, **kwargs)))
+    if full:
+        parts.append((full, tokenizer([first[i] for i in full], [""] * len(full), truncation=True,
+                                      max_length=max_length, **kwargs)))
+    return parts[0][1] if len(parts) == 1 else _merged(parts, len(own))
+
+
+def _merged(parts: list[tuple[list[int], BatchEncoding]], n: int) -> BatchEncoding:
+    """One batch of ``n`` rows from batches of some of them (each with its row numbers), in row order."""
+    place = {i: (j, k) for j, (rows, _) in enumerate(parts) for k, i in enumerate(rows)}
+    data = {key: [parts[place[i][0]][1][key][place[i][1]] for i in range(n)] for key in parts[0][1].keys()}
+    fast = parts[0][1].encodings is not None
+    encodings = [parts[place[i][0]][1].encodings[place[i][1]] for i in range(n)] if fast else None
+    return BatchEncoding(data, encoding=encodings, n_sequences=2)
 
 
 def _keys(frame: pd.DataFrame, by: list[str]):

@@ -15,7 +15,14 @@ from transformers import AutoTokenizer
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, check_columns, text_fields, validate_labels
-from attnpool.data.context import CONTEXT_FIELD, add_group_context, context_text_spec, split_groups
+from attnpool.data.context import (
+    CONTEXT_FIELD,
+    add_group_context,
+    context_text_spec,
+    is_context_pair,
+    split_groups,
+    tokenize_rows,
+)
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
@@ -232,7 +239,7 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
     """The rows' token lists (truncated to ``max_length``) and counts: texts, empty, truncated, tokens, max_tokens.
 
     With ``group_context`` the rows must hold the context column (:func:`attnpool.data.context.add_group_context`);
-    an empty context does not count as an empty text.
+    an empty context does not count as an empty text; a text pair with the context loses the context first.
     """
     sep = tokenizer.sep_token or "[SEP]"
     text_cols, template = cfg.text_cols or None, cfg.template
@@ -244,8 +251,8 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
         empty = build_texts(texts, own, sep_token=sep).num_empty if own else 0
     first, second, num_empty = build_texts(texts, text_cols, template, sep_token=sep)
     empty = empty if cfg.group_context else num_empty
-    kwargs: dict[str, Any] = {"truncation": True, "max_length": cfg.max_length}
-    encodings = tokenizer(first, second, **kwargs) if second is not None else tokenizer(first, **kwargs)
+    encodings = tokenize_rows(tokenizer, first, second, cfg.max_length,
+                              context_pair=is_context_pair(cfg.group_context, text_cols, template))
     full = tokenizer(first, second, verbose=False) if second is not None else tokenizer(first, verbose=False)
     truncated = sum(len(ids) > cfg.max_length for ids in full["input_ids"])
     lengths = [len(ids) for ids in encodings["input_ids"]]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from attnpool.data.context import tokenize_rows
 from attnpool.explanations.faithfulness import (
     STRATEGIES,
     ErasureCurves,
@@ -70,15 +72,16 @@ class _Encoded:
     truncated: bool
 
 
-def _encode(tokenizer: Any, texts: list[str], pairs: list[str] | None, max_length: int) -> list[_Encoded]:
-    """Tokenise as training does (``truncation=True``, ``max_length``), keeping what merging words needs."""
+def _encode(tokenizer: Any, texts: list[str], pairs: list[str] | None, max_length: int,
+            context_pairs: bool = False) -> list[_Encoded]:
+    """Tokenise as training does (``tokenize_rows``, ``max_length``), keeping what merging words needs."""
     fast = bool(getattr(tokenizer, "is_fast", False))
-    args = (texts, pairs) if pairs is not None else (texts,)
-    enc = tokenizer(*args, truncation=True, max_length=max_length, return_offsets_mapping=fast)
-    full = tokenizer(*args, verbose=False)
+    tokenize = partial(tokenize_rows, tokenizer, texts, pairs, max_length, context_pair=context_pairs)
+    enc = tokenize(return_offsets_mapping=fast)
+    full = tokenizer(texts, pairs, verbose=False)
     specials = special_token_ids(tokenizer)
     types = enc.get("token_type_ids")
-    segments = None if fast or pairs is None else _slow_segments(tokenizer, args, max_length, types)
+    segments = None if fast or pairs is None else _slow_segments(tokenize, types)
     out = []
     for i, ids in enumerate(enc["input_ids"]):
         ids = [int(t) for t in ids]
@@ -101,19 +104,16 @@ def _encode(tokenizer: Any, texts: list[str], pairs: list[str] | None, max_lengt
     return out
 
 
-def _slow_segments(tokenizer: Any, args: tuple[list[str], ...], max_length: int,
-                   types: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
+def _slow_segments(tokenize: Callable[..., Any], types: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
     """Which text of a pair each token of a slow tokenizer comes from (0 or 1), by its token type; ``None``: unknown.
 
-    Transformers 5's Python tokenizers (``BertTokenizerLegacy``...) return no ``token_type_ids`` unless asked, as
-    their ``model_input_names`` lack them: they are asked for here, for the segments alone, so the model's inputs
-    stay as the tokenizer makes them. Types that are 0 in every pair (RoBERTa's) tell the texts apart nowhere:
-    unknown then, rather than a second text reported as the first.
+    Transformers 5's Python tokenizers (``BertTokenizerLegacy``...) return no ``token_type_ids`` unless asked (their
+    ``model_input_names`` lack them): asked for here, for the segments alone, so the model's inputs stay as the
+    tokenizer makes them. Types 0 in every pair (RoBERTa's) tell the texts apart nowhere: unknown then.
     """
     if types is None:
         try:
-            types = tokenizer(*args, truncation=True, max_length=max_length, return_token_type_ids=True).get(
-                "token_type_ids")
+            types = tokenize(return_token_type_ids=True).get("token_type_ids")
         except (TypeError, ValueError, NotImplementedError):  # a tokenizer that cannot make them
             return None
     if types is None or not any(any(row) for row in types):
@@ -244,6 +244,7 @@ def explain(
     erasure_k: int = 5,
     seed: int = 0,
     batch_size: int = 32,
+    context_pairs: bool = False,
 ) -> Explanation:
     """Explain the predictions of an attnpool model by its pooling weights, and test how faithful they are.
 
@@ -264,6 +265,7 @@ def explain(
         erasure_k: ``K``, the most tokens removed; 0 skips the erasure test.
         seed: Seed of the random erasure (each example draws from ``(seed, index)``).
         batch_size: Rows per forward pass.
+        context_pairs: The ``text_pairs`` are group contexts (``--group-context``): truncated first, as in training.
 
     Returns:
         The :class:`Explanation`. The model runs where it is (move it first: ``model.to("cuda")``), in eval mode;
@@ -287,7 +289,7 @@ def explain(
     pooler = _check_pooler(model)
     config = getattr(model, "config", None)
     problem_type = _problem_type(config)
-    encoded = _encode(tokenizer, texts, pairs, max_length)
+    encoded = _encode(tokenizer, texts, pairs, max_length, context_pairs)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
     device = _model_device(model)
     was_training = model.training
@@ -316,8 +318,7 @@ def explain(
         else:
             prediction = [n for n, p in zip(names, outputs[i], strict=True) if p >= 0.5]
             probabilities, score = outputs[i].tolist(), float(outputs[i].mean())
-        label, error = _label_and_error(None if labels is None else labels[i], problem_type, outputs[i], names,
-                                        config)
+        label, error = _label_and_error(None if labels is None else labels[i], problem_type, outputs[i], names, config)
         special = np.asarray(enc.special, dtype=bool)  # bool even when empty: a text without tokens
         examples.append(ExampleExplanation(
             index=i,

@@ -11,6 +11,7 @@ import pandas as pd
 from transformers import AutoTokenizer
 
 from attnpool.data import DataError, build_texts, check_columns, read_table
+from attnpool.data.context import is_context_pair, tokenize_rows
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.explanations.core import Explanation, explain
 from attnpool.explanations.page import report_paths, write_report
@@ -103,8 +104,8 @@ def explain_file(
     if Run.is_run(source):
         if text_cols:
             raise ValueError("--text-cols is for a model folder; a run builds its texts as in training (config.yaml)")
-        model_dir, frame, first, second, label_col, id_col, length = _run_inputs(source, input_file, fold, label,
-                                                                                max_length, limit)
+        model_dir, frame, first, second, label_col, id_col, length, context_pairs = _run_inputs(
+            source, input_file, fold, label, max_length, limit)
         model, tokenizer = _load_model(model_dir)
     elif (source / "config.json").is_file():
         if not text_cols:
@@ -118,7 +119,7 @@ def explain_file(
         frame = read_table(input_file, text_columns=[*text_cols, "id"])
         check_columns(frame, [*text_cols, label], str(input_file))
         first, second, _ = build_texts(frame, text_cols, None, sep_token=tokenizer.sep_token or "[SEP]")
-        label_col, id_col, length = label or "label", "id", max_length or 128
+        label_col, id_col, length, context_pairs = label or "label", "id", max_length or 128, False
     else:
         raise FileNotFoundError(f"{source} is neither a train run directory (no {RUN_FILE}) nor a saved model folder "
                                 "(no config.json); give the --output-dir of attnpool train or a save_pretrained folder")
@@ -133,7 +134,7 @@ def explain_file(
         _check_numeric(labels, label_col, input_file)  # before the forward and erasure passes, not after
     explanation = explain(model, tokenizer, first[:n], text_pairs=None if second is None else second[:n],
                           labels=labels, max_length=length, erasure_k=erasure_k,
-                          seed=seed, batch_size=batch_size)
+                          seed=seed, batch_size=batch_size, context_pairs=context_pairs)
     explanation.source = str(model_dir)
     for example, row_id in zip(explanation.examples, ids or [None] * n, strict=True):
         example.id = None if row_id is None else str(row_id)
@@ -160,10 +161,11 @@ def _run_inputs(run_dir: Path, input_file: str | Path, fold: int | None, label: 
         cfg = inputs.cfg
     first, second, _ = build_texts(frame, cfg.text_cols or None, cfg.template, sep_token=tokenizer.sep_token or "[SEP]")
     n = len(first) if limit is None else min(limit, len(first))
-    args = (first[:n], second[:n]) if second is not None else (first[:n],)
-    ours = tokenizer(*args, truncation=True, max_length=cfg.max_length)["input_ids"]
+    context_pairs = is_context_pair(cfg.group_context, cfg.text_cols, cfg.template)
+    ours = tokenize_rows(tokenizer, first[:n], None if second is None else second[:n], cfg.max_length,
+                         context_pair=context_pairs)["input_ids"]
     if [list(x) for x in ours] != [list(x) for x in encodings["input_ids"][:n]]:
         raise ValueError(f"{run_dir}: the texts rebuilt for explain differ from the ones prediction builds; this is "
                          "a bug in attnpool, please report it")
     return (model_dir, frame, first, second, label or cfg.label, info.get("id_col") or cfg.id_col,
-            max_length or cfg.max_length)
+            max_length or cfg.max_length, context_pairs)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from attnpool.data.batching import ENCODING_KEYS, padded_batches
+from attnpool.data.context import tokenize_rows
 from attnpool.explanations.words import merge_words, special_token_ids
 from attnpool.precision import autocast
 from attnpool.prediction.engine import FoldEnsemble
@@ -25,7 +26,7 @@ from attnpool.prediction.engine import FoldEnsemble
 
 def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]], input_ids: Sequence[list[int]],
                  *, max_length: int, batch_size: int, device: torch.device, precision: str,
-                 lock: threading.Lock) -> list[list[dict[str, Any]]]:
+                 lock: threading.Lock, context_pairs: bool | None = None) -> list[list[dict[str, Any]]]:
     """Each row's words (and special tokens) with their pooling weights.
 
     Args:
@@ -37,6 +38,10 @@ def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]]
         device: Where the models are.
         precision: The autocast precision of the prediction.
         lock: Held while the tokenizer runs (it is shared with the request handlers).
+        context_pairs: The pairs' second texts are group contexts (a run trained with ``--group-context`` and one
+            text column), truncated context first as the prediction truncated them
+            (:func:`attnpool.data.context.tokenize_rows`); ``False``: truncated as any pair. ``None``: whichever of
+            the two the predicted tokens show (they differ only in rows truncated).
 
     Returns:
         Per row, the words in input order: ``text``, ``kind`` (``word`` or ``special``), ``segment`` (0: text,
@@ -47,7 +52,10 @@ def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]]
     fast = bool(getattr(tokenizer, "is_fast", False))
     specials = special_token_ids(tokenizer)
     with lock:
-        encoded = _encode(tokenizer, texts, max_length, fast)
+        encoded = _encode(tokenizer, texts, max_length, fast, bool(context_pairs))
+        if context_pairs is None and any(row.features["input_ids"] != list(ids)
+                                         for row, ids in zip(encoded, input_ids, strict=True)):
+            encoded = _encode(tokenizer, texts, max_length, fast, True)
     for i, (row, ids) in enumerate(zip(encoded, input_ids, strict=True)):
         if row.features["input_ids"] != list(ids):
             raise RuntimeError(f"row {i}: the texts re-tokenised for the word weights differ from the predicted "
@@ -78,8 +86,9 @@ class _Row:
     offsets: list[tuple[int, int]] | None
 
 
-def _encode(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_length: int, fast: bool) -> list[_Row]:
-    """The rows tokenised in list form, the pairs apart, as the prediction tokenised them.
+def _encode(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_length: int, fast: bool,
+            context_pairs: bool) -> list[_Row]:
+    """The rows tokenised in list form, the pairs apart, as the prediction tokenised them (``tokenize_rows``).
 
     The form matters: ``tokenizer(text, "")`` drops an empty second text where ``tokenizer([text], [""])`` keeps
     it (``[CLS] text [SEP] [SEP]``), and :func:`attnpool.data.task.encode_texts` (the prediction) calls the list
@@ -90,8 +99,9 @@ def _encode(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_length:
         members = [i for i, (_, second) in enumerate(texts) if (second is not None) == pair]
         if not members:
             continue
-        args = ([texts[i][0] for i in members],) + (([texts[i][1] for i in members],) if pair else ())
-        batch = tokenizer(*args, truncation=True, max_length=max_length, return_offsets_mapping=fast)
+        batch = tokenize_rows(tokenizer, [texts[i][0] for i in members],
+                              [texts[i][1] for i in members] if pair else None, max_length,
+                              context_pair=context_pairs, return_offsets_mapping=fast)
         for j, i in enumerate(members):
             features = {k: list(batch[k][j]) for k in ENCODING_KEYS if k in batch}
             rows[i] = _Row(features, batch.tokens(j) if fast else None, batch.word_ids(j) if fast else None,
