@@ -99,6 +99,8 @@ class AttnPoolConfig(PretrainedConfig):
         if isinstance(pooling_layers, str) and pooling_layers not in ("last", "all"):
             raise ValueError(f"pooling_layers must be 'last', 'all' or a list of layer indices, got {pooling_layers!r}")
         self.pooling_layers = pooling_layers if isinstance(pooling_layers, str) else [int(i) for i in pooling_layers]
+        if not self.pooling_layers:
+            raise ValueError("pooling_layers is empty: give 'last', 'all' or at least one index into hidden_states")
         if not 0.0 <= head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
         self.head_dropout = float(head_dropout)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
+from transformers import initialization as hf_init
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from attnpool.pooling import get_pooler_class
@@ -42,6 +44,71 @@ def encoder_layers(encoder: PreTrainedModel) -> nn.ModuleList:
         f"cannot find the list of {num_layers} transformer layers in {type(encoder).__name__}; what works per "
         "layer (freeze_layers, reinit_layers, llrd below 1) is not supported for this encoder: leave it out"
     )
+
+
+def parameter_depths(encoder: nn.Module, layers: nn.ModuleList) -> dict[int, int]:
+    """Each encoder parameter's depth below the top, by ``id``: ``L - 1 - i`` in layer ``i`` of ``L`` layers.
+
+    What lies outside the layer list gets the embeddings' depth ``L`` when it comes before the last layer (GPT-2's
+    ``wpe``, ELECTRA's ``embeddings_project``), 0 after it (ModernBERT's ``final_norm``, GPT-2's ``ln_f``, Llama's
+    ``norm``: they read the top layer's output). DeBERTa's relative position embeddings and their norm come after
+    the layers in the module but feed every layer: the embeddings' depth. DeBERTa-v2's convolution
+    (``encoder.conv``, with ``conv_kernel_size > 0``) runs on the first layer's output: the first layer's depth.
+    The rule of layer-wise learning-rate decay (:func:`attnpool.training.optim.parameter_groups`).
+    """
+    num = len(layers)
+    depths = {id(p): num - 1 - i for i, layer in enumerate(layers) for p in layer.parameters()}
+    named = list(encoder.named_parameters())
+    last = max((i for i, (_, p) in enumerate(named) if id(p) in depths), default=len(named))
+    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n}  # the modules that hold them
+    for i, (name, p) in enumerate(named):
+        if id(p) in depths:
+            continue
+        if name.startswith("encoder.conv."):
+            depths[id(p)] = num - 1
+        else:
+            depths[id(p)] = 0 if i > last and name.rsplit(".", 2)[0] not in relative else num
+    return depths
+
+
+def freeze_bottom(encoder: PreTrainedModel, num_layers: int | None) -> None:
+    """Freeze what feeds the first ``num_layers`` layers: the embeddings (:func:`parameter_depths`), those layers.
+
+    ``None``: the embeddings alone; where no layer list is found, the ``embeddings`` module (or the input embeddings).
+    What reads the top layer's output (a final norm, BERT's own pooler) keeps training, all layers frozen too.
+    """
+    try:
+        layers = encoder_layers(encoder)
+    except ValueError:
+        if num_layers is not None:
+            raise
+        (getattr(encoder, "embeddings", None) or encoder.get_input_embeddings()).requires_grad_(False)
+        return
+    num_layers = num_layers or 0
+    if not 0 <= num_layers <= len(layers):
+        raise ValueError(f"freeze_layers: num_layers must be in [0, {len(layers)}], got {num_layers}")
+    depths, inside = parameter_depths(encoder, layers), {id(p) for p in layers.parameters()}
+    for p in encoder.parameters():
+        if depths[id(p)] >= len(layers) - num_layers and (id(p) in inside or depths[id(p)] > 0):
+            p.requires_grad_(False)
+
+
+def reinit_top(encoder: PreTrainedModel, num_layers: int) -> None:
+    """Re-initialise the top ``num_layers`` layers with the encoder's own ``_init_weights``, as transformers does.
+
+    Children before parents (``initialize_weights``' order): GPT-2 and ModernBERT set the scaled output projections
+    at the parent module, which a child's plain init visited after it would overwrite.
+    """
+    layers = encoder_layers(encoder)
+    if not 0 <= num_layers <= len(layers):
+        raise ValueError(f"reinit_top_layers: num_layers must be in [0, {len(layers)}], got {num_layers}")
+    with torch.no_grad(), hf_init.guard_torch_init_functions():
+        for layer in list(layers)[len(layers) - num_layers :]:
+            # Loaded weights are flagged as initialised, and transformers' init functions skip them.
+            for tensor in [*layer.parameters(), *layer.buffers()]:
+                if hasattr(tensor, "_is_hf_initialized"):
+                    tensor._is_hf_initialized = False
+            layer.apply(encoder._init_weights)
 
 
 # The attention pooler's start for inputs that join two or more texts (a pair, a template) on a bidirectional
@@ -99,3 +166,26 @@ def set_encoder_dropout(config: PretrainedConfig, p: float) -> list[str]:
     for name in fields:
         setattr(config, name, float(p))
     return fields
+
+
+def match_encoder_dtype(model: nn.Module, encoder: PreTrainedModel) -> None:
+    """Cast what surrounds a half-precision (or float64) ``encoder`` in ``model``, pooler and head, to its dtype.
+
+    ``from_pretrained(dtype=torch.bfloat16)`` loads them so (their logits are float32 all the same); left float32
+    around a bf16 encoder they failed at the first forward (``mat1 and mat2 must have the same dtype``). The encoder
+    itself is left as it is (modules it keeps in float32 stay so).
+    """
+    dtype = encoder.dtype
+    if not dtype.is_floating_point or dtype == torch.float32:
+        return
+
+    def cast(module: nn.Module) -> None:
+        for child in module.children():
+            if child is encoder:
+                continue
+            if any(m is encoder for m in child.modules()):
+                cast(child)
+            else:
+                child.to(dtype)
+
+    cast(model)

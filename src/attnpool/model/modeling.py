@@ -81,11 +81,12 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         transformer layers (its default, capped at the encoder's depth); with ``"all"`` every transformer layer;
         with a list, those layers. A ``num_layers`` given in the pooling spec must match.
         """
+        depth = getattr(config.encoder, "num_hidden_layers", None)
+        layers = config.pooling_layers
+        _check_pooling_layers(layers, depth)
         pooler = build_pooler(config.pooling, config.hidden_size)
         if not pooler.needs_all_layers:
             return pooler
-        depth = getattr(config.encoder, "num_hidden_layers", None)
-        layers = config.pooling_layers
         if layers == "last":
             wanted = pooler.num_layers if depth is None else min(pooler.num_layers, depth)
         else:
@@ -174,6 +175,9 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             raise ValueError("AttnPoolModel needs input_ids or inputs_embeds")
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        elif tuple(attention_mask.shape) != tuple(reference.shape[:2]):  # a 4-D mask broke decoders' positions
+            raise ValueError(f"attention_mask of shape {tuple(attention_mask.shape)}: expected (B, T) = "
+                             f"{tuple(reference.shape[:2])}, the input's, with 1 for real tokens and 0 for padding")
         encoder_kwargs: dict[str, Any] = dict(kwargs)
         if token_type_ids is not None and self._accepts_token_type_ids:
             encoder_kwargs["token_type_ids"] = token_type_ids
@@ -328,6 +332,18 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             attentions=base.attentions,
         )
         return output if _as_dict(return_dict, self.config) else output.to_tuple()
+
+
+def _check_pooling_layers(layers: str | list[int], depth: int | None) -> None:
+    """Refuse indices of ``pooling_layers`` outside ``hidden_states`` (``depth + 1`` entries, 0 the embeddings)."""
+    if isinstance(layers, str):
+        return
+    if not layers:
+        raise ValueError("pooling_layers is empty: give 'last', 'all' or at least one index into hidden_states")
+    if depth is not None and (outside := [i for i in layers if not -(depth + 1) <= i <= depth]):
+        raise ValueError(f"pooling_layers {layers}: {outside} outside [{-(depth + 1)}, {depth}], the indices into the "
+                         f"{depth + 1} hidden states of this {depth}-layer encoder (0 the embedding output, {depth} "
+                         "or -1 the last layer)")
 
 
 def _as_dict(return_dict: bool | None, config: AttnPoolConfig) -> bool:

@@ -24,7 +24,10 @@ from attnpool.model.encoders import (
     check_encoder_source,
     encoder_layers,
     encoder_pooling_defaults,
+    freeze_bottom,
     looks_like_local_path,
+    match_encoder_dtype,
+    reinit_top,
     set_encoder_dropout,
 )
 from attnpool.model.heads import PredictionHead
@@ -178,10 +181,13 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         return getattr(self, self.base_model_prefix, self)
 
     def freeze_embeddings(self) -> None:
-        """Stop training the encoder's embedding layer (a common trick to regularise small data sets)."""
-        encoder = self._base().encoder
-        embeddings = getattr(encoder, "embeddings", None) or encoder.get_input_embeddings()
-        embeddings.requires_grad_(False)
+        """Stop training the encoder's embeddings: every parameter that feeds the first layer and no layer.
+
+        Those outside the layer list that come before it (GPT-2's position embeddings, ELECTRA's projection too)
+        and DeBERTa's relative position embeddings with their norm (:func:`~attnpool.model.encoders.parameter_depths`).
+        A common trick to regularise small data sets.
+        """
+        freeze_bottom(self._base().encoder, None)
 
     def freeze_word_embeddings(self) -> None:
         """Stop training the encoder's input word embeddings (its largest matrix on a small model).
@@ -192,13 +198,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         self._base().encoder.get_input_embeddings().requires_grad_(False)
 
     def freeze_layers(self, num_layers: int) -> None:
-        """Freeze the embeddings and the first ``num_layers`` encoder layers."""
-        layers = encoder_layers(self._base().encoder)
-        if not 0 <= num_layers <= len(layers):
-            raise ValueError(f"freeze_layers: num_layers must be in [0, {len(layers)}], got {num_layers}")
-        self.freeze_embeddings()
-        for layer in layers[:num_layers]:
-            layer.requires_grad_(False)
+        """Freeze the embeddings (:meth:`freeze_embeddings`) and the first ``num_layers`` encoder layers."""
+        freeze_bottom(self._base().encoder, num_layers)
 
     def reinit_top_layers(self, num_layers: int) -> None:
         """Re-initialise the top ``num_layers`` encoder layers with the encoder's own initialisation.
@@ -206,18 +207,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         A trick from the PPPM and CommonLit winning solutions: the top layers of a pre-trained encoder are
         specialised to its pre-training task, and starting them afresh can help fine-tuning.
         """
-        encoder = self._base().encoder
-        layers = encoder_layers(encoder)
-        if not 0 <= num_layers <= len(layers):
-            raise ValueError(f"reinit_top_layers: num_layers must be in [0, {len(layers)}], got {num_layers}")
-        for layer in list(layers)[len(layers) - num_layers :]:
-            for module in layer.modules():
-                # Loaded weights are flagged as initialised, and transformers' init functions skip them.
-                for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
-                    if hasattr(tensor, "_is_hf_initialized"):
-                        tensor._is_hf_initialized = False
-                with torch.no_grad():
-                    encoder._init_weights(module)
+        reinit_top(self._base().encoder, num_layers)
 
     @classmethod
     def from_encoder(
@@ -320,6 +310,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         model = cls(config, encoder=encoder_model)
         if pooler_instance is not None:
             model._base().pooler.load_state_dict(pooler_instance.state_dict())
+        match_encoder_dtype(model, encoder_model)
         if reinit_layers and freeze_layers is not None:
             count = len(encoder_layers(model._base().encoder))
             if reinit_layers + freeze_layers > count:
