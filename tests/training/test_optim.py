@@ -70,6 +70,7 @@ class FsdpLike(torch.nn.Module):
             return getattr(self._fsdp_wrapped_module, name)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # dynamo's import
 @pytest.mark.parametrize("wrap", [FsdpLike, torch.compile], ids=["fsdp", "compile"])
 def test_a_wrapped_model_gets_the_groups_of_the_model_inside(model, wrap):
     """The Trainer builds the optimizer of an FSDP model after wrapping it: the encoder's names then start with
