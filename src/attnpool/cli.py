@@ -263,8 +263,8 @@ def _add_demo(commands: Any) -> None:
     api_default = _API_DEFAULTS["demo"]
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
     _arg(demo, "--output-dir", "where the demo's runs go", default=api_default["output_dir"])
-    _arg(demo, "--seconds", "sizes the training set: about this many seconds of training per pooler on a CPU with "
-         "native bf16 (about twice as long in fp32)", default=api_default["seconds"], type=float)
+    _arg(demo, "--seconds", "sizes the training set: SECONDS / 0.9 steps of 16 texts per pooler (10 to 150)",
+         default=api_default["seconds"], type=float)
     _arg(demo, "--model", "encoder", default=api_default["model"], shown="the bundled all-MiniLM-L6-v2")
     demo.set_defaults(func=_cmd_demo)
 

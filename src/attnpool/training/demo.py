@@ -67,8 +67,8 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
 
     Args:
         output_dir: Where the data and the two runs go: a new or empty folder, or an earlier demo's (replaced).
-        seconds: Sizes the training set: about this many seconds of training per pooler on a CPU with native bf16
-            (0.9 s a step of 16 texts; about twice as long in fp32).
+        seconds: Sizes the training set: ``seconds / 0.9`` steps of 16 texts per pooler (at least 10, at most 150),
+            about that many seconds on 2 cores.
         model: Encoder (default: the bundled offline all-MiniLM-L6-v2).
         n_train: Training rows (overrides the budget).
         n_valid: Validation rows.
