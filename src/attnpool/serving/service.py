@@ -35,7 +35,7 @@ from attnpool._version import __version__
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, text_fields
-from attnpool.data.context import CONTEXT_FIELD
+from attnpool.data.context import CONTEXT_FIELD, is_context_pair
 from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.task import context_columns
@@ -303,8 +303,11 @@ class Service:
         if wanted:
             texts = [t for job, _ in wanted for t in job.texts or []]
             ids = [ids for job, _ in wanted for ids in job.encodings["input_ids"]]
+            context_pairs = any(is_context_pair(i.cfg.group_context, i.cfg.text_cols, i.cfg.template)
+                                for i in self._inputs.values())  # tokenised as encode_texts did
             words = word_weights(self.ensemble, texts, ids, max_length=self.max_length, batch_size=batch_size,
-                                 device=self.device, precision=self.precision, lock=self._tokenizer_lock)
+                                 device=self.device, precision=self.precision, lock=self._tokenizer_lock,
+                                 context_pairs=context_pairs)
             start = 0
             for job, answer in wanted:
                 answer.words, start = words[start : start + job.rows], start + job.rows
