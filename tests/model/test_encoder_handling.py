@@ -117,3 +117,22 @@ def test_an_attention_mask_not_shaped_as_the_input_is_refused(family):
     for wrong in (mask[:, None, None, :].bool(), mask[:, :-1]):
         with pytest.raises(ValueError, match=r"attention_mask .*\(B, T\)"):
             model(ids, wrong)
+
+
+def test_mpnets_relative_attention_bias_is_frozen_and_decayed_with_the_embeddings():
+    """MPNet's encoder.relative_attention_bias feeds every layer (all-mpnet-base-v2): freeze_layers left it trainable
+    and layer-wise decay gave it the top layer's rate."""
+    from transformers import MPNetConfig
+
+    from attnpool.training.optim import parameter_groups
+
+    config = MPNetConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=37, max_position_embeddings=64)
+    frozen = AttnPoolForSequenceClassification.from_encoder(config, num_labels=1, freeze_layers=1)
+    bias = {n: p for n, p in frozen.named_parameters() if "relative_attention_bias" in n}
+    assert len(bias) == 1 and not any(p.requires_grad for p in bias.values())
+    model = AttnPoolForSequenceClassification.from_encoder(config, num_labels=1)
+    rates = {id(p): g["lr"] for g in parameter_groups(model, 1e-4, 1e-3, 0.0, llrd=0.5) for p in g["params"]}
+    named = dict(model.named_parameters())
+    embeddings = rates[id(named["attnpool.encoder.embeddings.word_embeddings.weight"])]
+    assert rates[id(named["attnpool.encoder.encoder.relative_attention_bias.weight"])] == embeddings == 1e-4 * 0.5**2

@@ -60,7 +60,8 @@ def parameter_depths(encoder: nn.Module, layers: nn.ModuleList) -> dict[int, int
     depths = {id(p): num - 1 - i for i, layer in enumerate(layers) for p in layer.parameters()}
     named = list(encoder.named_parameters())
     last = max((i for i, (_, p) in enumerate(named) if id(p) in depths), default=len(named))
-    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n}  # the modules that hold them
+    # relative position tables (DeBERTa's rel_embeddings, MPNet's relative_attention_bias) feed every layer
+    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n or "relative_attention_bias." in n}
     for i, (name, p) in enumerate(named):
         if id(p) in depths:
             continue

@@ -74,7 +74,8 @@ def _outside_the_layers(encoder: nn.Module, in_layers: set[int], num: int) -> di
     """
     named = list(encoder.named_parameters())
     last = max((i for i, (_, p) in enumerate(named) if id(p) in in_layers), default=len(named))
-    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n}  # the modules that hold them
+    # relative position tables (DeBERTa's rel_embeddings, MPNet's relative_attention_bias) feed every layer
+    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n or "relative_attention_bias." in n}
 
     def depth(i: int, name: str) -> int:
         if name.startswith("encoder.conv."):
