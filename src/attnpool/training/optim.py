@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnpool.model.encoders import encoder_layers
+from attnpool.model.encoders import encoder_layers, parameter_depths
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
 # the modules a wrapper inserts into parameter names: FSDP (the Trainer creates the optimizer of an FSDP model after
@@ -39,13 +39,7 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
     base = model.attnpool
     encoder = base.encoder
     layers = encoder_layers(encoder) if llrd != 1.0 else None
-    depth_of: dict[int, int] = {}
-    if layers is not None:
-        num = len(layers)
-        for i, layer in enumerate(layers):
-            for p in layer.parameters():
-                depth_of[id(p)] = num - 1 - i
-        depth_of.update(_outside_the_layers(encoder, set(depth_of), num))
+    depth_of = parameter_depths(encoder, layers) if layers is not None else {}  # the rule freeze_layers uses too
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     for wrapped_name, p in model.named_parameters():
         if not p.requires_grad:
@@ -61,28 +55,6 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
         decay = 0.0 if p.ndim < 2 or any(re.search(re.escape(k) + "$", name) for k in NO_DECAY) else weight_decay
         groups.setdefault((rate, decay), []).append(p)
     return [{"params": params, "lr": rate, "weight_decay": decay} for (rate, decay), params in groups.items()]
-
-
-def _outside_the_layers(encoder: nn.Module, in_layers: set[int], num: int) -> dict[int, int]:
-    """The LLRD depth of each encoder parameter outside the layer list: the embeddings' or the top layer's.
-
-    ``num`` below the first layer (embeddings), 0 after the last (ModernBERT's final_norm, GPT-2's ln_f, Llama's
-    norm: they read the top layer's output). DeBERTa's relative position embeddings and their norm come after the
-    layers in the module but feed every layer: they keep the embeddings' depth. DeBERTa-v2's convolution
-    (``encoder.conv``, with ``conv_kernel_size > 0`` as in deberta-v2-xlarge) also comes after them but runs on the
-    first layer's output: it gets the first layer's depth.
-    """
-    named = list(encoder.named_parameters())
-    last = max((i for i, (_, p) in enumerate(named) if id(p) in in_layers), default=len(named))
-    # relative position tables (DeBERTa's rel_embeddings, MPNet's relative_attention_bias) feed every layer
-    relative = {n.rsplit(".", 2)[0] for n, _ in named if "rel_embeddings." in n or "relative_attention_bias." in n}
-
-    def depth(i: int, name: str) -> int:
-        if name.startswith("encoder.conv."):
-            return num - 1
-        return 0 if i > last and name.rsplit(".", 2)[0] not in relative else num
-
-    return {id(p): depth(i, n) for i, (n, p) in enumerate(named) if id(p) not in in_layers}
 
 
 def build_optimizer(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
