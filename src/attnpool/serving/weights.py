@@ -26,7 +26,7 @@ from attnpool.prediction.engine import FoldEnsemble
 
 def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]], input_ids: Sequence[list[int]],
                  *, max_length: int, batch_size: int, device: torch.device, precision: str,
-                 lock: threading.Lock, context_pairs: bool | None = None) -> list[list[dict[str, Any]]]:
+                 lock: threading.Lock, context_pairs: bool = False) -> list[list[dict[str, Any]]]:
     """Each row's words (and special tokens) with their pooling weights.
 
     Args:
@@ -40,8 +40,7 @@ def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]]
         lock: Held while the tokenizer runs (it is shared with the request handlers).
         context_pairs: The pairs' second texts are group contexts (a run trained with ``--group-context`` and one
             text column), truncated context first as the prediction truncated them
-            (:func:`attnpool.data.context.tokenize_rows`); ``False``: truncated as any pair. ``None``: whichever of
-            the two the predicted tokens show (they differ only in rows truncated).
+            (:func:`attnpool.data.context.tokenize_rows`); ``False``: truncated as any pair.
 
     Returns:
         Per row, the words in input order: ``text``, ``kind`` (``word`` or ``special``), ``segment`` (0: text,
@@ -52,10 +51,7 @@ def word_weights(ensemble: FoldEnsemble, texts: Sequence[tuple[str, str | None]]
     fast = bool(getattr(tokenizer, "is_fast", False))
     specials = special_token_ids(tokenizer)
     with lock:
-        encoded = _encode(tokenizer, texts, max_length, fast, bool(context_pairs))
-        if context_pairs is None and any(row.features["input_ids"] != list(ids)
-                                         for row, ids in zip(encoded, input_ids, strict=True)):
-            encoded = _encode(tokenizer, texts, max_length, fast, True)
+        encoded = _encode(tokenizer, texts, max_length, fast, context_pairs)
     for i, (row, ids) in enumerate(zip(encoded, input_ids, strict=True)):
         if row.features["input_ids"] != list(ids):
             raise RuntimeError(f"row {i}: the texts re-tokenised for the word weights differ from the predicted "
