@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+import attnpool.training.fold as fold_module
 from attnpool.cli import main
 from attnpool.config import TrainConfig
 from attnpool.model import AttnPoolForSequenceClassification
@@ -380,8 +381,6 @@ def test_a_pearson_loss_run_also_scores_its_folds_each_on_its_own_scale(encoder,
 def test_each_fold_trains_with_its_own_seed(encoder, data, tmp_path, monkeypatch):
     """The Trainer seeds torch with args.seed after the model is built: one seed for all folds gave every fold the
     same dropout masks, while the card said seed + fold."""
-    import attnpool.training.fold as fold_module
-
     seeds, real = [], fold_module.training_arguments
 
     def spy(*args, **kwargs):
@@ -445,3 +444,27 @@ def test_resume_of_a_group_context_run_refuses_edited_texts(encoder, data, tmp_p
     capsys.readouterr()
     assert main(["train", "--output-dir", str(out), "--resume"]) == 2
     assert "--resume: the training data changed since the run started" in capsys.readouterr().err
+
+
+def test_a_fold_that_failed_after_training_resumes_without_training_again(encoder, data, tmp_path, monkeypatch):
+    """The Trainer deleted the last checkpoint at the end of training (save_total_limit 1): a fold that failed while
+    predicting its validation rows re-trained from the best checkpoint on resume."""
+    def fail(*args, **kwargs):
+        raise MemoryError("out of memory while predicting")
+
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--only-folds", "0", "--model", encoder, "--output-dir", str(out), *FAST, "--lr", "0",
+            "--head-lr", "0", "--eval-steps", "2"]  # lr 0: the first checkpoint stays the best
+    predict = fold_module.predict_encoded
+    monkeypatch.setattr(fold_module, "predict_encoded", fail)
+    with pytest.raises(MemoryError):
+        main(args)
+    last = max(int(p.name.split("-")[1]) for p in (out / "fold_0" / "checkpoints").glob("checkpoint-*"))
+    monkeypatch.setattr(fold_module, "predict_encoded", predict)
+    assert main(["train", "--output-dir", str(out), "--resume", "--only-folds", "0"]) == 3  # fold 1 left
+    log = (out / "train.log").read_text()
+    assert f"fold 0: resuming from {out / 'fold_0' / 'checkpoints' / f'checkpoint-{last}'}" in log
+    history = json.loads((out / "fold_0" / "log_history.json").read_text())
+    assert max(e["step"] for e in history) == last and "train_runtime" in history[-1]
+    assert json.loads((out / "fold_0" / "metrics.json").read_text())["best_checkpoint"] == "checkpoint-2"

@@ -52,7 +52,11 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "load_best_model_at_end": True,
         "metric_for_best_model": metric,
         "greater_is_better": greater,
-        "save_total_limit": 1,  # the best checkpoint is kept in addition
+        # the newest and the best: at 1 the Trainer deletes the newest at the end of training, so a fold that failed
+        # after it (predicting its validation rows) re-trained from the best checkpoint on resume. 2 keeps no more
+        # on disk at a save (the new one, the previous and the best) and one more in between only when the best is
+        # the newest; a finished fold's checkpoints are deleted.
+        "save_total_limit": 2,
         "restore_callback_states_from_checkpoint": True,  # --resume: early stopping's count of evaluations goes on
         "seed": cfg.seed if seed is None else seed,
         "data_seed": cfg.seed,  # the batches' order (a fold's rows are its own anyway): a run from before keeps it
