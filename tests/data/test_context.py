@@ -18,10 +18,12 @@ from attnpool.data.context import (
     add_group_context,
     context_text_spec,
     group_context,
+    tokenize_rows,
 )
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.data.task import apply_preset, encode_texts, load_task
 from attnpool.serving.service import run_fields
+from model_helpers import tiny_tokenizer
 
 LOG = logging.getLogger("test_context")
 
@@ -388,3 +390,16 @@ def test_a_pppm_key_the_preset_adds_is_found_when_predicting_a_file(tmp_path):
     inputs = PredictionInputs(cfg, {}, tmp_path / "test.csv", tokenizer, LOG)
     frame, _ = inputs.encode(next(inputs.chunks(2)))
     assert frame[CONTEXT_FIELD].tolist() == ["tree", ""]  # the rows of the same anchor and CPC text, file-wide
+
+
+@pytest.mark.parametrize("options", [{"padding": True}, {"padding": "longest"}, {"return_tensors": "pt"}])
+def test_tokenize_rows_refuses_to_pad_batches_it_tokenises_apart(options):
+    """Context pairs are tokenised in two batches (rows that fill max_length on their own, and the rest): padded,
+    each batch came out at its own length."""
+    tokenizer = tiny_tokenizer()
+    first, second = ["the big red cat sat on the mat", "a dog"], ["red tree", "big house"]
+    with pytest.raises(ValueError, match=r"leave out padding= and return_tensors= and pad the result with "
+                                         r"tokenizer\.pad"):
+        tokenize_rows(tokenizer, first, second, 8, context_pair=True, **options)
+    rows = tokenize_rows(tokenizer, first, second, 8, context_pair=True, padding=False)
+    assert [len(ids) for ids in rows["input_ids"]] == [8, 7]

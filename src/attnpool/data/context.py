@@ -131,8 +131,12 @@ def tokenize_rows(tokenizer: Any, first: Sequence[str], second: Sequence[str] | 
     pair whose second text is the group context (``context_pair``, :func:`is_context_pair`) gives up its context
     first (``truncation="only_second"``), so the row's own text keeps all its tokens while the context can make room;
     a row whose own text alone (with the pair's special tokens) fills ``max_length`` gets an empty context and its
-    own text truncated. The rows are tokenised in two batches at most; ``kwargs`` go to each call.
+    own text truncated. The rows are tokenised in two batches at most; ``kwargs`` go to each call, and so may not pad
+    (each batch would be padded to its own length): pad the result with ``tokenizer.pad``.
     """
+    if kwargs.get("padding") not in (None, False, "do_not_pad") or kwargs.get("return_tensors") is not None:
+        raise ValueError("tokenize_rows returns unpadded lists (its rows are tokenised in up to two batches); leave "
+                         "out padding= and return_tensors= and pad the result with tokenizer.pad(...)")
     if second is None:
         return tokenizer(list(first), truncation=True, max_length=max_length, **kwargs)
     if not context_pair or not len(first):
