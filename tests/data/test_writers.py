@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from attnpool.data import read_table, write_table
+from attnpool.data import DataError, read_table, write_table
 
 
 def test_jsonl_keeps_every_digit_of_a_float(tmp_path):
@@ -49,3 +52,26 @@ def test_jsonl_encodes_numbers_and_texts_a_column_at_a_time(tmp_path, monkeypatc
         {"id": None, "n": 2, "N": None, "p": None, "p32": None, "ok": False, "100%": "x"},
         {"id": 'caf\u00e9 "q"\n', "n": -3, "N": 2**40, "p": -0.0, "p32": 123456790.0, "ok": True, "100%": None},
     ]
+
+
+def test_an_output_that_is_the_input_is_refused_however_it_is_spelled(tmp_path):
+    """predict refused it; explain wrote its report over the input file: one shared check, naming the option."""
+    from attnpool.data.writers import refuse_input_as_output
+
+    source = tmp_path / "in.csv"
+    source.write_text("text\nthe cat\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    os.link(source, tmp_path / "hard.csv")
+    (tmp_path / "soft.csv").symlink_to(source)
+    for output in (source, tmp_path / "sub" / ".." / "in.csv", tmp_path / "hard.csv", tmp_path / "soft.csv"):
+        message = (f"--output {output}: is the input file ({source}), which the predictions would replace; write "
+                   "the predictions to another file")
+        with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
+            refuse_input_as_output(source, output)
+    message = (f"--json {source}: is the input file ({source}), which the JSON report would replace; write the JSON "
+               "report to another file")
+    with pytest.raises(DataError, match=f"^{re.escape(message)}$"):
+        refuse_input_as_output(str(source), str(source), option="--json", what="JSON report")
+    refuse_input_as_output(source, tmp_path / "out.csv")  # another file, existing or not
+    refuse_input_as_output(tmp_path / "missing.csv", tmp_path / "out.csv")
+    assert source.read_text(encoding="utf-8") == "text\nthe cat\n"

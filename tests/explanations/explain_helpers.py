@@ -42,6 +42,24 @@ def metaspace_tokenizer(split: bool):
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
+def bytelevel_tokenizer():
+    """A RoBERTa-style byte-level BPE fast tokenizer: a newline is the piece ``Ċ``, a second space ``Ġ``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(["the cat sat on the mat", "unbelievable cats"] * 50, trainer)
+    backend.post_processor = processors.RobertaProcessing(("</s>", backend.token_to_id("</s>")),
+                                                          ("<s>", backend.token_to_id("<s>")), trim_offsets=True,
+                                                          add_prefix_space=False)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>", sep_token="</s>", cls_token="<s>")
+
+
 def tiny_model(pooling: str = "attention", num_labels: int = 1, seed: int = 0, **options):
     """A tiny random BERT + pooler + head; classification when ``num_labels > 1`` (labels ``c0``, ``c1``...)."""
     torch.manual_seed(seed)

@@ -189,7 +189,7 @@ def test_bad_inputs_are_refused():
         attnpool.explain(model, tokenizer, [])
     with pytest.raises(ValueError, match="gives no token weights"):
         attnpool.explain(tiny_model("max"), tokenizer, ["a cat"])
-    with pytest.raises(ValueError, match="seed >= 0, got 5, 128, 32 and -1"):  # numpy's own words named no option
+    with pytest.raises(ValueError, match="seed >= 0, got 5, 32 and -1"):  # numpy's own words named no option
         attnpool.explain(model, tokenizer, ["a cat"], seed=-1)
 
 
@@ -335,3 +335,62 @@ def test_missing_texts_are_empty_and_a_single_pair_is_one_text():
     assert [(x.text, x.text_pair) for x in result.examples] == [("the cat", "red mat"), ("", ""), ("", ""),
                                                                 ("", "a dog")]
     assert result.examples[1].tokens == ["[CLS]", "[SEP]", "[SEP]"]
+
+
+def test_missing_labels_of_every_kind_have_no_label_and_no_error():
+    """pd.NA (nullable columns) and a float32 NaN were labels "<NA>" and "nan", or a TypeError after the model ran."""
+    model, tokenizer = tiny_model(num_labels=2), wordpiece_tokenizer()
+    texts = ["the cat sat", "a big dog", "red mat", "the dog"]
+    for labels in (pd.array(["c0", None, "c1", None], dtype="string"),
+                   np.array([0, np.nan, 1, np.nan], dtype=np.float32),
+                   pd.Series(["c0", pd.NA, "c1", pd.NaT], dtype=object)):
+        result = attnpool.explain(model, tokenizer, texts, labels=labels, erasure_k=0)
+        assert [x.label for x in result.examples] == ["c0", None, "c1", None]
+        assert [x.error is None for x in result.examples] == [False, True, False, True]
+    values = pd.array([0.5, None, 0.2, np.nan], dtype="Float64")
+    result = attnpool.explain(tiny_model(), tokenizer, texts, labels=values, erasure_k=0)
+    assert [x.label for x in result.examples] == [0.5, None, 0.2, None]
+    assert [x.error is None for x in result.examples] == [False, True, False, True]
+
+
+def test_a_regression_label_that_is_no_number_is_refused_before_the_model_runs(monkeypatch):
+    from attnpool.explanations import core
+
+    monkeypatch.setattr(core, "_run", lambda *a, **k: pytest.fail("the model ran before the labels were checked"))
+    with pytest.raises(ValueError, match=r"labels\[1\] is 'high', not a number; this model predicts values "
+                                         r"\(regression\), so its labels are numbers: fix the label, or give None"):
+        attnpool.explain(tiny_model(), wordpiece_tokenizer(), ["the cat", "a dog"], labels=[0.5, "high"])
+
+
+def test_the_label_of_a_single_text_may_be_given_alone():
+    """labels="c1" with one text became the labels ["c", "1"], and labels=0.5 a TypeError."""
+    tokenizer = wordpiece_tokenizer()
+    one = attnpool.explain(tiny_model(num_labels=2), tokenizer, "the cat", labels="c1", erasure_k=0).examples[0]
+    assert one.label == "c1" and one.error is not None
+    value = attnpool.explain(tiny_model(), tokenizer, "the cat", labels=np.float32(0.5), erasure_k=0).examples[0]
+    assert value.label == 0.5 and value.error is not None
+    with pytest.raises(ValueError, match=r"labels='c1' is one label, for 2 texts; give a list with one label per "
+                                         r"text"):
+        attnpool.explain(tiny_model(num_labels=2), tokenizer, ["the cat", "a dog"], labels="c1")
+
+
+def test_a_model_without_a_prediction_head_is_refused():
+    """A bare AttnPoolModel failed with AttributeError: 'AttnPoolModelOutput' object has no attribute 'logits'."""
+    with pytest.raises(ValueError, match="explain needs a model with a prediction head, got a bare AttnPoolModel.*; "
+                                         "pass an AttnPoolForSequenceClassification"):
+        attnpool.explain(tiny_model().attnpool, wordpiece_tokenizer(), ["the cat sat"], erasure_k=1)
+
+
+def test_max_length_is_checked_against_the_encoders_positions():
+    """The tiny BERT reads 64 positions: the default 128 and an explicit 100 failed in torch with a RuntimeError."""
+    model, tokenizer = tiny_model(), wordpiece_tokenizer()
+    long = " ".join(["the big red dog sat on the mat"] * 12)  # 96 words
+    result = attnpool.explain(model, tokenizer, [long], erasure_k=1)
+    assert result.max_length == 64 and len(result.examples[0].tokens) == 64 and result.examples[0].truncated
+    with pytest.raises(ValueError, match=r"max_length 100 is over what the model's encoder reads: 64 tokens \(its "
+                                         r"position embeddings\); give max_length=64 or less"):
+        attnpool.explain(model, tokenizer, [long], max_length=100)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"max_length must be an integer >= 1 \(tokens per row\), got"):
+            attnpool.explain(model, tokenizer, [long], max_length=bad)
+    assert attnpool.explain(model, tokenizer, [long], max_length=64, erasure_k=0).max_length == 64

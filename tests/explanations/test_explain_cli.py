@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from attnpool.cli import main
+from attnpool.data import DataError
 from attnpool.explanations import explain_file
 from attnpool.serving.service import Service
 from model_helpers import make_run, save_tiny_encoder, write_toy_csv
@@ -149,6 +152,62 @@ def test_output_path_errors_come_before_the_model_runs(run, data, tmp_path, caps
     assert f"--output {tmp_path / 'notes.txt' / 'r.html'}: {tmp_path / 'notes.txt'} is a file, not a folder" \
         in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "out"]
+
+
+def test_a_report_that_would_replace_the_input_file_is_refused(run, data, tmp_path, capsys, monkeypatch):
+    """--output or --json equal to --input wrote the report over the data file, and exited 0."""
+    from attnpool.explanations import files
+
+    monkeypatch.setattr(files, "explain", lambda *a, **k: pytest.fail("the model ran before the paths were checked"))
+    source = tmp_path / "rows.csv"
+    source.write_bytes((data / "test.csv").read_bytes())
+    os.link(source, tmp_path / "linked.csv")
+    (tmp_path / "sub").mkdir()
+    common = ["explain", "--run", str(run), "--input", str(source)]
+    for output in (source, tmp_path / "sub" / ".." / "rows.csv", tmp_path / "linked.csv"):
+        assert main([*common, "--output", str(output)]) == 2
+        assert (f"--output {output}: is the input file ({source}), which the HTML report would replace; write the "
+                "HTML report to another file") in capsys.readouterr().err
+        assert main([*common, "--output", str(tmp_path / "r.html"), "--json", str(output)]) == 2
+        assert (f"--json {output}: is the input file ({source}), which the JSON report would replace; write the "
+                "JSON report to another file") in capsys.readouterr().err
+    with pytest.raises(DataError, match=r"--json .*rows\.csv: is the input file"):
+        explain_file(run, source, tmp_path / "r.html", json_path=source)
+    assert source.read_bytes() == (data / "test.csv").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linked.csv", "rows.csv", "sub"]
+
+
+def test_max_length_is_checked_against_the_encoders_positions(run, tmp_path, capsys, caplog):
+    """The tiny BERT reads 64 positions: a model folder's default 128 and --max-length 100 crashed in torch."""
+    long = " ".join(["the big red dog sat on the mat"] * 12)  # 96 words
+    pd.DataFrame({"id": ["a"], "first": [long], "second": ["a cat"], "label": [0.5]}).to_csv(tmp_path / "rows.csv",
+                                                                                          index=False)
+    folder = run / "fold_0" / "model"
+    common = ["--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path / "r.html"), "--erasure-k", "1"]
+    assert main(["explain", "--run", str(folder), "--text-cols", "first", "second", *common]) == 0
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert report["max_length"] == 64 and len(report["examples"][0]["tokens"]) == 64
+    for source, extra in ((folder, ["--text-cols", "first", "second"]), (run, [])):
+        assert main(["explain", "--run", str(source), *extra, *common, "--max-length", "100"]) == 2
+        assert (f"--max-length 100 is over what the encoder of {folder} reads: 64 tokens (its position embeddings); "
+                "give --max-length 64 or less") in capsys.readouterr().err
+    long_run = tmp_path / "long_run"
+    make_run(long_run, save_tiny_encoder(tmp_path / "encoder"), folds=1)
+    config = yaml.safe_load((long_run / "config.yaml").read_text())
+    (long_run / "config.yaml").write_text(yaml.safe_dump({**config, "max_length": 100}, sort_keys=False))
+    explanation = explain_file(long_run, tmp_path / "rows.csv", tmp_path / "long.html", erasure_k=1, device="cpu")
+    assert explanation.max_length == 64 and len(explanation.examples[0].tokens) == 64
+    assert "max_length 100 (its config.yaml), over the 64 tokens its encoder reads" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_a_max_length_below_one_is_refused(run, data, tmp_path, capsys, value):
+    """--max-length 0 was read as "not given": the run's 16 or the folder's 128 were used without a word."""
+    common = ["--input", str(data / "test.csv"), "--output", str(tmp_path / "r.html"), "--max-length", value]
+    for source, extra in ((run, []), (run / "fold_0" / "model", ["--text-cols", "first", "second"])):
+        assert main(["explain", "--run", str(source), *extra, *common]) == 2
+        assert f"--max-length must be an integer >= 1 (tokens per row), got {value}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_fold_of_a_model_folder_is_refused(run, data, tmp_path, capsys, monkeypatch):

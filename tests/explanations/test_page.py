@@ -7,12 +7,15 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pytest
-from explain_helpers import tiny_model, wordpiece_tokenizer
+from explain_helpers import bytelevel_tokenizer, tiny_model, wordpiece_tokenizer
+from transformers import BertConfig
 
 import attnpool
+from attnpool import AttnPoolForSequenceClassification
 from attnpool.explanations import page as page_module
 from attnpool.explanations.page import render_html, report_paths, write_report
 from attnpool.explanations.svg import svg_curves
+from model_helpers import COMMON
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 SVG_LEAVES = {"line", "circle", "polyline", "path", "rect"}  # written self-closing inside <svg>
@@ -144,6 +147,27 @@ def test_a_report_without_erasure_and_labels_still_renders(tmp_path):
     checker = _Checker()
     checker.feed(page)
     assert not checker.errors and len(checker.articles) == 1
+
+
+def test_whitespace_pieces_of_a_byte_level_tokenizer_render_as_marks(tmp_path):
+    """A newline and a double space showed in the page as the words "\u010a" and "\u0120"."""
+    tokenizer = bytelevel_tokenizer()
+    config = BertConfig(**{**COMMON, "vocab_size": len(tokenizer)}, max_position_embeddings=64)
+    model = AttnPoolForSequenceClassification.from_encoder(config, pooling="attention",
+                                                           pooling_options={"attn_size": 8}).eval()
+    text = "the cat\n\nsat <q-x>&</q-x>  mat\u00a0on"
+    result = attnpool.explain(model, tokenizer, [text], erasure_k=1)
+    html_path, _ = write_report(result, tmp_path / "r.html")
+    page = html_path.read_text(encoding="utf-8")
+    checker = _Checker()
+    checker.feed(page)
+    assert not checker.errors and len(checker.articles) == 1
+    shown = "".join(checker.text)
+    assert "\u23ce" in shown and "\u2423" in shown
+    assert not {"\u010a", "\u0120", "\ufffd"} & set(shown), "no raw byte-level pieces"
+    assert "<q-x>" not in page and "&lt;q-x&gt;" in page, "the text is still escaped"
+    words = result.examples[0].words
+    assert sum(w.weights[0] for w in words) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_words_are_shaded_against_the_heaviest_word_when_cls_takes_most_weight():

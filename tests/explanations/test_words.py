@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from explain_helpers import metaspace_tokenizer, tiny_model, wordpiece_tokenizer
+from explain_helpers import bytelevel_tokenizer, metaspace_tokenizer, tiny_model, wordpiece_tokenizer
 
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
 
@@ -55,6 +55,33 @@ def test_without_offsets_a_space_mark_starts_a_word():
     words = merge_words(["<s>", "\u2581un", "believ", "\u2581cat", "s"], np.array([[0.1, 0.2, 0.3, 0.2, 0.2]]),
                         special=[True, False, False, False, False], word_ids=[None, 0, 0, 0, 0])
     assert [w.pieces for w in words[1:]] == [["\u2581un", "believ"], ["\u2581cat", "s"]]
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("the cat\n\nsat\tmat", [("the", 0, 3), ("cat", 4, 7), ("\u23ce", 7, 8), ("\u23ce", 8, 9), ("sat", 9, 12),
+                             ("\u21e5", 12, 13), ("mat", 13, 16)]),
+    ("the  cat ", [("the", 0, 3), ("\u2423", None, None), ("cat", 5, 8), ("\u2423", None, None)]),
+    ("cat\u00a0mat", [("cat", 0, 3), ("\u2423", 3, 4), ("mat", 4, 7)]),
+], ids=["newline-tab", "double-space", "no-break-space"])
+def test_byte_level_whitespace_pieces_show_as_visible_marks_with_their_weight(text, shown):
+    """A newline, a second space or a no-break space showed as the raw pieces "\u010a", "\u0120", "\ufffd \ufffd"."""
+    tokens, words = _merge(bytelevel_tokenizer(), text)
+    assert [(w.text, w.start, w.end) for w in words if w.kind == "word"] == shown
+    assert sum(w.weights[0] for w in words) == sum(range(1, len(tokens) + 1)), "every piece keeps its weight"
+    assert sum(len(w.pieces) for w in words) == len(tokens)
+    if "\u00a0" in text:  # its two bytes are one character: one word, both pieces
+        assert len(words[2].pieces) == 2
+
+
+def test_whitespace_without_offsets_is_shown_by_marks_too():
+    """A slow byte-level tokenizer: the pieces joined back are whitespace, which strip() turned into the raw piece."""
+    from attnpool.explanations.words import visible_space
+
+    words = merge_words(["the", "\u010a", "\u0120", "cat"], np.array([[0.1, 0.2, 0.3, 0.4]]),
+                        special=[False] * 4, tokens_to_string=lambda pieces: {"\u010a": "\n", "\u0120": " "}.get(
+                            pieces[0], pieces[0]))
+    assert [w.text for w in words] == ["the", "\u23ce", "\u2423", "cat"]
+    assert visible_space("\r\n\t \u00a0\u2028") == "\u23ce\u21e5\u2423\u2423\u23ce"
 
 
 def test_a_text_pair_keeps_its_segments_apart():

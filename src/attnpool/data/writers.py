@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from json.encoder import encode_basestring  # C-accelerated; ensure_ascii=False's string encoder
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from attnpool.data.errors import DataError
 from attnpool.json_values import json_value
 
 
@@ -27,6 +29,30 @@ def write_table(frame, path: str | Path, like: str | Path | None = None, *, head
         frame.to_parquet(path, index=False)
     else:
         frame.to_csv(path, index=False, header=header)
+
+
+def refuse_input_as_output(input_file: str | Path, output_file: str | Path, option: str = "--output",
+                           what: str = "predictions") -> None:
+    """Refuse to write ``what`` over the input file: a command's output that is its input would replace it.
+
+    The same path, another spelling of it (``sub/../in.csv``) and a hard or symbolic link to it all count.
+
+    Args:
+        input_file: The file read.
+        output_file: The file to be written.
+        option: The option that named ``output_file``, for the message (``--output``, ``--json``).
+        what: What would be written there, for the message (``predictions``, ``report``).
+
+    Raises:
+        DataError: ``output_file`` is ``input_file``.
+    """
+    input_file, output_file = Path(input_file), Path(output_file)
+    same = input_file.resolve() == output_file.resolve()
+    if not same and input_file.exists() and output_file.exists():
+        same = os.path.samefile(input_file, output_file)  # a hard or symbolic link, another spelling of the name
+    if same:
+        raise DataError(f"{option} {output_file}: is the input file ({input_file}), which the {what} would "
+                        f"replace; write the {what} to another file")
 
 
 def _write_jsonl(frame: pd.DataFrame, path: Path) -> None:

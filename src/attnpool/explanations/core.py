@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from attnpool.data.context import tokenize_rows
@@ -21,10 +19,12 @@ from attnpool.explanations.faithfulness import (
     removal_orders,
     summarize,
 )
+from attnpool.explanations.labels import check_numeric, is_missing, label_and_error, label_list
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
-from attnpool.json_values import json_value
-from attnpool.tasks import class_names, label_text, scores_from_logits, task_of
+from attnpool.model import AttnPoolModel
+from attnpool.serving.positions import DEFAULT_MAX_LENGTH, position_limit
+from attnpool.tasks import class_names, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 
 
@@ -47,6 +47,26 @@ def _base(model: torch.nn.Module) -> Any:
 
 def _find_pooler(model: torch.nn.Module) -> Any:
     return getattr(_base(model), "pooler", None)
+
+
+def _check_head(model: torch.nn.Module) -> None:
+    if isinstance(model, AttnPoolModel):  # encoder + pooler alone: pooled vectors, no logits to explain
+        raise ValueError("explain needs a model with a prediction head, got a bare AttnPoolModel (encoder and pooler, "
+                         "whose output is the pooled vectors); pass an AttnPoolForSequenceClassification, e.g. "
+                         "AttnPoolForSequenceClassification.from_pretrained(folder)")
+
+
+def _max_length(model: torch.nn.Module, max_length: int | None) -> int:
+    """``max_length``, checked against the encoder's position embeddings; ``None``: 128, or less if it reads less."""
+    limit = position_limit(model)
+    if max_length is None:
+        return DEFAULT_MAX_LENGTH if limit is None else min(DEFAULT_MAX_LENGTH, limit)
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"explain: max_length must be an integer >= 1 (tokens per row), got {max_length!r}")
+    if limit is not None and max_length > limit:
+        raise ValueError(f"explain: max_length {max_length} is over what the model's encoder reads: {limit} tokens "
+                         f"(its position embeddings); give max_length={limit} or less")
+    return max_length
 
 
 def _check_pooler(model: torch.nn.Module) -> Any:
@@ -159,6 +179,9 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
         if positions_from_mask:  # an erased token keeps the others where they were: positions of the full row
             kwargs["position_ids"] = torch.arange(width, device=device).expand(len(chosen), width)
         out = model(**kwargs, return_pooling_weights=weights)
+        if getattr(out, "logits", None) is None:
+            raise ValueError(f"the model ({type(model).__name__}) returned no logits; explain needs a model with a "
+                             "prediction head, e.g. an AttnPoolForSequenceClassification")
         batch_logits = out.logits.float().cpu().numpy().reshape(len(chosen), -1)
         if logits is None:
             logits = np.zeros((len(rows), batch_logits.shape[1]), dtype=np.float64)
@@ -176,50 +199,9 @@ def _run(model: torch.nn.Module, rows: Sequence[tuple[list[int], np.ndarray, lis
     return logits, (out_weights if weights else None)  # type: ignore[return-value]
 
 
-def _class_key(name: Any) -> str:
-    """A saved class name as :func:`label_text` writes a label: ``"2.0"`` as ``"2"``, text as it is."""
-    try:
-        return label_text(float(name))
-    except (TypeError, ValueError):
-        return label_text(name)
-
-
-def _label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names: list[str] | None,
-                     config: Any) -> tuple[Any, float | None]:
-    if label is None or (isinstance(label, float) and math.isnan(label)):
-        return None, None
-    if problem_type == "regression":
-        target = np.asarray(label, dtype=np.float64).ravel()
-        return (json_value(target.tolist()) if target.size > 1 else float(target[0]),
-                float(np.abs(prediction.ravel() - target).mean()))
-    if problem_type == "single_label_classification":
-        # keys as label_text writes labels: classes 1.0, 1.5, 2.0 are saved as "1.0", "1.5", "2.0", and 1.0 reads "1"
-        label2id = {_class_key(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
-        index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
-        # an integer that names no class is the output's index, unless the classes are numbers (2, 5, 7: 1 is none)
-        numbered = any(k.lstrip("-").isdigit() for k in label2id)
-        position = _as_index(label)
-        if index is None and not numbered and position is not None and position < len(names or []):
-            index = position
-        if index is None:
-            return label_text(label), None
-        return (names[index] if names else index), float(index != int(np.argmax(prediction)))
-    return json_value(label.tolist() if isinstance(label, np.ndarray) else label), None
-
-
-def _as_index(label: Any) -> int | None:
-    """A label that is a whole number >= 0 as an int: ``1``, ``1.0`` (read from a column with a blank cell), ``"1"``."""
-    if isinstance(label, float | np.floating):
-        return int(label) if float(label).is_integer() and label >= 0 else None
-    if isinstance(label, int | np.integer):
-        return int(label) if label >= 0 else None
-    text = label.strip() if isinstance(label, str) else ""
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
 def _text(value: Any) -> str:
     """A text as training's ``build_texts`` reads a cell: missing (``None``, NaN, ``pd.NA``) or blank is ``""``."""
-    if value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value)):
+    if is_missing(value):
         return ""
     text = value if isinstance(value, str) else str(value)
     return text if text.strip() else ""
@@ -239,8 +221,8 @@ def explain(
     texts: str | Sequence[str],
     *,
     text_pairs: str | Sequence[str] | None = None,
-    labels: Sequence[Any] | None = None,
-    max_length: int = 128,
+    labels: Any = None,
+    max_length: int | None = None,
     erasure_k: int = 5,
     seed: int = 0,
     batch_size: int = 32,
@@ -260,8 +242,10 @@ def explain(
         texts: The texts (or the first texts of pairs), built as in training: a missing one (``None``, NaN) or a
             blank one is ``""``.
         text_pairs: The second texts of pairs (one string with one text); they are kept apart from the first ones.
-        labels: True labels (class names or indices, or values), to show errors; ``None`` entries are allowed.
-        max_length: Truncate to this many tokens, as in training.
+        labels: True labels (class names or indices, or values), one per text, to show errors; a missing one
+            (``None``, NaN, ``pd.NA``) has none. With one text (a string), its label may be given as it is.
+        max_length: Truncate to this many tokens, as in training; default 128, or less when the encoder reads less
+            (its position embeddings).
         erasure_k: ``K``, the most tokens removed; 0 skips the erasure test.
         seed: Seed of the random erasure (each example draws from ``(seed, index)``).
         batch_size: Rows per forward pass.
@@ -272,23 +256,29 @@ def explain(
         its training mode is restored afterwards.
 
     Raises:
-        ValueError: Inputs of different lengths, no texts, a bad option, or a pooler without token weights.
+        ValueError: Inputs of different lengths, no texts, a bad option, a ``max_length`` over what the encoder
+            reads, a label of a regression model that is not a number, a model without a prediction head, or a
+            pooler without token weights.
     """
-    texts = [_text(t) for t in ([texts] if isinstance(texts, str) else texts)]
+    one_text = isinstance(texts, str)
+    texts = [_text(t) for t in ([texts] if one_text else texts)]
     pairs = None if text_pairs is None else [_text(t) for t in ([text_pairs] if isinstance(text_pairs, str)
                                                                 else text_pairs)]
-    labels = None if labels is None else list(labels)  # by position, as the texts: a Series' index is not
     if not texts:
         raise ValueError("explain: no texts given")
-    for name, values in (("text_pairs", pairs), ("labels", labels)):
-        if values is not None and len(values) != len(texts):
-            raise ValueError(f"explain: {len(texts)} texts but {len(values)} {name}; give one per text")
-    if erasure_k < 0 or max_length < 1 or batch_size < 1 or seed < 0:
-        raise ValueError(f"explain: need erasure_k >= 0, max_length >= 1, batch_size >= 1 and seed >= 0, got "
-                         f"{erasure_k}, {max_length}, {batch_size} and {seed}")
+    if pairs is not None and len(pairs) != len(texts):
+        raise ValueError(f"explain: {len(texts)} texts but {len(pairs)} text_pairs; give one per text")
+    labels = label_list(labels, texts, one_text)
+    max_length = _max_length(model, max_length)
+    if erasure_k < 0 or batch_size < 1 or seed < 0:
+        raise ValueError(f"explain: need erasure_k >= 0, batch_size >= 1 and seed >= 0, got {erasure_k}, "
+                         f"{batch_size} and {seed}")
+    _check_head(model)
     pooler = _check_pooler(model)
     config = getattr(model, "config", None)
     problem_type = _problem_type(config)
+    if problem_type == "regression":
+        check_numeric(labels)  # before the forward and erasure passes, not after them
     encoded = _encode(tokenizer, texts, pairs, max_length, context_pairs)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
     device = _model_device(model)
@@ -318,7 +308,7 @@ def explain(
         else:
             prediction = [n for n, p in zip(names, outputs[i], strict=True) if p >= 0.5]
             probabilities, score = outputs[i].tolist(), float(outputs[i].mean())
-        label, error = _label_and_error(None if labels is None else labels[i], problem_type, outputs[i], names, config)
+        label, error = label_and_error(None if labels is None else labels[i], problem_type, outputs[i], names, config)
         special = np.asarray(enc.special, dtype=bool)  # bool even when empty: a text without tokens
         examples.append(ExampleExplanation(
             index=i,

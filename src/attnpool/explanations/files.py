@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from transformers import AutoTokenizer
 
 from attnpool.data import DataError, build_texts, check_columns, read_table
 from attnpool.data.context import is_context_pair, tokenize_rows
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
+from attnpool.data.writers import refuse_input_as_output
 from attnpool.explanations.core import Explanation, explain
+from attnpool.explanations.labels import is_missing
 from attnpool.explanations.page import report_paths, write_report
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device
 from attnpool.runs.run import RUN_FILE, Run
+from attnpool.serving.positions import check_max_length, model_max_length, position_limit
 
 logger = logging.getLogger("attnpool.explain")
 
@@ -35,11 +36,7 @@ def _load_model(folder: Path):
 def _column_values(frame, column: str | None, n: int) -> list[Any] | None:
     if not column or column not in frame.columns:
         return None
-    values = []
-    for v in frame[column].iloc[:n].tolist():
-        missing = v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-        values.append(None if missing else v)
-    return values
+    return [None if is_missing(v) else v for v in frame[column].iloc[:n].tolist()]
 
 
 def _check_numeric(labels: list[Any], column: str, path: str | Path) -> None:
@@ -83,7 +80,8 @@ def explain_file(
         erasure_k: ``K`` of the erasure test.
         text_cols: For a model folder: one text column, two for a pair, more to join with the separator.
         label: The label column (default: the run's; for a model folder ``label`` when present).
-        max_length: Truncation (default: the run's ``max_length``; 128 for a model folder).
+        max_length: Truncation (default: the run's ``max_length``; 128 for a model folder), at most what the
+            encoder reads (its position embeddings): a longer run's ``max_length`` is capped, with a warning.
         fold: Which fold's model of a run (refused with a model folder, which holds one model).
         seed: Seed of the random erasure.
         batch_size: Rows per forward pass.
@@ -95,18 +93,23 @@ def explain_file(
     Raises:
         FileNotFoundError: ``source`` is neither a run nor a model folder, or a file is missing.
         ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
-            folder), bad data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
+            folder), a ``max_length`` below 1 or over what the encoder reads, a report path that is the input
+            file, bad data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
     """
     source = Path(source)
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    report_paths(html_path, json_path)  # a wrong output path fails now, not after the model has run
+    check_max_length(max_length)
+    html_path, json_path = report_paths(html_path, json_path)  # a wrong output path fails now, not after the run
+    refuse_input_as_output(input_file, html_path, "--output", "HTML report")
+    refuse_input_as_output(input_file, json_path, "--json", "JSON report")
     if Run.is_run(source):
         if text_cols:
             raise ValueError("--text-cols is for a model folder; a run builds its texts as in training (config.yaml)")
         model_dir, frame, first, second, label_col, id_col, length, context_pairs = _run_inputs(
             source, input_file, fold, label, max_length, limit)
         model, tokenizer = _load_model(model_dir)
+        length = _run_max_length(model, model_dir, max_length, length)
     elif (source / "config.json").is_file():
         if not text_cols:
             raise ValueError(f"{source} is a model folder: say which columns hold the text with --text-cols COL "
@@ -119,7 +122,8 @@ def explain_file(
         frame = read_table(input_file, text_columns=[*text_cols, "id"])
         check_columns(frame, [*text_cols, label], str(input_file))
         first, second, _ = build_texts(frame, text_cols, None, sep_token=tokenizer.sep_token or "[SEP]")
-        label_col, id_col, length, context_pairs = label or "label", "id", max_length or 128, False
+        label_col, id_col, context_pairs = label or "label", "id", False
+        length = model_max_length(max_length, model, source)  # 128, or less when the encoder reads less
     else:
         raise FileNotFoundError(f"{source} is neither a train run directory (no {RUN_FILE}) nor a saved model folder "
                                 "(no config.json); give the --output-dir of attnpool train or a save_pretrained folder")
@@ -168,4 +172,16 @@ def _run_inputs(run_dir: Path, input_file: str | Path, fold: int | None, label: 
         raise ValueError(f"{run_dir}: the texts rebuilt for explain differ from the ones prediction builds; this is "
                          "a bug in attnpool, please report it")
     return (model_dir, frame, first, second, label or cfg.label, info.get("id_col") or cfg.id_col,
-            max_length or cfg.max_length, context_pairs)
+            cfg.max_length if max_length is None else max_length, context_pairs)
+
+
+def _run_max_length(model: Any, model_dir: Path, asked: int | None, length: int) -> int:
+    """A run's ``max_length``: ``--max-length`` refused over what the encoder reads, the run's own capped there."""
+    if asked is not None:
+        return model_max_length(asked, model, model_dir)
+    limit = position_limit(model)
+    if limit is None or length <= limit:
+        return length
+    logger.warning("attnpool explain: %s has max_length %d (its config.yaml), over the %d tokens its encoder reads: "
+                   "rows are truncated at %d tokens", model_dir, length, limit, limit)
+    return limit

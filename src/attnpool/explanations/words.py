@@ -120,31 +120,49 @@ def _starts_word(position: int, tokens: Sequence[str], offsets: Sequence[tuple[i
     if text is None:
         return tokens[position].startswith(("\u2581", "\u0120"))  # SentencePiece's and byte-level BPE's space marks
     (_, previous_end), (start, end) = offsets[position - 1], offsets[position]
-    return any(c.isspace() for c in text[previous_end:start]) or (end > start and text[start].isspace())
+    # a piece that starts inside the previous one is another byte of the same character (a no-break space's two)
+    return any(c.isspace() for c in text[previous_end:start]) or (end > start >= previous_end
+                                                                  and text[start].isspace())
 
 
 def _set_text(word: Word, offsets: Sequence[tuple[int, int]] | None, texts: Sequence[str | None],
               tokens_to_string: Any) -> None:
-    """The word as written in the text (case and accents kept), else its pieces joined back by the tokenizer."""
+    """The word as written in the text (case and accents kept), else its pieces joined back by the tokenizer.
+
+    A word of whitespace alone (byte-level BPE's ``Ċ`` for a line break or ``Ġ`` for a second space, the two bytes
+    of a no-break space) shows that whitespace as visible marks (:func:`visible_space`), not as the raw pieces.
+    """
     if offsets is not None and word.segment is not None and word.segment < len(texts):
         text = texts[word.segment]
         spans = [offsets[p] for p in word.positions if offsets[p][1] > offsets[p][0]]
         if text is not None and spans:
             start, end = min(s for s, _ in spans), max(e for _, e in spans)
-            while start < end and text[start].isspace():  # Metaspace pieces (DeBERTa-v3) hold the space before
-                start += 1
-            while end > start and text[end - 1].isspace():
-                end -= 1
-            if start < end:
-                word.start, word.end, word.text = start, end, text[start:end]
-                return
+            first, last = start, end
+            while first < last and text[first].isspace():  # Metaspace pieces (DeBERTa-v3) hold the space before
+                first += 1
+            while last > first and text[last - 1].isspace():
+                last -= 1
+            if first < last:
+                word.start, word.end, word.text = first, last, text[first:last]
+            else:  # whitespace alone: where it is, and marks to see it by
+                word.start, word.end, word.text = start, end, visible_space(text[start:end])
+            return
+    joined = ""
     if tokens_to_string is not None:
         try:
-            word.text = str(tokens_to_string(word.pieces)).strip() or "".join(word.pieces)
-            return
+            joined = str(tokens_to_string(word.pieces))
         except Exception:  # noqa: BLE001 - a tokenizer that cannot join pieces: show them as they are
             pass
-    word.text = "".join(word.pieces)
+    word.text = joined.strip() or (visible_space(joined) if joined else "".join(word.pieces))
+
+
+def visible_space(space: str) -> str:
+    r"""Whitespace made visible, a mark a character: ``⏎`` a line break (``\r\n`` too), ``⇥`` a tab, ``␣`` others."""
+    return "".join("\u23ce" if c in _BREAKS else "\u21e5" if c == "\t" else "\u2423"
+                   for c in space.replace("\r\n", "\n"))
+
+
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines breaks at
 
 
 def entropy(weights: np.ndarray) -> tuple[float, float]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnpool.data import SUPPORTED_EXTENSIONS, DataError
 from attnpool.data.prediction import PredictionInputs, context_views
+from attnpool.data.writers import refuse_input_as_output
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
@@ -122,7 +122,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
     runs = [Run.open(r) for r in sources]
     input_file, output_file = Path(input_file), Path(output_file)
-    _refuse_the_input_as_output(input_file, output_file)  # before the lock and the parts: nothing written
+    refuse_input_as_output(input_file, output_file)  # before the lock and the parts: nothing written
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
@@ -189,16 +189,6 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                 models, f" of {len(runs)} runs, blended" if blended else "", ensemble, how, output_file, count,
                 f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
-
-
-def _refuse_the_input_as_output(input_file: Path, output_file: Path) -> None:
-    """A DataError when the output is the input (same path, or a link to it): the final rename would replace it."""
-    same = input_file.resolve() == output_file.resolve()
-    if not same and input_file.exists() and output_file.exists():
-        same = os.path.samefile(input_file, output_file)  # a hard or symbolic link, another spelling of the name
-    if same:
-        raise DataError(f"--output {output_file}: is the input file ({input_file}), which the predictions would "
-                        "replace; write the predictions to another file")
 
 
 def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backend: str,

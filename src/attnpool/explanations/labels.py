@@ -1,0 +1,101 @@
+"""The true labels given to ``explain``: one per text, missing ones as ``None``, and each example's label and error."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnpool.json_values import json_value
+from attnpool.tasks import label_text
+
+
+def is_missing(value: Any) -> bool:
+    """A missing cell as training reads one: ``None``, ``pd.NA``, ``NaT`` or a NaN float (``np.float32`` too)."""
+    return (value is None or value is pd.NA or value is pd.NaT
+            or (isinstance(value, float | np.floating) and math.isnan(value)))
+
+
+def label_list(labels: Any, texts: list[str], one_text: bool) -> list[Any] | None:
+    """One label per text, by position (a Series' index is not), every missing one (:func:`is_missing`) as ``None``.
+
+    With one text (``texts`` given as a string), a single label may be given as it is: ``"c1"``, ``0.5``.
+
+    Raises:
+        ValueError: A single label for several texts, or not one label per text.
+    """
+    if labels is None:
+        return None
+    single = isinstance(labels, str | bytes) or not isinstance(labels, Iterable) or (
+        isinstance(labels, np.ndarray) and labels.ndim == 0)
+    if single and not one_text:
+        raise ValueError(f"explain: labels={labels!r} is one label, for {len(texts)} texts; give a list with one "
+                         "label per text")
+    values = [labels] if single else list(labels)
+    if len(values) != len(texts):
+        raise ValueError(f"explain: {len(texts)} texts but {len(values)} labels; give one per text")
+    return [None if is_missing(v) else v for v in values]
+
+
+def check_numeric(labels: list[Any] | None) -> None:
+    """Refuse, before the model runs, a label that is not a number or numbers (a regression model's labels).
+
+    Raises:
+        ValueError: Which label, and what to give instead.
+    """
+    for index, value in enumerate(labels or []):
+        if value is None:
+            continue
+        try:
+            target = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            target = None
+        if target is None or target.size == 0:
+            raise ValueError(f"explain: labels[{index}] is {value!r}, not a number; this model predicts values "
+                             "(regression), so its labels are numbers: fix the label, or give None where it is "
+                             "missing") from None
+
+
+def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names: list[str] | None,
+                    config: Any) -> tuple[Any, float | None]:
+    """The label as the report shows it and the example's error (``None`` where it has none)."""
+    if label is None:
+        return None, None
+    if problem_type == "regression":
+        target = np.asarray(label, dtype=np.float64).ravel()
+        return (json_value(target.tolist()) if target.size > 1 else float(target[0]),
+                float(np.abs(prediction.ravel() - target).mean()))
+    if problem_type == "single_label_classification":
+        # keys as label_text writes labels: classes 1.0, 1.5, 2.0 are saved as "1.0", "1.5", "2.0", and 1.0 reads "1"
+        label2id = {_class_key(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
+        index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
+        # an integer that names no class is the output's index, unless the classes are numbers (2, 5, 7: 1 is none)
+        numbered = any(k.lstrip("-").isdigit() for k in label2id)
+        position = _as_index(label)
+        if index is None and not numbered and position is not None and position < len(names or []):
+            index = position
+        if index is None:
+            return label_text(label), None
+        return (names[index] if names else index), float(index != int(np.argmax(prediction)))
+    return json_value(label.tolist() if isinstance(label, np.ndarray) else label), None
+
+
+def _class_key(name: Any) -> str:
+    """A saved class name as :func:`label_text` writes a label: ``"2.0"`` as ``"2"``, text as it is."""
+    try:
+        return label_text(float(name))
+    except (TypeError, ValueError):
+        return label_text(name)
+
+
+def _as_index(label: Any) -> int | None:
+    """A label that is a whole number >= 0 as an int: ``1``, ``1.0`` (read from a column with a blank cell), ``"1"``."""
+    if isinstance(label, float | np.floating):
+        return int(label) if float(label).is_integer() and label >= 0 else None
+    if isinstance(label, int | np.integer):
+        return int(label) if label >= 0 else None
+    text = label.strip() if isinstance(label, str) else ""
+    return int(text) if text.isascii() and text.isdigit() else None
