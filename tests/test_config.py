@@ -325,8 +325,8 @@ def test_a_pooler_that_does_not_build_is_refused_by_validate_naming_its_options(
     """attn_size=-3 or a recurrent layer before a multi-layer pooler failed in fold 0, after the run was written."""
     base = {"train_file": "t.csv", "text_cols": ["text"]}
     with pytest.raises(ValueError, match=r"^pooling with pooling_options attn_size=-3: the pooler does not build "
-                                         r"\(tried at a stand-in hidden size of \d+\): RuntimeError: .*negative "
-                                         r"dimension -3.*; fix the value in --pooling-opt KEY=VALUE"):
+                                         r"\(tried at a stand-in hidden size of \d+\): ValueError: AttentionPooling: "
+                                         r"attn_size must be >= 1, got -3; fix the value in --pooling-opt KEY=VALUE"):
         TrainConfig(**base, pooling_options={"attn_size": -3}).validate()
     with pytest.raises(ValueError, match=r"^pooling with pooling_options eps=abc: the pooler does not build .*"
                                          r"TypeError"):

@@ -23,8 +23,26 @@ def switched_off(variable: str) -> bool:
     return os.environ.get(variable, "").strip().lower() in OFF_VALUES
 
 
+TRUE_WORDS = ("true", "yes", "on")
+FALSE_WORDS = ("false", "no", "off")
+
+
+def parse_switch(text: str) -> bool | None:
+    """True for ``true``, ``yes``, ``on``; False for ``false``, ``no``, ``off`` (any case, spaces around); else None."""
+    word = text.strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
+
 def parse_value(text: str) -> Any:
-    """A ``KEY=VALUE`` option's value: JSON when it parses (numbers, true/false, lists), else the string."""
+    """A ``KEY=VALUE`` option's value: a switch word as a bool, else JSON when it parses (numbers, lists), else text.
+
+    ``true``, ``yes``, ``on`` and ``false``, ``no``, ``off`` are read as bools in any case (``learnable_p=False`` is
+    False: as text it was a non-empty string, which the pooler took for True). Text that is one of these words is
+    written quoted, as JSON: ``label="no"``.
+    """
+    switch = parse_switch(text)
+    if switch is not None:
+        return switch
     try:
         return json.loads(text)
     except json.JSONDecodeError:

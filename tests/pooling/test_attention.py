@@ -165,15 +165,40 @@ def test_fp16_padding_gets_zero_weight_where_a_minus_1e9_fill_would_overflow(gra
     assert weights[1, 3:].eq(0).all()
 
 
-def test_dropout_acts_in_training_only():
+@pytest.mark.parametrize("cls", [AttentionPooling, MultiHeadAttentionPooling, GatedAttentionPooling])
+def test_dropout_acts_on_the_weighted_sum_in_training_only_and_the_weights_returned_stay_a_distribution(cls):
+    """The weights returned were those after dropout: zeros and 1/(1-p) in training, summing to 1 only on average."""
     torch.manual_seed(0)
-    pooler = AttentionPooling(HIDDEN, dropout=0.5)
-    hidden, mask, _ = ragged_batch([10])
+    pooler = perturb_parameters(cls(HIDDEN, init="xavier", dropout=0.5))
+    hidden, mask, _ = ragged_batch([10, 4, 0])
     pooler.eval()
-    torch.testing.assert_close(pooler(hidden, mask), pooler(hidden, mask))
+    pooled, weights = pooler(hidden, mask, return_weights=True)
+    torch.testing.assert_close(pooler(hidden, mask), pooled)
     pooler.train()
-    _, w = pooler(hidden, mask, return_weights=True)
-    assert (w == 0).any()
+    dropped, train_weights = pooler(hidden, mask, return_weights=True)
+    assert (dropped[:2] - pooled[:2]).abs().amax() > 1e-3  # the sum's weights were dropped out
+    torch.testing.assert_close(train_weights, weights)  # the weights returned are those before dropout
+    totals = train_weights.sum(dim=-1)
+    torch.testing.assert_close(totals[:2], torch.ones_like(totals[:2]))
+    assert (train_weights[2] == 0).all() and (dropped[2] == 0).all()  # a row without tokens: zeros
+
+
+def test_the_penalty_of_heads_at_aat_equal_to_i_is_zero_in_training_with_dropout_too():
+    """It read the weights after dropout: heads at the optimum A A^T = I were penalised (about 2.1 at p = 0.3)."""
+    torch.manual_seed(0)
+    pooler = MultiHeadAttentionPooling(HIDDEN, num_heads=2, init="xavier", dropout=0.3, penalty=1.0)
+    with torch.no_grad():
+        pooler.score.weight.mul_(1e4)  # a saturated softmax: each head one-hot on one token
+    hidden, mask, _ = ragged_batch([8] * 32, seq_len=8)
+    pooler.eval()
+    _, weights = pooler(hidden, mask, return_weights=True)
+    apart = (weights[:, 0] * weights[:, 1]).sum(dim=-1) == 0  # the heads on different tokens: A A^T = I
+    assert apart.sum() >= 8 and pooler.auxiliary_loss(weights[apart]).item() < 1e-6
+    pooler.train()
+    for seed in range(10):
+        torch.manual_seed(seed)
+        _, weights = pooler(hidden[apart], mask[apart], return_weights=True)
+        assert pooler.auxiliary_loss(weights).item() < 1e-6, seed
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,31 @@ def test_ditto_weights_follow_the_attention_diagonal(layer, head):
     torch.testing.assert_close(pooler(hidden, mask, attentions=tuple(attentions)), pooled)
 
 
+def test_a_row_whose_diagonal_is_all_zero_pools_to_the_mean_of_its_real_tokens():
+    """Valid maps whose real tokens all attend elsewhere pooled to zeros with weights summing to 0, as an empty row."""
+    hidden, mask, tokens = ragged_batch([4, 3, 0], seq_len=4, pad_value=1e3)
+    shift = torch.roll(torch.eye(4), 1, dims=1)  # each token attends to the next only: rows sum to 1, diagonal 0
+    attentions = shift.expand(1, 3, 2, 4, 4).clone()  # (L, B, heads, T, T)
+    for head in (0, None):
+        pooled, weights = DittoPooling(HIDDEN, head=head)(hidden, mask, return_weights=True, attentions=attentions)
+        for i, t in enumerate(tokens[:2]):
+            n = t.shape[0]
+            torch.testing.assert_close(weights[i, :n], torch.full((n,), 1 / n))
+            torch.testing.assert_close(pooled[i], t.mean(dim=0))
+            assert (weights[i, n:] == 0).all()
+        assert (weights[2] == 0).all() and (pooled[2] == 0).all()  # no real token: zeros still
+
+
+def test_a_diagonal_that_underflowed_in_fp16_gives_uniform_weights_not_zeros():
+    hidden, mask, tokens = ragged_batch([3], seq_len=3)
+    scores = torch.full((3, 3), -20.0) + 20.0 * torch.roll(torch.eye(3), 1, dims=1)
+    maps = torch.softmax(scores.half(), dim=-1).view(1, 1, 1, 3, 3)  # exp(-20) underflows: the diagonal is 0
+    assert (maps.diagonal(dim1=-2, dim2=-1) == 0).all()
+    pooled, weights = DittoPooling(HIDDEN)(hidden.half(), mask, return_weights=True, attentions=maps)
+    torch.testing.assert_close(weights.float(), torch.full((1, 3), 1 / 3), atol=1e-3, rtol=0)
+    torch.testing.assert_close(pooled.float(), tokens[0].mean(dim=0, keepdim=True), atol=2e-3, rtol=0)
+
+
 @pytest.mark.parametrize("attentions", [None, ()])
 def test_ditto_without_attention_maps_explains_eager_attention(attentions):
     pooler = build_pooler("ditto", HIDDEN)

@@ -60,7 +60,7 @@ def test_concat_keeps_the_branches_apart():
 
 
 def test_bad_options():
-    with pytest.raises(ValueError, match="mask_rate in \\[0, 1\\)"):
+    with pytest.raises(ValueError, match=r"mask_rate must be in \[0, 1\), got 1\.0"):
         ACMILPooling(HIDDEN, mask_rate=1.0)
     with pytest.raises(ValueError, match="combine must be 'mean' or 'concat'"):
         ACMILPooling(HIDDEN, combine="max")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F_nn
@@ -11,9 +13,11 @@ from torch import nn
 from attnpool.pooling.modules import (
     FeedForward,
     GEGLUFeedForward,
+    check_count,
     check_heads,
     check_init,
     check_num_layers,
+    check_switch,
     resolve_heads,
     uniform_start_,
     xavier_,
@@ -76,19 +80,63 @@ def test_resolve_heads_splits_the_width_unless_a_head_width_is_given():
     assert resolve_heads("Owner", 16, 3, 5) == (3, 5)  # heads of a given width need not split it
     with pytest.raises(ValueError, match="Owner: hidden_size 16 is not divisible by num_heads=3"):
         resolve_heads("Owner", 16, 3, None)
-    for heads, width in ((0, 4), (2, 0)):
-        with pytest.raises(ValueError, match=f"Owner: need num_heads >= 1 and head_dim >= 1, got {heads} and {width}"):
+    for heads, width, message in ((0, 4, "num_heads must be >= 1, got 0"), (2, 0, "head_dim must be >= 1, got 0"),
+                                  (2, 4.5, "head_dim must be a whole number >= 1, got 4.5")):
+        with pytest.raises(ValueError, match=f"Owner: {message}"):
             resolve_heads("Owner", 16, heads, width)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
-def test_check_num_layers_refuses_what_is_not_a_positive_integer(bad):
-    with pytest.raises(ValueError, match=f"Owner: num_layers must be a positive integer, got {bad!r}"):
+@pytest.mark.parametrize(("bad", "message"), [(0, "must be >= 1"), (-1, "must be >= 1"),
+                                              (2.5, "must be a whole number >= 1"),
+                                              (True, "must be a whole number >= 1")])
+def test_check_num_layers_refuses_what_is_not_a_positive_integer(bad, message):
+    with pytest.raises(ValueError, match=f"Owner: num_layers {message}, got {bad!r}"):
         check_num_layers("Owner", bad)
 
 
 def test_check_num_layers_returns_an_int():
     assert check_num_layers("Owner", 3) == 3 and type(check_num_layers("Owner", 3.0)) is int
+
+
+@pytest.mark.parametrize(("value", "expected"), [(4, 4), (4.0, 4), (1, 1), (10**30, 10**30)])
+def test_check_count_takes_whole_numbers_as_ints(value, expected):
+    count = check_count("Owner", "num_seeds", value)
+    assert count == expected and type(count) is int
+
+
+@pytest.mark.parametrize(("value", "minimum", "message"), [
+    (2.5, 1, "num_seeds must be a whole number >= 1, got 2.5; it is not rounded: give num_seeds=2 or num_seeds=3"),
+    (0.5, 1, "num_seeds must be a whole number >= 1, got 0.5; it is not rounded: give num_seeds=1"),
+    (0.5, 0, "num_seeds must be a whole number >= 0, got 0.5; it is not rounded: give num_seeds=0 or num_seeds=1"),
+    (-1.5, None, "num_seeds must be a whole number, got -1.5; it is not rounded: give num_seeds=-2 or num_seeds=-1"),
+    (True, 1, "num_seeds must be a whole number >= 1, got True; give e.g. num_seeds=1"),
+    ("3", 1, "num_seeds must be a whole number >= 1, got '3'; give e.g. num_seeds=1"),
+    (float("inf"), 1, "num_seeds must be a whole number >= 1, got inf; give e.g. num_seeds=1"),
+    (float("nan"), None, "num_seeds must be a whole number, got nan; give e.g. num_seeds=0"),
+    (0, 1, "num_seeds must be >= 1, got 0"),
+    (-1, 0, "num_seeds must be >= 0, got -1"),
+])
+def test_check_count_refuses_fractions_and_what_is_not_a_number_naming_the_option(value, minimum, message):
+    with pytest.raises(ValueError, match=f"^Owner: {re.escape(message)}$"):
+        check_count("Owner", "num_seeds", value, minimum=minimum)
+
+
+def test_check_count_without_a_minimum_takes_negative_indices():
+    assert check_count("Owner", "layer", -2, minimum=None) == -2
+
+
+@pytest.mark.parametrize(("value", "expected"), [(True, True), (False, False), ("true", True), ("YES", True),
+                                                 (" on ", True), ("False", False), ("no", False), ("Off", False)])
+def test_check_switch_takes_bools_and_the_words_of_pooling_opt(value, expected):
+    assert check_switch("Owner", "layer_norm", value) is expected
+
+
+@pytest.mark.parametrize("value", ["maybe", "", 0, 1, 1.0, None, [False]])
+def test_check_switch_refuses_anything_else_naming_the_accepted_values(value):
+    with pytest.raises(ValueError, match=f"^Owner: layer_norm must be true or false, got {re.escape(repr(value))}; "
+                                         r"give a bool or one of true, yes, on, false, no, off \(e\.g\. "
+                                         r"layer_norm=false\)$"):
+        check_switch("Owner", "layer_norm", value)
 
 
 def test_feed_forward_is_a_xavier_initialised_transformer_mlp():

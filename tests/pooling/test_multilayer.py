@@ -77,6 +77,18 @@ def test_maxpoolbert_attention_modes_with_a_zero_query_average_the_values(mode):
         torch.testing.assert_close(pooled[i], expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["max", "attention", "max_attention"])
+def test_maxpoolbert_weights_have_a_head_axis_only_with_several_heads_as_its_docstring_says(mode):
+    """The docstring said (B, heads, T) for the attention modes: with one head they are (B, T)."""
+    hidden, mask, _ = ragged_batch([5, 3], layers=2)
+    shapes = {heads: MaxPoolBERTPooling(HIDDEN, num_layers=2, mode=mode, num_heads=heads)(
+        hidden, mask, return_weights=True)[1].shape for heads in (1, 2)}
+    assert shapes == {1: (2, 5), 2: (2, 5) if mode == "max" else (2, 2, 5)}
+    shapes_doc = " ".join(MaxPoolBERTPooling.__doc__.split("Shapes:")[1].split())
+    assert shapes_doc == ("``(B, k, T, H) -> (B, H)``; weights ``(B, T)``, ``(B, heads, T)`` for the attention modes "
+                          "with several heads.")
+
+
 def test_multilayer_attention_uses_every_layer_and_ignores_padding():
     pooler = perturb_parameters(MultiLayerAttentionPooling(HIDDEN, num_layers=3)).eval()
     hidden, mask, _ = ragged_batch([4, 6], layers=3, pad_value=1e3)
@@ -123,7 +135,7 @@ def test_multi_layer_shape_errors_name_the_shapes():
         pooler(torch.randn(2, 3, 5, HIDDEN), torch.ones(2, 4))
     with pytest.raises(ValueError, match=r"stacked layers are for multi-layer poolers"):
         build_pooler("mean", HIDDEN)(torch.randn(2, 3, 5, HIDDEN))
-    with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="num_layers must be >= 1, got 0"):
         WeightedLayerPooling(HIDDEN, num_layers=0)
 
 

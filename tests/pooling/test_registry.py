@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
+from pool_helpers import HIDDEN
 
 import attnpool
-from attnpool.pooling import AttentionPooling, MultiHeadAttentionPooling, Pooler, build_pooler, registry
+from attnpool.pooling import (
+    AttentionPooling,
+    MultiHeadAttentionPooling,
+    Pooler,
+    available_poolers,
+    build_pooler,
+    get_pooler_class,
+    registry,
+)
+
+
+def _options_annotated(*annotations: str) -> list[tuple[str, str]]:
+    """``(pooler, option)`` for every constructor option of a registered pooler annotated as one of ``annotations``."""
+    found = []
+    for name in available_poolers():
+        params = inspect.signature(get_pooler_class(name).__init__).parameters
+        found += [(name, option) for option, p in params.items() if option != "hidden_size" and p.annotation in
+                  annotations]
+    return found
+
+
+COUNTS = _options_annotated("int", "int | None")
+SWITCHES = _options_annotated("bool")
 
 
 def test_available_poolers_lists_the_core_set():
@@ -113,3 +138,41 @@ def test_register_a_custom_pooler_and_build_it_by_name():
                 name = "test_first_half_mean"
     finally:
         registry._REGISTRY.pop("testfirsthalfmean")
+
+
+def test_the_option_lists_find_the_counts_and_switches():
+    assert {("multihead_attention", "num_heads"), ("pma", "num_seeds"), ("latent_attention", "num_latents"),
+            ("acmil", "top_k"), ("ggem", "num_groups"), ("attention", "attn_size"), ("ditto", "head")} <= set(COUNTS)
+    assert {("attention", "fused"), ("gem", "learnable_p"), ("pma", "layer_norm")} <= set(SWITCHES)
+
+
+@pytest.mark.parametrize(("name", "option"), COUNTS)
+def test_a_count_option_refuses_a_fraction_instead_of_cutting_it(name, option):
+    """num_heads=2.5 built 2 heads, num_seeds=1.9 one seed, attn_size=7.9 a width of 7: int() cut them silently."""
+    owner = get_pooler_class(name).__name__
+    with pytest.raises(ValueError, match=rf"^{owner}: {option} must be a whole number.*, got 2\.5; it is not "
+                                         rf"rounded: give {option}=2 or {option}=3$"):
+        build_pooler(name, HIDDEN, **{option: 2.5})
+    with pytest.raises(ValueError, match=rf"^{owner}: {option} must be a whole number.*, got '2'"):
+        build_pooler(name, HIDDEN, **{option: "2"})
+    pooler = build_pooler(name, HIDDEN, **{option: 2.0})  # a whole float is the count
+    value = getattr(pooler, option)
+    assert value is None or (value == 2 and type(value) is int), (name, option, value)  # combined: no layered part
+
+
+@pytest.mark.parametrize(("name", "option"), SWITCHES)
+def test_a_switch_option_reads_the_words_and_refuses_anything_else(name, option):
+    """fused=False, learnable_p=no, layer_norm=off came through --pooling-opt as text and bool() made them True."""
+    for given, expected in [(False, False), (True, True), ("False", False), ("no", False), ("OFF", False),
+                            ("true", True), ("Yes", True), ("on", True)]:
+        assert getattr(build_pooler(name, HIDDEN, **{option: given}), option) is expected, (name, option, given)
+    owner = get_pooler_class(name).__name__
+    for bad in ("maybe", 0, 1, None):
+        with pytest.raises(ValueError, match=rf"^{owner}: {option} must be true or false, got {bad!r}; give a bool "
+                                             rf"or one of true, yes, on, false, no, off \(e\.g\. {option}=false\)$"):
+            build_pooler(name, HIDDEN, **{option: bad})
+
+
+def test_learnable_p_false_as_a_word_keeps_p_fixed():
+    assert not build_pooler("gem", HIDDEN, learnable_p="False").p_param.requires_grad
+    assert build_pooler("pma", HIDDEN, layer_norm="no").ln0.__class__ is torch.nn.Identity

@@ -94,7 +94,7 @@ def test_ggem_one_group_equals_gem():
     torch.testing.assert_close(ggem(hidden, mask), gem(hidden, mask))
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"num_groups": 0}, "num_groups must be in"),
+@pytest.mark.parametrize(("kwargs", "message"), [({"num_groups": 0}, "num_groups must be >= 1, got 0"),
                                                  ({"num_groups": HIDDEN + 1}, "num_groups must be in"),
                                                  ({"p": 0.0}, "p must be positive"),
                                                  ({"eps": 0.0}, "eps must be positive, got 0.0")])

@@ -11,7 +11,7 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
-from attnpool.pooling.modules import Init, xavier_, xavier_parts_
+from attnpool.pooling.modules import Init, check_count, check_switch, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.scoring import default_attn_size, gated_scores, init_scorer_, tanh_projection
 from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
@@ -19,6 +19,9 @@ from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
 
 class _ScoredPooling(Pooler):
     """Shared tail of the attention poolers: scores -> masked float32 normalizer -> dropout -> weighted sum.
+
+    Dropout acts on the weights of the sum only: the weights returned (and the penalty computed from them) are
+    those before it, a distribution over the real tokens in training too.
 
     The normalizer is ``"softmax"`` (default), ``"sparsemax"`` or ``"entmax15"`` (see :mod:`attnpool.pooling.sparse`):
     the sparse ones give exactly zero weight to low-scoring tokens.
@@ -48,6 +51,10 @@ class _ScoredPooling(Pooler):
         self.cls_share = float(cls_share)
         self.permutation_invariant = self.cls_share == 0  # the prior singles out the first token
 
+    def _count(self, name: str, value: int) -> int:
+        """The count option ``name`` as an int: a fraction is refused, not cut (see :func:`check_count`)."""
+        return check_count(type(self).__name__, name, value)
+
     def score_prior(self, mask: Tensor) -> Tensor | None:
         """Fixed ``(B, T)`` score offsets for ``cls_share`` (:func:`~attnpool.pooling.functional.first_token_prior`)."""
         return F.first_token_prior(mask, self.cls_share, self.normalizer) if self.cls_share > 0 else None
@@ -69,8 +76,8 @@ class _ScoredPooling(Pooler):
             scores = scores + prior.view(token_mask.shape)
         # Unrounded weights (float32 for half precision) go into the sum: fp16 turns weights near 1/T into subnormals.
         weights = normalize(scores.to(F.compute_dtype(dtype)), token_mask, self.normalizer)
-        weights = self.weight_dropout(weights)
-        return F.weighted_sum(weights, hidden_states), weights.to(dtype)
+        dropped = self.weight_dropout(weights)  # zeros and 1/(1-p) scaling: no longer a distribution
+        return F.weighted_sum(dropped, hidden_states), weights.to(dtype)
 
 
 @register_pooler
@@ -99,7 +106,8 @@ class AttentionPooling(_ScoredPooling):
             the recipe; 192 on a 384-wide MiniLM).
         init: ``"mean"`` (zero scoring layer: uniform weights at the start) or ``"xavier"`` (the recipe's).
         temperature: ``tau``; above 1 flattens the weights, below 1 sharpens them.
-        dropout: Dropout on the attention weights while training (weights then sum to 1 only in expectation).
+        dropout: Dropout on the attention weights in the weighted sum while training (the sum's weights then add
+            up to 1 only in expectation); the weights returned are those before it.
         fused: When training, use the fused backward of :mod:`attnpool.pooling.fused`, which keeps one
             ``(B*T, A)`` activation instead of about five (same results). It runs once per forward: set ``False``
             for ``retain_graph=True`` or double backward. Not used under autocast, ``torch.compile`` or export,
@@ -130,9 +138,9 @@ class AttentionPooling(_ScoredPooling):
         cls_share: float = 0.0,
     ) -> None:
         super().__init__(hidden_size, temperature, dropout, normalizer, cls_share)
-        self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
+        self.attn_size = default_attn_size(hidden_size) if attn_size is None else self._count("attn_size", attn_size)
         self.init = init
-        self.fused = bool(fused)
+        self.fused = check_switch(type(self).__name__, "fused", fused)
         self.proj = nn.Linear(hidden_size, self.attn_size)
         self.score = nn.Linear(self.attn_size, 1, bias=False)  # a bias here is a constant shift: no effect
         self.reset_parameters()
@@ -216,7 +224,8 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         init: ``"mean"`` or ``"xavier"``, as for :class:`AttentionPooling`.
         combine: ``"concat"``, ``"project"`` or ``"mean"``.
         temperature: Softmax temperature, shared by the heads.
-        dropout: Dropout on the attention weights while training.
+        dropout: Dropout on the attention weights in the weighted sum while training; the weights returned, and
+            the penalty computed from them, are those before it.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``, applied per head.
         cls_share: As for :class:`AttentionPooling`, per head.
         penalty: Coefficient of Lin et al.'s :math:`\lVert AA^\top - I\rVert_F^2` (see :meth:`auxiliary_loss`).
@@ -248,14 +257,12 @@ class MultiHeadAttentionPooling(_ScoredPooling):
             raise ValueError(f"MultiHeadAttentionPooling: penalty must be >= 0, got {penalty}")
         self.penalty = float(penalty)
         self.has_auxiliary_loss = self.penalty != 0
-        if num_heads < 1:
-            raise ValueError(f"MultiHeadAttentionPooling: num_heads must be >= 1, got {num_heads}")
         if combine not in ("concat", "project", "mean"):
             raise ValueError(
                 f"MultiHeadAttentionPooling: combine must be 'concat', 'project' or 'mean', got {combine!r}"
             )
-        self.num_heads = int(num_heads)
-        self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
+        self.num_heads = self._count("num_heads", num_heads)
+        self.attn_size = default_attn_size(hidden_size) if attn_size is None else self._count("attn_size", attn_size)
         self.init = init
         self.combine = combine
         self.proj = nn.Linear(hidden_size, self.attn_size)
@@ -283,8 +290,9 @@ class MultiHeadAttentionPooling(_ScoredPooling):
     def auxiliary_loss(self, weights: Tensor | None) -> Tensor | None:
         r"""Lin et al.'s penalty ``penalty * ||A A^T - I||_F^2``, averaged over the rows with real tokens.
 
-        Computed in float32 from the weights this pooler returned. Rows without any real token (all-zero
-        weights) are left out, and the loss is 0 for a batch without any; ``None`` when ``penalty`` is 0.
+        Computed in float32 from the weights this pooler returned, those before dropout (heads at
+        :math:`AA^\top = I` pay nothing in training either). Rows without any real token (all-zero weights) are
+        left out, and the loss is 0 for a batch without any; ``None`` when ``penalty`` is 0.
 
         Args:
             weights: ``(B, K, T)`` weights from ``forward(..., return_weights=True)``.
@@ -342,7 +350,8 @@ class GatedAttentionPooling(_ScoredPooling):
         attn_size: ``A``, the width of each branch; ``None``: ``H // 2``.
         init: ``"mean"`` or ``"xavier"``, as for :class:`AttentionPooling`.
         temperature: Softmax temperature.
-        dropout: Dropout on the attention weights while training.
+        dropout: Dropout on the attention weights in the weighted sum while training; the weights returned are
+            those before it.
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
         cls_share: As for :class:`AttentionPooling`.
 
@@ -365,7 +374,7 @@ class GatedAttentionPooling(_ScoredPooling):
         cls_share: float = 0.0,
     ) -> None:
         super().__init__(hidden_size, temperature, dropout, normalizer, cls_share)
-        self.attn_size = default_attn_size(hidden_size) if attn_size is None else int(attn_size)
+        self.attn_size = default_attn_size(hidden_size) if attn_size is None else self._count("attn_size", attn_size)
         self.init = init
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
         self.score = nn.Linear(self.attn_size, 1, bias=False)  # a bias here is a constant shift: no effect

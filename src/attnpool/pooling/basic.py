@@ -8,6 +8,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
+from attnpool.pooling.modules import check_switch
 from attnpool.pooling.registry import register_pooler
 
 
@@ -153,7 +154,7 @@ class GeMPooling(Pooler):
         if not eps > 0:  # the floor of the values raised to p: log(0) gives p a NaN gradient
             raise ValueError(f"GeMPooling: eps must be positive, got {eps}")
         self.eps = float(eps)
-        self.learnable_p = bool(learnable_p)
+        self.learnable_p = check_switch("GeMPooling", "learnable_p", learnable_p)
         p_tensor = torch.tensor(self.p)
         if self.learnable_p:
             self.p_param = nn.Parameter(p_tensor)

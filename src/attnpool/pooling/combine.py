@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import xavier_
+from attnpool.pooling.modules import check_num_layers, xavier_
 from attnpool.pooling.registry import COMBINED_NAME, build_pooler, get_pooler_class, inner_spec, register_pooler
 
 PoolerSpec = str | Mapping[str, Any] | Pooler
@@ -66,6 +66,8 @@ class CombinedPooling(Pooler):
             raise ValueError(f"CombinedPooling: poolers must be a non-empty list of pooler specs, got {poolers!r}")
         if combine not in ("concat", "project"):
             raise ValueError(f"CombinedPooling: combine must be 'concat' or 'project', got {combine!r}")
+        if num_layers is not None:  # refused here even when no part reads layers
+            num_layers = check_num_layers("CombinedPooling", num_layers)
         parts = []
         for spec in poolers:
             layered = num_layers is not None and _spec_class(spec).needs_all_layers and not isinstance(spec, Pooler)

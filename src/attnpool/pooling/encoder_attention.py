@@ -10,6 +10,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
+from attnpool.pooling.modules import check_count
 from attnpool.pooling.registry import register_pooler
 
 
@@ -36,7 +37,9 @@ class DittoPooling(Pooler):
     :math:`\sum_t A_{tt} h_t`, whose total weight :math:`\sum_t A_{tt}` varies from sentence to sentence; here the
     weights are normalised to sum to 1 (the pooling contract), so the pooled vector is the reference's divided by
     that total. The direction is the same, and the paper's evaluation (cosine similarity) gives the same scores;
-    a test checks both against a transcription of the reference on a tiny random BERT.
+    a test checks both against a transcription of the reference on a tiny random BERT. A row whose real tokens
+    all have a zero diagonal (valid maps that attend elsewhere, or fp16 maps whose diagonal underflowed to 0),
+    where the reference pools to zeros, gets the mean of its real tokens (uniform weights) instead.
 
     The maps come through the ``attentions=`` argument: ``AttnPoolModel`` requests them from the encoder
     (``output_attentions=True``) and switches the encoder to ``attn_implementation="eager"``, the only
@@ -59,8 +62,8 @@ class DittoPooling(Pooler):
 
     def __init__(self, hidden_size: int, layer: int = 0, head: int | None = 0) -> None:
         super().__init__(hidden_size)
-        self.layer = int(layer)
-        self.head = None if head is None else int(head)
+        self.layer = check_count("DittoPooling", "layer", layer, minimum=None)
+        self.head = None if head is None else check_count("DittoPooling", "head", head, minimum=None)
 
     @override
     def pool(
@@ -76,6 +79,10 @@ class DittoPooling(Pooler):
         diagonal = attention.diagonal(dim1=-2, dim2=-1).to(F.compute_dtype(attention.dtype))  # (B, heads, T)
         diagonal = diagonal.mean(dim=1) if self.head is None else diagonal[:, self.head]  # (B, T)
         diagonal = diagonal.clamp(min=0.0).masked_fill(~mask, 0.0)
-        weights = diagonal / diagonal.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(diagonal.dtype).tiny)
+        total = diagonal.sum(dim=-1, keepdim=True)  # (B, 1)
+        # A row whose real tokens all have a zero diagonal (a map attending elsewhere, or fp16 underflow) falls back
+        # to uniform weights over them; a row without real tokens gets zeros from both.
+        uniform = F.mean_weights(mask, diagonal.dtype)
+        weights = torch.where(total > 0, diagonal / total.clamp(min=torch.finfo(diagonal.dtype).tiny), uniform)
         pooled = F.weighted_sum(weights, F.zero_padding(hidden_states, mask))  # (B, H)
         return pooled, weights.to(hidden_states.dtype)

@@ -8,7 +8,16 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import FeedForward, Init, check_heads, resolve_heads, uniform_start_, xavier_
+from attnpool.pooling.modules import (
+    FeedForward,
+    Init,
+    check_count,
+    check_heads,
+    check_switch,
+    resolve_heads,
+    uniform_start_,
+    xavier_,
+)
 from attnpool.pooling.registry import register_pooler
 
 
@@ -66,9 +75,7 @@ class LatentAttentionPooling(Pooler):
         head_dim: int | None = None,
     ) -> None:
         super().__init__(hidden_size)
-        if int(num_latents) < 1:
-            raise ValueError(f"LatentAttentionPooling: num_latents must be >= 1, got {num_latents}")
-        self.num_latents = int(num_latents)
+        self.num_latents = check_count("LatentAttentionPooling", "num_latents", num_latents)
         self.num_heads, self.head_dim = resolve_heads("LatentAttentionPooling", hidden_size, num_heads, head_dim)
         self.mlp_ratio = float(mlp_ratio)
         inner = self.num_heads * self.head_dim
@@ -142,11 +149,9 @@ class PMAPooling(Pooler):
         self, hidden_size: int, num_seeds: int = 1, num_heads: int = 4, layer_norm: bool = False, init: Init = "xavier"
     ) -> None:
         super().__init__(hidden_size)
-        if int(num_seeds) < 1:
-            raise ValueError(f"PMAPooling: num_seeds must be >= 1, got {num_seeds}")
-        self.num_seeds = int(num_seeds)
+        self.num_seeds = check_count("PMAPooling", "num_seeds", num_seeds)
         self.num_heads = check_heads("PMAPooling", hidden_size, num_heads)
-        self.layer_norm = bool(layer_norm)
+        self.layer_norm = check_switch("PMAPooling", "layer_norm", layer_norm)
         self.seeds = nn.Parameter(torch.empty(1, self.num_seeds, hidden_size))
         nn.init.xavier_uniform_(self.seeds)
         self.fc_q = nn.Linear(hidden_size, hidden_size)

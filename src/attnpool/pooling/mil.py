@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import Init, uniform_start_, xavier_, xavier_parts_
+from attnpool.pooling.modules import Init, check_count, uniform_start_, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.scoring import gated_scores
 
@@ -76,13 +76,13 @@ class ACMILPooling(Pooler):
         init: Init = "xavier",
     ) -> None:
         super().__init__(hidden_size)
-        if int(num_branches) < 1:
-            raise ValueError(f"ACMILPooling: num_branches must be >= 1, got {num_branches}")
-        if int(top_k) < 0 or not 0.0 <= mask_rate < 1.0:
-            raise ValueError(f"ACMILPooling: need top_k >= 0 and mask_rate in [0, 1), got {top_k} and {mask_rate}")
+        self.num_branches = check_count("ACMILPooling", "num_branches", num_branches)
+        self.attn_size = check_count("ACMILPooling", "attn_size", attn_size)
+        self.top_k = check_count("ACMILPooling", "top_k", top_k, minimum=0)
+        if not 0.0 <= mask_rate < 1.0:
+            raise ValueError(f"ACMILPooling: mask_rate must be in [0, 1), got {mask_rate}")
         if combine not in ("mean", "concat"):
             raise ValueError(f"ACMILPooling: combine must be 'mean' or 'concat', got {combine!r}")
-        self.num_branches, self.attn_size, self.top_k = int(num_branches), int(attn_size), int(top_k)
         self.mask_rate, self.combine = float(mask_rate), combine
         self.proj = nn.Linear(hidden_size, 2 * self.attn_size)  # [V; U]
         self.score = nn.Linear(self.attn_size, self.num_branches, bias=False)  # a per-branch shift: no effect

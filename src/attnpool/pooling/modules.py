@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+import math
+import numbers
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
+
+from attnpool.options import FALSE_WORDS, TRUE_WORDS, parse_switch
 
 logger = logging.getLogger("attnpool.pooling")
 
@@ -61,17 +65,59 @@ def uniform_start_(init: str, owner: str, key: nn.Linear | Tensor) -> None:
         nn.init.zeros_(weight)
 
 
+def check_count(owner: str, name: str, value: Any, minimum: int | None = 1) -> int:
+    """The whole-number option ``name`` of ``owner`` as an int: ``4`` or ``4.0``, at least ``minimum``.
+
+    ``int()`` would cut ``num_heads=2.5`` to 2 without a word, so a fraction is refused, as are bools and text.
+    ``minimum=None``: any whole number (an index, negative from the end).
+
+    Raises:
+        ValueError: Not a whole number (naming the whole numbers around a fraction), or below ``minimum``.
+    """
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    finite = number and (isinstance(value, numbers.Integral) or math.isfinite(value))
+    if not finite or not (isinstance(value, numbers.Integral) or float(value).is_integer()):
+        at_least = "" if minimum is None else f" >= {minimum}"
+        if finite:  # a fraction
+            choices = sorted({c for c in (math.floor(value), math.ceil(value)) if minimum is None or c >= minimum})
+            fix = f"it is not rounded: give {' or '.join(f'{name}={c}' for c in choices)}"
+        else:
+            fix = f"give e.g. {name}={0 if minimum is None else max(minimum, 1)}"
+        raise ValueError(f"{owner}: {name} must be a whole number{at_least}, got {value!r}; {fix}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{owner}: {name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_switch(owner: str, name: str, value: Any) -> bool:
+    """The on/off option ``name`` of ``owner`` as a bool: a bool, or a word ``--pooling-opt`` reads as one.
+
+    ``bool("False")`` is True, so text is read as :func:`attnpool.options.parse_value` reads it (``true``, ``yes``,
+    ``on``; ``false``, ``no``, ``off``; any case) and anything else is refused, 0 and 1 included.
+
+    Raises:
+        ValueError: Neither a bool nor one of those words, naming the option, the value and the accepted ones.
+    """
+    if isinstance(value, bool):
+        return value
+    switch = parse_switch(value) if isinstance(value, str) else None
+    if switch is None:
+        words = ", ".join((*TRUE_WORDS, *FALSE_WORDS))
+        raise ValueError(f"{owner}: {name} must be true or false, got {value!r}; give a bool or one of {words} "
+                         f"(e.g. {name}=false)")
+    return switch
+
+
 def check_heads(owner: str, size: int, num_heads: int) -> int:
     """Validate ``num_heads`` against the width it splits and return it as an int.
 
     Raises:
-        ValueError: ``num_heads < 1`` or ``size`` not divisible by it.
+        ValueError: ``num_heads`` not a whole number >= 1, or ``size`` not divisible by it.
     """
-    if int(num_heads) < 1:
-        raise ValueError(f"{owner}: num_heads must be >= 1, got {num_heads}")
-    if size % int(num_heads):
+    heads = check_count(owner, "num_heads", num_heads)
+    if size % heads:
         raise ValueError(f"{owner}: hidden_size {size} is not divisible by num_heads={num_heads}")
-    return int(num_heads)
+    return heads
 
 
 def resolve_heads(owner: str, size: int, num_heads: int, head_dim: int | None) -> tuple[int, int]:
@@ -80,32 +126,30 @@ def resolve_heads(owner: str, size: int, num_heads: int, head_dim: int | None) -
     Heads of a given width need not split ``size`` (the inner width is then ``num_heads * head_dim``).
 
     Raises:
-        ValueError: ``num_heads < 1``, ``head_dim < 1``, or (without ``head_dim``) ``size`` not divisible.
+        ValueError: ``num_heads`` or ``head_dim`` not a whole number >= 1, or (without ``head_dim``) ``size`` not
+            divisible.
     """
     if head_dim is None:
         heads = check_heads(owner, size, num_heads)
         return heads, size // heads
-    if int(num_heads) < 1 or int(head_dim) < 1:
-        raise ValueError(f"{owner}: need num_heads >= 1 and head_dim >= 1, got {num_heads} and {head_dim}")
-    return int(num_heads), int(head_dim)
+    return check_count(owner, "num_heads", num_heads), check_count(owner, "head_dim", head_dim)
 
 
 def check_num_layers(owner: str, num_layers: int, stuck: str | None = None) -> int:
-    """Validate the number of stacked encoder layers a multi-layer pooler takes.
+    """Validate the number of stacked encoder layers a multi-layer pooler takes (:func:`check_count`).
 
     ``stuck``: for a pooler whose weights over the layers are a softmax, the parameters that never learn over one
     layer (the softmax is constantly 1 there): a warning says so. Not an error: models saved so still load.
 
     Raises:
-        ValueError: ``num_layers < 1``.
+        ValueError: ``num_layers`` not a whole number >= 1.
     """
-    if isinstance(num_layers, bool) or int(num_layers) != num_layers or int(num_layers) < 1:
-        raise ValueError(f"{owner}: num_layers must be a positive integer, got {num_layers!r}")
-    if stuck and int(num_layers) == 1:
+    layers = check_count(owner, "num_layers", num_layers)
+    if stuck and layers == 1:
         logger.warning("%s over one layer (the encoder's depth or the pooling_layers chosen): it weighs the layers "
                        "by a softmax, constantly 1 here, so %s never learn; a one-layer pooler does the same with "
                        "fewer parameters", owner, stuck)
-    return int(num_layers)
+    return layers
 
 
 class FeedForward(nn.Sequential):

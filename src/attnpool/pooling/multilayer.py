@@ -14,6 +14,7 @@ from attnpool.pooling.base import Pooler
 from attnpool.pooling.modules import (
     GEGLUFeedForward,
     Init,
+    check_count,
     check_heads,
     check_num_layers,
     resolve_heads,
@@ -168,11 +169,9 @@ class MultiLayerAttentionPooling(Pooler):
         super().__init__(hidden_size)
         self.num_layers = check_num_layers("MultiLayerAttentionPooling", num_layers,
                                            stuck="its queries and keys (q, the key half of kv, norm_latents)")
-        if int(num_queries) < 1:
-            raise ValueError(f"MultiLayerAttentionPooling: num_queries must be >= 1, got {num_queries}")
         if token not in ("mean", "last", "first"):
             raise ValueError(f"MultiLayerAttentionPooling: token must be 'mean', 'last' or 'first', got {token!r}")
-        self.num_queries = int(num_queries)
+        self.num_queries = check_count("MultiLayerAttentionPooling", "num_queries", num_queries)
         self.num_heads, self.head_dim = resolve_heads("MultiLayerAttentionPooling", hidden_size, num_heads, head_dim)
         self.token = token
         self.mlp_ratio = float(mlp_ratio)
@@ -251,7 +250,7 @@ class MaxPoolBERTPooling(Pooler):
         num_heads: Heads of the attention modes; must divide ``H``.
 
     Shapes:
-        ``(B, k, T, H) -> (B, H)``; weights ``(B, T)``, or ``(B, heads, T)`` for the attention modes.
+        ``(B, k, T, H) -> (B, H)``; weights ``(B, T)``, ``(B, heads, T)`` for the attention modes with several heads.
     """
 
     name = "maxpoolbert"
@@ -275,7 +274,7 @@ class MaxPoolBERTPooling(Pooler):
             choices = ", ".join(map(repr, self.MODES))
             raise ValueError(f"MaxPoolBERTPooling: mode must be one of {choices}, got {mode!r}")
         self.mode = mode
-        self.num_heads = int(num_heads)
+        self.num_heads = check_count("MaxPoolBERTPooling", "num_heads", num_heads)
         if mode != "max":
             check_heads("MaxPoolBERTPooling", hidden_size, num_heads)
             self.q, self.k = nn.Linear(hidden_size, hidden_size), nn.Linear(hidden_size, hidden_size, bias=False)

@@ -8,6 +8,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
+from attnpool.pooling.modules import check_count
 from attnpool.pooling.registry import register_pooler
 
 
@@ -130,7 +131,7 @@ class GroupGeMPooling(Pooler):
 
     def __init__(self, hidden_size: int, num_groups: int = 12, p: float = 3.0, eps: float = 1e-6) -> None:
         super().__init__(hidden_size)
-        if not 1 <= int(num_groups) <= hidden_size:
+        if not check_count("GroupGeMPooling", "num_groups", num_groups) <= hidden_size:
             raise ValueError(f"GroupGeMPooling: num_groups must be in [1, hidden_size={hidden_size}], got {num_groups}")
         if p <= 0:
             raise ValueError(f"GroupGeMPooling: p must be positive, got {p}")
