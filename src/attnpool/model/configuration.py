@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
@@ -153,6 +154,26 @@ class AttnPoolConfig(PretrainedConfig):
                              + (f" with num_labels={self.num_labels} (classification at the first labels; pass "
                                 "problem_type='regression' for several regression targets)" if classes else "")
                              + ", whose scores are already probabilities; leave output_activation None")
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> tuple[dict[str, Any], dict]:
+        """The saved ``config.json``'s contents; a folder of another model (a plain encoder) is refused.
+
+        Raises:
+            ValueError: The ``config.json`` is not an attnpool model's (its ``model_type`` is another, e.g. ``bert``):
+                ``from_pretrained`` builds no pooler and head around an encoder, ``from_encoder`` does.
+        """
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        found = config_dict.get("model_type")
+        if found != cls.model_type:
+            where = os.fspath(pretrained_model_name_or_path)
+            raise ValueError(
+                f"{where!r} is not a saved attnpool model (its config.json has model_type {found!r}, not "
+                f"{cls.model_type!r}), and from_pretrained loads only what an attnpool model's save_pretrained wrote. "
+                f"To build a model around this encoder (its pre-trained weights, a new pooler and head), call "
+                f"AttnPoolForSequenceClassification.from_encoder({where!r}, ...) or AttnPoolModel.from_encoder"
+            )
+        return config_dict, kwargs
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:
         """The encoder's text config: what transformers' helpers read and write for the text model.

@@ -76,7 +76,7 @@ def freeze_bottom(encoder: PreTrainedModel, num_layers: int | None) -> None:
     """Freeze what feeds the first ``num_layers`` layers: the embeddings (:func:`parameter_depths`), those layers.
 
     ``None``: the embeddings alone; where no layer list is found, the ``embeddings`` module (or the input embeddings).
-    What reads the top layer's output (a final norm, BERT's own pooler) keeps training, all layers frozen too.
+    What reads the top layer's output (a final norm) keeps training, all layers frozen too.
     """
     try:
         layers = encoder_layers(encoder)

@@ -32,7 +32,8 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
     every layer (the top ``pooler.num_layers`` are stacked as ``(B, L, T, H)``), ``needs_attentions`` -> the
     attention maps, with the encoder switched to ``attn_implementation="eager"`` (the only implementation for
     which transformers returns them). With ``config.recurrent`` a bidirectional LSTM/GRU
-    (:class:`~attnpool.model.recurrent.RecurrentLayer`) runs over the pooler's input first.
+    (:class:`~attnpool.model.recurrent.RecurrentLayer`) runs over the pooler's input first. The encoder's own
+    pooler (BERT's, RoBERTa's, ALBERT's...), which attnpool's replaces, is dropped (see :func:`_drop_encoder_pooler`).
 
     Args:
         config: The :class:`AttnPoolConfig`.
@@ -44,6 +45,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         if config.encoder is None:
             raise ValueError("AttnPoolConfig has no encoder config; build the model with from_encoder(...)")
         self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
+        _drop_encoder_pooler(self.encoder)
         self.pooler = self._build_pooler(config)
         config.pooling = self.pooler.get_config()  # the complete spec, defaults filled in, is what gets saved
         self.recurrent = self._build_recurrent(config, self.pooler)
@@ -158,10 +160,11 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             token_type_ids: Passed on only to encoders that accept them.
             position_ids: Passed on as given; computed from the mask for decoder-only encoders otherwise.
             inputs_embeds: Instead of ``input_ids``.
-            output_hidden_states: Return all layers' hidden states. (They are computed anyway for a multi-layer
-                pooler, ``needs_all_layers``, or ``pooling_layers`` other than ``"last"``; returned only when set.)
-            output_attentions: Return the encoder's attention maps. (They are computed anyway for a pooler that
-                ``needs_attentions``, and passed to it; returned only when set.)
+            output_hidden_states: Return all layers' hidden states; ``None``: ``config.output_hidden_states``. (They
+                are computed anyway for a multi-layer pooler, ``needs_all_layers``, or ``pooling_layers`` other than
+                ``"last"``; returned only when set.)
+            output_attentions: Return the encoder's attention maps; ``None``: ``config.output_attentions``. (They are
+                computed anyway for a pooler that ``needs_attentions``, and passed to it; returned only when set.)
             return_pooling_weights: Return the pooler's token weights.
             return_dict: ``False`` (or ``config.return_dict`` false): the output's tuple of set fields, as
                 transformers models give it (``loss, logits, ...``); default the ``ModelOutput``.
@@ -173,6 +176,11 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None:
             raise ValueError("AttnPoolModel needs input_ids or inputs_embeds")
+        # unset: the config's (from_pretrained(path, output_hidden_states=True)), as transformers models do
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         elif tuple(attention_mask.shape) != tuple(reference.shape[:2]):  # a 4-D mask broke decoders' positions
@@ -289,8 +297,8 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             labels: Regression: ``(B,)`` or ``(B, num_labels)`` floats. Single-label classification: ``(B,)``
                 class indices. Multi-label: ``(B, num_labels)`` of 0/1. In training mode the pooler's
                 regulariser, if any (e.g. ``multihead_attention`` with ``penalty > 0``), is added to the loss.
-            output_hidden_states: Return all layers' hidden states.
-            output_attentions: Return the encoder's attention maps.
+            output_hidden_states: Return all layers' hidden states; ``None``: ``config.output_hidden_states``.
+            output_attentions: Return the encoder's attention maps; ``None``: ``config.output_attentions``.
             return_pooling_weights: Return the pooler's token weights and the pooled vectors.
             return_dict: ``False`` (or ``config.return_dict`` false): the output's tuple of set fields, as
                 transformers models give it (``loss, logits, ...``); default the ``ModelOutput``.
@@ -332,6 +340,24 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
             attentions=base.attentions,
         )
         return output if _as_dict(return_dict, self.config) else output.to_tuple()
+
+
+def _drop_encoder_pooler(encoder: nn.Module) -> None:
+    """Drop the encoder's own pooler (BERT's ``pooler.dense``, ALBERT's ``pooler`` + ``pooler_activation``...).
+
+    attnpool's pooler replaces it, so its weights never got a gradient, and DDP without ``find_unused_parameters``
+    (the Trainer's default under activation checkpointing) stopped at the second step. Only from encoders built to
+    go without one (their class takes ``add_pooling_layer``, and their ``forward`` then skips it): an old checkpoint's
+    ``encoder.pooler.*`` weights are ignored on load
+    (:attr:`~attnpool.model.pretrained.AttnPoolPreTrainedModel._keys_to_ignore_on_load_unexpected`).
+    """
+    if getattr(encoder, "pooler", None) is None:
+        return
+    if "add_pooling_layer" not in inspect.signature(type(encoder).__init__).parameters:
+        return
+    encoder.pooler = None
+    if getattr(encoder, "pooler_activation", None) is not None:  # ALBERT's tanh: None without a pooler too
+        encoder.pooler_activation = None
 
 
 def _check_pooling_layers(layers: str | list[int], depth: int | None) -> None:

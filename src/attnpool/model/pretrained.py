@@ -54,6 +54,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
+    # The encoder's own pooler is dropped (modeling._drop_encoder_pooler): checkpoints saved with it load quietly.
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)encoder\.pooler\."]
 
     def _init_weights(self, module: nn.Module) -> None:
         # The encoder initialises itself (it is a PreTrainedModel of its own); ours are pooler and head.
@@ -228,8 +230,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
 
         Args:
             encoder: A hub name (``"microsoft/deberta-v3-large"``) or local folder: pre-trained weights (safetensors)
-                are loaded. A ``PretrainedConfig``: a randomly initialised encoder (tests, benchmarks). A
-                ``PreTrainedModel``: used as it is.
+                are loaded. A ``PretrainedConfig``: a randomly initialised encoder (tests, benchmarks), built from a
+                copy (the caller's config is never changed). A ``PreTrainedModel``: used as it is (its own pooler,
+                which attnpool's replaces, is dropped: :class:`~attnpool.AttnPoolModel`).
             pooling: A registered pooler name, a pooler config dict, or a :class:`~attnpool.Pooler` instance
                 (whose weights are kept).
             pooling_options: Options of the pooler, e.g. ``{"attn_size": 128}``.
@@ -266,9 +269,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             _check_reloadable(encoder)
             encoder_model, encoder_config = encoder, encoder.config
         elif isinstance(encoder, PretrainedConfig):
-            encoder_config = encoder
+            # A copy: the model changes its encoder's config (attention implementation, vocab_size on a resize,
+            # dropout), which must not reach the caller's, nor other models built from it.
+            encoder_config = copy.deepcopy(encoder)
             if encoder_dropout is not None:
-                encoder_config = copy.deepcopy(encoder)  # the caller's config stays as it was
                 set_encoder_dropout(encoder_config, encoder_dropout)
             encoder_model = AutoModel.from_config(encoder_config, **(encoder_kwargs or {}))
         else:

@@ -67,8 +67,8 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "dataloader_pin_memory": not cpu,
         "use_cpu": cpu,  # else bf16 on a CPU-only machine is refused
         "ddp_backend": ddp_backend(cpu),  # several CPU processes: gloo; GPUs: accelerate's choice (NCCL)
-        # The encoder keeps its own pooler (BERT, MiniLM...), which attnpool's pooler replaces: those weights get no
-        # gradient, and DDP must be told. (Activation checkpointing is non-reentrant in transformers 5: compatible.)
+        # Encoder weights may get no gradient (pooling_layers below the top layer leave the layers above unused):
+        # DDP must be told. (Activation checkpointing is non-reentrant in transformers 5: compatible.)
         "ddp_find_unused_parameters": True,
         "remove_unused_columns": False,
         **trainer_flags(cfg.precision, "cpu" if cpu else "cuda"),

@@ -1,0 +1,67 @@
+"""LoRA with peft, as the README's "Fine-tuning with LoRA (peft)" section does it.
+
+``task_type="SEQ_CLS"`` would train and save modules named ``classifier``/``score``: attnpool's head is ``head``, and
+the attention pooler's ``score`` layer alone would train. The recipe names them in ``modules_to_save`` instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnpool.model import AttnPoolForSequenceClassification
+from model_helpers import batch, tiny_config
+
+peft = pytest.importorskip("peft")
+
+
+def base_model(folder=None):
+    torch.manual_seed(0)
+    if folder is not None:
+        return AttnPoolForSequenceClassification.from_pretrained(folder)
+    return AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=3,
+                                                          pooling_options={"attn_size": 8, "init": "xavier"})
+
+
+def lora(model):
+    config = peft.LoraConfig(task_type=None, r=4, lora_alpha=8, target_modules=["query", "key", "value"],
+                             modules_to_save=["head", "attnpool.pooler"])
+    return peft.get_peft_model(model, config)
+
+
+# transformers' own deprecation, of the method peft calls
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_lora_trains_the_head_and_pooler_and_reloads_exactly(tmp_path):
+    base = base_model()
+    base.save_pretrained(tmp_path / "base")
+    model = lora(base)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    head = {n for n in trainable if ".head.modules_to_save.default." in n}
+    pooler = {n for n in trainable if ".attnpool.pooler.modules_to_save.default." in n}
+    assert {n.rsplit(".", 2)[-2] for n in head} == {"out"} and len(head) == 2  # the head's weight and bias
+    assert {n.rsplit(".", 2)[-2] for n in pooler} == {"proj", "score"}
+    assert trainable == head | pooler | {n for n in trainable if "lora_" in n}
+    encoder = {n for n, _ in model.named_parameters() if ".attnpool.encoder." in n and "lora_" not in n}
+    assert encoder and not encoder & trainable  # the encoder's own weights stay frozen
+    assert any("lora_" in n and ".attnpool.encoder." in n for n in trainable)
+
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids, mask = batch([5, 3, 7, 4], seed=1)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2, 1])).loss.backward()
+    optimizer.step()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert head | pooler <= changed and changed <= trainable
+    assert any("lora_B" in n for n in changed)  # lora_B starts at zero: it moved, so LoRA trains
+
+    model.save_pretrained(tmp_path / "adapter")
+    reloaded = peft.PeftModel.from_pretrained(base_model(tmp_path / "base"), tmp_path / "adapter").eval()
+    with torch.no_grad():  # both in one grad mode: the encoder's attention kernel may differ between them
+        expected = model.eval()(input_ids=ids, attention_mask=mask).logits
+        assert torch.equal(reloaded(input_ids=ids, attention_mask=mask).logits, expected)
+        assert not torch.equal(base_model(tmp_path / "base").eval()(ids, mask).logits, expected)
+    reloaded.merge_and_unload().save_pretrained(tmp_path / "merged")  # one plain attnpool folder
+    merged = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    with torch.no_grad():  # W + BA merged into one matrix: equal up to rounding
+        torch.testing.assert_close(merged(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-6, rtol=1e-5)
