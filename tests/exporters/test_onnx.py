@@ -394,6 +394,58 @@ def test_a_folder_that_is_not_an_attnpool_model_or_is_damaged_is_a_clear_error(s
     assert not (tmp_path / "m.onnx").exists()
 
 
+@pytest.mark.parametrize("damage", ["cut short", "deleted"])
+def test_damaged_tokenizer_files_are_named_with_the_way_out(saved, tmp_path, capsys, damage):
+    """AutoTokenizer's bare errors named no folder or file, and a deleted tokenizer.json advised sentencepiece."""
+    folder = tmp_path / "model"
+    shutil.copytree(saved, folder)
+    tokenizer = folder / "tokenizer.json"
+    tokenizer.unlink() if damage == "deleted" else tokenizer.write_text(tokenizer.read_text()[:1000])
+    message = _cli_error(["--model", str(folder), "--output", str(tmp_path / "m.onnx"), "--no-verify"], capsys)
+    assert f"cannot load the tokenizer saved in {folder}" in message and "tokenizer.json" in message
+    assert "copy them again from the encoder" in message and "delete them from the folder" in message
+    assert "sentencepiece" not in message
+    assert ("tokenizer.json missing" in message) == (damage == "deleted")
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def _owned(folder, pid, host=None):
+    import socket
+
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(b"a graph, half written")
+    (folder / ".owner").write_text(f"{host or socket.gethostname()} {pid}\n")
+    return folder
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_an_export_removes_the_staging_folders_of_killed_exports_not_live_ones(saved, tmp_path):
+    """A SIGKILLed export (the OOM killer) left .model.onnx.XXXX/ with a whole graph in it, forever."""
+    out = tmp_path / "serve" / "model.onnx"
+    dead = _owned(out.parent / ".model.onnx.dead1234", _dead_pid())
+    live = _owned(out.parent / ".model.onnx.live1234", os.getppid())  # another export, still running
+    ours = _owned(out.parent / ".model.onnx.ours1234", os.getpid())  # another thread's of this process
+    remote = _owned(out.parent / ".model.onnx.host1234", 1, host="another-host")  # cannot be asked: kept a day
+    unowned = out.parent / ".model.onnx.old01234"  # an earlier attnpool's, a week old
+    unowned.mkdir()
+    os.utime(unowned, (1, 1))
+    other = _owned(out.parent / ".other.onnx.dead1234", _dead_pid())  # another output's: its own export clears it
+    export_onnx(saved, out, save_tokenizer=False)
+    assert not dead.exists() and not unowned.exists()
+    assert live.is_dir() and ours.is_dir() and remote.is_dir() and other.is_dir()
+    assert sorted(p.name for p in out.parent.iterdir() if not p.name.startswith(".")) == ["README.md", "model.onnx"]
+    assert not (out.parent / ".owner").exists()
+    assert len([p for p in out.parent.iterdir() if p.name.startswith(".model.onnx.")]) == 3, "its own one deleted"
+
+
 def test_without_the_onnx_extra_export_says_what_to_install(saved, tmp_path, capsys, monkeypatch):
     import importlib.util
 

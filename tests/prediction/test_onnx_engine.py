@@ -3,6 +3,8 @@ checked against float32 and refused with the figure when it departs."""
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import pytest
 import torch
@@ -271,3 +273,102 @@ def test_without_onnx_the_onnx_backend_names_it_not_onnxruntime(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(onnx_engine)
+
+
+def _int8_ensemble(setup):
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+    ensemble = OnnxFoldEnsemble.load(Run(setup[1]), quantize="int8")
+    encodings = dict(ensemble.tokenizer(["the cat sat", "a dog", "it rained"], ["on the mat", "ran fast", "all day"]))
+    return ensemble, encodings
+
+
+def test_the_int8_check_is_measured_at_batch_size_1_and_the_predictions_one(setup, monkeypatch):
+    """ORT quantizes each batch's activations with one scale: a check in batches of 64 alone passed, and predictions
+    at --batch-size 1 departed from float32 by 2.5 times the tolerance."""
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+    ensemble, encodings = _int8_ensemble(setup)
+    sizes, real = [], OnnxFoldEnsemble.scores
+
+    def batch_dependent(self, encodings, *, batch_size, **options):
+        sizes.append(batch_size)
+        return real(self, encodings, batch_size=batch_size, **options) + (0.5 if batch_size == 1 else 0.0)
+
+    monkeypatch.setattr(OnnxFoldEnsemble, "scores", batch_dependent)
+    with pytest.raises(RunError, match=r"depart from the float32 models by up to 0\.5\d* \(largest \|difference\| of "
+                                       r"a score over the first 3 rows scored in batches of 1, 5, 64\)"):
+        ensemble.check(encodings, tolerance=0.1, batch_size=5)
+    assert sorted(sizes) == [1, 5, 64]
+    sizes.clear()
+    with pytest.raises(RunError, match="in batches of 1, 64"):
+        ensemble.check(encodings, tolerance=0.1)
+    assert sorted(sizes) == [1, 64]
+
+
+def test_a_nan_int8_score_or_a_nan_tolerance_does_not_pass_the_check(setup, tmp_path, monkeypatch):
+    """`diff > tolerance` is False for NaN: a NaN score passed, and --int8-tolerance nan switched the check off."""
+    import numpy as np
+
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+    ensemble, encodings = _int8_ensemble(setup)
+    for bad in (float("nan"), float("inf"), -0.1):
+        with pytest.raises(ValueError, match=r"--int8-tolerance \(int8_tolerance\) must be a finite number >= 0"):
+            ensemble.check(encodings, tolerance=bad)
+    folder, run = setup
+    with pytest.raises(ValueError, match="--int8-tolerance"):
+        predict(run, folder / "test.csv", tmp_path / "nan.csv", progress=False, backend="onnx", quantize="int8",
+                int8_tolerance=float("nan"))
+    assert not (tmp_path / "nan.csv").exists()
+    real = OnnxFoldEnsemble.scores
+    monkeypatch.setattr(OnnxFoldEnsemble, "scores", lambda self, e, **k: np.where(
+        np.arange(len(e["input_ids"])) == 1, np.nan, real(self, e, **k)))
+    with pytest.raises(RunError, match=r"differ from the float32 models' by nan \(a non-finite score\)"):
+        ensemble.check(encodings, tolerance=1.0)
+
+
+def test_quantizing_removes_what_a_killed_quantization_left_not_a_live_one(setup, tmp_path):
+    """A SIGKILLed quantization left .int8.XXXX/ (a prepared float32 graph and a half-written int8 one), forever."""
+    import socket
+    import subprocess
+    import sys
+
+    from attnpool.prediction import onnx_engine
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    leftovers = {}
+    for name, pid in (("dead", child.pid), ("live", os.getppid())):
+        leftovers[name] = tmp_path / f".int8.{name}1234"
+        leftovers[name].mkdir()
+        (leftovers[name] / "prepared.onnx").write_bytes(b"half")
+        (leftovers[name] / ".owner").write_text(f"{socket.gethostname()} {pid}\n")
+    onnx_engine._quantize(onnx_engine.graph_file(Run(setup[1]), 0), tmp_path / "model.int8.onnx")
+    assert (tmp_path / "model.int8.onnx").is_file()
+    assert not leftovers["dead"].exists() and leftovers["live"].is_dir()
+    assert [p.name for p in tmp_path.glob(".int8.*")] == [".int8.live1234"]
+
+
+def test_predict_checks_int8_at_its_own_batch_size_and_refuses_a_bad_tolerance_before_exporting(setup, tmp_path,
+                                                                                               monkeypatch):
+    """The check scored in batches of 64 whatever --batch-size; a NaN tolerance was refused only after every fold's
+    graph was exported and quantized."""
+    from attnpool.prediction import onnx_engine
+
+    folder, run = setup
+    exports = []
+    real_load = onnx_engine.OnnxFoldEnsemble.load.__func__
+    monkeypatch.setattr(onnx_engine.OnnxFoldEnsemble, "load",
+                        classmethod(lambda cls, *a, **k: exports.append(1) or real_load(cls, *a, **k)))
+    with pytest.raises(ValueError, match="--int8-tolerance"):
+        predict(run, folder / "test.csv", tmp_path / "nan.csv", progress=False, backend="onnx", quantize="int8",
+                int8_tolerance=float("nan"))
+    assert exports == []
+    sizes = []
+    real_check = onnx_engine.OnnxFoldEnsemble.check
+    monkeypatch.setattr(onnx_engine.OnnxFoldEnsemble, "check",
+                        lambda self, e, **k: sizes.append(k.get("batch_size")) or real_check(self, e, **k))
+    predict(run, folder / "test.csv", tmp_path / "int8.csv", progress=False, backend="onnx", quantize="int8",
+            int8_tolerance=1.0, batch_size=3)
+    assert sizes == [3]

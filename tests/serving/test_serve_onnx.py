@@ -45,6 +45,17 @@ def test_int8_is_checked_on_the_runs_training_rows(setup, caplog):
         Service.load(run, backend="onnx", quantize="int8", int8_tolerance=1e-9)
 
 
+def test_a_bad_int8_tolerance_is_refused_before_any_graph_is_quantized(setup, monkeypatch):
+    """A NaN tolerance reached the check only after the folds' graphs were exported and quantized."""
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+    _, run, _ = setup
+    monkeypatch.setattr(OnnxFoldEnsemble, "load", classmethod(lambda cls, *a, **k: pytest.fail("graphs loaded")))
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError, match=r"--int8-tolerance \(int8_tolerance\) must be a finite number >= 0"):
+            Service.load(run, backend="onnx", quantize="int8", int8_tolerance=bad)
+
+
 def test_int8_without_calibration_rows_says_how_to_give_them(setup, tmp_path):
     folder, _, _ = setup
     write_toy_csv(tmp_path / "gone.csv", n=8)

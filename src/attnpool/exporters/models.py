@@ -172,9 +172,22 @@ def load_for_export(model_dir: str | os.PathLike) -> nn.Module:
 
 
 def _load_tokenizer(model_dir: Path) -> Any:
+    """The tokenizer saved in ``model_dir``; ``None`` without tokenizer files; ModelLoadError for damaged ones."""
     if not any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
         return None
-    return AutoTokenizer.from_pretrained(model_dir)
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except Exception as err:  # noqa: BLE001 - JSONDecodeError, tokenizers' bare Exception, a missing file's ValueError
+        missing = [name for name in _TOKENIZER_FILES if not (model_dir / name).is_file()]
+        # without tokenizer.json, transformers' error advises installing sentencepiece, which does not help here
+        error = " ".join(str(err).split())[:300]  # on one line
+        why = f"{', '.join(missing)} missing" if missing else f"{type(err).__name__}: {error}"
+        raise ModelLoadError(
+            f"cannot load the tokenizer saved in {model_dir} (to save it beside the graph): {why}. Its tokenizer "
+            f"files ({', '.join(_TOKENIZER_FILES)}) are incomplete or damaged (an interrupted save or copy): copy "
+            "them again from the encoder the model was trained from (AutoTokenizer.from_pretrained(ENCODER)"
+            ".save_pretrained(FOLDER)), or, to export the graph without a tokenizer, delete them from the folder"
+        ) from err
 
 
 def _base_model(model: nn.Module) -> nn.Module:

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from attnpool.exporters.models import (
     resolve_model_dir,
     source_stamp,
 )
+from attnpool.exporters.staging import OWNER_FILE, make_staging
 from attnpool.exporters.verify import ATOL, VerificationError, _example_batch, _pad_id, verify_onnx
 from attnpool.model.card import CARD_FILE, ExportFacts, is_attnpool_card, model_card, read_card, training_facts
 
@@ -257,8 +257,7 @@ def export_onnx(
         program.model.metadata_props.update(_metadata(model, wrapper))
         if model_dir is not None:  # predict and serve re-export a fold whose model is not this one any more
             program.model.metadata_props["attnpool_source"] = source_stamp(model_dir)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+        staging = make_staging(output.parent, f".{output.name}.")  # removes what a killed export left there
         try:
             staged = staging / output.name
             program.save(staged, external_data=external_data or None)  # None: external past 1.5 GB only
@@ -313,7 +312,7 @@ def _move_into_place(staging: Path, output: Path) -> None:
     for item in sorted((staging / "tokenizer").glob("*")) if staged else []:
         os.replace(item, output.parent / item.name)
     for item in sorted(staging.iterdir()):
-        if item.is_file() and item.name != output.name:
+        if item.is_file() and item.name not in (output.name, OWNER_FILE):
             os.replace(item, output.parent / item.name)
     os.replace(staging / output.name, output)
     for path in stale:  # deleted once no graph in place reads them

@@ -10,8 +10,9 @@ model files it was made from) or attnpool is upgraded.
 (``quant_pre_process``: shape inference and graph optimisation), then its ``MatMul`` weights are stored as int8
 per output channel (``quantize_dynamic(per_channel=True, op_types_to_quantize=["MatMul"])``; the embeddings'
 ``Gather`` and the pooler's softmax stay float). Int8 is not assumed to be accurate: :meth:`OnnxFoldEnsemble.check`
-compares it with the float32 PyTorch models on a calibration slice and refuses it, with the figure, when the
-largest difference exceeds a stated tolerance.
+compares it with the float32 PyTorch models on a calibration slice, scored in batches of 1, 64 and the prediction's
+batch size (one activation scale per batch: a row's int8 error depends on its batch), and refuses it, with the
+figure, when the largest difference exceeds a stated tolerance.
 
 ONNX Runtime uses one intra-op thread per physical core by default, which is what a prediction process wants;
 ``threads`` overrides it.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from attnpool._version import __version__
 from attnpool.data.batching import padded_batches
 from attnpool.exporters import ExportError, VerificationError, export_onnx
 from attnpool.exporters.models import ExporterFailure, ModelLoadError, source_stamp
+from attnpool.exporters.staging import make_staging
 from attnpool.prediction.engine import FoldEnsemble, FoldScales, combine_folds, fold_tokenizer, fold_weights
 from attnpool.runs.run import Run, RunError
 
@@ -50,6 +52,7 @@ logger = logging.getLogger("attnpool.predict")
 QUANTIZE = ("none", "int8")
 INT8_TOLERANCE = 0.02  # largest |int8 - fp32| of a score (a probability, or a regression value) on the slice
 CALIBRATION_ROWS = 128
+CHECK_BATCH = 64  # check() scores the calibration rows in batches of 1, this, and the prediction's batch size
 
 
 def _stale(target: Path, model_dir: Path) -> bool:
@@ -68,12 +71,13 @@ def _stale(target: Path, model_dir: Path) -> bool:
 
 
 def _quantize(source: Path, target: Path) -> None:
-    """Pre-process and dynamically quantize ``source`` into ``target`` (atomically, through a temporary folder)."""
+    """Pre-process and dynamically quantize ``source`` into ``target`` (atomically, through a staging folder)."""
     # A graph whose weights passed the export's threshold keeps them in SOURCE.data: the prepared float32 graph
     # must too (a protobuf stops at 2 GB).
     external = source.with_name(source.name + ".data").is_file()
-    with tempfile.TemporaryDirectory(prefix=".int8.", dir=target.parent) as tmp:
-        prepared, quantized = Path(tmp) / "prepared.onnx", Path(tmp) / target.name
+    tmp = make_staging(target.parent, ".int8.")  # removes what a killed quantization left there
+    try:
+        prepared, quantized = tmp / "prepared.onnx", tmp / target.name
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True, save_as_external_data=external,
                           all_tensors_to_one_file=True)
         # the embeddings stay float32: an int8 graph of a 1.5B model passes 2 GB, so it keeps external weights too
@@ -83,6 +87,8 @@ def _quantize(source: Path, target: Path) -> None:
         if data.is_file():  # the weights first: the graph that names them arrives last
             os.replace(data, target.with_name(data.name))
         os.replace(quantized, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
@@ -186,27 +192,53 @@ class OnnxFoldEnsemble:
                 on_batch(len(batch))
         return total if total is not None else np.zeros((0,))
 
-    def check(self, encodings: dict[str, list], *, tolerance: float = INT8_TOLERANCE,
-              rows: int = CALIBRATION_ROWS) -> float:
+    def check(self, encodings: dict[str, list], *, tolerance: float = INT8_TOLERANCE, rows: int = CALIBRATION_ROWS,
+              batch_size: int | None = None) -> float:
         """The largest |this - float32 PyTorch| score on the first ``rows`` rows; ``RunError`` above ``tolerance``.
 
         Only for a quantized ensemble (the float32 graphs are checked against PyTorch when they are exported). The
         float32 models are loaded for the check and freed after it, unless the ensemble was given them.
+
+        The bound is measured at batch sizes 1, ``batch_size`` (the prediction's, when the caller gives it) and
+        :data:`CHECK_BATCH`, and is the largest of them: dynamic quantization gives each batch's activations one
+        scale, so a row's int8 score depends on the rows (and the padding) it is batched with.
+
+        Raises:
+            ValueError: ``tolerance`` is not a finite number >= 0 (``--int8-tolerance``).
+            RunError: the largest difference exceeds ``tolerance``, or is not finite (a NaN score).
         """
+        check_tolerance(tolerance)
         if self.quantize == "none":
             raise ValueError("check() compares a quantized ensemble with its float32 models; this one is float32")
         reference = self.reference or FoldEnsemble.load(self.run, self.folds, self.how)
         head = {k: v[:rows] for k, v in encodings.items()}
-        ours = self.scores(head, batch_size=64)
         where = next(reference.models[0].parameters()).device  # the float32 models stay where they are (serve)
-        theirs = reference.scores(head, batch_size=64, device=where, precision="fp32")
+        theirs = reference.scores(head, batch_size=CHECK_BATCH, device=where, precision="fp32")
         del reference  # before a RunError, whose traceback would hold this frame (and the models) alive
-        diff = float(np.max(np.abs(ours - theirs))) if len(ours) else 0.0
-        if diff > tolerance:
+        sizes = sorted({1, CHECK_BATCH, *([int(batch_size)] if batch_size else [])})
+        count = len(theirs)
+        errors = [float(np.max(np.abs(self.scores(head, batch_size=size) - theirs))) for size in sizes] if count else []
+        diff = float("nan") if np.isnan(errors).any() else max(errors, default=0.0)  # a NaN score: refused below
+        measured = f"over the first {count} rows scored in batches of {', '.join(map(str, sizes))}"
+        if not np.isfinite(diff):  # NaN > tolerance is False: a NaN score passed the check
+            raise RunError(f"the {self.quantize} ONNX models' scores differ from the float32 models' by {diff} (a "
+                           f"non-finite score) {measured}; predict with --quantize none")
+        if not diff <= tolerance:
             raise RunError(f"the {self.quantize} ONNX models depart from the float32 models by up to {diff:.4g} "
-                           f"(largest |difference| of a score over the first {len(ours)} rows), above the tolerance "
-                           f"of {tolerance:g}; predict with --quantize none, or raise the tolerance if that is "
-                           "acceptable for your use")
-        logger.info("%s ONNX models agree with float32 to %.3g (largest |difference| of a score, %d rows; "
-                    "tolerance %g)", self.quantize, diff, len(ours), tolerance)
+                           f"(largest |difference| of a score {measured}), above the tolerance of {tolerance:g}; "
+                           "predict with --quantize none, or raise --int8-tolerance if that is acceptable for your use")
+        logger.info("%s ONNX models agree with float32 to %.3g (largest |difference| of a score %s; tolerance %g)",
+                    self.quantize, diff, measured, tolerance)
         return diff
+
+
+def check_tolerance(tolerance: float) -> float:
+    """``tolerance`` if it is a finite number >= 0, else a ValueError naming ``--int8-tolerance``."""
+    try:
+        value = float(tolerance)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"--int8-tolerance (int8_tolerance) must be a finite number >= 0, got {tolerance!r}: give "
+                         f"the largest |int8 - float32| difference of a score to accept (default {INT8_TOLERANCE})")
+    return value

@@ -82,9 +82,19 @@ def _changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     for key in ("chunk_rows", "ensemble", "precision", "weights", "context_view"):
         default = "with" if key == "context_view" else None  # a manifest leaves the default view out
         was, value = saved.get(key, default), now.get(key, default)
-        if was != value:
+        if was != value and key == "precision" and was is not None:  # a backend's name: --precision onnx-none fails
+            changes.append(f"precision is now {value} (was {was}; resume with {_options(was)})")
+        elif was != value:
             changes.append(f"{key} is now {value} (was {was}; pass the same value to resume)")
     return changes
+
+
+def _options(computed_as: str) -> str:
+    """The predict options that compute as ``computed_as`` (a manifest's ``precision``: ``fp32``, ``onnx-int8``...)."""
+    backend, _, quantize = str(computed_as).partition("-")
+    if backend == "onnx" and quantize:
+        return f"--backend onnx --quantize {quantize}"
+    return f"--backend torch --precision {computed_as}"
 
 
 class Parts:

@@ -24,7 +24,7 @@ from attnpool.data.writers import refuse_input_as_output
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
-from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
+from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
 from attnpool.prediction.parts import Parts, manifest
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run
@@ -140,6 +140,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     if output_file.suffix.lower() not in SUPPORTED_EXTENSIONS:  # else CSV bytes under another format's name
         raise DataError(f"{output_file}: unsupported output extension {output_file.suffix or '(none)'!r}; the "
                         f"output's format follows its extension: {', '.join(SUPPORTED_EXTENSIONS)}")
+    if quantize != "none":
+        check_tolerance(int8_tolerance)  # now, not after the folds' graphs are exported and quantized
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
         members = [_load_ensemble(run, folds, ensemble, backend, quantize, threads) for run in runs]
         chosen = [m.folds for m in members]
@@ -226,7 +228,7 @@ def _chunk_output(chunks: list, members: list, inputs: list, blend: RunBlend | N
             member_frame, encodings = view_inputs.encode(chunks[j])
             frame = member_frame if frame is None else frame
             if tolerance is not None:
-                member.check(encodings, tolerance=tolerance)
+                member.check(encodings, tolerance=tolerance, batch_size=forward["batch_size"])
             # the bar counts each row once, when its last run's last view is done
             last = j == len(members) - 1 and k == len(member_inputs) - 1
             seen.append(member.scores(encodings, on_batch=bar.update if last else None, **forward))

@@ -42,7 +42,7 @@ from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
-from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble
+from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.serving.positions import check_max_length, model_max_length, run_max_length
@@ -342,6 +342,8 @@ def onnx_scorer(run: Run, models: FoldEnsemble, how: str, quantize: str, threads
         RunError: No calibration rows (no ``calibration_file`` and the run's training file is gone), or int8 that
             departs from the float32 models beyond ``tolerance``.
     """
+    if quantize != "none":
+        check_tolerance(tolerance)  # before the folds' graphs are exported and quantized
     scorer = OnnxFoldEnsemble.load(run, models.folds, how, quantize, threads=threads, reference=models)
     if quantize == "none":
         return scorer
