@@ -73,3 +73,44 @@ def test_poolers_lists_every_registered_pooler():
     assert set(rows) == set(attnpool.available_poolers())
     assert rows["attention"]["token_weights"] and rows["attention"]["parameters"] > 0
     assert rows["max"]["parameters"] == 0 and not rows["max"]["token_weights"]
+
+
+def test_resume_over_a_config_file_warns_of_the_file_s_values_the_run_ignores(tmp_path, monkeypatch, caplog):
+    """--config FILE --resume: the file's differing epochs and lr were ignored without a word (only the flags were
+    compared), and --pooling-layers last was named as ignored though the run has last."""
+    import attnpool.api as api_module
+    from attnpool.training.recipe import _warn_of_overridden
+
+    calls = []
+    monkeypatch.setattr(api_module, "_train", lambda cfg, callbacks=None, given=None: calls.append(given))
+    (tmp_path / "recipe.yaml").write_text("train_file: t.csv\ntext_cols: [a]\nepochs: 3\nlr: 1.0e-3\n")
+    attnpool.train(tmp_path / "recipe.yaml", resume=True, output_dir=str(tmp_path / "run"))
+    attnpool.train(tmp_path / "recipe.yaml", output_dir=str(tmp_path / "run"))
+    assert calls[0] == {"train_file": "t.csv", "text_cols": ["a"], "epochs": 3, "lr": 1e-3, "resume": True,
+                        "output_dir": str(tmp_path / "run")}
+    assert calls[1] == {"output_dir": str(tmp_path / "run")}, "without resume: the keywords, as before"
+    saved = {"epochs": 1.0, "lr": 2e-5, "text_cols": ["a"], "pooling_layers": "last", "only_folds": None}
+    _warn_of_overridden(Run(tmp_path / "run"), saved, {**calls[0], "pooling_layers": ["last"], "only_folds": [1]})
+    assert "these options are ignored: epochs=3 (the run has 1.0), lr=0.001 (the run has 2e-05); to train" in \
+        caplog.text
+
+
+def test_a_run_config_saved_by_an_older_version_does_not_carry_its_call_s_overwrite_resume_or_only_folds(
+        tmp_path, monkeypatch):
+    """Older runs saved overwrite: true, resume, only_folds: [0]; --config RUN/config.yaml replaced another run."""
+    import attnpool.api as api_module
+
+    seen = []
+    monkeypatch.setattr(api_module, "_train", lambda cfg, callbacks=None, given=None: seen.append(cfg))
+    monkeypatch.setattr(api_module, "_compare", lambda cfg, *a, **k: seen.append(cfg))
+    (tmp_path / "run.json").write_text("{}")
+    (tmp_path / "config.yaml").write_text("train_file: t.csv\ntext_cols: [a]\nfolds: 3\noverwrite: true\n"
+                                          "resume: true\nonly_folds: [0]\n")
+    attnpool.train(tmp_path / "config.yaml", output_dir="other")
+    attnpool.compare(str(tmp_path / "config.yaml"), poolings=["mean"])
+    assert [(c.overwrite, c.resume, c.only_folds, c.folds) for c in seen] == [(False, False, None, 3)] * 2
+    attnpool.train(tmp_path / "config.yaml", overwrite=True, only_folds=[1])
+    assert (seen[-1].overwrite, seen[-1].only_folds) == (True, [1]), "keywords still apply"
+    (tmp_path / "run.json").unlink()  # a recipe file of the user's own keeps them
+    attnpool.train(tmp_path / "config.yaml", resume=False)
+    assert (seen[-1].overwrite, seen[-1].only_folds) == (True, [0])

@@ -408,3 +408,49 @@ def test_a_template_given_over_a_config_replaces_its_text_columns_and_the_revers
     cfg = make_config(tmp_path / "template.yaml", text_cols=["q"])
     assert (cfg.text_cols, cfg.template) == (["q"], None)
     assert make_config(tmp_path / "cols.yaml", template=None).text_cols == ["q", "a"]  # no template given: kept
+
+
+def test_none_over_a_config_file_s_adversarial_or_recurrent_drops_the_options_that_depended_on_it(tmp_path):
+    """--adversarial none over a file's awp with eps/lr/start was refused: those need adversarial."""
+    from attnpool.config import make_config
+
+    (tmp_path / "adv.yaml").write_text("train_file: t.csv\ntext_cols: [a]\nadversarial: awp\nadversarial_eps: 0.01\n"
+                                       "adversarial_lr: 0.5\nadversarial_start: 0.5\nrecurrent: lstm\n"
+                                       "recurrent_layers: 2\n")
+    cfg = make_config(tmp_path / "adv.yaml", adversarial=None, recurrent=None).validate()
+    assert (cfg.adversarial, cfg.adversarial_eps, cfg.adversarial_lr, cfg.adversarial_start) == (None, None, 1.0, 1.0)
+    assert (cfg.recurrent, cfg.recurrent_layers) == (None, 1)
+    fgm = make_config(tmp_path / "adv.yaml", adversarial="fgm", freeze_word_embeddings=False).validate()
+    assert fgm.resolved_adversarial_eps() == 1.0, "awp's eps (a relative size) is not fgm's (a norm)"
+    kept = make_config(tmp_path / "adv.yaml", adversarial="awp", recurrent="gru")
+    assert (kept.adversarial_eps, kept.adversarial_lr, kept.recurrent_layers) == (0.01, 0.5, 2)
+    assert make_config(tmp_path / "adv.yaml", adversarial=None, adversarial_start=0.5).adversarial_start == 0.5
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("text_cols: [first, null]", r"adv\.yaml: text_cols must be a list of column names \(text\), got \['first', "
+     r"None\]: None is not a column name; quote"),
+    ("text_cols: [[first, second]]", r"text_cols must be a list .* \['first', 'second'\] is not a column name"),
+    ("text_cols: {first: 1}", r"text_cols must be a list of column names"),
+    ("group_context_by: [yes]", r"group_context_by must be a list .* True is not a column name"),
+    ("text_cols: [a]\nonly_folds: [true]", r"only_folds must be a list of fold numbers \(whole numbers from 0\), "
+     r"got \[True\]"),
+    ("text_cols: [a]\nonly_folds: [0.5]", r"only_folds must be a list of fold numbers"),
+])
+def test_a_config_file_s_list_items_of_the_wrong_kind_are_refused_naming_the_option(tmp_path, text, message):
+    """[first, null] and [[a, b]] failed in tracebacks, only_folds: [true] trained fold 1."""
+    from attnpool.config import make_config
+
+    (tmp_path / "adv.yaml").write_text(f"train_file: t.csv\n{text}\n")
+    with pytest.raises(ConfigError, match=message):
+        make_config(tmp_path / "adv.yaml")
+
+
+def test_a_config_file_s_number_column_name_is_text_and_empty_pooling_layers_are_refused(tmp_path):
+    from attnpool.config import make_config
+
+    (tmp_path / "c.yaml").write_text("train_file: t.csv\ntext_cols: [2021, second]\ngroup_context_by: [7]\n")
+    cfg = make_config(tmp_path / "c.yaml")
+    assert (cfg.text_cols, cfg.group_context_by) == (["2021", "second"], ["7"])
+    with pytest.raises(ValueError, match=r"^pooling_layers is empty: give last, all or layer indices"):
+        TrainConfig(train_file="t.csv", text_cols=["a"], pooling_layers=[]).validate()

@@ -37,7 +37,8 @@ def test_without_core_ids_the_usable_cpus_count(monkeypatch):
 
 def test_set_threads_sizes_torch_and_turns_the_tokenizer_pool_off(monkeypatch):
     before = torch.get_num_threads()
-    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    for name in ("TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
     try:
         assert set_threads(1) == 1 and torch.get_num_threads() == 1
         assert "TOKENIZERS_PARALLELISM" not in os.environ
@@ -62,3 +63,35 @@ def test_an_explicit_tokenizer_setting_is_kept(monkeypatch):
 def test_bad_thread_counts_are_refused(bad):
     with pytest.raises(ValueError, match="threads must be a positive number of threads, got"):
         set_threads(bad)
+
+
+@pytest.mark.parametrize("variable", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
+def test_without_threads_a_thread_count_set_in_the_environment_is_kept(monkeypatch, variable):
+    """OMP_NUM_THREADS=1 attnpool predict ran on every physical core: the environment's choice was overridden."""
+    before = torch.get_num_threads()
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads_module, "physical_cores", lambda: before + 1)
+    try:
+        monkeypatch.setenv(variable, str(before))
+        assert set_threads() == before and torch.get_num_threads() == before, "the environment's count is kept"
+        assert set_threads(before + 2) == before + 2, "--threads still wins"
+        monkeypatch.setenv(variable, " ")
+        assert set_threads() == before + 1, "an empty variable says nothing"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_threads_and_precision_help_say_what_the_defaults_depend_on(capsys):
+    from attnpool import api
+    from attnpool.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name in ("predict", "serve"):
+        text = " ".join(commands[name].format_help().split())
+        assert "(default: OMP_NUM_THREADS or MKL_NUM_THREADS where set, else one per physical core)" in text, name
+        assert "auto = bf16 on a GPU with native bf16 (compute capability 8.0+) or a CPU with it" in text, name
+    train = " ".join(commands["train"].format_help().split())
+    assert "auto is bf16 on a GPU with native bf16 (compute capability 8.0+) or a CPU with it" in train
+    doc = " ".join(api.serve.__doc__.split())
+    assert "bf16 on a GPU with native bf16, compute capability 8.0+" in doc and "OMP_NUM_THREADS" in doc

@@ -24,17 +24,18 @@ from typing import Any
 
 from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
-from attnpool.config import TrainConfig, make_config
+from attnpool.config import TrainConfig, load_yaml, make_config
 from attnpool.explanations import Explanation, explain, explain_file
 from attnpool.exporters import OnnxExport, export_onnx
 from attnpool.pooling import available_poolers, build_pooler
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE
 from attnpool.prediction.predict import PredictionSummary
 from attnpool.prediction.predict import predict as _predict
+from attnpool.runs.run import Run
 from attnpool.serving import ServeSummary
 from attnpool.serving import serve as _serve
 from attnpool.training.demo import run_demo
-from attnpool.training.recipe import TrainResult
+from attnpool.training.recipe import PER_CALL_SAVED, TrainResult
 from attnpool.training.recipe import train as _train
 
 ConfigSource = TrainConfig | Mapping[str, Any] | str | Path | None
@@ -53,7 +54,30 @@ def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **ov
     Returns:
         A :class:`~attnpool.training.TrainResult`; ``result.complete`` says whether every fold was trained.
     """
-    return _train(make_config(config, **overrides), callbacks=callbacks, given=overrides)
+    cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
+    return _train(cfg, callbacks=callbacks, given=_given(config, overrides) if cfg.resume else overrides)
+
+
+def _saved_call_reset(config: ConfigSource) -> dict[str, Any]:
+    """For a run's saved config file: ``overwrite``, ``resume`` and ``only_folds`` back to their defaults.
+
+    Older versions saved the call's choices with the recipe: ``--config RUN/config.yaml --output-dir OTHER`` then
+    replaced OTHER's run without ``--overwrite``, or trained fold 0 alone. Keywords given still apply over these.
+    """
+    if isinstance(config, str | Path) and Run.is_run(Path(config).expanduser().parent):
+        return dict(PER_CALL_SAVED)
+    return {}
+
+
+def _given(config: ConfigSource, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """What the caller asked for: a config file's (or dict's) values with the keywords over them.
+
+    ``--config FILE --resume``: the run's saved config wins over the file too, and says so (the file's values that
+    differ were ignored silently). A :class:`TrainConfig` holds every option, defaults included: its keywords only.
+    """
+    values = load_yaml(config) if isinstance(config, str | Path) else dict(config) if isinstance(
+        config, Mapping) else {}
+    return {**values, **overrides}
 
 
 def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, output_file: str | Path,
@@ -84,7 +108,7 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
         overwrite: Delete an existing comparison in ``output_dir`` first.
         **overrides: :class:`TrainConfig` fields over ``config``.
     """
-    cfg = make_config(config, **overrides)
+    cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
     return _compare(cfg, list(poolings), seeds, baseline=baseline, output_dir=output_dir, bootstrap=bootstrap,
                     overwrite=overwrite)
 
@@ -128,14 +152,16 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         cors_origins: Web origins allowed to call the API from a browser (CORS is off by default).
         max_length: Truncation for a saved model folder (default 128); a run uses its own.
         device: ``cpu``, ``cuda``...; default: CUDA when available.
-        precision: ``auto`` (bf16 on a GPU or a CPU with native bf16, else fp32), ``fp32``, ``bf16`` or ``fp16``.
+        precision: ``auto`` (bf16 on a GPU with native bf16, compute capability 8.0+, or a CPU with native bf16;
+            else fp32), ``fp32``, ``bf16`` or ``fp16``.
         backend: ``torch``, or ``onnx`` (a run only): ONNX Runtime on each fold's graph, exported once into the run,
             as ``predict --backend onnx``; word weights still come from the PyTorch models.
         quantize: With ``backend="onnx"``: ``none`` or ``int8``, checked at start-up against the float32 models on
             the first rows of ``calibration_file`` and refused, with the figure, beyond ``int8_tolerance``.
         int8_tolerance: The largest |int8 - float32| difference of a score accepted.
         calibration_file: Rows like the ones to be served; default: the run's training file.
-        threads: CPU threads of the model; default one per physical core. Tokenising (in the request threads)
+        threads: CPU threads of the model; default one per physical core, or torch's count where
+            ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is set. Tokenising (in the request threads)
             runs without a thread pool of its own, so the two do not compete for cores.
         blend_weights: With several runs, one non-negative weight per run (normalised); default: equal.
         context_view: A run trained with a group context reads each row with the context of the other rows of its

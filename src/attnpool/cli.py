@@ -152,15 +152,16 @@ def _add_engine(parser: Any, calibration: str) -> None:
          metavar="K")
     _arg(parser, "--ensemble", "mean of the folds, or weighted by each fold's validation score", default="mean",
          choices=["mean", "score"])
-    _arg(parser, "--precision", "autocast dtype: auto = bf16 on a GPU, or on a CPU with native bf16 (AMX, "
-         "AVX512-BF16); else fp32", default="auto", choices=PRECISIONS)
+    _arg(parser, "--precision", "autocast dtype: auto = bf16 on a GPU with native bf16 (compute "
+         "capability 8.0+) or a CPU with it (AMX, AVX512-BF16); else fp32", default="auto", choices=PRECISIONS)
     _arg(parser, "--backend", "torch, or onnx: ONNX Runtime on each fold's graph (exported once into the run)",
          default="torch", choices=["torch", "onnx"])
     _arg(parser, "--quantize", f"with --backend onnx: int8 dynamic quantization, checked against float32 on "
          f"{calibration} and refused with the figure beyond --int8-tolerance", default="none", choices=QUANTIZE)
     _arg(parser, "--int8-tolerance", "largest |int8 - float32| difference of a score accepted",
          default=INT8_TOLERANCE, type=float)
-    _arg(parser, "--threads", "CPU threads of the model", shown="one per physical core", type=int)
+    _arg(parser, "--threads", "CPU threads of the model", shown="OMP_NUM_THREADS or MKL_NUM_THREADS where set, else "
+         "one per physical core", type=int)
     _arg(parser, "--blend-weights", "several --run: a weight per run", shown="equal", nargs="+", type=float)
     _arg(parser, "--context-view", "with --group-context: each row's context from the other rows (with), none "
          "(without), or both views' mean (both)", default="with", choices=["with", "without", "both"])

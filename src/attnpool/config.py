@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnpool import config_checks as checks
 from attnpool.config_checks import check_numbers, check_output_flags, check_pooler
 from attnpool.data.context import CONTEXT_POOLING
-from attnpool.data.errors import DataError
-from attnpool.data.readers import table_columns
 from attnpool.model.configuration import OUTPUT_ACTIVATIONS
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.options import ConfigError, load_yaml, parse_options, parse_pooling_layers, parse_value, typed_value
@@ -37,6 +36,7 @@ SCHEDULERS = ("cosine", "linear", "constant")
 # --adversarial: the perturbations of adversarial training (training/adversarial.py), and their default sizes.
 ADVERSARIAL = ("fgm", "awp")
 ADVERSARIAL_EPS = {"fgm": 1.0, "awp": 1e-3}
+ADVERSARIAL_OPTIONS = ("adversarial_eps", "adversarial_lr", "adversarial_start")  # dropped with a file's adversarial
 # --report-to: the Trainer integrations attnpool groups per run (all: every one of them that is installed).
 REPORT_TO = ("none", "tensorboard", "mlflow", "wandb", "all")
 # The option groups, in the order of the config, with what each holds (the headings of ``attnpool train --help``).
@@ -68,14 +68,6 @@ def _option(group: str, default: Any, text: str, **more: Any) -> Any:
 
 
 _data, _validation, _model, _recipe, _output = (functools.partial(_option, group) for group in GROUPS)
-
-
-def _columns_hint(path: str | Path) -> str:
-    """``"; FILE has the columns a, b, c"``, to say which names are there to choose from; ``""`` if unreadable."""
-    try:
-        return f"; {path} has the columns {', '.join(table_columns(path))}"
-    except (DataError, OSError):
-        return ""  # the file's own error comes when it is read
 
 
 @dataclass
@@ -171,8 +163,8 @@ class TrainConfig:
     weight_decay: float = _recipe(0.01, "AdamW weight decay")
     warmup_ratio: float = _recipe(0.1, "share of the training steps that warm the learning rates up")
     scheduler: str = _recipe("cosine", "learning-rate schedule after the warm-up", choices=SCHEDULERS)
-    precision: str = _recipe("auto", "autocast dtype: auto is bf16 on a GPU, or on a CPU with native bf16 (AMX, "
-                             "AVX512-BF16), else fp32", choices=PRECISIONS)
+    precision: str = _recipe("auto", "autocast dtype: auto is bf16 on a GPU with native bf16 (compute capability "
+                             "8.0+) or a CPU with it (AMX, AVX512-BF16), else fp32", choices=PRECISIONS)
     gradient_checkpointing: bool = _recipe(False, "recompute activations in the backward pass: less memory, slower")
     eval_steps: int | None = _recipe(None, "evaluate (and checkpoint) every n optimizer steps",
                                      default_text="once per epoch")
@@ -210,6 +202,7 @@ class TrainConfig:
         for name, empty in (("text_cols", []), ("group_context_by", []), ("pooling_options", {})):
             if getattr(self, name) is None:  # YAML's empty `text_cols:` line: none, not a None that len() fails on
                 setattr(self, name, empty)
+        checks.checked_lists(self)
 
     def resolved_adversarial_eps(self) -> float | None:
         """The perturbation's size: ``adversarial_eps``, or the default of ``adversarial`` (``None`` without it)."""
@@ -252,7 +245,11 @@ class TrainConfig:
                        else str(name) for name in unknown]
             raise ConfigError(f"{where}: unknown option(s) {', '.join(guesses)}; valid options: {', '.join(known)}")
         kinds = typing.get_type_hints(cls)
-        return cls(**{name: typed_value(name, kinds[name], value, where) for name, value in values.items()})
+        typed = {name: typed_value(name, kinds[name], value, where) for name, value in values.items()}
+        try:
+            return cls(**typed)
+        except ConfigError as err:  # a list option's items (__post_init__): said with the file they are in
+            raise ConfigError(f"{where}: {err}") from None
 
     def validate(self) -> TrainConfig:
         """Check option values; raise ``ValueError`` saying which option and what is allowed."""
@@ -293,13 +290,15 @@ class TrainConfig:
         if self.freeze_layers is not None and self.freeze_word_embeddings is False:
             raise ValueError(f"freeze_layers={self.freeze_layers} freezes the word embeddings too; drop "
                              "--no-freeze-word-embeddings, or --freeze-layers to train them")
+        if self.pooling_layers == []:
+            raise ValueError("pooling_layers is empty: give last, all or layer indices (e.g. --pooling-layers 0 -1)")
         check_pooler(self)
         self._check_recipe_techniques()
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
         if self.preset is None and not self.text_cols and not self.template:
             raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'"
-                             + _columns_hint(self.train_file))
+                             + checks.columns_hint(self.train_file))
         if self.group_context and not self.group_context_by and self.preset != "pppm":  # pppm's: anchor context
             raise ValueError(f"--group-context {self.group_context} needs --group-context-by COL [COL ...]: the "
                              "columns whose shared values make a group (PPPM: anchor context)")
@@ -358,7 +357,9 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     (``pooling_options``) is merged key by key into the config's, as ``--pooling-opt`` adds to the file's options.
     An override of ``pooling`` by another pooler drops the config's ``pooling_options`` (they were that pooler's):
     the new pooler gets the overriding options alone. Likewise an override of ``template`` drops the config's
-    ``text_cols``, and one of ``text_cols`` its ``template``: the override is the caller's latest word.
+    ``text_cols``, and one of ``text_cols`` its ``template``: the override is the caller's latest word; one of
+    ``adversarial`` its ``adversarial_eps``, ``_lr`` and ``_start``, and ``recurrent=None`` its
+    ``recurrent_layers`` (unless overridden too: ``--adversarial none`` over a file's awp trains without).
 
     Raises:
         FileNotFoundError: ``config`` names a file that does not exist.
@@ -373,9 +374,14 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     pooling = values.get("pooling", TrainConfig.__dataclass_fields__["pooling"].default)
     if overrides.get("pooling", pooling) != pooling:
         values.pop("pooling_options", None)  # the file's options were its pooler's: another pooler starts without
+    for given, dependents in (("adversarial", ADVERSARIAL_OPTIONS), ("recurrent", ("recurrent_layers",))):
+        if given in overrides and overrides[given] != values.get(given) and (given == "adversarial" or (
+                overrides[given] is None)):  # the file's sizes were its perturbation's (fgm's eps is awp's x1000)
+            values = {k: v for k, v in values.items() if k not in dependents}
     for given, replaced in (("template", "text_cols"), ("text_cols", "template")):
         if overrides.get(given) and replaced not in overrides:  # else the two together are refused at the data
             values.pop(replaced, None)
+    checks.check_preset_resets({**({} if isinstance(config, TrainConfig) else values), **overrides})
     for key, value in overrides.items():
         if isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
             value = {**values[key], **value}

@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from attnpool.data.errors import DataError
+from attnpool.data.readers import table_columns
+from attnpool.options import ConfigError
 from attnpool.pooling import Pooler, build_pooler, check_pooler_options, get_pooler_class
 
 TrainConfig = Any  # attnpool.config.TrainConfig: that module imports this one
@@ -39,6 +42,64 @@ def check_numbers(cfg: TrainConfig) -> None:
         if value is not None and not 0 <= value < SEED_BOUND:
             raise ValueError(f"{name} must be in [0, 2**32 - 1], the seeds numpy and torch take, got {value}; give "
                              f"--{name.replace('_', '-')} N with N >= 0")
+
+
+def checked_lists(cfg: TrainConfig) -> None:
+    """The list options' items as their type: column names text (a YAML ``2021`` is the column "2021"), folds ints.
+
+    A config file's items went unchecked: ``text_cols: [first, null]`` failed in a traceback, ``[[a, b]]`` too,
+    ``[2021, b]`` as a missing column 2021 the file has, and ``only_folds: [true]`` trained fold 1.
+
+    Raises:
+        ConfigError: Not a list, or an item that is not a column name (text or a whole number) or a fold number.
+    """
+    for name in ("text_cols", "group_context_by"):
+        value = getattr(cfg, name)
+        bad = [v for v in value if isinstance(v, bool) or not isinstance(v, str | int)] if isinstance(
+            value, list | tuple) else [value]
+        if bad:
+            hint = "; quote a column named true, no, null..." if bad[0] is None or isinstance(bad[0], bool) else ""
+            raise ConfigError(f"{name} must be a list of column names (text), got {value!r}: {bad[0]!r} is not a "
+                              f"column name{hint}; e.g. {name}: [first, second]")
+        setattr(cfg, name, [str(v) for v in value])
+    folds = cfg.only_folds
+    if folds is not None and (not isinstance(folds, list | tuple) or any(
+            isinstance(v, bool) or not isinstance(v, int) for v in folds)):
+        raise ConfigError(f"only_folds must be a list of fold numbers (whole numbers from 0), got {folds!r}; e.g. "
+                          "only_folds: [0, 2] (--only-folds 0 2)")
+    if folds is not None:
+        cfg.only_folds = list(folds)
+
+
+def columns_hint(path: Any) -> str:
+    """``"; FILE has the columns a, b, c"``, to say which names are there to choose from; ``""`` if unreadable."""
+    try:
+        return f"; {path} has the columns {', '.join(table_columns(path))}"
+    except (DataError, OSError):
+        return ""  # the file's own error comes when it is read
+
+
+PRESET_SETS = {"group_col": "anchor", "output_activation": "sigmoid"}  # what --preset pppm fills in where unset
+
+
+def check_preset_resets(given: Mapping[str, Any]) -> None:
+    """Refuse ``none`` for what ``--preset pppm`` sets (it came back as the preset's value), and its text_cols.
+
+    ``given``: the options set explicitly (a config file's or dict's, and the flags over them).
+    """
+    if given.get("preset") != "pppm":
+        return
+    if given.get("text_cols") and not given.get("template"):  # else "not both" with a template never given
+        raise ConfigError("--preset pppm builds each text from its template '{anchor} [SEP] {target} [SEP] "
+                          "{context_text}': change it with --template (e.g. '{anchor} [SEP] {target}'), not "
+                          "--text-cols")
+    for name, value in PRESET_SETS.items():
+        if name in given and given[name] is None:
+            flag = "--" + name.replace("_", "-")
+            other = ", or give another column" if name == "group_col" else ""
+            raise ConfigError(f"--preset pppm sets {name} {value}, so {flag} none (or {name}: null in a config file) "
+                              f"would be replaced by it: drop it{other} (without the preset: --train-file and "
+                              "--text-cols or --template)")
 
 
 def check_output_flags(cfg: TrainConfig) -> None:
@@ -127,4 +188,5 @@ def _raised_in_outside_pooler(err: BaseException) -> bool:
     return False
 
 
-__all__ = ["SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags", "check_pooler"]
+__all__ = ["SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags", "check_pooler",
+           "check_preset_resets", "checked_lists", "columns_hint"]

@@ -4,7 +4,8 @@ PyTorch and ONNX Runtime each run a pool of intra-op threads. More threads than 
 cores this process may not run on) slow the matrix products down, and so does a second pool competing with the
 first: a fast tokenizer parallelises ``tokenizer(batch)`` over every core, which in ``attnpool serve`` happens in
 the request threads while the batcher's forward pass runs. :func:`set_threads` sizes the model's pool to the
-physical cores this process may use and, where tokenising overlaps the model, turns the tokenizer's own pool off.
+physical cores this process may use (unless ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` says how many) and,
+where tokenising overlaps the model, turns the tokenizer's own pool off.
 """
 
 from __future__ import annotations
@@ -55,11 +56,15 @@ def physical_cores(cpuinfo: str | None = None) -> int:
     return len(cores) if cores else max(1, len(cpus))
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set, they size torch's pool: kept without threads
+
+
 def set_threads(threads: int | None = None, *, tokenizer_threads: bool = True) -> int:
     """Size PyTorch's intra-op pool: ``threads``, or one per physical core; returns the number set.
 
     Args:
-        threads: Intra-op threads; ``None``: :func:`physical_cores`.
+        threads: Intra-op threads; ``None``: :func:`physical_cores`, unless ``OMP_NUM_THREADS`` or
+            ``MKL_NUM_THREADS`` is set: then the pool keeps its size (``torch.get_num_threads()``, which they set).
         tokenizer_threads: ``False`` where tokenising overlaps the forward pass (serving): sets
             ``TOKENIZERS_PARALLELISM=false``, unless the environment already sets it.
 
@@ -68,7 +73,8 @@ def set_threads(threads: int | None = None, *, tokenizer_threads: bool = True) -
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive number of threads, got {threads!r}")
-    count = threads or physical_cores()
+    chosen = any(os.environ.get(name, "").strip() for name in THREAD_VARIABLES)  # by the user: kept
+    count = threads or (torch.get_num_threads() if chosen else physical_cores())
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
     if not tokenizer_threads:

@@ -188,3 +188,28 @@ def test_a_finished_training_leaves_the_callers_logger_level(encoder, tmp_path):
         assert package.level == logging.ERROR
     finally:
         package.setLevel(before)
+
+
+def test_none_for_what_the_preset_sets_and_text_cols_are_refused_before_anything_runs(tmp_path, capsys):
+    """--group-col none --output-activation none came back as anchor and sigmoid, silently; --text-cols anchor
+    target was refused as "not both" with a template never given."""
+    from attnpool.config import TrainConfig, make_config
+    from attnpool.data.errors import DataError
+    from attnpool.data.task import apply_preset
+
+    base = ["train", "--preset", "pppm", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]
+    for flags, name in ((["--group-col", "none"], "group_col anchor"),
+                        (["--output-activation", "none"], "output_activation sigmoid")):
+        assert main([*base, *flags]) == 2
+        assert f"error: --preset pppm sets {name}, so {flags[0]} none (or " in capsys.readouterr().err
+    (tmp_path / "c.yaml").write_text("preset: pppm\ndata_dir: x\ngroup_col:\n")
+    with pytest.raises(ValueError, match=r"--preset pppm sets group_col anchor.*group_col: null in a config file"):
+        make_config(tmp_path / "c.yaml")
+    assert main([*base, "--text-cols", "anchor", "target"]) == 2
+    assert "error: --preset pppm builds each text from its template '{anchor} [SEP] {target} [SEP] {context_text}': " \
+           "change it with --template (e.g. '{anchor} [SEP] {target}'), not --text-cols" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(DataError, match="change it with --template"):
+        apply_preset(TrainConfig(preset="pppm", data_dir="x", text_cols=["anchor", "target"]))
+    cfg = apply_preset(make_config(preset="pppm", data_dir="x", group_col="context"))
+    assert (cfg.group_col, cfg.output_activation) == ("context", "sigmoid"), "another column is taken"

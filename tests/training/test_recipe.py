@@ -468,3 +468,60 @@ def test_a_fold_that_failed_after_training_resumes_without_training_again(encode
     history = json.loads((out / "fold_0" / "log_history.json").read_text())
     assert max(e["step"] for e in history) == last and "train_runtime" in history[-1]
     assert json.loads((out / "fold_0" / "metrics.json").read_text())["best_checkpoint"] == "checkpoint-2"
+
+
+def test_a_saved_config_reused_for_another_run_carries_no_overwrite_resume_or_only_folds(run, encoder, data,
+                                                                                         tmp_path, capsys):
+    """config.yaml saved overwrite: true and only_folds: [0]: reused with --output-dir OTHER it replaced OTHER's run
+    without --overwrite, or trained fold 0 alone."""
+    import yaml
+
+    first = tmp_path / "first"
+    assert main(["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--folds", "2",
+                 "--only-folds", "0", "--model", encoder, "--output-dir", str(first), "--overwrite", *FAST]) == 3
+    saved = yaml.safe_load((first / "config.yaml").read_text())
+    assert (saved["overwrite"], saved["resume"], saved["only_folds"]) == (False, False, None)
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")}
+    capsys.readouterr()
+    assert main(["train", "--config", str(first / "config.yaml"), "--output-dir", str(run)]) == 2
+    assert "already exists; pass --resume to continue it, --overwrite to replace it" in capsys.readouterr().err
+    assert {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*")} == before, "the other run is kept"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--max-length", "200"], "max_length 200 is over what the encoder {enc} reads: 64 tokens (its position "
+     "embeddings); give --max-length 64 or less"),
+    (["--freeze-layers", "5"], "freeze_layers 5 is over the 2 layers of the encoder {enc}; give --freeze-layers 2 "
+     "or less"),
+    (["--reinit-layers", "3"], "reinit_layers 3 is over the 2 layers of the encoder {enc}; give --reinit-layers 2"),
+    (["--reinit-layers", "1", "--freeze-layers", "2"], "reinit_layers 1 and freeze_layers 2 overlap on the 2 layers"),
+    (["--pooling-layers", "7"], "pooling_layers [7]: [7] outside [-3, 2], the indices into the 3 hidden states of "
+     "the encoder {enc}"),
+])
+def test_options_the_encoder_cannot_take_are_refused_before_the_run_folder_is_written(encoder, data, tmp_path, capsys,
+                                                                                     options, message):
+    """They failed in fold 0 (--max-length a traceback) after config.yaml, folds.csv and run.json were written, so
+    the corrected command was refused: the folder already existed."""
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--model", encoder,
+            "--output-dir", str(out)]
+    assert main([*args, *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnpool train: error: {message.format(enc=encoder)}") and err.count("\n") == 1, err
+    assert not out.exists(), "nothing is written"
+
+
+def test_the_default_max_length_is_capped_at_a_small_encoder_s_positions_and_a_corrected_command_trains(
+        encoder, data, tmp_path, capsys):
+    from attnpool.config import TrainConfig
+    from attnpool.training.recipe import check_encoder_fit
+
+    cfg = TrainConfig(train_file="t.csv", text_cols=["a"], model=encoder)
+    check_encoder_fit(cfg)
+    assert cfg.max_length == 64, "the default 128 is over the tiny encoder's 64 positions: capped, not refused"
+    check_encoder_fit(TrainConfig(model=str(tmp_path / "absent"), max_length=10_000))  # no config: the fold says
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--folds", "2", "--only-folds",
+            "0", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--freeze-layers", "5"]) == 2 and not out.exists()
+    assert main([*args, "--freeze-layers", "1"]) == 3, "the corrected command trains"

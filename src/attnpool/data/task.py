@@ -25,7 +25,7 @@ from attnpool.data.context import (
 )
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
-from attnpool.data.pppm import PPPM_FIELDS, load_pppm
+from attnpool.data.pppm import PPPM_FIELDS, PPPM_TEMPLATE, load_pppm
 from attnpool.data.readers import read_table
 
 
@@ -208,7 +208,9 @@ def apply_preset(cfg: TrainConfig) -> TrainConfig:
     if cfg.preset == "pppm":
         if cfg.task != "regression":
             raise DataError(f"--preset pppm is a regression task (scores 0 to 1), got --task {cfg.task}; drop --task")
-        cfg.task = "regression"
+        if cfg.text_cols and not cfg.template:  # else refused as "not both" with the preset's template, never given
+            raise DataError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
+                            f"--template (e.g. '{{anchor}} [SEP] {{target}}'), not --text-cols")
         cfg.label = "score" if cfg.label == "label" else cfg.label
         cfg.group_col = cfg.group_col or "anchor"
         cfg.output_activation = cfg.output_activation or "sigmoid"

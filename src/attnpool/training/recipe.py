@@ -18,20 +18,25 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
+from transformers import AutoConfig, AutoModel
 
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.config_checks import check_output_flags
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
+from attnpool.model.encoders import encoder_layers, is_decoder_only
 from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.files import atomic_write
 from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
 from attnpool.runs.tables import oof_scores
+from attnpool.serving.positions import position_limit
 from attnpool.tasks import primary_metric
 from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
@@ -41,6 +46,10 @@ from attnpool.training.tracking import integrations, log_summary, run_environmen
 
 logger = logging.getLogger("attnpool.train")
 _THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds", "report_to")  # what a resumed run takes from the call
+# This call's choices, saved as their defaults: a config.yaml reused (--config RUN/config.yaml --output-dir OTHER)
+# replaced OTHER without --overwrite, or trained fold 0 alone (the config module drops them from older runs' files)
+PER_CALL_SAVED = {"overwrite": False, "resume": False, "only_folds": None}
+DEFAULT_MAX_LENGTH = TrainConfig.__dataclass_fields__["max_length"].default  # capped, not refused, where too long
 _DATA_PATHS = ("train_file", "valid_file", "data_dir")  # saved absolute with the run's config
 _PATH_OPTIONS = (*_DATA_PATHS, "model")  # the model too where it is a local folder
 
@@ -106,7 +115,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
         nonlocal lock
         check_output_flags(cfg)  # resume too: --resume --overwrite resumed, though the overwrite was asked for
         if not cfg.resume:  # a bad option stops here, before the folder is made or an old run overwritten
-            cfg.validate()
+            check_encoder_fit(cfg.validate())
         run = Run.create(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
         lock = run.lock("train --resume" if cfg.resume else "train").acquire()
         try:
@@ -157,6 +166,55 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
     return result
 
 
+def check_encoder_fit(cfg: TrainConfig) -> None:
+    """Refuse options the encoder cannot take, read from its config before the run folder is made.
+
+    ``max_length`` over its position table, ``freeze_layers`` / ``reinit_layers`` over its layers, ``pooling_layers``
+    indices outside its hidden states: each failed in fold 0 (a traceback for ``max_length``), leaving a run folder a
+    corrected command was refused on. The encoder is built on the meta device (nothing allocated, no weights read);
+    where its config cannot be read (an offline hub name), nothing is checked here and the fold says what fails.
+    """
+    try:
+        try:  # a local folder or a cached hub name, without asking the hub (offline, it retries for seconds)
+            config = AutoConfig.from_pretrained(cfg.model, local_files_only=True)
+        except OSError:
+            config = AutoConfig.from_pretrained(cfg.model)  # the fold downloads it anyway
+        with torch.device("meta"):
+            encoder = AutoModel.from_config(config)
+    except Exception:  # noqa: BLE001 - any failure here is the fold's to report, with its own message
+        return
+    where = f"the encoder {cfg.model}"
+    limit = position_limit(SimpleNamespace(encoder=encoder, positions_from_mask=is_decoder_only(config)))
+    if limit is not None and DEFAULT_MAX_LENGTH != cfg.max_length > limit:  # the default is capped, at the end
+        raise ValueError(f"max_length {cfg.max_length} is over what {where} reads: {limit} tokens (its position "
+                         f"embeddings); give --max-length {limit} or less")
+    try:
+        count = len(encoder_layers(encoder))
+    except ValueError as err:
+        if cfg.freeze_layers is not None or cfg.reinit_layers or cfg.llrd < 1:
+            raise ValueError(f"{where}: {err}") from None
+        count = None
+    for name in ("freeze_layers", "reinit_layers"):
+        if count is not None and (getattr(cfg, name) or 0) > count:
+            raise ValueError(f"{name} {getattr(cfg, name)} is over the {count} layers of {where}; give "
+                             f"--{name.replace('_', '-')} {count} or less")
+    if count is not None and cfg.reinit_layers and cfg.freeze_layers is not None and (
+            cfg.reinit_layers + cfg.freeze_layers > count):
+        raise ValueError(f"reinit_layers {cfg.reinit_layers} and freeze_layers {cfg.freeze_layers} overlap on the "
+                         f"{count} layers of {where}: a re-initialised layer would stay random, frozen; keep "
+                         f"reinit_layers + freeze_layers <= {count}")
+    depth = getattr(config, "num_hidden_layers", None)
+    if isinstance(cfg.pooling_layers, list) and isinstance(depth, int) and (
+            outside := [i for i in cfg.pooling_layers if not -(depth + 1) <= i <= depth]):
+        raise ValueError(f"pooling_layers {cfg.pooling_layers}: {outside} outside [{-(depth + 1)}, {depth}], the "
+                         f"indices into the {depth + 1} hidden states of {where} (0 the embedding output, {depth} "
+                         "or -1 the last layer); fix --pooling-layers")
+    if limit is not None and cfg.max_length > limit:  # the default, over a small encoder's positions
+        logger.warning("max_length: %d tokens, what %s reads (its position embeddings), not the default %d",
+                       limit, where, cfg.max_length)
+        cfg.max_length = limit
+
+
 def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None = None) -> TrainConfig:
     """On resume the run's saved config wins (the same data, folds and recipe), whatever else the call says.
 
@@ -187,11 +245,17 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
 def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any]) -> None:
     """Warn of the options given with ``resume`` that the run's saved config overrides (it wins, see the README)."""
 
+    def normalised(key: str, value: Any) -> Any:  # as the config holds it: --pooling-layers last is "last"
+        try:
+            return getattr(TrainConfig.from_dict({key: value}), key)
+        except (ValueError, TypeError):
+            return value
+
     def same(key: str, value: Any) -> bool:
         a_path = key in _PATH_OPTIONS and value is not None and saved.get(key) is not None
         if a_path and Path(value).expanduser().exists():
             return Path(value).expanduser().resolve() == Path(saved[key]).expanduser().resolve()
-        return value == saved.get(key)
+        return normalised(key, value) == normalised(key, saved.get(key))
 
     ignored = [f"{key}={value!r} (the run has {saved.get(key)!r})" for key, value in given.items()
                if key not in _THIS_CALL and key in saved and not same(key, value)]
@@ -203,7 +267,7 @@ def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any
 
 def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray, list[int]]:
     """Save the resolved config, the folds and the run's info (main process); the folds and the finished ones."""
-    run.write_config(_absolute_paths(cfg.to_dict()))
+    run.write_config(_absolute_paths({**cfg.to_dict(), **PER_CALL_SAVED}))
     keep_context_titles(run, cfg)
     folds = run.read_fold_assignment()
     if folds is None:
