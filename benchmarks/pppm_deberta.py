@@ -32,9 +32,14 @@ trains with its saved options, so a kept run started with other options than the
 ``--dry-run`` builds and validates the config (``TrainConfig``) and prints it, and checks that the model's tokenizer
 loads (where the model is here: a folder, or the hub cache; else that sentencepiece and protobuf are installed:
 ``microsoft/deberta-v3-large`` ships ``spm.model`` and no ``tokenizer.json``, which transformers converts with them,
-``pip install 'attnpool[sentencepiece]'``), without loading the model or the data; the tests run it. Without the
-data it prints ``skipped: ...`` and exits 0 (a dry run without ``--anchors`` still checks the config).
-``--anchors N`` is a smoke run for a new machine: every row of N anchors drawn at random
+``pip install 'attnpool[sentencepiece]'``), without loading the model or the data; the tests run it. Arguments the
+config refuses (``--only-folds 7``, ``--lr -1``, ``--epochs 1`` with FGM from epoch 1...) are usage errors, before
+anything loads. The data: ``--data-dir``, by default ``../shared/data/pppm`` then ``shared/data/pppm`` in the
+repository (where a device machine's copy of the working tree has it), as ``benchmarks/pppm_gpu.py`` looks. Without
+the data in the default places it prints ``skipped: ...`` and exits 0 (a dry run without ``--anchors`` still checks
+the config); a ``--data-dir`` given without ``train.csv`` is an error, also in a dry run (a mistyped path must not
+pass as a clean skip, nor the dry run before a GPU run). ``--anchors N`` (N >= 4, one anchor per fold at least) is a
+smoke run for a new machine: every row of N anchors drawn at random
 (``pppm_quality.anchor_subset``: whole anchors, so the grouped-target texts are as long as on the full data), the
 same recipe; it prints the time per fold and the peak GPU memory, and no verdict on the target.
 
@@ -89,6 +94,9 @@ EPOCHS = 5.0
 # context+msd+pearson+awp). FGM also keeps no copy of the weights, which counts on a 435M-parameter model.
 DEBERTA_COMBO = f"context+{pppm_quality.DEFAULT_COMBO}+fgm"
 ADVERSARIAL_EPS = 0.5  # FGM's size in that best run (0.7650 over 2 seeds, against 0.7596 at the default 1.0)
+# Where the PPPM data is looked for without --data-dir, in order (as benchmarks/pppm_gpu.py's DATA_CANDIDATES): beside
+# the repository, then inside it (a device machine's copy of the working tree carries shared/ there).
+DATA_CANDIDATES = tuple(root / "shared" / "data" / "pppm" for root in (pppm_quality.ROOT.parent, pppm_quality.ROOT))
 
 
 def rescaled_llrd(llrd: float, layers: int = DEBERTA_LAYERS, reference_layers: int = MINILM_LAYERS) -> float:
@@ -102,7 +110,7 @@ def deberta_options(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     if "llrd" in combo:
         combo["llrd"] = rescaled_llrd(combo["llrd"])
     data_dir = args.data_dir
-    if args.anchors:
+    if args.anchors is not None:  # --anchors 0 is a subset too (refused by parse_args), not the full data
         data_dir, _ = pppm_quality.anchor_subset(args.data_dir, args.anchors, args.seed)
     base = pppm_quality.pppm_options(data_dir, args.model, args.epochs, limit=None)
     recipe = {**GPU_RECIPE, "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length}
@@ -197,11 +205,12 @@ def check_tokenizer(model: str) -> str:
             "protobuf are installed")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEBERTA, help=f"encoder: hub name or folder (default {DEBERTA})")
-    p.add_argument("--data-dir", type=Path, default=pppm_quality.DEFAULT_DATA_DIR, help="PPPM folder")
+    p.add_argument("--data-dir", type=Path, default=None, help="PPPM folder (default: the first of "
+                   f"{', '.join(map(str, DATA_CANDIDATES))} with a train.csv)")
     p.add_argument("--combo", default=DEBERTA_COMBO, help="techniques joined by + (default: the ablation's combo "
                    f"row plus grouped-target context, {DEBERTA_COMBO})")
     p.add_argument("--adversarial-eps", type=float, default=ADVERSARIAL_EPS,
@@ -218,23 +227,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="smoke run: every row of N anchors drawn at random (seeded by --seed), not the full data")
     p.add_argument("--output-dir", type=Path, default=pppm_quality.ROOT / "runs" / "pppm_deberta")
     p.add_argument("--dry-run", action="store_true", help="build and validate the config, print it, train nothing")
+    return p
+
+
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The arguments; ``args.data_dir`` is resolved (:data:`DATA_CANDIDATES`), ``args.data_dir_given`` says if given."""
+    p = parser or build_parser()
     args = p.parse_args(argv)
     try:
-        pppm_quality.parse_combo(args.combo)
+        pppm_quality.combine(pppm_quality.parse_combo(args.combo))  # fgm+awp: two values of one option
     except ValueError as err:
         p.error(str(err))
+    folds = pppm_quality.FOLDS
+    if args.anchors is not None and args.anchors < folds:  # 0 trained on the full data; 1..3 failed after loading it
+        p.error(f"--anchors {args.anchors}: {folds} folds grouped by anchor need {folds} anchors or more")
+    args.data_dir_given = args.data_dir is not None
+    if not args.data_dir_given:
+        args.data_dir = next((d for d in DATA_CANDIDATES if (d / "train.csv").is_file()), DATA_CANDIDATES[0])
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parse_args(argv, parser)
     has_data = (args.data_dir / "train.csv").is_file()
-    if not has_data and (args.anchors or not args.dry_run):
-        print(f"skipped: no PPPM train.csv in {args.data_dir} (give --data-dir; "
-              f"{'--anchors draws from it' if args.anchors else 'training reads it'})")
+    if not has_data and args.data_dir_given:  # a mistyped path: an error, not a clean skip (nor a dry run's note)
+        parser.error(f"--data-dir {args.data_dir}: no train.csv there (see ../shared/data/pppm/README.md)")
+    if not has_data and (args.anchors is not None or not args.dry_run):
+        print(f"skipped: no PPPM train.csv in {' or '.join(map(str, DATA_CANDIDATES))} (give --data-dir; "
+              f"{'--anchors draws from it' if args.anchors is not None else 'training reads it'})")
         return 0
-    base, options = deberta_options(args)
-    cfg = make_config(base, **options).validate()
+    try:  # what the config refuses is a usage error, said before anything loads (not a traceback)
+        base, options = deberta_options(args)
+        cfg = make_config(base, **options).validate()
+    except (ValueError, TypeError) as err:  # attnpool's ConfigError is a ValueError
+        parser.error(str(err))
     default = TrainConfig().to_dict()
     changed = {k: v for k, v in cfg.to_dict().items() if v != default[k] or k in GPU_RECIPE}
     print(f"combination {args.combo}; config (the recipe's options and those other than the defaults):")

@@ -55,8 +55,9 @@ rows (``--anchors`` and ``--first-seed`` with anchors) and, for data other than 
 ``--data-dir``; a (row, seed) whose fold 0 is done is read back, not retrained; an interrupted one continues from its
 last checkpoint (``resume=True``); the notebook's predictions are kept as ``.npz`` with the data and options they
 were trained with. A run (or notebook cache) whose saved options differ from the row's (the row was redefined) is
-refused with its path. Without ``train.csv`` in ``--data-dir`` it prints ``skipped: ...`` and exits 0. Before
-anything trains, a plan says for each
+refused with its path. Without ``train.csv`` in the default ``--data-dir`` it prints ``skipped: ...`` and exits 0; a
+``--data-dir`` given without one is an error (a mistyped path must not pass as a clean skip). Before anything trains,
+a plan says for each
 (row, seed) whether it trains, resumes or is read back, and names the rows that run only because an ``--ensemble``
 needs them; ``--plan`` prints it and exits.
 
@@ -109,7 +110,6 @@ from attnpool.comparison.stats import metric_function
 from attnpool.config import ConfigError, TrainConfig, default_model, make_config
 from attnpool.data.task import load_task
 from attnpool.options import parse_options
-from attnpool.precision import resolve_precision
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.run import Run
 
@@ -121,6 +121,7 @@ DEFAULT_DOCS = ROOT / "docs" / "pppm_quality.md"
 TARGET_PEARSON = 0.78  # MiniLM fold 0 within TARGET_EPOCHS epochs
 TARGET_EPOCHS = 3
 TARGET_OVER_NOTEBOOK = 0.03
+FOLDS = 4  # fold 0 of 4, grouped by anchor: --anchors needs one anchor per fold at least
 NOTEBOOK_BATCH_SIZE = 16  # the notebook's CFG.batch_size
 CONTEXT_MAX_LENGTH = 256  # grouped-target texts: median ~85 words, 99th percentile ~280 (the baseline's longest: 84)
 QUICK_ROWS = 200
@@ -242,7 +243,7 @@ def row_options(combo: str = DEFAULT_COMBO, ema_decay: float | None = None,
 
 def pppm_options(data_dir: str | Path, model: str, epochs: float, limit: int | None) -> dict[str, Any]:
     """What every row shares: the PPPM preset, fold 0 of 4 grouped by anchor, the model, the budget."""
-    return {"preset": "pppm", "data_dir": str(data_dir), "model": model, "folds": 4, "only_folds": [0],
+    return {"preset": "pppm", "data_dir": str(data_dir), "model": model, "folds": FOLDS, "only_folds": [0],
             "epochs": epochs, "limit": limit}
 
 
@@ -370,10 +371,46 @@ def run_row(name: str, cfg: TrainConfig, checked: Mapping[str, Any]) -> dict[str
     metrics = run.fold_metrics(0)
     record = {"row": name, "seed": cfg.seed, "pearson": float(metrics["pearson"]),
               "train_seconds": metrics.get("train_seconds"), "wall_seconds": wall, "run_dir": str(run.path),
-              "status": status, "n_train": metrics.get("n_train"), "n_valid": metrics.get("n_valid")}
+              "status": status, "n_train": metrics.get("n_train"), "n_valid": metrics.get("n_valid"),
+              "precision": run_precision(run)}
     if status != "reused":
         atomic_write_json(record_file, record)
     return record
+
+
+def run_precision(run: Run) -> str:
+    """The precision ``run`` trained in, from its ``run.json`` (resolved where it trained), e.g. ``bf16 (auto)``.
+
+    The table's label came from the machine that printed it: runs trained on another machine, or read back after a
+    default changed, were labelled with this one's precision.
+    """
+    resolved = run.info().get("precision")
+    asked = run.config().precision if run.config_file.is_file() else None
+    if resolved is None:  # a run.json written before it recorded the precision
+        return f"{asked or 'unknown'} (resolved precision not recorded)"
+    return f"{resolved} ({asked})" if asked and asked != resolved else resolved
+
+
+def precision_label(results: Sequence[Mapping[str, Any]]) -> str:
+    """The attnpool rows' precision for the table, from their runs (:func:`run_precision`); per seed where it differs.
+
+    One precision: ``bf16 (auto)``. Else each seed's, ``bf16 (auto) for seed 42, fp32 (auto) for seed 43``, and a
+    seed whose rows differ names them: ``fp32 (auto) for baseline, seed 42``.
+    """
+    by_seed: dict[int, dict[str, str]] = {}
+    for r in results:
+        if r.get("precision"):
+            by_seed.setdefault(int(r["seed"]), {})[r["row"]] = r["precision"]
+    labels = {label for rows in by_seed.values() for label in rows.values()}
+    if len(labels) <= 1:
+        return next(iter(labels), "-")
+    parts = []
+    for seed, rows in sorted(by_seed.items()):
+        if len(set(rows.values())) == 1:
+            parts.append(f"{next(iter(rows.values()))} for seed {seed}")
+        else:
+            parts += [f"{label} for {row}, seed {seed}" for row, label in rows.items()]
+    return ", ".join(parts)
 
 
 def row_status(path: Path) -> str:
@@ -712,10 +749,11 @@ def markdown(summary: Mapping[str, Any], meta: Mapping[str, Any], options: Mappi
 # --------------------------------------------------------------------------------------------------- main
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="PPPM folder (train.csv, cpc_texts.csv)")
+    p.add_argument("--data-dir", type=Path, default=None, help="PPPM folder (train.csv, cpc_texts.csv; default "
+                   f"{DEFAULT_DATA_DIR}, skipped when missing)")
     p.add_argument("--model", default=None, help="encoder (default: the offline all-MiniLM-L6-v2)")
     p.add_argument("--epochs", type=float, default=None, help="training epochs (default: 3; --quick: 1)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds (default: 2; --quick: 1)")
@@ -756,7 +794,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the rows and their options, then exit")
     p.add_argument("--plan", action="store_true", help="print what each (row, seed) would do (train, resume or "
                    "read back), then exit")
+    return p
+
+
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The arguments, checked; ``args.data_dir_given`` says whether ``--data-dir`` was given (see :func:`main`)."""
+    p = parser or build_parser()
     args = p.parse_args(argv)
+    args.data_dir_given = args.data_dir is not None
+    args.data_dir = args.data_dir if args.data_dir_given else DEFAULT_DATA_DIR
+    if args.anchors is not None and args.anchors < FOLDS:  # 0 read as "no --anchors" and trained on the full data
+        p.error(f"--anchors {args.anchors}: fold 0 of {FOLDS} grouped by anchor needs {FOLDS} anchors or more")
     if args.quick:
         args.epochs, args.seeds = args.epochs or 1.0, args.seeds or 1
         args.rows = args.rows or QUICK_ROWS
@@ -807,13 +855,6 @@ def parse_ensembles(items: Sequence[Sequence[str]], known: Sequence[str]) -> dic
     return out
 
 
-def _precision(base: Mapping[str, Any]) -> str:
-    """What the rows' precision means here, e.g. ``bf16 (auto)``: auto is bf16 on a CPU with native bf16."""
-    asked = base.get("precision", TrainConfig().precision)
-    resolved = resolve_precision(asked, "cuda" if torch.cuda.is_available() else "cpu")
-    return f"{resolved} ({asked})" if asked != resolved else resolved
-
-
 def model_tag(model: str) -> str:
     """A short name of the model for folder names and the table (the package's for ``.../package/model``)."""
     path = Path(model)
@@ -827,19 +868,23 @@ def work_tag(args: argparse.Namespace) -> str:
     share a folder (the notebook row's cached predictions included).
     """
     tag = f"{model_tag(args.model)}_{args.epochs:g}ep_{args.rows or 'all'}rows"
-    tag += f"_{args.anchors}anchors_seed{args.first_seed}" if args.anchors else ""  # --first-seed draws the anchors
+    if args.anchors is not None:  # --first-seed draws the anchors
+        tag += f"_{args.anchors}anchors_seed{args.first_seed}"
     if Path(args.data_dir).expanduser().resolve() != DEFAULT_DATA_DIR.resolve():
         tag += f"_data{path_hash(args.data_dir)}"
     return tag
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parse_args(argv, parser)
     if not args.list and not (args.data_dir / "train.csv").is_file():
+        if args.data_dir_given:  # a mistyped path: an error, not a clean skip that trained nothing
+            parser.error(f"--data-dir {args.data_dir}: no train.csv there (see ../shared/data/pppm/README.md)")
         print(f"skipped: no PPPM train.csv in {args.data_dir}; give --data-dir (see ../shared/data/pppm/README.md)")
         return 0
     data_dir, described = args.data_dir, f"{args.rows:,} random rows of train.csv" if args.rows else None
-    if args.anchors and not args.list:
+    if args.anchors is not None and not args.list:
         data_dir, count = anchor_subset(args.data_dir, args.anchors, args.first_seed)
         described = f"{count:,} rows of {args.anchors} anchors drawn at random (seed {args.first_seed}), whole"
     base = baseline_options(data_dir, args.model, args.epochs, args.rows)
@@ -860,7 +905,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": described or "every row of train.csv",
             "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {platform.system()})"
                        + (f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
-            "bootstrap": args.bootstrap, "work_dir": str(work), "precision": _precision(base),
+            "bootstrap": args.bootstrap, "work_dir": str(work),
             "data_dir": str(data_dir)}
     steps = plan(args.wanted, seeds, work, args.added)
     print("plan:\n" + "\n".join(f"  {line}" for line in steps), flush=True)
@@ -910,7 +955,8 @@ def plan(names: Sequence[str], seeds: Sequence[int], work: Path, added: Mapping[
 def report(results: list[dict[str, Any]], order: Sequence[str], args: argparse.Namespace, meta: dict[str, Any],
            work: Path, final: bool) -> None:
     """Print the table and write the JSON (and the markdown, when asked) of what is done so far."""
-    meta = {**meta, "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
+    meta = {**meta, "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+            "precision": precision_label(results)}  # the runs', not this machine's
     summary = summarise(results, order)
     versus = versus_rows(args.versus, len(summary["seeds"]))
     anchors = None

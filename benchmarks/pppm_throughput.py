@@ -75,9 +75,11 @@ are only a load probe by then), so each gets a ratio to the notebook measured un
   tokenises each batch inside the step; that is part of its per-step cost (a fast tokenizer on 16 short pairs: about
   a millisecond). Validation: ``CrossEncoder.predict`` (sigmoid scores) on the held-out rows.
 
-``vs attnpool (probe)`` is the load-corrected ratio: attnpool/notebook of the main run divided by peer/notebook of
-the peer's section (each on its quiet steps); ``(direct)`` divides the rates of the two sections, which ran at
-different times. The peers ran *sequentially* after the main run; only their probe ratios are interleaved.
+``vs attnpool (probe)`` is the peer's speed over attnpool's (peer ÷ attnpool, as ``vs notebook`` is side ÷
+notebook: above 1 the peer trains faster), load-corrected: peer/notebook of the peer's section divided by
+attnpool/notebook of the main run (each on its quiet steps); ``(direct)`` divides the rates of the two sections, which
+ran at different times. The verdict lines below the tables give the inverse, ``attnpool .../peer``. The peers ran
+*sequentially* after the main run; only their probe ratios are interleaved.
 
 Prediction: every path of the trained attnpool model on the same held-out rows, side by side with the notebook's
 prediction. The model is saved as fold 0 of a run in a temporary folder and loaded back as ``attnpool predict``
@@ -708,6 +710,15 @@ def compare_line(label: str, stats: dict[str, float]) -> str:
             f"{stats['se']:.4f})  target >= -2 SE  {VERDICT[bool(stats['diff'] >= -2 * stats['se'])]}")
 
 
+def fp32_reference_line(precision: str, stats: dict[str, float], main_run: Section, fp32_run: Section) -> str:
+    """One line: the Pearson difference of attnpool at ``precision`` from its fp32 copy, their training speed ratio.
+
+    The label named bf16 whatever the precision (an fp16 run printed "bf16/fp32 training speed").
+    """
+    return (compare_line(f"Pearson attnpool {precision} - attnpool fp32", stats)
+            + f"   ({precision}/fp32 training speed {main_run.vs_probe / fp32_run.vs_probe:.2f}x, probe-corrected)")
+
+
 # --------------------------------------------------------------------------------------------------- report
 
 
@@ -720,10 +731,10 @@ def print_training(main_run: Section, peers: list[Section], notebook_tokens: flo
     print("-" * len(header))
     print(f"{'notebook fp32':<18} {main_run.probe:>9.1f} {main_run.probe_all:>11.1f} {'':>14} {1:>10.2f}x "
           f"{'':>19} {'':>8} {notebook_tokens:>14.1f}")
-    for s in (main_run, *peers):
-        against = main_run.vs_probe / s.vs_probe
+    for s in (main_run, *peers):  # every ratio is this row's side over the column's: > 1 means this side is faster
+        against = s.vs_probe / main_run.vs_probe
         print(f"{s.name:<18} {s.rate:>9.1f} {s.rate_all:>11.1f} {s.probe:>14.1f} {s.vs_probe:>10.2f}x "
-              f"{against:>18.2f}x {main_run.rate / s.rate:>7.2f}x {s.tokens:>14.1f}")
+              f"{against:>18.2f}x {s.rate / main_run.rate:>7.2f}x {s.tokens:>14.1f}")
 
 
 def print_prediction(rates: dict[str, float], preds: dict[str, np.ndarray], target: np.ndarray,
@@ -829,8 +840,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{VERDICT[ratio >= TRAIN_TARGET]}   (all timed steps: {main_run.rate_all / main_run.probe_all:.2f}x)")
     if reference is not None:
         stats = pearson_diff(ours_scores, reference, target, args.bootstrap, args.seed)
-        print(compare_line(f"Pearson attnpool {data.precision} - attnpool fp32", stats) +
-              f"   (bf16/fp32 training speed {main_run.vs_probe / peers[0].vs_probe:.2f}x, probe-corrected)")
+        print(fp32_reference_line(data.precision, stats, main_run, peers[0]))
     best = best_accurate_path(rates, preds, target)
     ratio = rates[best] / rates["notebook fp32"]
     print(f"predict {best}/notebook {ratio:6.2f}x  target >= {PREDICT_TARGET:g}x with Pearson within "

@@ -27,6 +27,9 @@ Usage::
     python benchmarks/predict_memory.py                     # 1k, 100k, 1M rows, chunks of 100k
     python benchmarks/predict_memory.py --unchunked         # plus 1M rows in one chunk
     python benchmarks/predict_memory.py --sizes 1000 20000 --chunk-rows 5000   # a quick look
+
+A ``--workdir`` of an earlier call is reused: its run is written again, its ``rows_N.csv`` files are read again (each
+written whole or not at all, so an interrupted write is never reused).
 """
 
 from __future__ import annotations
@@ -80,11 +83,18 @@ def pppm_source(data_dir: str, rng: np.random.Generator):
 
 
 def write_rows(path: Path, rows: int, source, rng: np.random.Generator) -> None:
+    """``rows`` random rows as a CSV at ``path``, written whole or not at all (atomically).
+
+    :func:`main` reuses the file of an earlier call, so an interrupted write (a 1M-row file takes a while) must leave
+    no half file under its name.
+    """
+    from attnpool.runs.files import atomic_write
+
     anchors, targets, contexts, _ = source
     i, j = rng.integers(0, len(anchors), rows), rng.integers(0, len(targets), rows)
     ids = [f"{v:016x}" for v in rng.integers(0, 2**63, rows, dtype=np.int64)]
-    pd.DataFrame({"id": ids, "anchor": anchors[i], "target": targets[j], "context": contexts[i]}).to_csv(path,
-                                                                                                        index=False)
+    frame = pd.DataFrame({"id": ids, "anchor": anchors[i], "target": targets[j], "context": contexts[i]})
+    atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
 def build_run(folder: Path, data_dir: Path, folds: int, hidden_size: int) -> Path:
@@ -104,10 +114,9 @@ def build_run(folder: Path, data_dir: Path, folds: int, hidden_size: int) -> Pat
     torch.manual_seed(0)
     AutoModel.from_config(config).save_pretrained(encoder)
     tokenizer.save_pretrained(encoder)
-    run = folder / "run"
     cfg = apply_preset(TrainConfig(preset="pppm", data_dir=str(data_dir), model=str(encoder), folds=folds,
                                    max_length=64, pooling_options={"attn_size": 16}))
-    run.mkdir(parents=True)
+    run = Run.create(folder / "run", overwrite=True).path  # a --workdir of an earlier call: its run, written again
     Run(run).write_config(cfg.to_dict())
     Run(run).write_info({"task": "regression", "classes": None, "label": "score", "id_col": "id",
                          "num_folds": folds})

@@ -24,8 +24,9 @@ over seeds), attention's paired differences to mean and to cls (paired t-test an
 seeds, paired bootstrap over the validation examples, each Holm-corrected over the two), the pooling weights'
 entropy (1 = mean pooling), attention's seed-to-seed std relative to mean's, and attention against the references
 (on the seeds they were trained on, ``--reference-seeds``). A final line per set checks the targets of issue #12
-and says PASS or FAIL for each; "significantly ahead" needs all three tests under 0.05, which the exact test allows
-from 7 seeds on (its floor is 2^(1-n), doubled by Holm).
+and says PASS or FAIL for each (n/a for a target judged on a seed std when there is one seed, which has none);
+"significantly ahead" needs all three tests under 0.05, which the exact test allows from 7 seeds on (its floor is
+2^(1-n), doubled by Holm).
 
 Usage::
 
@@ -262,24 +263,34 @@ def _model_name(model: str) -> str:
 
 
 def check_targets(summary: dict[str, Any]) -> dict[str, bool | None]:
-    """Issue #12's per-set targets (the 'ahead on at least one set' target is judged over all sets)."""
+    """Issue #12's per-set targets (the 'ahead on at least one set' target is judged over all sets).
+
+    A target judged on a seed std is None (n/a) where that std is not a number (one seed): every comparison with NaN
+    is False, so a clear win read FAIL. "Significantly ahead" needs every test under 0.05: an n/a test fails it.
+    """
     mean, std, versus = summary["mean"], summary["std"], summary["versus"]
     best_baseline = max(mean[b] for b in BASELINES)
     seed_std = max(std[b] for b in BASELINES)
     checks: dict[str, bool | None] = {
-        "not behind mean/cls (by more than their seed std)": mean["attention"] >= best_baseline - seed_std,
-        "std <= 1.5x mean's": std["attention"] <= 1.5 * std["mean"],
+        "not behind mean/cls (by more than their seed std)": _judged(
+            mean["attention"] >= best_baseline - seed_std, *(std[b] for b in BASELINES)),
+        "std <= 1.5x mean's": _judged(std["attention"] <= 1.5 * std["mean"], std["attention"], std["mean"]),
         "significantly ahead of both": all(
-            max(versus[b]["p_ttest_holm"], versus[b]["p_signflip_holm"], versus[b]["p_bootstrap_holm"]) < 0.05
+            all(versus[b][key] < 0.05 for key in ("p_ttest_holm", "p_signflip_holm", "p_bootstrap_holm"))
             and versus[b]["diff"] > 0 for b in BASELINES),
     }
     # The references may have fewer seeds than the poolers: attention is compared on theirs (paired).
     if "notebook" in mean:
         checks[">= notebook"] = versus["notebook"]["diff"] >= 0
     if "cross-encoder" in mean:
-        checks["level with cross-encoder (within its seed std)"] = (
-            versus["cross-encoder"]["diff"] >= -std["cross-encoder"])
+        checks["level with cross-encoder (within its seed std)"] = _judged(
+            versus["cross-encoder"]["diff"] >= -std["cross-encoder"], std["cross-encoder"])
     return checks
+
+
+def _judged(verdict: bool, *stds: float | None) -> bool | None:
+    """``verdict``, or None (n/a) where a seed std it is judged on is not a number (one seed)."""
+    return None if any(s is None or math.isnan(s) for s in stds) else bool(verdict)
 
 
 def _f(value: float | None, digits: int = 4) -> str:
@@ -316,8 +327,8 @@ def markdown(summary: dict[str, Any]) -> str:
                      f"{p_b} | [{_f(v['boot_low'])}, {_f(v['boot_high'])}] | {entropy} |")
     ratio = std["attention"] / std["mean"] if std["mean"] else float("inf")
     checks = check_targets(summary)
-    lines += ["", f"attention's seed std / mean's: {ratio:.2f}. Targets: "
-              + "; ".join(f"{k}: {'PASS' if ok else 'FAIL'}" for k, ok in checks.items()), ""]
+    lines += ["", f"attention's seed std / mean's: {_f(ratio, 2)}. Targets: "
+              + "; ".join(f"{k}: {'n/a' if ok is None else 'PASS' if ok else 'FAIL'}" for k, ok in checks.items()), ""]
     return "\n".join(lines)
 
 

@@ -8,7 +8,9 @@ same seeds, so that each seed gives a paired difference (same folds, initialisat
 It prints per set: both scores per seed, mean ± std, the paired difference, a paired t-test and an exact sign-flip
 test over seeds, a paired bootstrap over the validation examples (95% CI of the difference), the training time of
 each side, and whether the change is "within noise" (the bootstrap CI of the difference contains 0 or lies above
-it; the mean difference is above minus the baseline's seed std).
+it; the mean difference is above minus the baseline's seed std; with one seed, which has no std, the CI alone judges
+and the line says so). A ``--set`` that does not apply (an unknown field, a value the config refuses) is refused
+before anything trains.
 
 Usage::
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +46,7 @@ from attnpool.comparison import (
 from attnpool.comparison.runner import _check_recipe, _run_one, _wanted_folds
 from attnpool.comparison.stats import metric_function, sign_flip_test
 from attnpool.comparison.summary import _cost, run_score
+from attnpool.config import TrainConfig
 from attnpool.options import ConfigError, parse_options
 from attnpool.runs import RunError
 from attnpool.tasks import primary_metric
@@ -53,16 +57,17 @@ from quality import DEFAULT_DATA_ROOT, _seeds, data_sets, recipe, write_results 
 POOLER = "attention"
 
 
-def parse_changes(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` items as TrainConfig fields.
+def check_changes(cfg: TrainConfig, changes: dict[str, Any]) -> str | None:
+    """Why ``changes`` cannot apply to ``cfg`` (an unknown field, a value ``validate`` refuses), or None.
 
-    Values are read as ``attnpool train`` reads ``KEY=VALUE`` options (``attnpool.options.parse_value``): JSON when
-    it parses, so ``true``, ``0`` and ``1e-4`` are a bool and numbers; else the text, e.g. ``fp32``.
+    :func:`main` checks every set's before anything trains: the changed side was only built after the default side
+    had trained all its seeds (hours), so a mistyped ``--set`` failed at the end of them.
     """
     try:
-        return parse_options(items, where="--set")
-    except ConfigError as err:
-        raise SystemExit(f"{err} (TrainConfig fields, e.g. freeze_word_embeddings=true)") from None
+        replace(cfg, **changes).validate()
+    except (TypeError, ValueError) as err:  # unknown field: TypeError; a value of another type may raise either
+        return str(err)
+    return None
 
 
 def slug(changes: dict[str, Any]) -> str:
@@ -114,14 +119,35 @@ def evaluate(name: str, cfg, changes: dict[str, Any], out: Path, seeds: list[int
         units.append(base["keys"][s])
     boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
     base_stats, changed_stats = t_interval(base["scores"]), t_interval(changed["scores"])
-    within = bool(not boot.high < 0 and t.diff >= -base_stats.std)  # an n/a bootstrap (NaN) is no evidence of a loss
+    within, basis = verdict(t.diff, base_stats.std, boot.low, boot.high)
     return {"set": name, "metric": metric, "seeds": seeds, "changes": changes,
             "default": base["scores"], "changed": changed["scores"],
             "mean": [base_stats.mean, changed_stats.mean], "std": [base_stats.std, changed_stats.std],
             "diff": t.diff, "p_ttest": t.p, "p_signflip": exact.p, "boot": [boot.low, boot.high],
-            "p_bootstrap": boot.p, "within_noise": within,
+            "p_bootstrap": boot.p, "within_noise": within, "verdict_basis": basis,
             "seconds": [sum(base["seconds"].values()), sum(changed["seconds"].values())],
             "timed_together": base["all_trained_now"] and changed["all_trained_now"]}
+
+
+def verdict(diff: float, base_std: float, boot_low: float, boot_high: float) -> tuple[bool | None, str]:
+    """Whether the change is within noise or better, and what that was judged on.
+
+    Within noise: the bootstrap CI of the difference does not lie below 0 and the mean difference is above minus the
+    default's seed std. With one seed there is no std (NaN, which no comparison passes: a clear win read "WORSE than
+    the noise"): the bootstrap CI alone judges, and the basis says so. An n/a bootstrap (NaN) is no evidence of a
+    loss; with neither a std nor a bootstrap there is no verdict (None).
+    """
+    boot_na = math.isnan(boot_low) or math.isnan(boot_high)
+    if math.isnan(base_std) or math.isnan(diff):
+        if boot_na:
+            return None, "no verdict: one seed, so no seed std, and no bootstrap CI"
+        return bool(not boot_high < 0), "judged on the bootstrap CI alone: one seed, so no seed std"
+    return bool(not boot_high < 0 and diff >= -base_std), ("judged on the seed std: no bootstrap CI" if boot_na
+                                                           else "judged on the bootstrap CI and the seed std")
+
+
+def _num(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.4f}"
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -131,18 +157,25 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [f"### {r['set']}: {change}", "",
              f"{r['metric']} on fold 0, seeds {', '.join(map(str, r['seeds']))}", "",
              "| recipe | mean ± std | per seed | training s (sum) |", "|---|---|---|---:|",
-             f"| default | {r['mean'][0]:.4f} ± {r['std'][0]:.4f} | {' / '.join(f'{v:.4f}' for v in r['default'])} "
+             f"| default | {r['mean'][0]:.4f} ± {_num(r['std'][0])} | {' / '.join(f'{v:.4f}' for v in r['default'])} "
              f"| {r['seconds'][0]:.0f} |",
-             f"| {change} | {r['mean'][1]:.4f} ± {r['std'][1]:.4f} | "
+             f"| {change} | {r['mean'][1]:.4f} ± {_num(r['std'][1])} | "
              f"{' / '.join(f'{v:.4f}' for v in r['changed'])} | {r['seconds'][1]:.0f} |", "",
              f"Δ (changed − default) {r['diff']:+.4f}; p t-test {r['p_ttest']:.3f}, exact sign-flip "
              f"{r['p_signflip']:.3f}, bootstrap {r['p_bootstrap']:.3f} (95% CI [{r['boot'][0]:+.4f}, "
              f"{r['boot'][1]:+.4f}]); training {speed:.2f}x as fast{together}; "
-             f"{'within noise or better' if r['within_noise'] else 'WORSE than the noise'}.", ""]
+             f"{_verdict_text(r)}.", ""]
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def _verdict_text(r: dict[str, Any]) -> str:
+    within, basis = r["within_noise"], r.get("verdict_basis")
+    text = "n/a" if within is None else "within noise or better" if within else "WORSE than the noise"
+    usual = basis is None or basis == "judged on the bootstrap CI and the seed std"
+    return text if usual else f"{text} ({basis})"
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", dest="changes", nargs="+", required=True, metavar="KEY=VALUE",
                    help="the change: TrainConfig fields, e.g. freeze_word_embeddings=true")
@@ -159,26 +192,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
     p.add_argument("--output-dir", type=Path, default=Path("runs/recipe_ablation"))
     p.add_argument("--bootstrap", type=int, default=1000)
+    return p
+
+
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    p = parser or build_parser()
     args = p.parse_args(argv)
     args.per_seed_split = False
-    for option in ("rows", "set_seeds"):
-        setattr(args, option, {k: int(v) for k, _, v in (item.partition("=") for item in getattr(args, option))})
+    for option, example in (("rows", "mpqa=5000"), ("set_seeds", "pppm=8")):
+        items = getattr(args, option)
+        try:  # "--rows mpqa" or "--set-seeds pppm" ended in a ValueError traceback; refused as quality.py does
+            setattr(args, option, {k: int(v) for k, _, v in (item.partition("=") for item in items)})
+        except ValueError:
+            p.error(f"--{option.replace('_', '-')} takes SET=N items, e.g. {example}; got {items}")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    changes = parse_changes(args.changes)
+    parser = build_parser()
+    args = parse_args(argv, parser)
+    try:
+        changes = parse_options(args.changes, where="--set")
+    except ConfigError as err:
+        parser.error(f"{err} (TrainConfig fields, e.g. freeze_word_embeddings=true)")
+    unknown = sorted(set(changes) - set(TrainConfig.__dataclass_fields__))
+    if unknown:  # refused even when no set's data is here
+        parser.error(f"--set {', '.join(unknown)}: not a TrainConfig field (e.g. freeze_word_embeddings=true)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sets = data_sets(args.pppm_rows)
     missing = [name for name in args.sets if not (args.data_root / sets[name].source).is_file()]
     if missing:
         print(f"skipped: no data for {', '.join(missing)} under {args.data_root} (see its READMEs)")
     work = args.output_dir / "data"
-    results = []
-    for name in [n for n in args.sets if n not in missing]:
+    configs = {}
+    for name in [n for n in args.sets if n not in missing]:  # every set's change checked before anything trains
         work.mkdir(parents=True, exist_ok=True)
-        cfg = recipe(sets[name], args.data_root, work, args)
+        configs[name] = recipe(sets[name], args.data_root, work, args)
+        problem = check_changes(configs[name], changes)
+        if problem:
+            parser.error(f"--set {' '.join(args.changes)} on {name}: {problem}")
+    results = []
+    for name, cfg in configs.items():
         result = evaluate(name, cfg, changes, args.output_dir / name, _seeds(args, name), args.bootstrap)
         results.append(result)
         print(markdown(result), flush=True)

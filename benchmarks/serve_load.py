@@ -18,7 +18,9 @@ words from a word list (seeded), ``max_length`` 64.
 
 Load: loopback only (127.0.0.1), each client one keep-alive connection sending its requests one after another;
 bounded in count (``--requests`` per client) and in time (``--seconds`` per mode: a client stops when it is up).
-The server is a ``python -m attnpool serve`` subprocess on a free port, started per mode.
+The check counts what the clients sent: requests a client never sent because ``--seconds`` was up are reported
+apart (``N of M not sent: --seconds deadline``), not as lost. The server is a ``python -m attnpool serve``
+subprocess on a free port, started per mode. A ``--workdir`` of an earlier call is reused: its run is written again.
 
 Usage::
 
@@ -79,7 +81,7 @@ def build_run(folder: Path, folds: int) -> Path:
 
     encoder = default_model()
     tokenizer = AutoTokenizer.from_pretrained(encoder)
-    run = Run.create(folder / "run")
+    run = Run.create(folder / "run", overwrite=True)  # a --workdir of an earlier call: its run, written again
     cfg = TrainConfig(train_file="(benchmark: no training)", text_cols=["anchor", "target"], model=encoder,
                       folds=max(folds, 2), max_length=64)
     run.write_config(cfg.to_dict())
@@ -152,11 +154,15 @@ def batch_totals(port: int) -> tuple[float, float]:
 
 
 def load(port: int, rows: list[dict], clients: int, requests: int, seconds: float):
-    """Run the load; ``(wall seconds, latencies in s, answers {(client, i): (sent id, answer)}, errors)``."""
+    """Run the load; ``(wall seconds, latencies in s, answers {(client, i): (sent id, answer)}, errors, sent)``.
+
+    ``sent``: the requests the clients sent, ``clients * requests`` unless the ``seconds`` deadline stopped some.
+    """
     deadline = time.monotonic() + seconds
     answers: dict[tuple[int, int], tuple[str, dict]] = {}
     latencies: list[float] = []
     errors: list[str] = []
+    sent = [0] * clients  # per client: what it sent, not what it was asked to (the deadline stops it)
     lock = threading.Lock()
     start_line = threading.Barrier(clients + 1)
 
@@ -167,6 +173,7 @@ def load(port: int, rows: list[dict], clients: int, requests: int, seconds: floa
             if time.monotonic() > deadline:
                 break
             row = rows[(c * requests + i) % len(rows)]
+            sent[c] += 1
             started = time.perf_counter()
             status, payload = call(connection, "POST", "/predict", {"rows": [row]})
             took = time.perf_counter() - started
@@ -185,7 +192,7 @@ def load(port: int, rows: list[dict], clients: int, requests: int, seconds: floa
         for f in futures:
             f.result()
         wall = time.perf_counter() - began
-    return wall, latencies, answers, errors
+    return wall, latencies, answers, errors, sum(sent)
 
 
 def main() -> None:
@@ -218,10 +225,11 @@ def main() -> None:
                         call(warm, "POST", "/predict", {"rows": [row]})
                     warm.close()
                     before = batch_totals(server.port)
-                    wall, latencies, answers, errors = load(server.port, rows, clients, args.requests, args.seconds)
+                    wall, latencies, answers, errors, sent = load(server.port, rows, clients, args.requests,
+                                                                  args.seconds)
                     after = batch_totals(server.port)
                     results.append(summarise(mode, clients, args.requests, wall, latencies, answers, errors,
-                                             expected, before, after))
+                                             expected, before, after, sent))
                     print("  " + results[-1]["line"], flush=True)
             finally:
                 server.stop()
@@ -231,30 +239,40 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def summarise(mode, clients, requests, wall, latencies, answers, errors, expected, before, after) -> dict:
-    """The figures and checks of one load."""
-    swapped = sum(1 for sent, body in answers.values()
-                  if len(body["predictions"]) != 1 or body["predictions"][0].get("id") != sent)
-    diffs = [abs(body["predictions"][0]["prediction"] - expected[sent]) for sent, body in answers.values()]
+def summarise(mode, clients, requests, wall, latencies, answers, errors, expected, before, after, sent) -> dict:
+    """The figures and checks of one load; ``sent``: the requests the clients sent (the deadline may stop them).
+
+    Requests never sent (``clients * requests - sent``) are no lost answers: they counted as lost, and a correct
+    server stopped by ``--seconds`` read "answered once ...: NO".
+    """
+    swapped = sum(1 for row_id, body in answers.values()
+                  if len(body["predictions"]) != 1 or body["predictions"][0].get("id") != row_id)
+    diffs = [abs(body["predictions"][0]["prediction"] - expected[row_id]) for row_id, body in answers.values()]
     p50, p95, p99 = (1000 * np.percentile(latencies, q) if latencies else float("nan") for q in (50, 95, 99))
     rows, batches = after[0] - before[0], after[1] - before[1]
-    out = {"mode": mode, "clients": clients, "sent": clients * requests, "answered": len(answers),
+    out = {"mode": mode, "clients": clients, "planned": clients * requests, "sent": sent,
+           "not_sent": clients * requests - sent, "answered": len(answers),
            "errors": len(errors), "swapped": swapped, "max_diff": max(diffs, default=float("nan")), "wall": wall,
            "throughput": len(answers) / wall, "p50": p50, "p95": p95, "p99": p99,
            "mean_batch": rows / batches if batches else float("nan"), "rows": rows}
     out["line"] = (f"{mode:>9}, {clients:>3} clients: {out['throughput']:7.1f} req/s, p50 {p50:6.1f} ms, p95 "
                    f"{p95:6.1f} ms, p99 {p99:6.1f} ms, mean batch {out['mean_batch']:5.1f} rows; answered "
-                   f"{len(answers)}/{out['sent']}, errors {len(errors)}, wrong id {swapped}, max |served - predict| "
-                   f"{out['max_diff']:.1e}")
+                   f"{len(answers)}/{sent} sent{_not_sent(out)}, errors {len(errors)}, wrong id {swapped}, max "
+                   f"|served - predict| {out['max_diff']:.1e}")
     return out
+
+
+def _not_sent(r: dict) -> str:
+    """`` (N of M not sent: --seconds deadline)`` where the deadline stopped clients, else nothing."""
+    return f" ({r['not_sent']} of {r['planned']} not sent: --seconds deadline)" if r.get("not_sent") else ""
 
 
 def report(results: list[dict]) -> None:
     print()
-    print("| mode | clients | requests answered | req/s | p50 (ms) | p95 (ms) | p99 (ms) | mean batch (rows) |")
+    print("| mode | clients | requests answered / sent | req/s | p50 (ms) | p95 (ms) | p99 (ms) | mean batch (rows) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['mode']} | {r['clients']} | {r['answered']}/{r['sent']} | {r['throughput']:.1f} | "
+        print(f"| {r['mode']} | {r['clients']} | {r['answered']}/{r['sent']}{_not_sent(r)} | {r['throughput']:.1f} | "
               f"{r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {r['mean_batch']:.1f} |")
     by = {(r["mode"], r["clients"]): r for r in results}
     print()
@@ -266,8 +284,12 @@ def report(results: list[dict]) -> None:
                   f"{unbatched['p99']:.1f} ms")
     complete = all(r["answered"] == r["sent"] and not r["errors"] and not r["swapped"] for r in results)
     worst = max(r["max_diff"] for r in results)
-    print(f"every request answered once with its own row: {'yes' if complete else 'NO'}; "
+    not_sent = sum(r.get("not_sent", 0) for r in results)
+    print(f"every request sent answered once with its own row: {'yes' if complete else 'NO'}; "
           f"max |served - attnpool predict| = {worst:.1e} ({'within' if worst <= 1e-5 else 'OVER'} 1e-5)")
+    if not_sent:
+        print(f"{not_sent} of {sum(r['planned'] for r in results)} requests not sent: the --seconds deadline stopped "
+              "their clients (raise --seconds to send them all)")
 
 
 if __name__ == "__main__":

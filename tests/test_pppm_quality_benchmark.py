@@ -248,6 +248,7 @@ def test_the_plan_says_what_trains_and_which_rows_an_ensemble_adds(tmp_path, cap
 
 def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
+    (tmp_path / "train.csv").write_text("")  # a --data-dir given must hold train.csv (a dry run does not read it)
     assert pppm_deberta.main(["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "dry run: the config is valid" in out and "microsoft/deberta-v3-large" in out and "bf16" in out
@@ -347,18 +348,22 @@ def test_deberta_smoke_run_on_anchors_uses_whole_anchors_of_the_data(tmp_path, m
 
     monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
-    run = ["--dry-run", "--output-dir", str(tmp_path / "run"), "--anchors", "2", "--seed", "3"]
+    run = ["--dry-run", "--output-dir", str(tmp_path / "run"), "--anchors", "4", "--seed", "3"]
+    monkeypatch.setattr(pppm_deberta, "DATA_CANDIDATES", (tmp_path / "none", tmp_path / "empty"))
     for flags in (run, run[1:], ["--output-dir", str(tmp_path / "run")]):  # no data: skipped, also when training
-        assert pppm_deberta.main([*flags, "--data-dir", str(tmp_path / "empty")]) == 0
+        assert pppm_deberta.main(flags) == 0
         assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+        with pytest.raises(SystemExit) as exit_:  # unless --data-dir names a folder: a mistyped path is an error
+            pppm_deberta.main([*flags, "--data-dir", str(tmp_path / "empty")])
+        assert exit_.value.code == 2 and "no train.csv there" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
-    rows = _tiny_pppm(tmp_path / "pppm")
+    rows = _tiny_pppm(tmp_path / "pppm", anchors=6)
     assert pppm_deberta.main([*run, "--data-dir", str(tmp_path / "pppm")]) == 0
     cfg = pppm_deberta.deberta_config(pppm_deberta.parse_args([*run, "--data-dir", str(tmp_path / "pppm")]))
-    folder, count = pq.anchor_subset(tmp_path / "pppm", anchors=2, seed=3)  # the same draw as the run's
+    folder, count = pq.anchor_subset(tmp_path / "pppm", anchors=4, seed=3)  # the same draw as the run's
     assert Path(cfg.data_dir) == folder and cfg.group_context == "target"
     subset = pd.read_csv(folder / "train.csv")
-    assert subset["anchor"].nunique() == 2 and len(subset) == count < len(rows)
+    assert subset["anchor"].nunique() == 4 and len(subset) == count < len(rows)
     assert "dry run: the config is valid" in capsys.readouterr().out
 
 
@@ -487,24 +492,24 @@ def _saved_as_train_saves(cfg, run_dir):
 
 
 def test_deberta_refuses_to_resume_a_run_started_with_other_options(tmp_path, monkeypatch, capsys):
-    """A kept smoke run (--anchors 2 --epochs 2) went on under a full run's flags, and was judged against the target."""
+    """A kept smoke run (--anchors 4 --epochs 2) went on under a full run's flags, and was judged against the target."""
     monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
     _tiny_pppm(tmp_path / "pppm")
     out = str(tmp_path / "run")
-    smoke = ["--data-dir", str(tmp_path / "pppm"), "--output-dir", out, "--anchors", "2", "--epochs", "2"]
+    smoke = ["--data-dir", str(tmp_path / "pppm"), "--output-dir", out, "--anchors", "4", "--epochs", "2"]
     saved = _saved_as_train_saves(pppm_deberta.deberta_config(pppm_deberta.parse_args([*smoke, "--only-folds", "0"])),
                                   tmp_path / "run")
     assert pppm_deberta.main([*smoke, "--only-folds", "1", "--dry-run"]) == 0  # the same run, other folds now
     assert "resuming" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match=r"other options than these flags give \(data_dir: run '.*2anchors_seed42_"
+    with pytest.raises(SystemExit, match=r"other options than these flags give \(data_dir: run '.*4anchors_seed42_"
                                          r".*', flags '.*pppm'; epochs: run 2\.0, flags 5\.0\).*--output-dir"):
         pppm_deberta.main(["--data-dir", str(tmp_path / "pppm"), "--output-dir", out, "--dry-run"])
     with pytest.raises(SystemExit, match=r"lr: run 2e-05, flags 0\.0001"):
         pppm_deberta.main([*smoke, "--lr", "1e-4", "--dry-run"])
     # the verdict follows the run's saved config, whatever the flags: a smoke run is never judged against the target
     line = pppm_deberta.verdict(saved.config(), complete=True, cv=0.9, done=[0, 1, 2, 3])
-    assert line.startswith("smoke run on 2 anchors") and "PASS" not in line
+    assert line.startswith("smoke run on 4 anchors") and "PASS" not in line
     full = _saved_as_train_saves(pppm_deberta.deberta_config(pppm_deberta.parse_args(
         ["--data-dir", str(tmp_path / "pppm"), "--output-dir", str(tmp_path / "full")])), tmp_path / "full")
     assert "target >= 0.85 PASS" in pppm_deberta.verdict(full.config(), complete=True, cv=0.9, done=[0, 1, 2, 3])
@@ -516,6 +521,7 @@ def test_deberta_dry_run_checks_that_the_tokenizer_loads(tmp_path, monkeypatch, 
     from model_helpers import save_tiny_encoder
 
     dry = ["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]
+    (tmp_path / "train.csv").write_text("")  # a --data-dir given must hold train.csv (a dry run does not read it)
     monkeypatch.setattr(pppm_deberta, "_here", lambda model: False)  # the hub model not downloaded (as here)
     monkeypatch.setattr(pppm_deberta, "missing_modules", lambda names=(): ["sentencepiece"])
     with pytest.raises(SystemExit, match=r"its tokenizer needs sentencepiece.*pip install 'attnpool\[sentencepiece\]'"):
@@ -545,10 +551,16 @@ def test_a_sentencepiece_only_tokenizer_without_sentencepiece_names_the_extra(tm
 
 
 @pytest.mark.parametrize("flags", [[], ["--anchors", "10"]])
-def test_pppm_quality_without_data_is_skipped(tmp_path, capsys, flags):
-    args = ["--data-dir", str(tmp_path / "none"), "--work-dir", str(tmp_path / "work"), "--docs", "-", *flags]
+def test_pppm_quality_without_data_is_skipped(tmp_path, capsys, monkeypatch, flags):
+    """Without the default data folder: skipped cleanly. A --data-dir given without train.csv (a mistyped path) is a
+    usage error: it printed the same "skipped" and exited 0, having trained nothing."""
+    monkeypatch.setattr(pq, "DEFAULT_DATA_DIR", tmp_path / "no_default")
+    args = ["--work-dir", str(tmp_path / "work"), "--docs", "-", *flags]
     assert pq.main(args) == 0
-    assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+    assert f"skipped: no PPPM train.csv in {tmp_path / 'no_default'}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        pq.main(["--data-dir", str(tmp_path / "none"), *args])
+    assert exit_.value.code == 2 and f"--data-dir {tmp_path / 'none'}: no train.csv there" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
 
 
@@ -600,13 +612,15 @@ def test_the_notebook_cache_is_refused_for_other_data_or_options(tmp_path):
         pq.run_notebook(base, 42, folder, tmp_path / "none")
 
 
-def test_the_bootstrap_by_table_skips_cleanly_without_data_or_runs(tmp_path, capsys):
+def test_the_bootstrap_by_table_skips_cleanly_without_its_default_runs(tmp_path, capsys, monkeypatch):
     import pppm_bootstrap_by as by
 
-    assert by.main(["--data-dir", str(tmp_path / "no_data"), "--pair", "a", "b"]) == 0
-    assert capsys.readouterr().out.startswith(f"skipped: no PPPM train.csv in {tmp_path / 'no_data'}")
-    assert by.main(["--runs", str(tmp_path / "no_runs"), "--pair", "a", "b"]) == 0
+    monkeypatch.setattr(by, "DEFAULT_RUNS", tmp_path / "no_runs")
+    assert by.main(["--pair", "a", "b"]) == 0
     assert capsys.readouterr().out.startswith(f"skipped: no kept runs in {tmp_path / 'no_runs'}")
+    for flag in ("--data-dir", "--runs"):  # given, and missing: an error (tests/test_pppm_bootstrap_by_benchmark.py)
+        with pytest.raises(SystemExit):
+            by.main([flag, str(tmp_path / "typo"), "--pair", "a", "b"])
 
 
 def test_the_snr_sweeps_csv_is_written_whole_or_not_at_all(tmp_path):
@@ -619,3 +633,41 @@ def test_the_snr_sweeps_csv_is_written_whole_or_not_at_all(tmp_path):
     with pytest.raises(ValueError, match="dict contains fields not in fieldnames"):
         snr.write_csv([{"pooler": "max", "accuracy": 0.6}, {"pooler": "gem", "extra": 1}], path)
     assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["snr.csv"]
+
+
+@pytest.mark.parametrize("anchors", ["0", "1", "3"])
+def test_pppm_quality_refuses_fewer_anchors_than_folds(anchors, capsys):
+    """--anchors 0 was falsy: the rows trained on the full data; 1 to 3 anchors cannot make 4 grouped folds."""
+    with pytest.raises(SystemExit) as exit_:
+        pq.parse_args(["--anchors", anchors])
+    assert exit_.value.code == 2 and f"--anchors {anchors}: fold 0 of 4 grouped by anchor needs 4 anchors" in \
+        capsys.readouterr().err
+    assert pq.parse_args(["--anchors", "4"]).anchors == 4
+
+
+def test_the_tables_precision_is_the_runs_not_this_machines(tmp_path, monkeypatch, capsys):
+    """The "attnpool rows: precision ..." label was resolved on the machine printing the table, whatever the runs
+    read back had trained in (runs of a GPU or a bf16 CPU, tabled on a fp32 one)."""
+    import attnpool
+
+    trained_in = {42: "bf16", 43: "fp32"}
+
+    def fake_train(cfg, resume=False):  # a finished fold 0, its run.json saying the precision it trained in
+        run = pq.Run.create(cfg.output_dir)
+        run.write_config(cfg.to_dict())
+        run.write_info({"task": "regression", "precision": trained_in[cfg.seed]})
+        run.fold_dir(0).mkdir(parents=True)
+        (run.fold_dir(0) / "metrics.json").write_text(json.dumps({"pearson": 0.5, "train_seconds": 1.0}))
+
+    monkeypatch.setattr(attnpool, "train", fake_train)
+    _tiny_pppm(tmp_path / "pppm")
+    args = ["--data-dir", str(tmp_path / "pppm"), "--work-dir", str(tmp_path / "work"), "--docs", "-", "--only",
+            "baseline", "--model", "some/model", "--epochs", "1"]
+    assert pq.main([*args, "--seeds", "2"]) == 0
+    table = capsys.readouterr().out.split("## PPPM")[-1]
+    assert "attnpool rows: precision bf16 (auto) for seed 42, fp32 (auto) for seed 43; the notebook: fp32" in table
+    trained_in[44] = "bf16"
+    assert pq.main([*args, "--seeds", "1", "--first-seed", "44"]) == 0  # one precision: said once
+    assert "attnpool rows: precision bf16 (auto); the notebook" in capsys.readouterr().out.split("## PPPM")[-1]
+    one_seed = [{"row": "a", "seed": 1, "precision": "bf16"}, {"row": "b", "seed": 1, "precision": "fp32"}]
+    assert pq.precision_label(one_seed) == "bf16 for a, seed 1, fp32 for b, seed 1"  # the rows of a seed differ

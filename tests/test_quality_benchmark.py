@@ -180,3 +180,28 @@ def _interrupted_write_keeps_the_old_file(monkeypatch, path, write):
         write()
     monkeypatch.undo()
     assert path.read_text() == before and list(path.parent.iterdir()) == [path]
+
+
+def test_one_seed_gives_no_verdict_on_the_targets_judged_on_a_seed_std():
+    """With one seed every std is NaN: `x >= best - NaN` is False, and a clear +0.14 lead read FAIL."""
+    nan = float("nan")
+    versus = {b: {"diff": 0.95 - v, "p_ttest": nan, "p_signflip": nan, "p_bootstrap": 0.002, "boot_low": 0.1,
+                  "boot_high": 0.2, "seeds": [42], "p_ttest_holm": nan, "p_signflip_holm": nan,
+                  "p_bootstrap_holm": 0.004} for b, v in (("mean", 0.80), ("cls", 0.81))}
+    versus["cross-encoder"] = {**versus["mean"], "diff": 0.01}
+    one = {"set": "cr", "description": "CR", "metric": "accuracy", "seeds": [42], "reference_seeds": [42],
+           "per_seed": {"mean": [0.80], "cls": [0.81], "attention": [0.95], "cross-encoder": [0.94]},
+           "mean": {"mean": 0.80, "cls": 0.81, "attention": 0.95, "cross-encoder": 0.94},
+           "std": {"mean": nan, "cls": nan, "attention": nan, "cross-encoder": nan}, "versus": versus,
+           "entropy": {"mean": 1.0, "cls": 0.0, "attention": 0.5}, "epochs": 2, "model": "m"}
+    checks = quality.check_targets(one)
+    assert checks["not behind mean/cls (by more than their seed std)"] is None
+    assert checks["std <= 1.5x mean's"] is None
+    assert checks["level with cross-encoder (within its seed std)"] is None
+    assert checks["significantly ahead of both"] is False  # the t-test and the exact test are n/a: not shown ahead
+    table = quality.markdown(one)
+    assert "not behind mean/cls (by more than their seed std): n/a" in table and "std <= 1.5x mean's: n/a" in table
+    two = {**one, "std": {"mean": 0.01, "cls": 0.01, "attention": 0.01, "cross-encoder": 0.01}}
+    assert quality.check_targets(two)["not behind mean/cls (by more than their seed std)"] is True
+    behind = {**two, "mean": {**two["mean"], "attention": 0.5}}
+    assert quality.check_targets(behind)["not behind mean/cls (by more than their seed std)"] is False

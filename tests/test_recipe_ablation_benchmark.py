@@ -73,3 +73,69 @@ def test_no_data_writes_nothing_and_a_call_keeps_the_other_sets_results(tmp_path
                                             {"set": "mpqa", "diff": 3}]
     ra.write_results(path, [])
     assert len(json.loads(path.read_text())) == 3
+
+
+def _cr_data(root):
+    (root / "cr").mkdir(parents=True)
+    (root / "cr" / "custrev.all").write_text("1 a fine phone .\n0 it broke\n", encoding="latin-1")
+    return root
+
+
+@pytest.mark.parametrize("change, says", [
+    ("precision=fp33", "precision must be one of"),
+    ("lr=abc", "--set lr=abc on cr"),
+    ("no_such_field=1", "no_such_field: not a TrainConfig field"),
+])
+def test_a_bad_change_is_refused_before_anything_trains(tmp_path, monkeypatch, capsys, change, says):
+    """A bad --set was only refused when the changed side was built: after the default side trained every seed."""
+    trained = []
+    monkeypatch.setattr(ra, "train_side", lambda cfg, out, seeds: trained.append(out) or {})
+    data = _cr_data(tmp_path / "data")
+    with pytest.raises(SystemExit) as exit_:
+        ra.main(["--set", change, "--sets", "cr", "--seeds", "2", "--data-root", str(data),
+                 "--output-dir", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and trained == []  # a usage error, before the default side trained
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, says", [(["--rows", "mpqa"], "--rows takes SET=N items"),
+                                         (["--set-seeds", "pppm"], "--set-seeds takes SET=N items")])
+def test_set_n_options_without_a_number_are_a_usage_error(flags, says, capsys):
+    """`--rows mpqa` and `--set-seeds pppm` ended in a ValueError traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        ra.parse_args(["--set", "lr=1e-4", *flags])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_one_seed_is_judged_on_the_bootstrap_ci_alone(monkeypatch, tmp_path):
+    """With one seed the std is NaN: `diff >= -NaN` is False, and a clear +0.12 win read "WORSE than the noise"."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    target = rng.integers(0, 2, 400)
+
+    def side(correct_share):
+        labels = np.where(rng.random(400) < correct_share, target, 1 - target)
+        return {"scores": [float(np.mean(labels == target))],
+                "predictions": {42: (np.arange(400), target, np.eye(2)[labels] * 0.8 + 0.1)},
+                "keys": {42: np.arange(400).astype(str)}, "seconds": {42: 10.0}, "all_trained_now": True}
+
+    sides = iter([side(0.8), side(0.9), side(0.9), side(0.8)])
+    monkeypatch.setattr(ra, "train_side", lambda cfg, out, seeds: next(sides))
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], task="binary", only_folds=[0])
+    better = ra.evaluate("cr", cfg, {"lr": 1e-4}, tmp_path, [42], 200)
+    assert better["diff"] > 0.05 and better["boot"][0] > 0 and better["within_noise"] is True
+    text = ra.markdown(better)
+    assert "within noise or better (judged on the bootstrap CI alone: one seed, so no seed std)" in text
+    assert "WORSE" not in text and "± n/a" in text
+    worse = ra.evaluate("cr", cfg, {"lr": 1e-4}, tmp_path, [42], 200)  # a clear loss is still one
+    assert worse["boot"][1] < 0 and worse["within_noise"] is False and "WORSE than the noise" in ra.markdown(worse)
+
+
+def test_the_verdict_and_its_basis():
+    nan = float("nan")
+    assert ra.verdict(0.01, 0.02, -0.01, 0.03) == (True, "judged on the bootstrap CI and the seed std")
+    assert ra.verdict(-0.03, 0.02, -0.05, 0.01)[0] is False  # behind by more than the seed std
+    assert ra.verdict(0.1, nan, 0.05, 0.15)[0] is True
+    assert ra.verdict(0.1, nan, nan, nan) == (None, "no verdict: one seed, so no seed std, and no bootstrap CI")
+    assert ra.verdict(0.0, 0.01, nan, nan)[0] is True  # an n/a bootstrap is no evidence of a loss
