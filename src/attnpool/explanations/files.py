@@ -18,7 +18,7 @@ from attnpool.explanations.page import report_paths, write_report
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device
 from attnpool.runs.run import RUN_FILE, Run
-from attnpool.serving.positions import check_max_length, model_max_length, position_limit
+from attnpool.serving.positions import check_max_length, model_max_length, run_max_length
 
 logger = logging.getLogger("attnpool.explain")
 
@@ -179,9 +179,4 @@ def _run_max_length(model: Any, model_dir: Path, asked: int | None, length: int)
     """A run's ``max_length``: ``--max-length`` refused over what the encoder reads, the run's own capped there."""
     if asked is not None:
         return model_max_length(asked, model, model_dir)
-    limit = position_limit(model)
-    if limit is None or length <= limit:
-        return length
-    logger.warning("attnpool explain: %s has max_length %d (its config.yaml), over the %d tokens its encoder reads: "
-                   "rows are truncated at %d tokens", model_dir, length, limit, limit)
-    return limit
+    return run_max_length(length, model, model_dir, "explain", logger)

@@ -60,15 +60,17 @@ def check_max_length(max_length: Any) -> None:
         raise ValueError(f"--max-length must be an integer >= 1 (tokens per row), got {max_length!r}")
 
 
-def run_max_length(max_length: int, model: nn.Module, run: Any) -> int:
+def run_max_length(max_length: int, model: nn.Module, run: Any, command: str = "serve",
+                   log: logging.Logger = logger) -> int:
     """A run's ``max_length`` (its config.yaml), capped with a warning at what its encoder reads.
 
     Such a run trained on rows no longer than that (a longer one fails in the encoder): ``predict`` fails on a
     longer row, and the server would answer it 500; capped, it reads the first tokens, as a model folder does.
+    ``command`` and ``log`` say who warns (``serve``, ``explain``).
     """
     limit = position_limit(model)
     if limit is None or max_length <= limit:
         return max_length
-    logger.warning("attnpool serve: %s has max_length %d (its config.yaml), over the %d tokens its encoder reads: "
-                   "rows are truncated at %d tokens", run, max_length, limit, limit)
+    log.warning("attnpool %s: %s has max_length %d (its config.yaml), over the %d tokens its encoder reads: rows "
+                "are truncated at %d tokens", command, run, max_length, limit, limit)
     return limit
