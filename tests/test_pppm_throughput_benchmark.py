@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -52,6 +53,9 @@ def report(tmp_path, monkeypatch, capsys):
     }
     for name, fake in stub.items():
         monkeypatch.setattr(pt, name, fake)
+    # main() sets up a script's logging (the root logger, transformers' verbosity): not this test process's
+    monkeypatch.setattr(pt.logging, "basicConfig", lambda **kwargs: None)
+    monkeypatch.setattr(transformers.logging, "set_verbosity_error", lambda: None)
     assert pt.main(["--data-dir", str(tmp_path), "--precision", "fp16", "--bootstrap", "50"]) == 0
     return capsys.readouterr().out
 

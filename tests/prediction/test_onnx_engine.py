@@ -354,20 +354,22 @@ def test_predict_checks_int8_at_its_own_batch_size_and_refuses_a_bad_tolerance_b
                                                                                                monkeypatch):
     """The check scored in batches of 64 whatever --batch-size; a NaN tolerance was refused only after every fold's
     graph was exported and quantized."""
-    from attnpool.prediction import onnx_engine
+    import importlib
 
+    # the class predict uses: a test above reloads onnx_engine, whose OnnxFoldEnsemble is then another class
+    onnx_ensemble = importlib.import_module("attnpool.prediction.predict").OnnxFoldEnsemble
     folder, run = setup
     exports = []
-    real_load = onnx_engine.OnnxFoldEnsemble.load.__func__
-    monkeypatch.setattr(onnx_engine.OnnxFoldEnsemble, "load",
+    real_load = onnx_ensemble.load.__func__
+    monkeypatch.setattr(onnx_ensemble, "load",
                         classmethod(lambda cls, *a, **k: exports.append(1) or real_load(cls, *a, **k)))
     with pytest.raises(ValueError, match="--int8-tolerance"):
         predict(run, folder / "test.csv", tmp_path / "nan.csv", progress=False, backend="onnx", quantize="int8",
                 int8_tolerance=float("nan"))
     assert exports == []
     sizes = []
-    real_check = onnx_engine.OnnxFoldEnsemble.check
-    monkeypatch.setattr(onnx_engine.OnnxFoldEnsemble, "check",
+    real_check = onnx_ensemble.check
+    monkeypatch.setattr(onnx_ensemble, "check",
                         lambda self, e, **k: sizes.append(k.get("batch_size")) or real_check(self, e, **k))
     predict(run, folder / "test.csv", tmp_path / "int8.csv", progress=False, backend="onnx", quantize="int8",
             int8_tolerance=1.0, batch_size=3)

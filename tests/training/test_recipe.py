@@ -525,3 +525,32 @@ def test_the_default_max_length_is_capped_at_a_small_encoder_s_positions_and_a_c
             "0", "--model", encoder, "--output-dir", str(out), *FAST]
     assert main([*args, "--freeze-layers", "5"]) == 2 and not out.exists()
     assert main([*args, "--freeze-layers", "1"]) == 3, "the corrected command trains"
+
+
+@pytest.mark.parametrize("ema", [False, True])
+def test_a_fold_checkpointed_with_the_encoders_own_pooler_resumes(encoder, data, tmp_path, monkeypatch, ema):
+    """attnpool before 2026-12-06 kept BERT's own pooler: the optimizer state (and weight average) of such a
+    checkpoint hold its parameters, and resuming it with the pooler dropped was refused by the Trainer."""
+    import transformers
+
+    import attnpool.model.modeling as modeling
+    from attnpool.api import train
+
+    class KillAtFirstSave(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as old:
+        old.setattr(modeling, "_drop_encoder_pooler", lambda encoder: None)  # as the earlier version built it
+        with pytest.raises(KeyboardInterrupt):
+            train(None, callbacks=[KillAtFirstSave()], train_file=str(data / "train.csv"),
+                  text_cols=["first", "second"], label="label", folds=2, only_folds=[0], model=encoder,
+                  output_dir=str(out), epochs=2, batch_size=8, eval_batch_size=16, lr=1e-3, head_lr=3e-3,
+                  max_length=16, pooling_options={"attn_size": 8}, precision="fp32", eval_steps=2,
+                  ema_decay=0.5 if ema else None)
+    assert list((out / "fold_0" / "checkpoints").glob("checkpoint-2"))
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 0
+    assert "fold 0: resuming from" in (out / "train.log").read_text()
+    model = AttnPoolForSequenceClassification.from_pretrained(out / "fold_0" / "model")
+    assert model.attnpool.encoder.pooler is None  # the saved pooler's weights are ignored on load

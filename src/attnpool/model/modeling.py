@@ -9,6 +9,9 @@ the Auto classes once ``attnpool`` is imported.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -342,6 +345,23 @@ class AttnPoolForSequenceClassification(AttnPoolPreTrainedModel):
         return output if _as_dict(return_dict, self.config) else output.to_tuple()
 
 
+_KEEP_ENCODER_POOLER: ContextVar[bool] = ContextVar("keep_encoder_pooler", default=False)
+
+
+@contextmanager
+def keeping_encoder_pooler() -> Iterator[None]:
+    """Models built inside keep their encoder's own pooler, as attnpool before 2026-12-06 did.
+
+    For resuming a checkpoint saved then: its optimizer state and weight average hold the pooler's parameters, and
+    the Trainer refuses an optimizer state whose groups differ from the model's.
+    """
+    token = _KEEP_ENCODER_POOLER.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_ENCODER_POOLER.reset(token)
+
+
 def _drop_encoder_pooler(encoder: nn.Module) -> None:
     """Drop the encoder's own pooler (BERT's ``pooler.dense``, ALBERT's ``pooler`` + ``pooler_activation``...).
 
@@ -351,7 +371,7 @@ def _drop_encoder_pooler(encoder: nn.Module) -> None:
     ``encoder.pooler.*`` weights are ignored on load
     (:attr:`~attnpool.model.pretrained.AttnPoolPreTrainedModel._keys_to_ignore_on_load_unexpected`).
     """
-    if getattr(encoder, "pooler", None) is None:
+    if getattr(encoder, "pooler", None) is None or _KEEP_ENCODER_POOLER.get():
         return
     if "add_pooling_layer" not in inspect.signature(type(encoder).__init__).parameters:
         return

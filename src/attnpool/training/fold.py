@@ -8,16 +8,19 @@ shard of the validation rows per process and gathered in row order (see :mod:`at
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
 import shutil
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from transformers import set_seed
 
 from attnpool.config import TrainConfig
@@ -27,6 +30,7 @@ from attnpool.data.task import EncodedDataset, TaskData
 from attnpool.metrics import task_metrics
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.model.card import CARD_FILE, TrainingFacts, model_card
+from attnpool.model.modeling import keeping_encoder_pooler
 from attnpool.precision import resolve_precision
 from attnpool.prediction.engine import predict_encoded
 from attnpool.runs.files import atomic_save_dir, atomic_write_text
@@ -160,6 +164,19 @@ def _save_fold_model(trainer, tokenizer, folder: Path, card: str | None = None) 
     on_main(finish)
 
 
+def _has_encoder_pooler(checkpoint: Path) -> bool:
+    """Whether ``checkpoint``'s weights hold the encoder's own pooler (saved by attnpool before 2026-12-06)."""
+    index = checkpoint / "model.safetensors.index.json"
+    if index.is_file():
+        names = list(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}))
+    elif (checkpoint / "model.safetensors").is_file():
+        with safe_open(checkpoint / "model.safetensors", framework="pt") as weights:
+            names = list(weights.keys())
+    else:
+        return False
+    return any(".encoder.pooler." in f".{name}" for name in names)
+
+
 def _peak_memory_start(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -185,7 +202,9 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     Under a launcher every process calls this; each predicts a shard of ``valid_idx`` and every process returns the
     whole, gathered frame, while only the main process writes files.
     """
-    model = build_model(cfg, data, fold)
+    resume_from = on_main(lambda: last_complete_checkpoint(run.checkpoints_dir(fold), cfg.ema_decay is not None))
+    with keeping_encoder_pooler() if resume_from and _has_encoder_pooler(Path(resume_from)) else nullcontext():
+        model = build_model(cfg, data, fold)  # a checkpoint of an earlier attnpool: its optimizer state has it
     encodings = data.fold_encodings(cfg, train_idx, valid_idx, logger)  # per fold with group_context
     train_ds = data.training_set(cfg, encodings, train_idx, logger)  # with context dropout: drawn per epoch
     eval_ds = EncodedDataset(encodings, data.labels, valid_idx)
@@ -198,7 +217,6 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     _check_engine(trainer)
     for callback in callbacks or []:
         trainer.add_callback(callback)
-    resume_from = on_main(lambda: last_complete_checkpoint(run.checkpoints_dir(fold), cfg.ema_decay is not None))
     if resume_from:
         logger.info("fold %d: resuming from %s", fold, resume_from)
     _peak_memory_start(args.device)
