@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from attnpool.data.errors import DataError
+from attnpool.data.pppm import PPPM_TEMPLATE
 from attnpool.data.readers import table_columns
 from attnpool.options import ConfigError
 from attnpool.pooling import Pooler, build_pooler, check_pooler_options, get_pooler_class
@@ -90,9 +91,8 @@ def check_preset_resets(given: Mapping[str, Any]) -> None:
     if given.get("preset") != "pppm":
         return
     if given.get("text_cols") and not given.get("template"):  # else "not both" with a template never given
-        raise ConfigError("--preset pppm builds each text from its template '{anchor} [SEP] {target} [SEP] "
-                          "{context_text}': change it with --template (e.g. '{anchor} [SEP] {target}'), not "
-                          "--text-cols")
+        raise ConfigError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
+                          "--template (e.g. '{anchor} [SEP] {target}'), not --text-cols")
     for name, value in PRESET_SETS.items():
         if name in given and given[name] is None:
             flag = "--" + name.replace("_", "-")

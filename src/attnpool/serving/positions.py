@@ -23,7 +23,11 @@ DEFAULT_MAX_LENGTH = 128  # a model folder's, unless --max-length
 def position_limit(model: nn.Module) -> int | None:
     """The most tokens ``model``'s encoder takes in one row; ``None`` when its position embeddings set no limit."""
     base = getattr(model, "attnpool", model)
-    encoder = getattr(base, "encoder", None)
+    return encoder_position_limit(getattr(base, "encoder", None), getattr(base, "positions_from_mask", False))
+
+
+def encoder_position_limit(encoder: nn.Module | None, positions_from_mask: bool = False) -> int | None:
+    """:func:`position_limit` of a bare encoder; ``positions_from_mask``: attnpool computes a decoder's positions."""
     embeddings = getattr(encoder, "embeddings", None)
     table = getattr(embeddings, "position_embeddings", None)
     if not isinstance(table, nn.Embedding):
@@ -32,7 +36,7 @@ def position_limit(model: nn.Module) -> int | None:
             return None
         return table.num_embeddings
     offset = getattr(embeddings, "padding_idx", None)  # RoBERTa-style: positions from pad_token_id + 1
-    if isinstance(offset, int) and offset >= 0 and not getattr(base, "positions_from_mask", False):
+    if isinstance(offset, int) and offset >= 0 and not positions_from_mask:
         return table.num_embeddings - offset - 1
     return table.num_embeddings
 

@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.files import atomic_write
 from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
 from attnpool.runs.tables import oof_scores
-from attnpool.serving.positions import position_limit
+from attnpool.serving.positions import encoder_position_limit
 from attnpool.tasks import primary_metric
 from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
@@ -184,7 +183,7 @@ def check_encoder_fit(cfg: TrainConfig) -> None:
     except Exception:  # noqa: BLE001 - any failure here is the fold's to report, with its own message
         return
     where = f"the encoder {cfg.model}"
-    limit = position_limit(SimpleNamespace(encoder=encoder, positions_from_mask=is_decoder_only(config)))
+    limit = encoder_position_limit(encoder, is_decoder_only(config))
     if limit is not None and DEFAULT_MAX_LENGTH != cfg.max_length > limit:  # the default is capped, at the end
         raise ValueError(f"max_length {cfg.max_length} is over what {where} reads: {limit} tokens (its position "
                          f"embeddings); give --max-length {limit} or less")
