@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnpool.runs.lock import _alive
+from attnpool.runs.lock import process_alive
 
 OWNER_FILE = ".owner"
 STALE_AFTER = 24 * 3600  # seconds: no owner to ask (another host, an older attnpool), so only its age tells
@@ -52,7 +52,7 @@ def _abandoned(folder: Path) -> bool:
         return _older_than(folder, STALE_AFTER)
     if host != socket.gethostname():  # a shared filesystem: that host's processes cannot be asked
         return _older_than(folder, STALE_AFTER)
-    return owner != os.getpid() and not _alive(owner)  # this process's own folder: another thread's live export
+    return owner != os.getpid() and not process_alive(owner)  # this process's own folder: another thread's live export
 
 
 def _older_than(folder: Path, seconds: float) -> bool:

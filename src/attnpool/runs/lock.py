@@ -256,7 +256,7 @@ class RunLock:
                     info = _parse(self._file.read_bytes())
                 except FileNotFoundError:  # released meanwhile
                     continue
-                if not info or info.get("host") != socket.gethostname() or _alive(info.get("pid")):
+                if not info or info.get("host") != socket.gethostname() or process_alive(info.get("pid")):
                     raise LockedError(self._message(info)) from None
                 self._log_takeover(info)
                 self._file.unlink(missing_ok=True)
@@ -331,7 +331,8 @@ def _write(fd: int, info: dict[str, Any]) -> None:
     os.write(fd, json.dumps(info).encode())
 
 
-def _alive(pid: object) -> bool:
+def process_alive(pid: object) -> bool:
+    """Whether process ``pid`` of this host is running; ``False`` for a non-integer or this process's own PID."""
     if not isinstance(pid, int) or pid == os.getpid():  # our own PID in a file we do not hold: a leftover
         return False
     if os.name == "nt":  # os.kill(pid, 0) would terminate it there: ask for its exit code instead
