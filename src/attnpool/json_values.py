@@ -1,4 +1,4 @@
-"""JSON values from Python, NumPy and pandas data: one rule for every JSON file attnpool writes."""
+"""Cells of Python, NumPy and pandas data: one rule for a missing cell, one for every JSON value attnpool writes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+
+def is_missing(value: Any) -> bool:
+    """A missing cell, by one rule for every reader: ``None``, ``pd.NA``, ``NaT`` or a NaN float (NumPy's too).
+
+    Text is never missing here (``""`` and ``"nan"`` are text: the readers decide what an empty field means).
+    """
+    return (value is None or value is pd.NA or value is pd.NaT
+            or (isinstance(value, float | np.floating) and math.isnan(value)))
 
 
 def json_value(value: Any, *, as_text: bool = False) -> Any:
@@ -27,7 +36,7 @@ def json_value(value: Any, *, as_text: bool = False) -> Any:
         value = float(str(value))
     elif isinstance(value, np.generic):
         value = value.item()
-    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and not math.isfinite(value)):
+    if is_missing(value) or (isinstance(value, float) and math.isinf(value)):
         return None
     if isinstance(value, str | int | float | bool):
         return value

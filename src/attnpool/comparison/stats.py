@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from attnpool.json_values import is_missing
 from attnpool.metrics import task_metrics
 
 ScoreFn = Callable[[np.ndarray, np.ndarray], float]
@@ -303,7 +303,7 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
 def _keys(keys: Any) -> np.ndarray:
     """Cluster keys as text (one type for all groups: 5 and "5" are one key), none of them missing."""
     values = np.asarray(keys, dtype=object).reshape(-1)
-    missing = [i for i, v in enumerate(values) if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))]
+    missing = [i for i, v in enumerate(values) if is_missing(v)]
     if missing:
         raise ValueError(f"paired_bootstrap: cluster keys are missing at rows {missing[:5]}; every row needs a key")
     return values.astype(str)

@@ -25,6 +25,7 @@ from attnpool.comparison.stats import (
     score_interval,
     sign_flip_test,
 )
+from attnpool.json_values import is_missing
 from attnpool.metrics import standardised_per_group
 from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
 from attnpool.runs.run import Run, RunError
@@ -228,13 +229,13 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
 
 
 def _num(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return "n/a"
     return f"{value:.{digits}f}"
 
 
 def _p(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return "n/a"
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
@@ -250,20 +251,16 @@ _SCALES = {
 }
 
 
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def _no_score(per_seed: dict[str, Any] | None) -> str | None:
     """``"n/a (no score on seed 43)"`` when a seed has no score (a diverged run's Pearson is NaN), else None."""
-    missing = [seed for seed, value in (per_seed or {}).items() if _is_missing(value)]
+    missing = [seed for seed, value in (per_seed or {}).items() if is_missing(value)]
     if not missing:
         return None
     return f"n/a (no score on seed{'s' if len(missing) > 1 else ''} {', '.join(missing)}: diverged?)"
 
 
 def _ci(r: dict[str, Any]) -> str:
-    if not _is_missing(r["ci_low"]):
+    if not is_missing(r["ci_low"]):
         return f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
     if unscored := _no_score(r.get("per_seed")):
         return unscored
@@ -272,9 +269,9 @@ def _ci(r: dict[str, Any]) -> str:
 
 def _delta(r: dict[str, Any]) -> str:
     """The difference over seeds: its t interval from MIN_SEEDS_FOR_5_PERCENT seeds on, else the seeds' own."""
-    if _is_missing(r["diff"]):
+    if is_missing(r["diff"]):
         return _no_score(r.get("diff_per_seed")) or "n/a"
-    if r["seeds"] >= MIN_SEEDS_FOR_5_PERCENT and not _is_missing(r["diff_low"]):
+    if r["seeds"] >= MIN_SEEDS_FOR_5_PERCENT and not is_missing(r["diff_low"]):
         return f"{r['diff']:+.4f} [{_num(r['diff_low'])}, {_num(r['diff_high'])}]"
     if r["diff_equal_over_seeds"] and r["seeds"] > 1:
         return f"{r['diff']:+.4f} (the same on all {r['seeds']} seeds)"
@@ -282,9 +279,9 @@ def _delta(r: dict[str, Any]) -> str:
 
 
 def _bootstrap(r: dict[str, Any]) -> str:
-    if _is_missing(r["boot_diff"]):
+    if is_missing(r["boot_diff"]):
         return "n/a"
-    if _is_missing(r["boot_low"]):
+    if is_missing(r["boot_low"]):
         return f"{r['boot_diff']:+.4f} (n/a)"
     if r["boot_low"] == r["boot_high"]:  # e.g. identical predictions: a zero-width interval says nothing
         return f"{r['boot_diff']:+.4f} (no spread over the resamples)"
@@ -373,7 +370,7 @@ def _write_outputs(out: Path, rows: list[dict[str, Any]], markdown: str, metric:
 def plot_limits(rows: list[dict[str, Any]], bounds: tuple[float, float]) -> tuple[float, float]:
     """The x-axis of the plot: every mean, interval and seed with a margin, never past the metric's range."""
     values = [v for r in rows for v in (r["mean"], r["ci_low"], r["ci_high"], *r["per_seed"].values())
-              if not _is_missing(v) and math.isfinite(v)]
+              if not is_missing(v) and math.isfinite(v)]
     if not values:
         return (bounds[0], bounds[1]) if all(map(math.isfinite, bounds)) else (0.0, 1.0)
     low, high = min(values), max(values)
@@ -389,7 +386,7 @@ def _plot(path: Path, rows: list[dict[str, Any]], metric: str, bounds: tuple[flo
     ordered = sorted(rows, key=lambda r: r["mean"] if np.isfinite(r["mean"]) else -np.inf)
     for y, r in enumerate(ordered):
         color = "tab:gray" if r["baseline"] else "tab:blue"
-        if not _is_missing(r["ci_low"]):
+        if not is_missing(r["ci_low"]):
             ax.plot([r["ci_low"], r["ci_high"]], [y, y], color=color, lw=2)
         ax.plot(r["mean"], y, "o", color=color)
         ax.plot(list(r["per_seed"].values()), [y] * len(r["per_seed"]), "x", color=color, alpha=0.5, ms=5)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
+from attnpool.json_values import is_missing
 from attnpool.tasks import TASKS, label_text
 
 _SHOW = 5  # offending rows / values named in an error message
@@ -190,7 +190,7 @@ def _cells(df: pd.DataFrame, cols: Sequence[str]) -> tuple[list[list[str]], np.n
 
 
 def _to_text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+    if is_missing(value):
         return ""
     return value if isinstance(value, str) else str(value)
 

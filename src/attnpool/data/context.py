@@ -19,7 +19,6 @@ more column (one column becomes a text pair; two become three joined by the sepa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from transformers import BatchEncoding
 
 from attnpool.data.columns import build_texts, check_columns, template_fields, text_fields
 from attnpool.data.errors import DataError
+from attnpool.json_values import is_missing
 
 CONTEXT_FIELD = "group_context"  # the column added to the rows and the template placeholder
 CONTEXT_SEP = "; "  # between the values of one row's context
@@ -176,7 +176,7 @@ def _texts(column: pd.Series) -> list[str]:
 
 
 def _text(value: Any) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ""
     return str(value).strip()
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import codecs
 import io
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -27,6 +26,7 @@ from attnpool.data.delimited import MergedRows, check_fields, check_header, csv_
 from attnpool.data.errors import DataError
 from attnpool.data.parquet import iter_parquet, read_parquet, require_pyarrow
 from attnpool.data.text_files import Utf8Stream, is_blank, not_utf8, read_utf8
+from attnpool.json_values import is_missing
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".parquet")
 
@@ -172,7 +172,7 @@ def _text_as_str(frame: pd.DataFrame, keep_text: set[str], path: Path) -> None:
 
 def _as_text(value: object, path: Path, name: str, row: int) -> object:
     """A value as text; bytes (Parquet strings stored as BYTE_ARRAY without their UTF-8 annotation) decoded."""
-    if isinstance(value, str) or _missing(value):
+    if isinstance(value, str) or is_missing(value):
         return value
     if not isinstance(value, bytes):
         return str(value)
@@ -191,10 +191,6 @@ def _no_rows(path: Path, columns: Iterable) -> DataError:
     names = ", ".join(map(str, columns))
     columns_note = f" (columns: {names})" if names else ""
     return DataError(f"{path}: no data rows{columns_note}; the file needs at least one row below its header")
-
-
-def _missing(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 _CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""]}  # every field text; only "" is missing

@@ -19,9 +19,10 @@ from attnpool.explanations.faithfulness import (
     removal_orders,
     summarize,
 )
-from attnpool.explanations.labels import check_numeric, is_missing, label_and_error, label_list
+from attnpool.explanations.labels import check_numeric, label_and_error, label_list
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
+from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolModel
 from attnpool.serving.positions import DEFAULT_MAX_LENGTH, position_limit
 from attnpool.tasks import class_names, scores_from_logits, task_of

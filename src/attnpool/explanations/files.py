@@ -13,8 +13,8 @@ from attnpool.data.context import is_context_pair, tokenize_rows
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.data.writers import refuse_input_as_output
 from attnpool.explanations.core import Explanation, explain
-from attnpool.explanations.labels import is_missing
 from attnpool.explanations.page import report_paths, write_report
+from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device
 from attnpool.runs.run import RUN_FILE, Run

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from attnpool.json_values import json_value
+from attnpool.json_values import is_missing, json_value
 from attnpool.tasks import label_text
-
-
-def is_missing(value: Any) -> bool:
-    """A missing cell as training reads one: ``None``, ``pd.NA``, ``NaT`` or a NaN float (``np.float32`` too)."""
-    return (value is None or value is pd.NA or value is pd.NaT
-            or (isinstance(value, float | np.floating) and math.isnan(value)))
 
 
 def label_list(labels: Any, texts: list[str], one_text: bool) -> list[Any] | None:
