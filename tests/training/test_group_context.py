@@ -179,7 +179,7 @@ def test_own_pooling_trains_pools_the_rows_own_text_and_exports(trained, tmp_pat
 def test_context_dropout_trains_each_epoch_on_a_fresh_half_without_context(trained, tmp_path, monkeypatch):
     """`--group-context-dropout 0.5`: the Trainer draws each epoch's rows (through accelerate's ``set_epoch``), half
     of the rows it trains on go without their context, and validation keeps it (the out-of-fold scores)."""
-    from attnpool.data.task import ContextDropoutDataset
+    from attnpool.data.datasets import ContextDropoutDataset
 
     folder, _ = trained
     fetched: list[tuple[int, bool]] = []  # (epoch drawn, row without its context) per training row fetched

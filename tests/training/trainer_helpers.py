@@ -10,7 +10,7 @@ import transformers
 
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.task import EncodedDataset
+from attnpool.data.datasets import EncodedDataset
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification
 from attnpool.training.arguments import training_arguments
 from attnpool.training.pooling_stats import PoolingMonitor

@@ -117,7 +117,7 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         global_batch_size: Rows per optimizer step, over all processes.
         seed: The data seed; epoch ``e`` uses ``seed + e``.
         epoch_lengths: For rows whose length changes from epoch to epoch (a training set that draws each row's view
-            per epoch, :class:`~attnpool.data.task.ContextDropoutDataset`): the lengths of epoch ``e``, grouped by
+            per epoch, :class:`~attnpool.data.datasets.ContextDropoutDataset`): the lengths of epoch ``e``, grouped by
             in place of ``lengths``.
         on_epoch: Called with the epoch as each epoch's order is drawn: that training set's ``set_epoch``, so that
             the rows fetched are the views the order was grouped by. accelerate's data loader does not forward

@@ -26,7 +26,8 @@ from transformers import set_seed
 from attnpool.config import TrainConfig
 from attnpool.data.columns import template_fields
 from attnpool.data.context import own_segments
-from attnpool.data.task import EncodedDataset, TaskData
+from attnpool.data.datasets import EncodedDataset
+from attnpool.data.task import TaskData
 from attnpool.metrics import task_metrics
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.model.card import CARD_FILE, TrainingFacts, model_card
