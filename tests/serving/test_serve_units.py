@@ -8,11 +8,11 @@ import yaml
 from serve_helpers import asgi, asgi_call
 
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.model.encoders import position_limit
 from attnpool.runs.run import RunError
 from attnpool.serving.guard import _hostname, is_loopback
 from attnpool.serving.metrics import Metrics
 from attnpool.serving.page import render_page
-from attnpool.serving.positions import position_limit
 from attnpool.serving.schemas import where
 from attnpool.serving.service import Service
 from model_helpers import make_run, tiny_config

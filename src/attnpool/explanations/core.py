@@ -24,7 +24,8 @@ from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanati
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolModel
-from attnpool.serving.positions import DEFAULT_MAX_LENGTH, position_limit
+from attnpool.model.encoders import position_limit
+from attnpool.prediction.positions import DEFAULT_MAX_LENGTH
 from attnpool.tasks import class_names, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 

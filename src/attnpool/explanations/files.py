@@ -17,8 +17,8 @@ from attnpool.explanations.page import report_paths, write_report
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device
+from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
 from attnpool.runs.run import RUN_FILE, Run
-from attnpool.serving.positions import check_max_length, model_max_length, run_max_length
 
 logger = logging.getLogger("attnpool.explain")
 

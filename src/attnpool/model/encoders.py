@@ -190,3 +190,30 @@ def match_encoder_dtype(model: nn.Module, encoder: PreTrainedModel) -> None:
                 child.to(dtype)
 
     cast(model)
+
+
+def position_limit(model: nn.Module) -> int | None:
+    """The most tokens ``model``'s encoder takes in one row; ``None`` when its position embeddings set no limit.
+
+    An encoder with absolute position embeddings (BERT, RoBERTa, ELECTRA, GPT-2...) fails on a sequence longer than
+    its table. RoBERTa-style embeddings count positions from ``pad_token_id + 1``, so they read
+    ``max_position_embeddings - pad_token_id - 1`` tokens (514 - 2 = 512). Encoders whose positions are relative or
+    rotary (DeBERTa-v3, ModernBERT, Llama) have no such limit. ``model``: an attnpool model or a bare encoder's owner.
+    """
+    base = getattr(model, "attnpool", model)
+    return encoder_position_limit(getattr(base, "encoder", None), getattr(base, "positions_from_mask", False))
+
+
+def encoder_position_limit(encoder: nn.Module | None, positions_from_mask: bool = False) -> int | None:
+    """:func:`position_limit` of a bare encoder; ``positions_from_mask``: attnpool computes a decoder's positions."""
+    embeddings = getattr(encoder, "embeddings", None)
+    table = getattr(embeddings, "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        table = getattr(encoder, "wpe", None)  # GPT-2
+        if not isinstance(table, nn.Embedding):
+            return None
+        return table.num_embeddings
+    offset = getattr(embeddings, "padding_idx", None)  # RoBERTa-style: positions from pad_token_id + 1
+    if isinstance(offset, int) and offset >= 0 and not positions_from_mask:
+        return table.num_embeddings - offset - 1
+    return table.num_embeddings

@@ -43,9 +43,9 @@ from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
+from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
-from attnpool.serving.positions import check_max_length, model_max_length, run_max_length
 from attnpool.serving.weights import word_weights
 from attnpool.tasks import class_names, task_of
 from attnpool.threads import set_threads

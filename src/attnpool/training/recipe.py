@@ -30,12 +30,11 @@ from attnpool.config import TrainConfig, load_yaml
 from attnpool.config_checks import check_output_flags
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
-from attnpool.model.encoders import encoder_layers, is_decoder_only
+from attnpool.model.encoders import encoder_layers, encoder_position_limit, is_decoder_only
 from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.files import atomic_write
 from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
 from attnpool.runs.tables import oof_scores
-from attnpool.serving.positions import encoder_position_limit
 from attnpool.tasks import primary_metric
 from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu

@@ -1,9 +1,8 @@
-"""How many tokens a served model can read: the ``max_length`` of a model folder is checked against it.
+"""The ``max_length`` that ``serve`` and ``explain`` read rows with, checked against the encoder.
 
-An encoder with absolute position embeddings (BERT, RoBERTa, ELECTRA, GPT-2...) fails on a sequence longer than
-its table; served with a longer ``--max-length``, every long request would be a 500. RoBERTa-style embeddings count
-positions from ``pad_token_id + 1``, so they read ``max_position_embeddings - pad_token_id - 1`` tokens (514 - 2 =
-512). Encoders whose positions are relative or rotary (DeBERTa-v3, ModernBERT, Llama) have no such limit.
+An encoder with absolute position embeddings fails on a sequence longer than its table
+(:func:`attnpool.model.encoders.position_limit`); served with a longer ``--max-length``, every long request would
+be a 500. A model folder's ``max_length`` is checked against the limit, a run's capped at it with a warning.
 """
 
 from __future__ import annotations
@@ -13,32 +12,12 @@ from typing import Any
 
 from torch import nn
 
+from attnpool.model.encoders import position_limit
 from attnpool.runs.run import RunError
 
 logger = logging.getLogger("attnpool.serve")
 
 DEFAULT_MAX_LENGTH = 128  # a model folder's, unless --max-length
-
-
-def position_limit(model: nn.Module) -> int | None:
-    """The most tokens ``model``'s encoder takes in one row; ``None`` when its position embeddings set no limit."""
-    base = getattr(model, "attnpool", model)
-    return encoder_position_limit(getattr(base, "encoder", None), getattr(base, "positions_from_mask", False))
-
-
-def encoder_position_limit(encoder: nn.Module | None, positions_from_mask: bool = False) -> int | None:
-    """:func:`position_limit` of a bare encoder; ``positions_from_mask``: attnpool computes a decoder's positions."""
-    embeddings = getattr(encoder, "embeddings", None)
-    table = getattr(embeddings, "position_embeddings", None)
-    if not isinstance(table, nn.Embedding):
-        table = getattr(encoder, "wpe", None)  # GPT-2
-        if not isinstance(table, nn.Embedding):
-            return None
-        return table.num_embeddings
-    offset = getattr(embeddings, "padding_idx", None)  # RoBERTa-style: positions from pad_token_id + 1
-    if isinstance(offset, int) and offset >= 0 and not positions_from_mask:
-        return table.num_embeddings - offset - 1
-    return table.num_embeddings
 
 
 def model_max_length(max_length: Any, model: nn.Module, folder: Any) -> int:
