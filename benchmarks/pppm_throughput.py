@@ -102,7 +102,8 @@ measured over seeds elsewhere (CR sentiment, MiniLM, 2 epochs, fold 0 of 5, 4 pa
 Rows: ``--rows`` training and ``--predict-rows`` held-out rows, a seeded random sample of ``train.csv``
 (``load_task``'s ``limit``), split at random (``--seed``). ``mean padded tokens/row``: the padded length of each
 batch times its rows, averaged over rows (training: the timed steps; prediction: all batches). Without ``train.csv``
-in ``--data-dir`` it prints ``skipped: ...`` and exits 0.
+in the default ``--data-dir`` (``../shared/data/pppm``) it prints ``skipped: ...`` and exits 0; a ``--data-dir`` given
+without one is a usage error (exit 2: a mistyped path must not pass as a clean skip).
 
 Usage::
 
@@ -171,14 +172,14 @@ class NotebookModel(nn.Module):
         return self.head(pooled)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from attnpool.config import default_model
+def build_parser() -> argparse.ArgumentParser:
     from attnpool.precision import PRECISIONS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="encoder (hub name or folder); default: the offline MiniLM")
-    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="PPPM folder (train.csv, cpc_texts.csv)")
+    p.add_argument("--data-dir", default=None, help="PPPM folder (train.csv, cpc_texts.csv; default: "
+                   "../shared/data/pppm)")
     p.add_argument("--rows", type=int, default=2000, help="training rows")
     p.add_argument("--predict-rows", type=int, default=1000, help="held-out rows (prediction speed and Pearson)")
     p.add_argument("--epochs", type=float, default=1.0)
@@ -207,7 +208,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="torch.set_num_threads and ONNX Runtime's intra-op threads (default: each one's choice)")
     p.add_argument("--dump-steps", default=None, help="write every step's (rows, padded length, seconds) as JSON")
     p.add_argument("--quick", action="store_true", help="smoke run: 96 + 64 rows, 2 warm-up steps, 1 repeat")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The arguments; ``args.data_dir_given`` says whether ``--data-dir`` was given (see :func:`main`)."""
+    from attnpool.config import default_model
+
+    args = (parser or build_parser()).parse_args(argv)
+    args.data_dir_given = args.data_dir is not None
+    args.data_dir = args.data_dir if args.data_dir_given else DEFAULT_DATA_DIR
     args.model = args.model or default_model()
     if args.quick:
         args.rows, args.predict_rows, args.warmup_steps, args.predict_repeats, args.bootstrap = 96, 64, 2, 1, 200
@@ -784,8 +794,11 @@ def drop_missing_peers(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parse_args(argv, parser)
     if not (Path(args.data_dir) / "train.csv").is_file():
+        if args.data_dir_given:  # a mistyped path: an error, not a clean skip that measured nothing
+            parser.error(f"--data-dir {args.data_dir}: no train.csv there (see ../shared/data/pppm/README.md)")
         print(f"skipped: no PPPM train.csv in {args.data_dir} (give --data-dir; see ../shared/data/pppm/README.md)")
         return 0
     drop_missing_peers(args)

@@ -9,7 +9,9 @@ One trained run (``--run``: the ``--output-dir`` of ``attnpool train``; by defau
 * ``onnx int8`` (dynamic quantization of that graph, ``--quantize int8``).
 
 The ONNX paths need the ``onnx`` extra (``pip install 'attnpool[onnx]'``): without it they are left out, with a note,
-before anything trains. Without ``train.csv`` in ``--data-dir`` it prints ``skipped: ...`` and exits 0.
+before anything trains. Without ``train.csv`` in the default ``--data-dir`` (``../shared/data/pppm``) it prints
+``skipped: ...`` and exits 0; a ``--data-dir`` given without one is a usage error (exit 2: a mistyped path must not
+pass as a clean skip).
 
 Held-out rows: ``--rows`` rows of ``train.csv`` drawn at random (seed 123) from those no trained fold model of the run
 learned from: the rows outside the run's own (its ``--limit`` draw, read back through ``load_task`` with the run's
@@ -129,11 +131,12 @@ def lengthen(frame: pd.DataFrame, tokenizer, tokens: int) -> pd.DataFrame:
     return frame.assign(target=targets)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, default=None, help="a trained run (default: train one into --work-dir)")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/attnpool_predict_backends"))
-    parser.add_argument("--data-dir", type=Path, default=DATA, help="the PPPM folder (train.csv, cpc_texts.csv)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="the PPPM folder (train.csv, cpc_texts.csv; default: ../shared/data/pppm)")
     parser.add_argument("--train-rows", type=int, default=4000, help="rows of the run trained when --run is not given")
     parser.add_argument("--rows", type=int, default=None, help="held-out rows predicted (default 2048; --long: 256)")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default 64; --long: 16)")
@@ -141,7 +144,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--long", action="store_true", help="lengthen every text to ~--long-tokens, max_length 512")
     parser.add_argument("--long-tokens", type=int, default=470,
                         help="anchor and target tokens per text with --long (the template adds ~20: ~490-510 in all)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The arguments; ``args.data_dir_given`` says whether ``--data-dir`` was given (see :func:`main`)."""
+    args = (parser or build_parser()).parse_args(argv)
+    args.data_dir_given = args.data_dir is not None
+    args.data_dir = args.data_dir if args.data_dir_given else DATA
     if args.rows is None:
         args.rows = 256 if args.long else 2048
     if args.batch_size is None:  # 64 rows of 512 tokens: the two ONNX Runtime sessions' arenas held 17 GB here
@@ -152,8 +162,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parse_args(argv, parser)
     if not (args.data_dir / "train.csv").is_file():
+        if args.data_dir_given:  # a mistyped path: an error, not a clean skip that measured nothing
+            parser.error(f"--data-dir {args.data_dir}: no train.csv there (see ../shared/data/pppm/README.md)")
         print(f"skipped: no PPPM train.csv in {args.data_dir} (give --data-dir: the benchmark needs real rows)")
         return 0
     onnx = not missing_modules(ONNX_MODULES)

@@ -28,13 +28,16 @@ Usage::
     python benchmarks/predict_memory.py --unchunked         # plus 1M rows in one chunk
     python benchmarks/predict_memory.py --sizes 1000 20000 --chunk-rows 5000   # a quick look
 
-A ``--workdir`` of an earlier call is reused: its run is written again, its ``rows_N.csv`` files are read again (each
-written whole or not at all, so an interrupted write is never reused).
+A ``--workdir`` of an earlier call is reused: its run is written again, its rows files are read again (each written
+whole or not at all, so an interrupted write is never reused). A rows file is named after everything that decides
+its rows (:func:`rows_name`: the row count, ``--seed`` and where the phrases come from, ``--data-dir``'s PPPM or the
+made-up ones), so that a call with another seed or data draws its own rows instead of measuring an earlier call's.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -68,10 +71,29 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def has_pppm(data_dir: str | Path) -> bool:
+    """Whether ``data_dir`` holds the PPPM files the rows are drawn from (else the phrases are made up)."""
+    return (Path(data_dir) / "train.csv").is_file() and (Path(data_dir) / "cpc_texts.csv").is_file()
+
+
+def rows_name(rows: int, seed: int, data_dir: str | Path) -> str:
+    """The rows file's name, of every option that decides its content: ``rows_{rows}_seed{seed}_{source}.csv``.
+
+    A reused ``--workdir`` must never hand one call's rows to another: a second call with another ``--seed`` (or
+    ``--data-dir``) measured the first one's rows. The source is ``pppm`` and a hash of the resolved ``data_dir``
+    when the phrases are drawn from its PPPM files, ``madeup`` when they are made up (they follow the seed alone).
+    """
+    if has_pppm(data_dir):
+        source = "pppm" + hashlib.sha256(str(Path(data_dir).expanduser().resolve()).encode()).hexdigest()[:8]
+    else:
+        source = "madeup"
+    return f"rows_{rows}_seed{seed}_{source}.csv"
+
+
 def pppm_source(data_dir: str, rng: np.random.Generator):
     """``(anchors, targets, contexts, cpc_frame)``: the real PPPM phrases and titles when present, else made up."""
     root = Path(data_dir)
-    if (root / "train.csv").is_file() and (root / "cpc_texts.csv").is_file():
+    if has_pppm(root):
         train = pd.read_csv(root / "train.csv", dtype=str, keep_default_na=False)
         cpc = pd.read_csv(root / "cpc_texts.csv", dtype=str, keep_default_na=False)
         return train["anchor"].to_numpy(), train["target"].to_numpy(), train["context"].to_numpy(), cpc
@@ -169,7 +191,7 @@ def main() -> None:
             jobs.append((max(args.sizes), max(args.sizes)))
         results = []
         for rows, chunk_rows in jobs:
-            data = folder / f"rows_{rows}.csv"
+            data = folder / rows_name(rows, args.seed, args.data_dir)  # another seed or data: other rows, other file
             if not data.exists():
                 start = time.perf_counter()
                 write_rows(data, rows, source, np.random.default_rng(args.seed + rows))

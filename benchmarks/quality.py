@@ -1,8 +1,9 @@
 """Does attention pooling earn its place on real data? mean vs cls vs attention, with the recipes it replaces.
 
-On the real sets in ``../shared/data`` (skipped when absent), with the offline all-MiniLM-L6-v2 and the same
-budget for everyone, it runs ``attnpool compare`` with ``mean``, ``cls`` and ``attention`` (attnpool's default
-recipe: same folds, data order and epochs per seed) and trains two references on exactly the same rows:
+On the real sets in ``../shared/data`` (``--data-root``; without data, see the end), with the offline
+all-MiniLM-L6-v2 and the same budget for everyone, it runs ``attnpool compare`` with ``mean``, ``cls`` and
+``attention`` (attnpool's default recipe: same folds, data order and epochs per seed) and trains two references on
+exactly the same rows:
 
 * ``notebook``: the public PPPM notebook's model and loop, transcribed (``benchmarks/references.py``);
 * ``cross-encoder``: sentence-transformers' ``CrossEncoder`` recipe, on the pair-regression set only.
@@ -39,6 +40,11 @@ Everything is kept in ``--output-dir`` (default ``runs/quality``): an interrupte
 reference predictions are reused; ``quality.json`` there holds the summary of every set measured (a call replaces its
 sets' entries and keeps the others'). A reference whose optional extra is missing (the CrossEncoder's
 ``sentence-transformers``) is left out with a note before anything trains.
+
+Without data: a set whose file is missing under the default ``--data-root`` (``../shared/data``) is skipped with
+``skipped: ...`` (exit 0 when no set is left: CI has no data); under a ``--data-root`` given, a set asked for
+whose file is missing there is a usage error (exit 2, naming the root and the file: a mistyped path must not pass as
+a clean skip).
 """
 
 from __future__ import annotations
@@ -332,7 +338,7 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", nargs="+", default=["pppm", "cr", "mpqa"], choices=["pppm", "cr", "mpqa"])
     parser.add_argument("--seeds", type=int, default=5, help="number of seeds (default: 5)")
@@ -351,13 +357,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", nargs="+", default=[], metavar="SET=N",
                         help="train and validate on a seeded random N rows of a set, e.g. mpqa=5000")
     parser.add_argument("--model", default=None, help="encoder (default: the offline all-MiniLM-L6-v2)")
-    parser.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT)
+    parser.add_argument("--data-root", type=Path, default=None, help="the folder of the sets' folders (default: "
+                        "../shared/data)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/quality"))
     parser.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "quality.md",
                         help="where the tables are written (default: docs/quality.md); '-' for none")
     parser.add_argument("--no-references", action="store_true", help="skip the notebook and CrossEncoder runs")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The arguments; ``args.data_root_given`` says whether ``--data-root`` was given (see :func:`missing_data`)."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
+    args.data_root_given = args.data_root is not None
+    args.data_root = args.data_root if args.data_root_given else DEFAULT_DATA_ROOT
     for option, example in (("rows", "mpqa=5000"), ("set_seeds", "pppm=8")):
         items = getattr(args, option)
         try:
@@ -367,16 +382,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    sets = data_sets(args.pppm_rows)
+def missing_data(sets: dict[str, DataSet], args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """The sets of ``args.sets`` whose file is not under ``args.data_root``, to be skipped (said on stdout).
+
+    Under the default root (``args.data_root_given`` false) a missing set is skipped: CI has no data. Under a
+    ``--data-root`` given, it is a usage error (``parser.error``, exit 2) naming the root and the files missing there:
+    a mistyped path printed the same "skipped" and exited 0, having measured nothing.
+    """
     missing = [name for name in args.sets if not (args.data_root / sets[name].source).is_file()]
+    if missing and args.data_root_given:
+        files = ", ".join(sets[name].source for name in missing)
+        parser.error(f"--data-root {args.data_root}: no {files} there (the data of --sets {' '.join(missing)}; "
+                     "see ../shared/data's READMEs)")
     if missing:
-        print(f"skipped: no data for {', '.join(missing)} under {args.data_root} (see its READMEs)")
+        print(f"skipped: no data for {', '.join(missing)} under {args.data_root} (give --data-root; see its READMEs)")
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse_args(argv, parser)
+    sets = data_sets(args.pppm_rows)
+    missing = missing_data(sets, args, parser)
     wanted = [sets[name] for name in args.sets if name not in missing]
     if not wanted:
         return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     work = args.output_dir / "data"  # converted inputs: a fixed path, so that a later call resumes the same recipe
     work.mkdir(parents=True, exist_ok=True)
     summaries = []

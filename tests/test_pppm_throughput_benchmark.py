@@ -78,3 +78,20 @@ def test_the_precision_speed_line_names_the_runs_precision(report):
     """It said "bf16/fp32 training speed" whatever precision attnpool trained at."""
     line = next(line for line in report.splitlines() if line.startswith("Pearson attnpool fp16 - attnpool fp32"))
     assert "(fp16/fp32 training speed 2.00x, probe-corrected)" in line and "bf16" not in line
+
+
+def test_a_data_dir_given_without_train_csv_is_an_error(tmp_path, monkeypatch, capsys):
+    """Without data in the default folder: skipped, exit 0 (CI has no data). A --data-dir given without train.csv (a
+    mistyped path) printed the same "skipped" and exited 0, having measured nothing: now a usage error."""
+    monkeypatch.setattr(pt, "load_data", lambda args: pytest.fail("nothing may load without data"))
+    monkeypatch.setattr(pt.logging, "basicConfig", lambda **kwargs: None)
+    monkeypatch.setattr(transformers.logging, "set_verbosity_error", lambda: None)
+    monkeypatch.setattr(pt, "DEFAULT_DATA_DIR", str(tmp_path / "no_default"))
+    assert pt.main(["--quick"]) == 0
+    assert f"skipped: no PPPM train.csv in {tmp_path / 'no_default'}" in capsys.readouterr().out
+    (tmp_path / "typo").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        pt.main(["--data-dir", str(tmp_path / "typo"), "--quick"])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and "skipped" not in captured.out
+    assert f"--data-dir {tmp_path / 'typo'}: no train.csv there" in captured.err

@@ -25,9 +25,47 @@ def test_sentence_files_become_csv(tmp_path):
     assert lines == ["id,text,label", "toy00001,a fine phone .,1", "toy00002,it broke,0", "toy00004,x,1"]
 
 
-def test_missing_data_is_skipped_cleanly(tmp_path, capsys):
-    assert quality.main(["--data-root", str(tmp_path), "--docs", "-", "--output-dir", str(tmp_path / "q")]) == 0
-    assert "skipped: no data for pppm, cr, mpqa" in capsys.readouterr().out
+@pytest.fixture
+def no_script_logging(monkeypatch):
+    """main() sets up a script's logging (the root logger's handler): not this test process's."""
+    monkeypatch.setattr(quality.logging, "basicConfig", lambda **kwargs: None)
+
+
+def _cr(root: Path) -> Path:
+    (root / "cr").mkdir(parents=True)
+    (root / "cr" / "custrev.all").write_text("1 a fine phone .\n0 it broke\n", encoding="latin-1")
+    return root
+
+
+def test_missing_data_is_skipped_cleanly(tmp_path, capsys, monkeypatch, no_script_logging):
+    """Under the default --data-root: skipped, exit 0 (CI has no data), and a set that is there still runs."""
+    monkeypatch.setattr(quality, "DEFAULT_DATA_ROOT", tmp_path / "none")
+    assert quality.main(["--docs", "-", "--output-dir", str(tmp_path / "q")]) == 0
+    assert f"skipped: no data for pppm, cr, mpqa under {tmp_path / 'none'}" in capsys.readouterr().out
+    assert not (tmp_path / "q").exists()
+    measured = []
+    monkeypatch.setattr(quality, "DEFAULT_DATA_ROOT", _cr(tmp_path / "data"))
+    monkeypatch.setattr(quality, "evaluate_set", lambda spec, *args: measured.append(spec.name) or {"set": spec.name})
+    monkeypatch.setattr(quality, "markdown", lambda summary: "table")
+    assert quality.main(["--sets", "cr", "mpqa", "--no-references", "--docs", "-",
+                         "--output-dir", str(tmp_path / "q")]) == 0
+    assert "skipped: no data for mpqa under" in capsys.readouterr().out and measured == ["cr"]
+
+
+def test_a_data_root_given_without_a_sets_data_is_an_error(tmp_path, capsys, monkeypatch, no_script_logging):
+    """A --data-root given without the data of a set asked for (a mistyped path) printed "skipped" and exited 0,
+    having measured nothing (or only the sets it found): now a usage error naming the root and the missing file."""
+    monkeypatch.setattr(quality, "evaluate_set", lambda *args: pytest.fail("nothing may train"))
+    data = _cr(tmp_path / "data")
+    for flags, says in (([], f"--data-root {tmp_path / 'typo'}: no pppm/train.csv, cr/custrev.all, mpqa/mpqa.all "
+                             "there"),
+                        (["--sets", "cr", "mpqa"], f"--data-root {data}: no mpqa/mpqa.all there")):
+        root = tmp_path / "typo" if not flags else data
+        with pytest.raises(SystemExit) as exit_:
+            quality.main(["--data-root", str(root), *flags, "--docs", "-", "--output-dir", str(tmp_path / "q")])
+        captured = capsys.readouterr()
+        assert exit_.value.code == 2 and says in captured.err and "skipped" not in captured.out
+    assert not (tmp_path / "q").exists()
 
 
 @pytest.mark.parametrize("flags, split_seed, says", [

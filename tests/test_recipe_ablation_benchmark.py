@@ -61,10 +61,17 @@ def test_the_speed_ratio_is_of_the_folds_training_seconds(tmp_path, monkeypatch)
     assert ra.train_side(cfg, tmp_path / "lr-0.0001", [1, 2])["seconds"] == {1: 10.0, 2: 10.0}  # not 60 and 60
 
 
+@pytest.fixture(autouse=True)
+def _no_script_logging(monkeypatch):
+    """main() sets up a script's logging (the root logger's handler): not this test process's."""
+    monkeypatch.setattr(ra.logging, "basicConfig", lambda **kwargs: None)
+
+
 def test_no_data_writes_nothing_and_a_call_keeps_the_other_sets_results(tmp_path, capsys, monkeypatch):
     """Without data it wrote [] over earlier results; a --sets cr call replaced the PPPM and MPQA entries."""
     out = tmp_path / "out"
-    assert ra.main(["--set", "lr=1e-4", "--data-root", str(tmp_path / "none"), "--output-dir", str(out)]) == 0
+    monkeypatch.setattr(ra, "DEFAULT_DATA_ROOT", tmp_path / "none")  # no data under the default root: skipped
+    assert ra.main(["--set", "lr=1e-4", "--output-dir", str(out)]) == 0
     assert "skipped: no data for pppm, cr, mpqa" in capsys.readouterr().out and not out.exists()
     path = out / "lr-0.0001.json"
     ra.write_results(path, [{"set": "pppm", "diff": 1}, {"set": "cr", "diff": 2}, {"set": "mpqa", "diff": 3}])
@@ -96,6 +103,26 @@ def test_a_bad_change_is_refused_before_anything_trains(tmp_path, monkeypatch, c
                  "--output-dir", str(tmp_path / "out")])
     assert exit_.value.code == 2 and trained == []  # a usage error, before the default side trained
     assert says in capsys.readouterr().err
+
+
+def test_a_data_root_given_without_a_sets_data_is_an_error(tmp_path, monkeypatch, capsys):
+    """A --data-root given without the data of a set asked for (a mistyped path) printed "skipped" and exited 0, having
+    measured nothing (or only the sets it found): now a usage error naming the root and the missing file. Under the
+    default root a missing set is still skipped, and the others run."""
+    measured = []
+    monkeypatch.setattr(ra, "evaluate", lambda name, *args: measured.append(name) or {"set": name})
+    monkeypatch.setattr(ra, "markdown", lambda result: "table")
+    data = _cr_data(tmp_path / "data")
+    for root, sets, says in ((tmp_path / "typo", [], "no pppm/train.csv, cr/custrev.all, mpqa/mpqa.all there"),
+                             (data, ["--sets", "cr", "mpqa"], "no mpqa/mpqa.all there")):
+        with pytest.raises(SystemExit) as exit_:
+            ra.main(["--set", "lr=1e-4", "--data-root", str(root), *sets, "--output-dir", str(tmp_path / "out")])
+        captured = capsys.readouterr()
+        assert exit_.value.code == 2 and f"--data-root {root}: {says}" in captured.err
+        assert "skipped" not in captured.out and measured == [] and not (tmp_path / "out").exists()
+    monkeypatch.setattr(ra, "DEFAULT_DATA_ROOT", data)
+    assert ra.main(["--set", "lr=1e-4", "--sets", "cr", "mpqa", "--output-dir", str(tmp_path / "out")]) == 0
+    assert f"skipped: no data for mpqa under {data}" in capsys.readouterr().out and measured == ["cr"]
 
 
 @pytest.mark.parametrize("flags, says", [(["--rows", "mpqa"], "--rows takes SET=N items"),

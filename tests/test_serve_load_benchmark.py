@@ -134,3 +134,36 @@ def test_predict_memory_writes_its_rows_whole_or_not_at_all(tmp_path, monkeypatc
     monkeypatch.undo()
     pm.write_rows(path, 100, source, np.random.default_rng(1))
     assert len(pd.read_csv(path)) == 100
+
+
+def test_predict_memory_draws_its_own_rows_for_another_seed_or_data(tmp_path, monkeypatch):
+    """rows_N.csv in a reused --workdir was read back whatever --seed or --data-dir asked: a second call with another
+    seed measured the first call's rows. The file is now named after every option that decides its rows."""
+    measured = []
+
+    def measure(run, data, out, chunk_rows, args, log):  # no predict process: which rows it would have read
+        measured.append(pd.read_csv(data, dtype=str, keep_default_na=False))
+        out.write_text("id,score\n" + "".join(f"{i},0.5\n" for i in measured[-1]["id"]))
+        return 1.0, 1.0
+
+    monkeypatch.setattr(pm, "build_run", lambda folder, data_dir, folds, hidden_size: folder / "run")
+    monkeypatch.setattr(pm, "measure", measure)
+    pppm = tmp_path / "pppm"
+    pppm.mkdir()
+    pd.DataFrame({"id": ["a", "b"], "anchor": ["gas valve", "drum"], "target": ["valve", "wheel"],
+                  "context": ["A01", "B02"], "score": [0.5, 0.25]}).to_csv(pppm / "train.csv", index=False)
+    pd.DataFrame({"context": ["A01", "B02"], "text": ["HUMAN NECESSITIES", "OPERATIONS"]}).to_csv(
+        pppm / "cpc_texts.csv", index=False)
+    work = tmp_path / "work"
+    calls = [(0, "none"), (1, "none"), (0, "none"), (0, "pppm")]  # (--seed, --data-dir)
+    for seed, data in calls:
+        monkeypatch.setattr(sys, "argv", ["predict_memory.py", "--sizes", "50", "--workdir", str(work), "--seed",
+                                          str(seed), "--data-dir", str(tmp_path / data)])
+        pm.main()
+    assert all(len(rows) == 50 for rows in measured)
+    assert not measured[1]["id"].isin(measured[0]["id"]).any()  # another seed: other rows (it measured seed 0's)
+    assert measured[2].equals(measured[0])  # the same options: the file of the first call, read again
+    assert set(measured[3]["anchor"]) <= {"gas valve", "drum"}  # the real phrases, not an earlier call's made-up ones
+    assert set(measured[3]["context"]) <= {"A01", "B02"} and not measured[3].equals(measured[0])
+    assert sorted(p.name for p in work.glob("rows_*.csv")) == sorted(
+        {pm.rows_name(50, seed, tmp_path / data) for seed, data in calls})

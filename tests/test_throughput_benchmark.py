@@ -73,12 +73,22 @@ def test_long_texts_reach_the_token_count_with_other_rows_phrases():
     assert (pb.parse_args([]).rows, pb.parse_args([]).batch_size) == (2048, 64)
 
 
-def test_without_data_both_scripts_skip_cleanly(tmp_path, capsys):
-    """pppm_throughput.py raised a DataError traceback, predict_backends.py exited 1."""
-    assert pt.main(["--data-dir", str(tmp_path / "none"), "--quick"]) == 0
-    assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
-    assert pb.main(["--data-dir", str(tmp_path / "none"), "--work-dir", str(tmp_path / "work")]) == 0
-    assert "skipped: no PPPM train.csv in" in capsys.readouterr().out
+@pytest.mark.parametrize("script", [pt, pb], ids=["pppm_throughput", "predict_backends"])
+def test_without_data_both_scripts_skip_cleanly(script, tmp_path, monkeypatch, capsys):
+    """pppm_throughput.py raised a DataError traceback, predict_backends.py exited 1. Skipped cleanly without data in
+    the default folder (CI has none); a --data-dir given without train.csv is a usage error: a mistyped path printed
+    the same "skipped" and exited 0, having measured nothing."""
+    monkeypatch.setattr(pt, "DEFAULT_DATA_DIR", str(tmp_path / "no_default"))  # each script's default folder
+    monkeypatch.setattr(pb, "DATA", tmp_path / "no_default")
+    monkeypatch.setattr(pb, "_train", lambda *args: pytest.fail("nothing may train without data"))
+    flags = ["--quick"] if script is pt else ["--work-dir", str(tmp_path / "work")]
+    assert script.main(flags) == 0
+    assert f"skipped: no PPPM train.csv in {tmp_path / 'no_default'}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--data-dir", str(tmp_path / "none"), *flags])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and "skipped" not in captured.out
+    assert f"--data-dir {tmp_path / 'none'}: no train.csv there" in captured.err
     assert not (tmp_path / "work").exists()
 
 
