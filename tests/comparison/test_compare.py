@@ -112,8 +112,10 @@ def test_paired_t_test_matches_scipy_and_needs_pairs():
 
 
 def test_holm_step_down():
-    # Holm by hand: sorted p 0.01, 0.02, 0.04 -> 3*0.01, 2*0.02, 1*0.04 (kept monotone); NaN is not a test.
-    assert holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.04, 0.03, float("nan"), 0.04], nan_ok=True)
+    # Holm by hand: sorted p 0.01, 0.02, 0.04 -> 3*0.01, 2*0.02, 1*0.04 (kept monotone)
+    assert holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    # an untested pooler (NaN) stays in the family as p = 1: 4*0.01, 3*0.02, 2*0.04, and its own p stays NaN
+    assert holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.08, 0.04, float("nan"), 0.06], nan_ok=True)
     assert holm([0.5, 0.6]) == [1.0, 1.0]
 
 
@@ -617,3 +619,145 @@ def test_bad_bootstrap_seeds_or_pooler_values_are_refused_before_anything_trains
         api.compare(output_dir=tmp_path / "c", train_file=str(root / "train.csv"), text_cols=["first", "second"],
                     **options)
     assert not (tmp_path / "c").exists()
+
+
+# ---------------------------------------------------------------- one key kind, absolute paths, early data check
+
+
+def _oof_run(path: Path, rows: np.ndarray, ids: np.ndarray | None, target: np.ndarray) -> tuple[Path, int]:
+    run = Run.create(path)
+    run.write_info({"task": "regression"})
+    run.write_oof(oof_frame("regression", None, rows, None if ids is None else ids[rows], target[rows], target[rows],
+                            0))
+    return path, int(path.name.removeprefix("seed_"))
+
+
+def test_bootstrap_keys_are_of_one_kind_for_every_seed(tmp_path):
+    """The kind was chosen per run: a seed whose fold held both rows of a duplicated id got row keys, the other seed
+    id keys, so the 100 examples they shared were drawn twice, independently; and two rows sharing an id in different
+    seeds were merged into one key."""
+    from attnpool.comparison import shared_bootstrap_keys
+
+    n, target = 400, np.random.default_rng(0).random(400)
+    ids = np.array([f"e{i}" for i in range(n)])
+    ids[1] = "e0"  # one id on two rows of the file
+    perm = np.random.default_rng(7).permutation(n)
+    valid = {42: np.sort(np.r_[0, perm[perm > 1][:199]]), 43: np.sort(np.r_[0, 1, perm[perm > 1][100:298]])}
+    runs = {("mean", seed): _oof_run(tmp_path / "a" / f"seed_{seed}", rows, ids, target) for seed, rows in
+            valid.items()}
+    keys, by_group = shared_bootstrap_keys(runs)
+    assert not by_group and all(k.startswith("row:") for v in keys.values() for k in v)
+    shared = set(keys[("mean", 42)]) & set(keys[("mean", 43)])
+    assert len(shared) == len(np.intersect1d(valid[42], valid[43])) == 100
+    # each seed's ids are unique, but e0 is row 0 in one seed and row 1 in the other: two examples, not one
+    runs = {("mean", 42): _oof_run(tmp_path / "b" / "seed_42", np.r_[0, 2:50], ids, target),
+            ("mean", 43): _oof_run(tmp_path / "b" / "seed_43", np.r_[1, 2:50], ids, target)}
+    keys, _ = shared_bootstrap_keys(runs)
+    assert "id:e0" not in keys[("mean", 42)] and keys[("mean", 43)][0] == "row:1"
+    # ids one-to-one with rows over every run: ids, shared where the rows are
+    unique = np.array([f"e{i}" for i in range(n)])
+    runs = {("mean", seed): _oof_run(tmp_path / "c" / f"seed_{seed}", rows, unique, target) for seed, rows in
+            valid.items()}
+    keys, _ = shared_bootstrap_keys(runs)
+    assert keys[("mean", 42)][0] == "id:e0" and len(set(keys[("mean", 42)]) & set(keys[("mean", 43)])) == 100
+    # one run without ids (an older run): rows everywhere
+    runs[("attention", 43)] = _oof_run(tmp_path / "c" / "attention" / "seed_43", valid[43], None, target)
+    keys, _ = shared_bootstrap_keys(runs)
+    assert all(k.startswith("row:") for v in keys.values() for k in v)
+    # each seed drew its own rows (a limit): rows are the seed's own, ids name the examples across seeds
+    runs = {("mean", 42): _oof_run(tmp_path / "d" / "seed_42", np.arange(20), unique, target),
+            ("mean", 43): _oof_run(tmp_path / "d" / "seed_43", np.arange(20), unique[::-1].copy(), target)}
+    keys, _ = shared_bootstrap_keys(runs, per_seed_rows=True)
+    assert keys[("mean", 42)][0] == "id:e0" and keys[("mean", 43)][0] == "id:e399"
+
+
+def _csv(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("a,label\nx,1\n")
+    return str(path.resolve())
+
+
+def test_the_same_data_file_named_otherwise_is_the_same_recipe(tmp_path, monkeypatch):
+    """compare_config.yaml kept train_file as typed: data/x.csv, then its absolute path, was refused as another
+    recipe, and data/x.csv from another working directory (another file) was accepted."""
+    here, elsewhere = _csv(tmp_path / "wd" / "data" / "x.csv"), _csv(tmp_path / "other" / "data" / "x.csv")
+    (tmp_path / "wd" / "encoder").mkdir()
+    out = tmp_path / "cmp"
+    monkeypatch.chdir(tmp_path / "wd")
+
+    def recipe(**values):
+        return TrainConfig(text_cols=["a"], **values)
+
+    runner._check_recipe(out, recipe(train_file="data/x.csv", model="encoder"), False)
+    saved = yaml.safe_load((out / "compare_config.yaml").read_text())
+    assert saved["train_file"] == here and saved["model"] == str((tmp_path / "wd" / "encoder").resolve())
+    for same in (here, "./data/x.csv", "data/../data/x.csv"):
+        runner._check_recipe(out, recipe(train_file=same, model="encoder"), False)
+    monkeypatch.chdir(tmp_path / "other")
+    with pytest.raises(RunError, match=re.escape(f"another recipe (train_file: {here!r} -> {elsewhere!r})")):
+        runner._check_recipe(out, recipe(train_file="data/x.csv", model=str(tmp_path / "wd" / "encoder")), False)
+    runner._check_recipe(out, recipe(train_file=here, model=str(tmp_path / "wd" / "encoder")), False)
+    hub, name = tmp_path / "hub", "sentence-transformers/all-MiniLM-L6-v2"  # a hub name stays a name
+    runner._check_recipe(hub, recipe(train_file=here, model=name), False)
+    assert yaml.safe_load((hub / "compare_config.yaml").read_text())["model"] == name
+
+
+def test_a_recipe_saved_with_relative_paths_still_pairs_with_the_same_file(tmp_path, monkeypatch):
+    """Comparisons saved before the paths were made absolute: the same file is not refused, and the paths are saved
+    absolute once it matches; a run inside tells which file a relative path meant."""
+    here, elsewhere = _csv(tmp_path / "wd" / "data" / "x.csv"), _csv(tmp_path / "other" / "data" / "x.csv")
+    cfg = TrainConfig(train_file="data/x.csv", text_cols=["a"])
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "compare_config.yaml").write_text(yaml.safe_dump(runner._shared_recipe(cfg), sort_keys=False))
+    monkeypatch.chdir(tmp_path / "wd")  # the folder it was made in: read from here
+    runner._check_recipe(old, TrainConfig(train_file=here, text_cols=["a"]), False)
+    assert yaml.safe_load((old / "compare_config.yaml").read_text())["train_file"] == here
+    # from another folder: its runs (which save their paths absolute) say data/x.csv was wd's
+    (old / "compare_config.yaml").write_text(yaml.safe_dump(runner._shared_recipe(cfg), sort_keys=False))
+    Run.create(old / "runs" / "mean" / "seed_42").write_config({**cfg.to_dict(), "train_file": here})
+    monkeypatch.chdir(tmp_path / "other")
+    with pytest.raises(RunError, match=re.escape(f"(train_file: {here!r} -> {elsewhere!r})")):
+        runner._check_recipe(old, cfg, False)
+    runner._check_recipe(old, TrainConfig(train_file=here, text_cols=["a"]), False)
+    assert yaml.safe_load((old / "compare_config.yaml").read_text())["train_file"] == here
+
+
+def test_a_data_edit_is_refused_after_one_new_run_not_after_all_of_them(tmp_path, monkeypatch):
+    """The data check ran after every missing run had trained: hours of runs, then the refusal."""
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2)
+    out = tmp_path / "cmp"
+    fake_training(monkeypatch, fingerprint=lambda seed: "old data")
+    runner.compare(cfg, ["attention"], seeds=[1, 2, 3], output_dir=out, bootstrap=20)
+    trained = fake_training(monkeypatch, fingerprint=lambda seed: "edited data")
+    with pytest.raises(RunError, match=re.escape("the runs of seed 1 trained on different data (mean, attention; gem: "
+                                                 "each group on its own)")):
+        runner.compare(cfg, ["attention", "gem", "max"], seeds=[1, 2, 3], output_dir=out, bootstrap=20)
+    assert trained == [("gem", 1)]
+    # a new seed listed first: the seeds with runs kept from earlier calls train first, so the edit is found at once
+    other = tmp_path / "other"
+    fake_training(monkeypatch, fingerprint=lambda seed: "old data")
+    runner.compare(cfg, ["attention"], seeds=[1], output_dir=other, bootstrap=20)
+    trained = fake_training(monkeypatch, fingerprint=lambda seed: "edited data")
+    with pytest.raises(RunError, match="the runs of seed 1 trained on different data"):
+        runner.compare(cfg, ["attention", "gem"], seeds=[9, 1], output_dir=other, bootstrap=20)
+    assert trained == [("gem", 1)]
+    # unchanged data: every run trains and the comparison is written
+    trained = fake_training(monkeypatch, fingerprint=lambda seed: "old data")
+    result = runner.compare(cfg, ["attention", "max"], seeds=[9, 1], output_dir=tmp_path / "third", bootstrap=20)
+    assert len(trained) == 6 and [r["pooler"] for r in result.rows] == ["mean", "attention", "max"]
+
+
+def test_the_peak_memory_of_a_run_is_counted_in_bytes_on_linux_and_macos(tmp_path, monkeypatch):
+    """ru_maxrss is KiB on Linux but bytes on macOS: multiplied by 1024 on both, a Mac's peak read 1024 times high."""
+    from types import SimpleNamespace
+
+    run_dir = tmp_path / "runs" / "mean" / "seed_1"
+    Run.create(run_dir).write_metrics({"folds": [], "overall": {}, "complete": True})
+    monkeypatch.setattr(runner.subprocess, "Popen", lambda command, **kwargs: SimpleNamespace(pid=4321))
+    monkeypatch.setattr(runner.os, "wait4", lambda pid, options: (pid, 0, SimpleNamespace(ru_maxrss=2048)))
+    cfg, spec = TrainConfig(train_file="x.csv", text_cols=["a"]), PoolerSpec.parse("mean")
+    for platform, expected in (("linux", 2048 * 1024), ("darwin", 2048)):
+        monkeypatch.setattr(runner.sys, "platform", platform)
+        (run_dir.parent / "seed_1.cost.json").unlink(missing_ok=True)
+        assert runner._run_one(cfg, spec, 1, run_dir)["peak_rss_bytes"] == expected

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from attnpool.comparison import PoolerSpec, summary
+from attnpool.comparison import PoolerSpec, stats, summary
 from attnpool.comparison.stats import (
     MIN_SEEDS_FOR_5_PERCENT,
     metric_function,
@@ -364,3 +364,159 @@ def test_a_constant_or_sparse_target_column_leaves_the_bootstrap_a_finite_differ
     expected = task_metrics("regression", target, a)["pearson"] - task_metrics("regression", target, b)["pearson"]
     assert test.diff == pytest.approx(expected) and test.diff > 0
     assert all(math.isfinite(v) for v in (test.low, test.high, test.p)) and test.low <= test.diff <= test.high
+
+
+# ---------------------------------------------------------------- what the tests can claim: floors, Holm, agreement
+
+
+def _summarise(tmp_path, monkeypatch, correct: dict, seeds: list[int], *, bootstrap: int = 50,
+               diverged: tuple[str, int] | None = None):
+    """The table of poolers that got ``correct[(pooler, seed)]`` of N rows right (``diverged``: NaN on that run)."""
+    def key(run_dir):
+        return run_dir.parent.name, int(run_dir.name.removeprefix("seed_"))
+
+    def predictions(run_dir, task):
+        rows, target, probs = _predictions(correct[key(run_dir)], 0)
+        return rows, target, probs * np.nan if key(run_dir) == diverged else probs
+
+    monkeypatch.setattr(summary, "run_score",
+                        lambda run_dir, task: math.nan if key(run_dir) == diverged else correct[key(run_dir)] / N)
+    monkeypatch.setattr(summary, "run_predictions", predictions)
+    monkeypatch.setattr(summary, "_cost", lambda run_dir: (10.0, 1e9))
+    monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})
+    monkeypatch.setattr(summary, "_parameter_count", lambda run_dir: 1000)
+    monkeypatch.setattr(summary, "shared_bootstrap_keys",
+                        lambda runs, **kw: ({key: np.arange(N).astype(str) for key in runs}, False))
+    names = list(dict.fromkeys(pooler for pooler, _ in correct))
+    specs = [PoolerSpec.parse(name) for name in names]
+    return summary.summarise(tmp_path, "binary", specs, specs[0], seeds, bootstrap=bootstrap)
+
+
+def _better_on_every_seed(poolers: list[str], seeds: list[int]) -> dict:
+    correct = {("mean", s): 800 + 5 * (s % 7) for s in seeds}
+    for i, pooler in enumerate(poolers):
+        correct.update({(pooler, s): 830 + i + 4 * (s % 5) for s in seeds})
+    return correct
+
+
+def test_the_too_few_seeds_warning_counts_holm_s_correction(tmp_path, monkeypatch):
+    """6 seeds and two poolers better on every seed: each exact p is 2^-5 = 0.031, Holm's 0.0625, and the table said
+    nothing (the warning looked at 6 seeds alone)."""
+    seeds = [1, 2, 3, 4, 5, 6]
+    result = _summarise(tmp_path / "two", monkeypatch, _better_on_every_seed(["attention", "max"], seeds), seeds)
+    others = [r for r in result.rows if not r["baseline"]]
+    assert [r["p_signflip"] for r in others] == [2.0 ** -5] * 2 and [r["p_signflip_holm"] for r in others] == [
+        2.0 ** -4] * 2
+    assert ("**6 seed(s) are too few to test a difference over seeds**: the smallest p-value they allow is 0.0312, "
+            "and after Holm's correction over the 2 poolers compared to the baseline 2 x 0.0312 = 0.0625; 7 seeds are "
+            "needed for p < 0.05 after Holm.") in result.markdown
+    seeds = [1, 2, 3, 4, 5, 6, 7]  # 2 x 2^-6 = 0.031: Holm can pass
+    assert "too few" not in _summarise(tmp_path / "seven", monkeypatch,
+                                       _better_on_every_seed(["attention", "max"], seeds), seeds).markdown
+    seeds = [1, 2, 3, 4, 5, 6]  # one pooler: 2^-5 alone
+    assert "too few" not in _summarise(tmp_path / "one", monkeypatch, _better_on_every_seed(["attention"], seeds),
+                                       seeds).markdown
+    seeds = [1, 2, 3]
+    table = _summarise(tmp_path / "three", monkeypatch, _better_on_every_seed(["attention"], seeds), seeds).markdown
+    assert "the smallest p-value they allow is 0.25; 6 seeds are needed for p < 0.05. Until then" in table
+    assert [stats.seeds_needed(m) for m in (1, 2, 3, 4, 5)] == [6, 7, 7, 8, 8]
+
+
+def test_a_pooler_without_a_p_value_stays_in_holm_s_family(tmp_path, monkeypatch):
+    """max diverged on one seed (no p-value): it left the family, and attention's Holm p was its raw 0.031."""
+    seeds = [1, 2, 3, 4, 5, 6]
+    result = _summarise(tmp_path, monkeypatch, _better_on_every_seed(["attention", "max"], seeds), seeds,
+                        diverged=("max", 4))
+    rows = {r["pooler"]: r for r in result.rows}
+    assert math.isnan(rows["max"]["p_signflip"]) and math.isnan(rows["max"]["p_signflip_holm"])
+    assert rows["attention"]["p_signflip"] == 2.0 ** -5 and rows["attention"]["p_signflip_holm"] == 2.0 ** -4
+    assert rows["attention"]["p_bootstrap_holm"] == pytest.approx(min(1.0, 2 * rows["attention"]["p_bootstrap"]))
+    assert json.loads((tmp_path / "compare.json").read_text())["holm_family"] == 2
+    assert ("p-values are Holm-corrected over the 2 pooler(s) compared to the baseline (one without a p-value, e.g. "
+            "with a seed without a score, counts as p = 1: the family does not shrink)") in result.markdown
+    line = next(row for row in result.markdown.splitlines() if row.startswith("| `attention`"))
+    assert "| 0.062 |" in line
+
+
+def test_holm_counts_an_untested_p_value_as_one():
+    # sorted 0.01, 0.02, 0.04 and NaN as 1: 4 * 0.01, 3 * 0.02, 2 * 0.04; NaN stays NaN but the family is 4
+    assert stats.holm([0.04, 0.01, float("nan"), 0.02]) == pytest.approx([0.08, 0.04, float("nan"), 0.06],
+                                                                         nan_ok=True)
+    assert stats.holm([0.01, float("nan")]) == pytest.approx([0.02, float("nan")], nan_ok=True)
+    assert stats.holm([float("nan")]) == pytest.approx([float("nan")], nan_ok=True)
+
+
+def test_the_sign_flip_test_enumerates_every_pattern_up_to_twenty_seeds():
+    """From 17 seeds on scipy's 100,000 resamples were fewer than 2^n: a Monte Carlo p (6e-05 where the exact one is
+    1.5e-05 at 17 seeds) in a column that says exact, next to p_signflip_min = 2^(1-n)."""
+    for n in (17, 20):
+        test = sign_flip_test([0.01] * n, [0.0] * n)
+        assert test.p == 2.0 ** (1 - n) == test.min_p and not test.sampled
+    n, rng = 18, np.random.default_rng(4)
+    d = rng.normal(0.005, 0.01, n)
+    signs = 1.0 - 2.0 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+    by_hand = np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-12)
+    assert sign_flip_test(d, np.zeros(n)).p == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_beyond_twenty_seeds_the_sign_flip_test_samples_and_says_its_true_floor(tmp_path, monkeypatch):
+    test = sign_flip_test([0.01] * 22, [0.0] * 22, num_samples=1000)
+    assert test.sampled and test.min_p == pytest.approx(1 / 1001) and test.p == pytest.approx(1 / 1001)
+    assert stats.sign_flip_floor(21) == pytest.approx(1 / 100_001) and stats.sign_flip_floor(20) == 2.0 ** -19
+    seeds = list(range(1, 22))
+    result = _summarise(tmp_path, monkeypatch, _better_on_every_seed(["attention"], seeds), seeds, bootstrap=20)
+    attention = result.rows[1]
+    assert attention["p_signflip_sampled"] and attention["p_signflip_min"] == pytest.approx(1 / 100_001)
+    assert attention["p_signflip"] >= attention["p_signflip_min"]
+    assert "| p over seeds (sampled, Holm) |" in result.markdown and "all 2^n sign patterns" not in result.markdown
+    assert ("the sign-flip permutation test of the paired differences on 100,000 sampled sign patterns (more than 20 "
+            "seeds: the 2^n patterns are sampled, not enumerated; no normality assumed); it cannot go below "
+            "1/(1+100,000), here 1e-05.") in result.markdown
+
+
+def test_the_bootstrap_interval_excludes_0_exactly_when_its_p_value_is_below_5_percent():
+    """Two seeds of 30 examples: the 95% interval [0.017, 0.333] excluded 0 beside p = 0.052 (linear interpolation for
+    the interval, 2 (1 + far) / (1 + R) for p: two counting rules)."""
+    accuracy = metric_function("binary", "accuracy")
+
+    def probs(right):
+        return np.stack([1 - right, right], 1)
+
+    rng = np.random.default_rng(3)
+    t = rng.integers(0, 2, 30)
+    pairs = [(probs(((rng.random(30) < 0.7) ^ (t == 0)) * 1.0), probs(((rng.random(30) < 0.6) ^ (t == 0)) * 1.0))
+             for _ in range(2)]
+    cases = [([(t, a, b) for a, b in pairs], 500, 5)]
+    for seed in range(30):
+        r = np.random.default_rng(100 + seed)
+        target = r.integers(0, 2, 40)
+        cases.append(([(target, probs(((r.random(40) < 0.75) ^ (target == 0)) * 1.0),
+                        probs(((r.random(40) < 0.6) ^ (target == 0)) * 1.0))], 200 + 37 * seed, seed))
+    agreements = set()
+    for groups, samples, seed in cases:
+        clusters = [np.arange(len(target)).astype(str) for target, _, _ in groups]
+        test = paired_bootstrap(groups, accuracy, num_samples=samples, seed=seed, clusters=clusters)
+        excludes = test.low > 0 or test.high < 0
+        assert excludes == (test.p < 0.05), (samples, seed, test)
+        agreements.add(excludes)
+    assert agreements == {True, False}  # both kinds of case were met
+
+
+def test_the_percentile_interval_and_p_value_follow_one_counting_rule():
+    rng = np.random.default_rng(0)
+    for size in (39, 40, 199, 500, 999, 1000):
+        for shift in np.linspace(-0.2, 0.2, 41):
+            replicates = np.round(rng.normal(shift, 0.1, size), 2)  # rounded: some replicates exactly 0
+            for confidence in (0.9, 0.95, 0.99):
+                low, high, p = stats.percentile_test(replicates, confidence)
+                alpha = round(1 - confidence, 12)  # 0.05, not 1 - 0.95 = 0.05000000000000004
+                if math.isnan(low):
+                    assert p >= alpha
+                    continue
+                assert (low > 0 or high < 0) == (p < alpha), (size, shift, confidence, low, high, p)
+    low, high, p = stats.percentile_test(np.arange(1000) - 20.0)  # 21 of 1000 at or below 0
+    assert (low, high, p) == (4.0, 955.0, pytest.approx(2 * 22 / 1001))  # the 25th smallest and the 25th largest
+    low, high, p = stats.percentile_test(np.arange(38) + 1.0)  # too few for a 95% interval: none, and p >= 0.05
+    assert math.isnan(low) and math.isnan(high) and p == pytest.approx(2 / 39)
+    assert math.isnan(stats.percentile_test(np.arange(39) + 1.0)[0])
+    assert stats.percentile_test(np.arange(40) + 1.0) == (1.0, 40.0, pytest.approx(2 / 41))  # 40: the extremes

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,7 +47,7 @@ def test_a_second_process_is_refused_at_once_with_the_holder(holder, tmp_path):
     assert time.monotonic() - started < 0.5
     message = str(err.value)
     assert message.startswith(f"{run} is in use by another attnpool process (train, PID {proc.pid} on host "
-                              f"{socket.gethostname()}, since {info['started']}); wait for it to finish or stop it; ")
+                              f"{socket.gethostname()}, since {info['started']}); wait for it to finish. ")
     assert message.endswith(f"if no such process is running, delete {run / LOCK_NAME}")
     assert isinstance(err.value, ValueError)
     assert (run / LOCK_NAME).exists()  # the refused process leaves the holder's file alone
@@ -159,7 +160,19 @@ def no_fcntl(monkeypatch):
     monkeypatch.setattr(lock_mod, "fcntl", None)
 
 
+def _started(pid: int) -> list | None:
+    """When process ``pid`` started, as a lock file records it: [clock ticks since boot, the boot's id] (Linux)."""
+    try:
+        stat, boot = Path(f"/proc/{pid}/stat").read_text(), Path("/proc/sys/kernel/random/boot_id").read_text()
+        return [int(stat[stat.rindex(")") + 2:].split()[19]), boot.strip()]
+    except OSError:
+        return None
+
+
 def _write_holder(folder: Path, **info) -> None:
+    """A lock file as a holder writes it: a live PID records when its process started, unless told otherwise."""
+    if "process_start" not in info and isinstance(info.get("pid"), int):
+        info["process_start"] = _started(info["pid"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / LOCK_NAME).write_text(json.dumps({"purpose": "train", "started": "2026-12-01T12:00:00+00:00", **info}))
 
@@ -176,11 +189,50 @@ def test_fallback_refuses_a_live_holder_with_the_full_message(tmp_path, no_fcntl
     _write_holder(tmp_path / "x", pid=os.getppid(), host=socket.gethostname())
     with pytest.raises(LockedError) as err:
         RunLock(tmp_path / "x").acquire()
-    x = tmp_path / "x"
+    x, pid = tmp_path / "x", os.getppid()
     assert str(err.value) == (
-        f"{x} is in use by another attnpool process (train, PID {os.getppid()} on host {socket.gethostname()}, "
-        f"since 2026-12-01T12:00:00+00:00); wait for it to finish or stop it; "
-        f"if no such process is running, delete {x / LOCK_NAME}")
+        f"{x} is in use by another attnpool process (train, PID {pid} on host {socket.gethostname()}, "
+        f"since 2026-12-01T12:00:00+00:00); wait for it to finish. A PID can be reused: before stopping {pid}, check "
+        f"on {socket.gethostname()} that it is that process (`ps -o lstart=,args= -p {pid}`: attnpool's command line, "
+        f"started before 2026-12-01T12:00:00+00:00); if no such process is running, delete {x / LOCK_NAME}")
+
+
+proc_only = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux's /proc")
+
+
+@proc_only
+def test_fallback_takes_over_a_lock_whose_pid_is_now_another_process(tmp_path, no_fcntl, caplog):
+    """Without flock, a PID reused by an unrelated process kept a dead holder's lock for good, and the message
+    invited stopping that process."""
+    other = subprocess.Popen(["sleep", "30"])  # a live process that started after the holder took the lock
+    try:
+        ticks, boot = _started(other.pid)
+        for name, recorded in [("old", {"process_start": None}), ("reused", {"process_start": [ticks - 1, boot]}),
+                               ("rebooted", {"process_start": [ticks, "another-boot"]})]:
+            # an older attnpool's file: its time only (when the holder, killed in 2020, took the lock)
+            _write_holder(tmp_path / name, pid=other.pid, host=socket.gethostname(),
+                          started="2020-01-01T00:00:00+00:00", **recorded)
+            with caplog.at_level(logging.WARNING, logger="attnpool"), RunLock(tmp_path / name) as lock:
+                assert json.loads(lock.lock_file.read_text())["pid"] == os.getpid()
+            assert f"left by PID {other.pid} on host" in caplog.text and not lock.lock_file.exists()
+        _write_holder(tmp_path / "held", pid=other.pid, host=socket.gethostname(), process_start=[ticks, boot])
+        with pytest.raises(LockedError, match=f"before stopping {other.pid}, check"):  # that process is the holder
+            RunLock(tmp_path / "held").acquire()
+        now = datetime.now().astimezone().isoformat(timespec="seconds")  # an older file, taken after it started
+        _write_holder(tmp_path / "held-old", pid=other.pid, host=socket.gethostname(), started=now,
+                      process_start=None)
+        with pytest.raises(LockedError):
+            RunLock(tmp_path / "held-old").acquire()
+    finally:
+        other.kill()
+        other.wait()
+
+
+@proc_only
+def test_a_holder_records_when_its_process_started(tmp_path, no_fcntl):
+    with RunLock(tmp_path) as lock:
+        recorded = json.loads(lock.lock_file.read_text())["process_start"]
+    assert recorded == _started(os.getpid()) and recorded[0] > 0 and recorded[1]
 
 
 def test_fallback_refuses_a_holder_on_another_host_and_an_unreadable_file(tmp_path, no_fcntl):

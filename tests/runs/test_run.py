@@ -7,15 +7,25 @@ import json
 import os
 import re
 import socket
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 import attnpool
+from attnpool.config import TrainConfig
 from attnpool.runs import LockedError, Run, RunError
 from attnpool.runs.run import RUN_FORMAT
+from attnpool.training.recipe import PER_CALL_SAVED
 from model_helpers import save_tiny_encoder, write_toy_csv
+
+
+def _saved_config(run: Path) -> None:
+    """config.yaml as a start saves it (recipe._record_run), before it makes its folds and writes run.json."""
+    Run(run).write_config({**TrainConfig(train_file="train.csv", text_cols=["text"], output_dir=str(run)).to_dict(),
+                           **PER_CALL_SAVED})
 
 
 def test_create_refuses_an_existing_run_unless_resumed_or_overwritten(tmp_path):
@@ -198,8 +208,9 @@ def test_a_pppm_start_whose_folds_fail_counts_as_never_started(tmp_path):
     refused for good."""
     run = tmp_path / "run"
     run.mkdir()
-    for name in ("train.log", "config.yaml", "cpc_texts.csv", ".cpc_texts.csv.abc123.tmp"):
+    for name in ("train.log", "cpc_texts.csv", ".cpc_texts.csv.abc123.tmp"):
         (run / name).write_text("...")
+    _saved_config(run)
     assert Run.never_started(run)
     Run.create(run)  # the same command again: starts afresh (the titles are copied again)
     assert sorted(p.name for p in run.iterdir() if p.name != ".attnpool.lock") == ["train.log"]
@@ -248,3 +259,105 @@ def test_an_overwrite_cut_short_leaves_a_run_that_overwrite_accepts_again(tmp_pa
     assert Run.is_run(tmp_path / "r")
     assert not Run.create(tmp_path / "r", overwrite=True).has_info()
     assert [p.name for p in (tmp_path / "r").iterdir() if p.name != ".attnpool.lock"] == []
+
+
+RECIPE_OF_THE_USERS = """\
+# my experiment: reviews, MiniLM, attention pooling
+train_file: data.csv
+text_cols: [review]
+label: sentiment   # the label column
+output_dir: exp1
+"""
+
+
+def test_a_recipe_of_the_users_in_the_output_dir_is_never_deleted(tmp_path):
+    """--output-dir the folder holding the user's config.yaml: it counted as a failed first start, and was deleted."""
+    exp = tmp_path / "exp1"
+    exp.mkdir()
+    (exp / "config.yaml").write_text(RECIPE_OF_THE_USERS)
+    assert not Run.never_started(exp)
+    for log in (False, True):  # and after a start there stopped by bad data (its train.log beside the recipe)
+        if log:
+            (exp / "train.log").write_text("... ERROR the data has no column sentiment\n")
+            assert not Run.never_started(exp)
+        with pytest.raises(RunError, match=r"exp1 already exists and is not an attnpool run \(no run.json; it holds "
+                                           r"config.yaml.*\); choose another --output-dir"):
+            Run.create(exp)
+        assert (exp / "config.yaml").read_text() == RECIPE_OF_THE_USERS
+    keys = {"overwrite": False, "resume": False, "only_folds": None}  # the saved keys, not in safe_dump's text:
+    for saved_keys_but_edited in (yaml.safe_dump(keys) + "# mine\n", "overwrite: no\nresume: no\nonly_folds: ~\n"):
+        (exp / "config.yaml").write_text(saved_keys_but_edited)
+        assert not Run.never_started(exp)
+    (exp / "config.yaml").unlink()
+    _saved_config(exp)  # as attnpool saves it: a failed start's, started afresh
+    (exp / "folds.csv").write_text("row,fold\n0,0\n")
+    assert Run.never_started(exp)
+    (exp / "config.yaml").unlink()
+    assert not Run.never_started(exp), "folds.csv comes after the config: without it, the user's"
+
+
+def test_train_with_its_recipe_in_the_output_dir_keeps_the_recipe(tmp_path):
+    """`attnpool train --config exp1/config.yaml` (output_dir: exp1), stopped by a wrong label: the recipe was gone."""
+    write_toy_csv(tmp_path / "data.csv", n=12)
+    exp = tmp_path / "exp1"
+    exp.mkdir()
+    recipe = RECIPE_OF_THE_USERS.replace("data.csv", str(tmp_path / "data.csv")).replace("[review]", "[first]")
+    recipe = recipe.replace("exp1", str(exp)) + f"model: {save_tiny_encoder(tmp_path / 'encoder')}\n"
+    (exp / "config.yaml").write_text(recipe)
+    with pytest.raises(ValueError, match="already exists and is not an attnpool run"):
+        attnpool.train(str(exp / "config.yaml"))
+    assert (exp / "config.yaml").read_text() == recipe
+
+
+def test_a_start_killed_while_writing_run_json_can_be_started_again(tmp_path):
+    """Its .run.json.*.tmp was no file of a start: train said "already exists", --resume and --overwrite "not a run"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("...")
+    _saved_config(run)
+    Run(run).write_fold_assignment(np.array([0, 1, 0, 1]))
+    (run / ".run.json.k3x9q2ab.tmp").write_text('{"attnpool_version": ')  # killed mid-write (atomic_write's name)
+    assert Run.never_started(run)
+    Run.create(run)  # the same command again starts afresh
+    assert sorted(p.name for p in run.iterdir()) == ["train.log"]
+
+
+def test_a_damaged_out_of_fold_file_is_a_run_error_naming_it_and_the_fix(tmp_path):
+    """Empty, its header edited or its last line cut short, a fold's oof.csv counted as done: --resume then failed
+    with EmptyDataError or KeyError naming no file, or went on with a fold of NaN."""
+    run = Run(tmp_path)
+    _fold(run, 0)
+    oof = run.fold_dir(0) / "oof.csv"
+    fix = r"re-train that fold \(delete the fold folder and run train --resume\) or restore the file"
+    for text, what in [("", r"\(empty\)"), ("Row,target,prediction,fold\n0,0.5,0.4,0\n", r"\(no row column"),
+                       ("row,target,prediction\n0,0.5,0.4\n", r"\(no fold column"),
+                       ("row,target,prediction,fold\n0,0.5,0.4,0\n1,0.2", r"its fold column on line 3"),
+                       ("row,target,prediction,fold\n0,0.5,0.4,0\n,0.2,0.1,0\n", r"its row column on line 3"),
+                       ('row,target,prediction,fold\n0,0.5,0.4,0\n1,"0.2\n', r"\(Error tokenizing data|EOF")]:
+        oof.write_text(text)
+        assert run.fold_done(0)
+        with pytest.raises(RunError, match=re.escape(str(oof)) + f" is corrupt .*{what}.*{fix}"):
+            run.fold_oof(0)
+    (tmp_path / "run.json").write_text(json.dumps({"format": RUN_FORMAT}))
+    (tmp_path / "oof.csv").write_text("row,target,prediction,fold\n0,0.5,0.4,0\n1,0.2")
+    with pytest.raises(RunError, match=r"oof.csv is corrupt .*re-run `attnpool train --resume` on the run"):
+        run.oof()
+    oof.write_text("row,target,prediction,fold\n1,0.5,,0\n0,0.2,0.1,0\n")  # a diverged row's NaN score: fine
+    assert run.fold_oof(0)["row"].tolist() == [0, 1]
+
+
+def test_select_folds_refuses_text_and_non_integers_saying_what_to_give(tmp_path):
+    """select_folds("10") iterated the string (folds 1 and 0), select_folds(1.0) raised a bare TypeError."""
+    run = Run(tmp_path)
+    for fold in (0, 1):
+        _fold(run, fold)
+    for bad, shown in [("10", "'10'"), (b"1", "b'1'"), (1.0, "1.0"), (True, "True"), ([0, "1"], "'1'"),
+                       ([1.0], "1.0"), ([np.True_], "np.True_|True"), (None, None)]:
+        if bad is None:
+            continue
+        with pytest.raises(ValueError, match=f"folds .*: ({shown}) is not a fold number; give a fold number or a "
+                                             "list of fold numbers"):
+            run.select_folds(bad)
+    assert run.select_folds(np.int64(1)) == [1] and run.select_folds((np.int32(1), 0)) == [1, 0]
+    assert run.select_folds(np.arange(2)) == [0, 1] and run.select_folds(range(1, -1, -1)) == [1, 0]
+    assert run.select_fold(np.int64(1)) == 1

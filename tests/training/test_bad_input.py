@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 
 from attnpool.cli import main
 from model_helpers import save_tiny_encoder, write_toy_csv
@@ -48,7 +49,8 @@ def test_a_start_stopped_by_bad_data_can_be_started_again(encoder, tmp_path, cap
     argv = train_args(encoder, tmp_path / "train.csv", tmp_path / "run")
     run_error(capsys, [*argv, "--label", "scroe"])
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["train.log"]
-    (tmp_path / "run" / "config.yaml").write_text("label: scroe\n")  # as a start stopped by its folds leaves it
+    saved = {"label": "scroe", "overwrite": False, "resume": False, "only_folds": None}  # as a start saves it
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))  # stopped by its folds
     err = run_error(capsys, [*argv, "--resume"])
     assert "holds a run that stopped before it started (no run.json, e.g. bad data); start it again without " \
            "--resume" in err

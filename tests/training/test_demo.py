@@ -1,6 +1,15 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from attnpool.config import TrainConfig
+from attnpool.runs import Run
+from attnpool.runs.lock import RunError
 from attnpool.training.demo import KEYS, make_key_token_data, run_demo
+from attnpool.training.recipe import PER_CALL_SAVED
 from model_helpers import save_tiny_encoder
 
 
@@ -19,6 +28,53 @@ def test_demo_runs_end_to_end_on_a_tiny_encoder(tmp_path, capsys):
     assert set(scores) == {"mean", "attention"}
     out = capsys.readouterr().out
     assert "validation Pearson:" in out and "tokens the attention pooler weighs most" in out
+    # run again in its own folder: the earlier demo's files are recognised as its own and replaced
+    again = run_demo(output_dir=tmp_path / "demo", model=str(tmp_path / "enc"), n_train=24, n_valid=16)
+    assert set(again) == {"mean", "attention"}
+    assert len(pd.read_csv(tmp_path / "demo" / "train.csv")) == 24
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["attention", "mean", "train.csv", "valid.csv"]
+
+
+def _earlier_demo(folder: Path, n: int = 32) -> None:
+    """A folder as an earlier demo left it: its generated data and its two runs (run.json, config.yaml)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, seed in (("train.csv", 0), ("valid.csv", 1)):
+        make_key_token_data(n, seed=seed).to_csv(folder / name, index=False)
+    for pooling in ("mean", "attention"):
+        run = Run.create(folder / pooling)
+        cfg = TrainConfig(train_file=str((folder / "train.csv").resolve()), valid_file=str(folder / "valid.csv"),
+                          text_cols=["text"], label="label", pooling=pooling, output_dir=str(folder / pooling))
+        run.write_config({**cfg.to_dict(), **PER_CALL_SAVED})
+        run.write_info({"task": "regression"})
+
+
+def test_the_demo_refuses_a_folder_of_the_users_own_data(tmp_path):
+    """`attnpool demo --output-dir mydata` deleted the user's train.csv and valid.csv: the names alone made a demo."""
+    folder = tmp_path / "mydata"
+    folder.mkdir()
+    mine = {"train.csv": "text,label\ngreat film,1\n", "valid.csv": "text,label\nawful,0\n"}
+    for name, text in mine.items():
+        (folder / name).write_text(text)
+    with pytest.raises(RunError, match=r"holds files that are not the demo's \(train.csv, valid.csv\).*another "
+                                       r"--output-dir"):
+        run_demo(output_dir=folder, model="unused", n_train=32, n_valid=16)
+    assert {name: (folder / name).read_text() for name in mine} == mine
+    _earlier_demo(tmp_path / "runs")  # ... nor a run of the user's named like the demo's
+    (tmp_path / "runs" / "mean" / "config.yaml").write_text(
+        (tmp_path / "runs" / "mean" / "config.yaml").read_text().replace("- text\n", "- review\n"))
+    with pytest.raises(RunError, match=r"not the demo's \(mean\)"):
+        run_demo(output_dir=tmp_path / "runs", model="unused", n_train=32, n_valid=16)
+    assert Run.is_run(tmp_path / "runs" / "mean")
+
+
+def test_an_earlier_demo_is_kept_when_the_model_cannot_load(tmp_path):
+    """The folder was cleared before the model was even looked at: a mistyped --model lost the earlier demo."""
+    folder = tmp_path / "demo"
+    _earlier_demo(folder)
+    before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    with pytest.raises(OSError):
+        run_demo(output_dir=folder, model=str(tmp_path / "no-such-model"), n_train=32, n_valid=16)
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
 
 
 def test_the_demo_refuses_a_folder_that_holds_anything_but_an_earlier_demo(tmp_path):
@@ -53,9 +109,14 @@ def test_a_second_demo_replaces_the_first_demos_files(tmp_path):
     from attnpool.training import demo
 
     folder = tmp_path / "demo"
-    for name in ("train.csv", "valid.csv"):
-        (folder / "mean").mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text("old")
+    _earlier_demo(folder)
+    (folder / ".valid.csv.x1y2z3.tmp").write_text("id,text")  # a write of its data, killed
+    (folder / "attention" / "fold_0").mkdir()
+    demo._clear_demo_folder(folder)
+    assert [p.name for p in folder.iterdir() if p.name != ".attnpool.lock"] == []
+    (folder / "mean").mkdir()  # a demo killed as its first run began
+    (folder / "mean" / "train.log").write_text("...")
+    make_key_token_data(8, seed=0).to_csv(folder / "train.csv", index=False)
     demo._clear_demo_folder(folder)
     assert [p.name for p in folder.iterdir() if p.name != ".attnpool.lock"] == []
 

@@ -1,5 +1,6 @@
 """Which pooler wins on your data: paired multi-seed comparisons with significance tests (``attnpool compare``)."""
 
+from attnpool.comparison.keys import bootstrap_keys, run_groups, shared_bootstrap_keys
 from attnpool.comparison.runner import compare
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.stats import (
@@ -14,14 +15,7 @@ from attnpool.comparison.stats import (
     sign_flip_test,
     t_interval,
 )
-from attnpool.comparison.summary import (
-    CompareResult,
-    bootstrap_keys,
-    run_groups,
-    run_predictions,
-    shared_bootstrap_keys,
-    summarise,
-)
+from attnpool.comparison.summary import CompareResult, run_predictions, summarise
 
 __all__ = [
     "CompareResult",

@@ -3,7 +3,7 @@
 Layout of a comparison folder::
 
     OUT/
-      compare_config.yaml        the shared recipe (everything but the pooler and the seed)
+      compare_config.yaml        the shared recipe (everything but the pooler and the seed; its paths absolute)
       runs/<pooler>/seed_<S>/    one full train run per (pooler, seed), kept
       runs/<pooler>/seed_<S>.log its output;  seed_<S>.cost.json: wall time and peak memory of its process
       compare.md  compare.csv  compare.json  compare.png
@@ -40,6 +40,7 @@ from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import primary_metric
+from attnpool.training.recipe import _PATH_OPTIONS, _absolute_paths
 
 logger = logging.getLogger("attnpool.comparison")
 
@@ -66,15 +67,52 @@ def _refuse_foreign(out: Path) -> None:
                        "--output-dir")
 
 
+def _saved_paths(out: Path, saved: dict[str, Any]) -> dict[str, Any]:
+    """The paths of a saved recipe made absolute, as :func:`_check_recipe` saves them now.
+
+    A comparison saved before that holds paths relative to the folder its first call ran in, which is not known:
+    each is taken from a run inside (runs save theirs absolute) whose path ends in it, else read from this call's
+    working directory. A model that is no local folder is a hub name and stays one.
+    """
+    saved = dict(saved)
+    relative = [k for k in _PATH_OPTIONS if saved.get(k) and not Path(saved[k]).expanduser().is_absolute()]
+    runs = [load_yaml(Run(d).config_file) for d in sorted(out.glob("runs/*/seed_*"))
+            if relative and Run(d).config_file.is_file()]
+    for key in relative:
+        parts = Path(saved[key]).parts  # data/x.csv and ./data/x.csv alike
+        for values in runs:
+            found = values.get(key)
+            if isinstance(found, str) and Path(found).is_absolute() and Path(found).parts[-len(parts):] == parts:
+                saved[key] = found
+                break
+    return _absolute_paths(saved)
+
+
+def _same(key: str, saved: Any, given: Any) -> bool:
+    """Whether a saved recipe value and this call's are the same: equal, or paths of one existing file or folder."""
+    if saved == given:
+        return True
+    if key not in _PATH_OPTIONS or not isinstance(saved, str) or not isinstance(given, str):
+        return False
+    with contextlib.suppress(OSError):  # a hard link, a case-insensitive file system
+        return os.path.samefile(saved, given)
+    return False
+
+
 def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
     """Save the shared recipe, or check that an existing comparison used the same one (``out`` is locked).
+
+    Data paths and a local model folder are saved absolute (as a run saves them), so that the same file named
+    otherwise (``data/x.csv``, ``./data/x.csv``, ``/home/me/data/x.csv``) is the same recipe, and the same name from
+    another working directory, another file, is not. A recipe saved relative by an earlier attnpool is read as
+    :func:`_saved_paths` says, and saved absolute once it matches.
 
     ``overwrite`` first takes the lock of every run inside, as ``train --overwrite`` does of its run: a run another
     process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted
     from under it.
     """
     path = out / CONFIG_FILE
-    recipe = _shared_recipe(cfg)
+    recipe = _absolute_paths(_shared_recipe(cfg))
     if path.is_file() and overwrite:
         with contextlib.ExitStack() as held:  # all of them before anything is deleted; LockedError names the holder
             for run_dir in sorted(p for p in out.glob("runs/*/seed_*") if p.is_dir()):
@@ -84,12 +122,16 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
     elif path.is_file():
         # A field the saved recipe lacks is one added to attnpool since: it ran with that field's default.
-        saved = {**_shared_recipe(TrainConfig()), **load_yaml(path)}
-        changed = sorted(k for k in set(saved) | set(recipe) if saved.get(k) != recipe.get(k))
+        written = load_yaml(path)
+        saved = _saved_paths(out, {**_shared_recipe(TrainConfig()), **written})
+        changed = sorted(k for k in set(saved) | set(recipe) if not _same(k, saved.get(k), recipe.get(k)))
         if changed:
             detail = "; ".join(f"{k}: {saved.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:6])
             raise RunError(f"{out} holds a comparison with another recipe ({detail}); its runs would not be paired "
                            "with new ones. Use another --output-dir, or --overwrite to start it again")
+        upgraded = {k: saved[k] for k in _PATH_OPTIONS if k in written and written[k] != saved[k]}
+        if upgraded:  # saved relative by an earlier attnpool: absolute from now on, whatever folder compare runs in
+            atomic_write_text(path, yaml.safe_dump({**written, **upgraded}, sort_keys=False))
         return
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(recipe, sort_keys=False))
@@ -164,7 +206,8 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     cost_path = run_dir.parent / f"seed_{seed}.cost.json"
     cost = json.loads(cost_path.read_text()) if cost_path.is_file() else {"wall_seconds": 0.0, "peak_rss_bytes": 0}
     cost["wall_seconds"] += seconds  # a resumed run adds its calls up
-    cost["peak_rss_bytes"] = max(cost["peak_rss_bytes"], usage.ru_maxrss * 1024)  # Linux reports KiB
+    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    cost["peak_rss_bytes"] = max(cost["peak_rss_bytes"], peak)
     atomic_write_json(cost_path, cost)
     return cost
 
@@ -244,7 +287,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere
         _check_recipe(out, cfg, overwrite)
         _check_folds(out, cfg.only_folds, specs, seeds)
-        trained = _train_missing(out, cfg, specs, seeds)
+        trained = _train_missing(out, cfg, specs, seeds)  # checks each seed's data after its first new run
         _check_same_data(out, specs, seeds)
         base_runs = [out / "runs" / base.slug / f"seed_{seed}" for seed in seeds]
         result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
@@ -253,26 +296,29 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     return result
 
 
-def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int]) -> None:
+def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int], *, precisions: bool = True) -> None:
     """Refuse pairing runs of one seed that trained on different data (texts edited between two compare calls).
 
     The rows and labels are checked when the runs are paired; the data fingerprints of the runs' info cover the texts
     too (runs from before them have none and are not checked). Runs of one seed trained in different precisions
-    (``precision: auto`` resumed on another machine) are paired with a warning: bf16 against fp32 moves a score
-    by about as much as a small pooler effect.
+    (``precision: auto`` resumed on another machine) are paired with a warning (``precisions``): bf16 against fp32
+    moves a score by about as much as a small pooler effect. Runs not started yet are left out.
     """
     for seed in seeds:
         trained_on: dict[tuple, list[str]] = {}
-        precisions: dict[str, list[str]] = {}
+        precision_of: dict[str, list[str]] = {}
         for spec in specs:
-            info = Run(out / "runs" / spec.slug / f"seed_{seed}").info()
+            run = Run(out / "runs" / spec.slug / f"seed_{seed}")
+            if not run.has_info():
+                continue
+            info = run.info()
             if info.get("data_sha256") is not None:
                 facts = (info["data_sha256"], info.get("texts_sha256"))
                 trained_on.setdefault(facts, []).append(spec.label)
             if info.get("precision") is not None:
-                precisions.setdefault(info["precision"], []).append(spec.label)
-        if len(precisions) > 1:
-            groups = "; ".join(f"{', '.join(labels)}: {p}" for p, labels in precisions.items())
+                precision_of.setdefault(info["precision"], []).append(spec.label)
+        if precisions and len(precision_of) > 1:
+            groups = "; ".join(f"{', '.join(labels)}: {p}" for p, labels in precision_of.items())
             logger.warning("compare: the runs of seed %d trained in different precisions (%s), so their differences "
                            "mix the poolers' with the precisions'. Set --precision explicitly and re-run the "
                            "comparison with --overwrite to compare like with like", seed, groups)
@@ -284,9 +330,17 @@ def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int]) -> No
 
 
 def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> int:
-    """Train the (pooler, seed) runs not finished in ``out``, seed by seed; returns how many were trained."""
+    """Train the (pooler, seed) runs not finished in ``out``, seed by seed; returns how many were trained.
+
+    Seeds with runs kept from earlier calls come first, and each seed's data is checked against them
+    (:func:`_check_same_data`) as soon as its first new run finishes: after a data edit one run is trained, not all
+    of them, before the comparison is refused.
+    """
     jobs = [(spec, seed) for seed in seeds for spec in specs]  # seed-major: every finished seed is a complete pair
     todo = [(s, seed) for s, seed in jobs if not _wanted_folds(out / "runs" / s.slug / f"seed_{seed}", cfg.only_folds)]
+    kept = {seed for s, seed in jobs if Run(out / "runs" / s.slug / f"seed_{seed}").has_info()}
+    todo.sort(key=lambda job: job[1] not in kept)  # stable: still seed-major
+    checked: set[int] = set()
     logger.info("compare: %d poolers x %d seeds = %d runs; %d already done in %s", len(specs), len(seeds), len(jobs),
                 len(jobs) - len(todo), out)
     spent: list[float] = []
@@ -298,6 +352,9 @@ def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: 
         started = time.perf_counter()
         _run_one(cfg, spec, seed, run_dir)
         spent.append(time.perf_counter() - started)
+        if seed not in checked:  # its first new run: on the data of the runs kept, or refused now
+            checked.add(seed)
+            _check_same_data(out, specs, [seed], precisions=False)
         score = run_score(run_dir, cfg.task)
         logger.info("compare: run %d of %d: %s, seed %d: %s %.4f in %s", i, len(todo), spec.label, seed,
                     primary_metric(cfg.task)[0], score, _format_eta(spent[-1]))

@@ -4,23 +4,24 @@ All comparisons are *paired*: for a given seed, two poolers saw the same folds, 
 per-seed differences (and the per-example differences within a seed) are what the tests look at.
 
 Intervals respect the metric's range (:func:`score_interval`: Fisher's z for a correlation, the logit for a
-share), and the test over seeds is exact (:func:`sign_flip_test`): with ``n`` seeds no p-value goes below
-``2 ** (1 - n)``, so two or three seeds can never be "significant", whatever a t-test on them says.
+share), and the test over seeds is exact (:func:`sign_flip_test`, up to :data:`MAX_EXACT_SEEDS` seeds): with ``n``
+seeds no p-value goes below ``2 ** (1 - n)``, so two or three seeds can never be "significant", whatever a t-test on
+them says.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from attnpool.comparison.scores import ScoreFn
+from attnpool.comparison.scores import metric_function as metric_function  # re-exported: stats.metric_function
 from attnpool.json_values import is_missing
-from attnpool.metrics import task_metrics
-
-ScoreFn = Callable[[np.ndarray, np.ndarray], float]
 
 # The values each metric of :func:`attnpool.metrics.task_metrics` can take; intervals stay inside them.
 METRIC_RANGES: dict[str, tuple[float, float]] = {
@@ -31,6 +32,10 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 # The fewest seeds with which the exact sign-flip test can reach p < 0.05 (2 ** (1 - 6) = 0.031).
 MIN_SEEDS_FOR_5_PERCENT = 6
 MIN_BOOTSTRAP_UNITS = 10  # fewer examples (or clusters) to draw: no bootstrap interval, p NaN
+# Up to this many seeds the sign-flip test enumerates every pattern (2 ** 19 sums, in chunks); beyond, it samples.
+MAX_EXACT_SEEDS = 20
+SIGN_FLIP_SAMPLES = 100_000  # the patterns drawn beyond MAX_EXACT_SEEDS seeds
+_CHUNK = 1 << 15  # sign patterns per matrix product
 
 
 @dataclass(frozen=True)
@@ -66,10 +71,13 @@ class ExactTest:
 
     Attributes:
         diff: The mean difference ``a - b``.
-        p: Two-sided p-value over all ``2 ** n`` sign patterns (NaN for fewer than two pairs).
-        min_p: The smallest p-value ``n`` seeds allow, ``2 ** (1 - n)``.
+        p: Two-sided p-value over all ``2 ** n`` sign patterns, or over sampled ones (``sampled``); NaN for fewer
+            than two pairs.
+        min_p: The smallest p-value the test can give (:func:`sign_flip_floor`): ``2 ** (1 - n)`` when exact,
+            ``1 / (1 + num_samples)`` when sampled.
         n: Pairs (seeds).
         equal: Whether every pair differs by the same amount (no spread: a t-test would divide by zero).
+        sampled: Whether the patterns were sampled (more than :data:`MAX_EXACT_SEEDS` seeds), not all enumerated.
     """
 
     diff: float
@@ -77,6 +85,7 @@ class ExactTest:
     min_p: float
     n: int
     equal: bool
+    sampled: bool = False
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
@@ -191,34 +200,76 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
     return PairedTest(diff, float(max(-width, diff - half)), float(min(width, diff + half)), p)
 
 
-def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int = 100_000,
+def sign_flip_floor(n: int, num_samples: int = SIGN_FLIP_SAMPLES) -> float:
+    """The smallest p-value :func:`sign_flip_test` can give over ``n`` seeds.
+
+    ``2 ** (1 - n)`` (the observed signs and their opposite, of ``2 ** n`` patterns) up to :data:`MAX_EXACT_SEEDS`
+    seeds; beyond, where ``num_samples`` patterns are sampled, ``1 / (1 + num_samples)`` (or ``2 ** (1 - n)``, if
+    larger). ``n`` below 2: 1.0 (no test).
+    """
+    exact = float(2.0 ** (1 - n)) if n >= 1 else 1.0
+    return exact if n <= MAX_EXACT_SEEDS else max(exact, 1.0 / (1 + num_samples))
+
+
+def seeds_needed(family: int = 1, alpha: float = 0.05) -> int | None:
+    """The fewest seeds with which :func:`sign_flip_test` can reach ``p < alpha`` after Holm's correction.
+
+    Over ``family`` poolers compared to one baseline the smallest Holm-adjusted p-value is ``family`` times
+    :func:`sign_flip_floor`: 6 seeds for one pooler, 7 for two or three, 8 for four or five. ``None`` when no
+    number of seeds reaches it (a family so large that the sampled test's floor stays above ``alpha``).
+    """
+    for n in range(2, 64):
+        if max(1, family) * sign_flip_floor(n) < alpha:
+            return n
+    return None
+
+
+def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int = SIGN_FLIP_SAMPLES,
                    seed: int = 0) -> ExactTest:
     """Exact paired test over seeds: the sign-flip permutation test of the mean of ``a - b``.
 
     Under the null hypothesis (no difference between the two poolers) each seed's difference is as likely positive
     as negative. The p-value is the share of the ``2 ** n`` sign patterns whose mean difference is at least as far
-    from 0 as the observed one (``scipy.stats.permutation_test``, two-sided); it makes no assumption of normality
-    and can never go below ``2 ** (1 - n)``: 0.5 for two seeds, 0.25 for three, below 0.05 from six on. With more
-    than ``log2(num_samples)`` seeds the patterns are sampled (``seed``) rather than enumerated.
+    from 0 as the observed one (two-sided); it makes no assumption of normality and can never go below
+    ``2 ** (1 - n)``: 0.5 for two seeds, 0.25 for three, below 0.05 from six on. Up to :data:`MAX_EXACT_SEEDS` seeds
+    every pattern is enumerated (in chunks); with more, ``num_samples`` random patterns (``seed``) are drawn and the
+    p-value is ``(1 + #as extreme) / (1 + num_samples)``, which cannot go below ``1 / (1 + num_samples)``
+    (``sampled`` and ``min_p`` say so).
     """
-    from scipy import stats
-
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"sign_flip_test needs one value per seed on both sides, got {a.size} and {b.size}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+        raise ValueError(f"sign_flip_test: num_samples is a number of sign patterns and must be >= 1, got "
+                         f"{num_samples!r}")
     d = a - b
     n = int(d.size)
     if n == 0:
         raise ValueError("sign_flip_test needs at least one pair")
-    min_p = float(2.0 ** (1 - n))
+    sampled = n > MAX_EXACT_SEEDS
+    min_p = sign_flip_floor(n, num_samples)
     if n < 2 or not np.all(np.isfinite(d)):  # one pair, or a seed without a score (NaN): no p-value, not 0
-        return ExactTest(float(d.mean()), float("nan"), min_p, n, _no_spread(d))
+        return ExactTest(float(d.mean()), float("nan"), min_p, n, _no_spread(d), sampled)
     equal = _no_spread(d)
     if abs(d.mean()) <= 1e-12 * np.abs(d).max(initial=0.0):  # no difference, or differences that cancel out
-        return ExactTest(float(d.mean()), 1.0, min_p, n, equal)
-    result = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
-                                    n_resamples=num_samples, vectorized=True, rng=np.random.default_rng(seed))
-    return ExactTest(float(d.mean()), float(min(1.0, result.pvalue)), min_p, n, equal)
+        return ExactTest(float(d.mean()), 1.0, min_p, n, equal, sampled)
+    # a pattern as extreme as the observed one up to rounding (sums of the same values in another order) counts
+    threshold = abs(float(d.sum())) - 1e-12 * float(np.abs(d).sum())
+    if sampled:
+        rng, extreme, num_samples = np.random.default_rng(seed), 0, int(num_samples)
+        for start in range(0, num_samples, _CHUNK):
+            signs = 1.0 - 2.0 * rng.integers(0, 2, (min(_CHUNK, num_samples - start), n))
+            extreme += int(np.count_nonzero(np.abs(signs @ d) >= threshold))
+        p = (1 + extreme) / (1 + num_samples)
+    else:  # the first seed's sign fixed: the other half of the patterns are these negated, as extreme
+        half, bits = 1 << (n - 1), np.arange(n - 1)
+        extreme = 0
+        for start in range(0, half, _CHUNK):
+            codes = np.arange(start, min(start + _CHUNK, half))
+            signs = 1.0 - 2.0 * ((codes[:, None] >> bits) & 1)
+            extreme += int(np.count_nonzero(np.abs(d[0] + signs @ d[1:]) >= threshold))
+        p = extreme / half
+    return ExactTest(float(d.mean()), float(min(1.0, p)), min_p, n, equal, sampled)
 
 
 def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], score: ScoreFn, *,
@@ -251,8 +302,8 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
         clusters: One array of keys per group, aligned with its rows; ``None``: each group's rows on their own.
 
     Returns:
-        The observed difference, the percentile interval and the two-sided bootstrap p-value
-        ``min(1, 2 * (1 + #replicates on the far side of 0) / (1 + num_samples))``.
+        The observed difference, the percentile interval and the two-sided bootstrap p-value, which agree
+        (:func:`percentile_test`): the interval excludes 0 exactly when ``p < 1 - confidence``.
     """
     if not groups:
         raise ValueError("paired_bootstrap needs at least one group of predictions")
@@ -293,11 +344,28 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
         return nan
     if _no_spread(replicates) and observed != 0:  # e.g. every drawn example favours a: no spread to test
         return nan
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(replicates, [tail, 1 - tail])
-    far = min(np.sum(replicates <= 0), np.sum(replicates >= 0))
-    p = min(1.0, 2 * (1 + far) / (1 + replicates.size))
-    return PairedTest(observed, float(low), float(high), float(p))
+    low, high, p = percentile_test(replicates, confidence)
+    return PairedTest(observed, low, high, p)
+
+
+def percentile_test(replicates: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """The percentile interval of bootstrap replicates and their two-sided p-value against 0, made to agree.
+
+    ``p = min(1, 2 * (1 + far) / (1 + R))`` over ``R`` replicates, ``far`` those on the far side of 0 (``<= 0`` or
+    ``>= 0``, whichever are fewer; a replicate at exactly 0 counts on both sides: it is no evidence either way).
+    The interval is the ``k``-th smallest and the ``k``-th largest replicate, ``k = ceil((R + 1) * (1 -
+    confidence) / 2) - 1`` (25 of 1000 at 95%): that is the rule under which it excludes 0 exactly when
+    ``p < 1 - confidence``. (Quantiles interpolated between replicates count otherwise than this p-value: they gave
+    a 95% interval excluding 0 beside p = 0.052.) With too few replicates for any such ``k`` (fewer than 40 at 95%)
+    p cannot fall below ``1 - confidence`` either, and the interval is NaN.
+    """
+    r = np.sort(np.asarray(replicates, dtype=np.float64))
+    far = min(np.count_nonzero(r <= 0), np.count_nonzero(r >= 0))
+    p = min(1.0, 2 * (1 + far) / (1 + r.size))
+    k = math.ceil((r.size + 1) * (1 - confidence) / 2 - 1e-9) - 1  # 1e-9: 1 - 0.95 is 0.05000000000000004
+    if k < 1:
+        return float("nan"), float("nan"), float(p)
+    return float(r[k - 1]), float(r[r.size - k]), float(p)
 
 
 def _keys(keys: Any) -> np.ndarray:
@@ -312,65 +380,17 @@ def _keys(keys: Any) -> np.ndarray:
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm's step-down correction for multiple comparisons (controls the family-wise error rate).
 
-    NaN p-values (tests that could not be run) stay NaN and do not count as tests.
+    Every value counts in the family, ``m = len(pvalues)``. A NaN p-value (a test that could not be run: a seed
+    without a score) counts as p = 1, never rejected, and stays NaN: leaving it out would shrink the family and
+    lower every other adjusted p-value, as if fewer poolers had been compared.
     """
-    p = np.asarray(pvalues, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    valid = np.flatnonzero(~np.isnan(p))
-    m = valid.size
+    p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
+    untested = np.isnan(p)
+    filled = np.where(untested, 1.0, p)
+    out = np.empty(p.shape)
     running = 0.0
-    for rank, i in enumerate(valid[np.argsort(p[valid], kind="stable")]):
-        running = max(running, min(1.0, (m - rank) * p[i]))  # adjusted p-values never decrease
+    for rank, i in enumerate(np.argsort(filled, kind="stable")):
+        running = max(running, min(1.0, (p.size - rank) * filled[i]))  # adjusted p-values never decrease
         out[i] = running
+    out[untested] = np.nan
     return [float(v) for v in out]
-
-
-def _pearson(target: np.ndarray, prediction: np.ndarray) -> float:
-    """The Pearson of :func:`attnpool.metrics.regression_metrics`, all target columns at once (no SciPy call).
-
-    Averaged over the target columns that vary among the rows (a column constant in a bootstrap draw, e.g. a sparse
-    one whose non-zero rows were not drawn, has no correlation to score and is left out, not NaN); NaN when none
-    varies, or when a prediction column is constant or not finite where its target varies (a collapsed model).
-    """
-    t = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
-    p = np.asarray(prediction, dtype=np.float64).reshape(len(prediction), -1)
-    if len(t) == 0:
-        return float("nan")
-    varying = np.ptp(t, axis=0) > 0  # as regression_metrics: a column with a NaN target does not vary either
-    if not varying.any():
-        return float("nan")
-    t, p = t[:, varying], p[:, varying]
-    if not np.isfinite(p).all() or (np.ptp(p, axis=0) == 0).any():
-        return float("nan")
-    tc, pc = t - t.mean(axis=0), p - p.mean(axis=0)
-    tc /= np.abs(tc).max(axis=0)  # scaled as scipy.stats.pearsonr: no overflow of the squares
-    pc /= np.abs(pc).max(axis=0)
-    r = np.clip(np.sum(tc * pc, axis=0) / np.sqrt(np.sum(tc * tc, axis=0) * np.sum(pc * pc, axis=0)), -1.0, 1.0)
-    return float(np.mean(np.round(r) if len(t) == 2 else r))  # pearsonr gives exactly +-1 on two rows
-
-
-def metric_function(task: str, metric: str) -> ScoreFn:
-    """``score(target, prediction)`` for one metric of :func:`attnpool.metrics.task_metrics`.
-
-    Pearson and single-label accuracy (the common cases, evaluated thousands of times by the bootstrap) are
-    computed directly: the same values as :func:`~attnpool.metrics.task_metrics`, which also computes every other
-    metric of the task (macro-F1 and ROC AUC through scikit-learn) at each call. Every other metric (Spearman,
-    RMSE, macro-F1, AUC) is taken from :func:`~attnpool.metrics.task_metrics` itself.
-    """
-    if task == "regression" and metric == "pearson":
-        return _pearson
-
-    if task in ("binary", "multiclass") and metric == "accuracy":
-
-        def accuracy(target: np.ndarray, prediction: np.ndarray) -> float:
-            prediction = np.asarray(prediction)
-            if not np.isfinite(prediction).all():  # a diverged run: argmax of NaN is 0, "always class 0"
-                return float("nan")
-            return float(np.mean(prediction.argmax(axis=1) == np.asarray(target)))
-
-        return accuracy
-
-    def from_task_metrics(target: np.ndarray, prediction: np.ndarray) -> float:
-        return float(task_metrics(task, target, prediction).get(metric, float("nan")))
-
-    return from_task_metrics

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,16 +12,21 @@ import numpy as np
 import pandas as pd
 from safetensors import safe_open
 
+from attnpool.comparison.keys import shared_bootstrap_keys
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.stats import (
+    MAX_EXACT_SEEDS,
     MIN_BOOTSTRAP_UNITS,
     MIN_SEEDS_FOR_5_PERCENT,
+    SIGN_FLIP_SAMPLES,
     holm,
     metric_function,
     metric_range,
     paired_bootstrap,
     paired_t_test,
     score_interval,
+    seeds_needed,
+    sign_flip_floor,
     sign_flip_test,
 )
 from attnpool.json_values import is_missing
@@ -66,56 +70,6 @@ def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, n
     if run.config().loss == "pearson" and oof["fold"].nunique() > 1 and np.ndim(scores) == 1:
         scores = standardised_per_group(scores, oof["fold"].to_numpy())  # as run_score: each fold on its own scale
     return oof["row"].to_numpy(), oof_targets(oof, task, classes), scores
-
-
-def _groups(oof: pd.DataFrame) -> np.ndarray | None:
-    """The ``group`` of every row of an out-of-fold frame, or ``None`` when a row has none."""
-    if "group" not in oof.columns or oof["group"].isna().any() or (oof["group"].astype(str) == "").any():
-        return None
-    return oof["group"].astype(str).to_numpy()
-
-
-def run_groups(run_dir: Path) -> np.ndarray | None:
-    """The group key of every row of a run's out-of-fold file (sorted by row), or ``None`` for ungrouped folds.
-
-    Runs with grouped folds (``group_col``, e.g. PPPM's anchor) record each row's group; older runs did not, nor
-    the folds of a run finished before and resumed after they started to (their rows have no group: ``None``).
-    """
-    return _groups(Run.open(run_dir).oof())
-
-
-def _keys(oof: pd.DataFrame, seed: int, groups: bool, per_seed_rows: bool) -> tuple[np.ndarray, str]:
-    found = _groups(oof) if groups else None
-    if found is not None:
-        return found, "group"
-    if "id" in oof.columns and oof["id"].notna().all() and oof["id"].is_unique:
-        return ("id:" + oof["id"].astype(str)).to_numpy(), "id"
-    prefix = f"seed {seed} row:" if per_seed_rows else "row:"
-    return (prefix + oof["row"].astype(str)).to_numpy(), "row"
-
-
-def bootstrap_keys(run_dir: Path, seed: int, *, groups: bool = True, per_seed_rows: bool = False
-                   ) -> tuple[np.ndarray, str]:
-    """What the paired bootstrap draws for a run's out-of-fold rows, and which kind: ``group``, ``id`` or ``row``.
-
-    Its groups (``groups`` and grouped folds: rows of one group are not independent); else its ids, when unique
-    (they name an example whatever rows a seed drew); else its row numbers, which name the same example in every
-    seed unless each seed drew its own rows (``per_seed_rows``: a ``limit`` without ``split_seed``), and are then
-    the seed's own. Keys are text, one kind per call, so that seeds share the examples they share.
-    """
-    return _keys(Run.open(run_dir).oof(), seed, groups, per_seed_rows)
-
-
-def shared_bootstrap_keys(runs: Mapping[Any, tuple[Path, int]], *, per_seed_rows: bool = False
-                          ) -> tuple[dict[Any, np.ndarray], bool]:
-    """:func:`bootstrap_keys` of several ``(run_dir, seed)``, of one kind for all: groups only if every run has them.
-
-    Returns the keys by the same keys as ``runs``, and whether they are groups. Each out-of-fold file is read once.
-    """
-    oofs = {key: Run.open(path).oof() for key, (path, _) in runs.items()}
-    by_group = all(_groups(oof) is not None for oof in oofs.values())
-    keys = {key: _keys(oofs[key], seed, by_group, per_seed_rows)[0] for key, (_, seed) in runs.items()}
-    return keys, by_group
 
 
 def _parameter_count(run_dir: Path) -> int | None:
@@ -214,13 +168,14 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
                 units.append(keys[(spec.label, seed)])  # what seeds share, drawn once for all of them
             boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
             row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
-                        "p_signflip": exact.p, "p_signflip_min": exact.min_p, "diff_equal_over_seeds": exact.equal,
+                        "p_signflip": exact.p, "p_signflip_min": exact.min_p, "p_signflip_sampled": exact.sampled,
+                        "diff_equal_over_seeds": exact.equal,
                         "diff_per_seed": dict(zip(map(str, seeds), np.subtract(values, base_scores).tolist(),
                                                   strict=True)),
                         "boot_diff": boot.diff, "boot_low": boot.low, "boot_high": boot.high, "p_bootstrap": boot.p})
         rows.append(row)
     others = [r for r in rows if not r["baseline"]]
-    for key in ("p_ttest", "p_signflip", "p_bootstrap"):
+    for key in ("p_ttest", "p_signflip", "p_bootstrap"):  # every pooler in the family, an untested one as p = 1
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
     markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group, valid_file)
@@ -290,13 +245,14 @@ def _bootstrap(r: dict[str, Any]) -> str:
 
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
               split_seed: int | None = None, by_group: bool = False, valid_file: bool = False) -> str:
-    n = len(seeds)
+    n, family = len(seeds), sum(not r["baseline"] for r in rows)  # family: the poolers Holm corrects over
+    exactness, min_p = "sampled" if n > MAX_EXACT_SEEDS else "exact", sign_flip_floor(n)
     resampled = ("whole groups of out-of-fold examples (the folds' group_col: the examples of a group are not "
                  "independent)" if by_group else "the out-of-fold examples")
     lines = [
         f"# Pooler comparison: {metric}, {n} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
         "",
-        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline over seeds | p over seeds (exact, Holm) "
+        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline over seeds | p over seeds ({exactness}, Holm) "
         "| Δ bootstrap [95% CI] | p (bootstrap, Holm) | weight entropy | on special tokens | params added | time "
         "| memory |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -314,7 +270,6 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
                      f"{boot} | {p_b} | {entropy} | {special} | {added} | {_num(r['time_ratio'], 2)}x | "
                      f"{_num(r['memory_ratio'], 2)}x |")
     methods = sorted({r["ci_method"] for r in rows if r["ci_method"] in _SCALES})
-    min_p = 2.0 ** (1 - n)
     scales = "; ".join(_SCALES[m] for m in methods) or "none (one seed, or no spread over seeds)"
     if any(m in ("fisher_z", "logit", "log") for m in methods):  # centred on the transformed mean, not the mean
         scales += (" (an interval of the mean on that scale: a seed far from the others, e.g. one that collapsed, "
@@ -330,23 +285,35 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
            "split's (split_seed keeps one). ")
         + f"95% CI of the score: {scales}. Δ over seeds: the mean of the per-seed paired differences to the baseline, "
         f"with its Student t 95% interval from {MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over seeds "
-        "can exclude 0 at 95% by the exact test, so the per-seed differences are listed instead). p over seeds: the "
-        "exact sign-flip permutation test of the paired differences (all 2^n sign patterns, no normality assumed); "
-        f"with n seeds it cannot go below 2^(1-n), here {min_p:.3g}. Bootstrap: {bootstrap} paired resamples of "
-        f"{resampled}, drawn once for all seeds (an example two seeds validated on counts once) and averaged over "
-        f"seeds; n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread over the resamples; it asks whether "
-        "these trained runs differ on these examples, not whether a new seed would. p-values are Holm-corrected over "
-        "the poolers compared to the baseline. The paired t-test over seeds is in compare.csv and compare.json "
-        "(p_ttest) for reference only: it assumes normal differences and can go far below what the seeds allow. Weight "
-        "entropy: the normalised entropy of the pooling weights on the validation rows (1: mean pooling, 0: all weight "
-        "on one token; '-': the pooler has no token weights), and the share of the weight on special tokens, averaged "
-        "over folds and seeds. Time and memory: training time and peak memory relative to the baseline.",
+        "can exclude 0 at 95% by the exact test, so the per-seed differences are listed instead). p over seeds: "
+        + ("the exact sign-flip permutation test of the paired differences (all 2^n sign patterns, no normality "
+           f"assumed); with n seeds it cannot go below 2^(1-n), here {min_p:.3g}. " if exactness == "exact" else
+           f"the sign-flip permutation test of the paired differences on {SIGN_FLIP_SAMPLES:,} sampled sign patterns "
+           f"(more than {MAX_EXACT_SEEDS} seeds: the 2^n patterns are sampled, not enumerated; no normality "
+           f"assumed); it cannot go below 1/(1+{SIGN_FLIP_SAMPLES:,}), here {min_p:.3g}. ")
+        + f"Bootstrap: {bootstrap} paired resamples of {resampled}, drawn once for all seeds (an example two seeds "
+        "validated on counts once) and averaged over seeds; its 95% interval (the k-th smallest and largest "
+        "resample, k = ceil(0.025 (resamples + 1)) - 1) excludes 0 exactly when its p < 0.05 (none with fewer than 40 "
+        f"resamples); n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread over the resamples; it asks "
+        "whether these trained runs differ on these examples, not whether a new seed would. p-values are "
+        f"Holm-corrected over the {family} pooler(s) compared to the baseline (one without a p-value, e.g. with a seed "
+        "without a score, counts as p = 1: the family does not shrink). The paired t-test over seeds is in "
+        "compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go far "
+        "below what the seeds allow. Weight entropy: the normalised entropy of the pooling weights on the validation "
+        "rows (1: mean pooling, 0: all weight on one token; '-': the pooler has no token weights), and the share of "
+        "the weight on special tokens, averaged over folds and seeds. Time and memory: training time and peak memory "
+        "relative to the baseline.",
     ]
-    if n < MIN_SEEDS_FOR_5_PERCENT:
+    if max(1, family) * min_p >= 0.05:  # Holm multiplies the smallest p-value by the family's size
+        needed = seeds_needed(family)
+        holm_floor = (f", and after Holm's correction over the {family} poolers compared to the baseline {family} x "
+                      f"{min_p:.3g} = {family * min_p:.3g}" if family > 1 else "")
         lines += ["", f"**{n} seed(s) are too few to test a difference over seeds**: the smallest p-value they allow "
-                  f"is {min_p:.3g}; {MIN_SEEDS_FOR_5_PERCENT} seeds are needed for p < 0.05 (more after Holm's "
-                  "correction). Until then only the bootstrap speaks, and only for these runs: add seeds "
-                  "(`--seeds`) to learn whether a new seed can expect the gain."]
+                  f"is {min_p:.3g}{holm_floor}; "
+                  + (f"{needed} seeds are needed for p < 0.05{' after Holm' if family > 1 else ''}. " if needed else
+                     "no number of seeds reaches p < 0.05 after Holm over so many poolers. ")
+                  + "Until then only the bootstrap speaks, and only for these runs: add seeds (`--seeds`) to learn "
+                  "whether a new seed can expect the gain."]
     for r in rows:
         if not r["baseline"] and r["diff_equal_over_seeds"] and n > 1 and r["diff"] != 0:
             lines += ["", f"`{r['pooler']}` differs from the baseline by the same {r['diff']:+.4f} on all {n} seeds. "
@@ -363,6 +330,7 @@ def _write_outputs(out: Path, rows: list[dict[str, Any]], markdown: str, metric:
     atomic_write(out / "compare.csv", lambda tmp: flat.to_csv(tmp, index=False))
     atomic_write_json(out / "compare.json", {"metric": metric, "baseline": baseline, "seeds": seeds,
                                              "bootstrap": bootstrap, "bootstrap_by": "group" if by_group else "example",
+                                             "holm_family": sum(not r["baseline"] for r in rows),
                                              "metric_range": list(bounds), "poolers": rows})
     _plot(out / "compare.png", rows, metric, bounds)
 

@@ -5,8 +5,9 @@ The lock file (``FOLDER/.attnpool.lock``, or ``.NAME.lock`` beside an output fil
 ``flock(LOCK_EX | LOCK_NB)``, which the OS drops when the holder dies: a lock left by a killed process is simply
 free, and taking it over logs one line. Without ``fcntl`` (Windows), or on a filesystem that has no ``flock``
 (Lustre mounted ``noflock``, some NFS and CIFS mounts: a warning, once per filesystem), the file is created with
-``O_EXCL``, and one naming a PID on this host that is no longer running counts as stale (best effort: two takers
-of one stale file can race). ``flock`` on network filesystems is only as good as their lock emulation.
+``O_EXCL``, and one naming a PID on this host that is no longer running counts as stale, as does one whose PID is
+now another process's (Linux: one started since, ``process_start``: clock ticks since boot and the boot's id; best
+effort: two takers of one stale file can race). ``flock`` on network filesystems is as good as their lock emulation.
 
 The file is created with mode ``0o666`` less the umask. Another user's lock file that this user may not write is
 still locked and read (``flock`` needs no write access): held, it refuses as any holder does; free (stale), it is
@@ -256,7 +257,7 @@ class RunLock:
                     info = _parse(self._file.read_bytes())
                 except FileNotFoundError:  # released meanwhile
                     continue
-                if not info or info.get("host") != socket.gethostname() or process_alive(info.get("pid")):
+                if not info or info.get("host") != socket.gethostname() or _holder_alive(info):
                     raise LockedError(self._message(info)) from None
                 self._log_takeover(info)
                 self._file.unlink(missing_ok=True)
@@ -267,13 +268,18 @@ class RunLock:
     def _holder(self) -> dict[str, Any]:
         started = datetime.now().astimezone().isoformat(timespec="seconds")
         return {"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose, "started": started,
-                "argv": sys.argv}
+                "argv": sys.argv, "process_start": _process_start(os.getpid())}
 
     def _message(self, info: dict[str, Any] | None) -> str:
-        holder = (f"{info.get('purpose')}, PID {info.get('pid')} on host {info.get('host')}, "
-                  f"since {info.get('started')}" if info else "its details not written yet")
-        return (f"{self.path} is in use by another attnpool process ({holder}); wait for it to finish or stop it; "
-                f"if no such process is running, delete {self.lock_file}")
+        if not info:
+            return (f"{self.path} is in use by another attnpool process (its details not written yet); wait for it to "
+                    f"finish; if no attnpool process is using it, delete {self.lock_file}")
+        pid, host, since = info.get("pid"), info.get("host"), info.get("started")
+        check = f"Get-Process -Id {pid} | fl StartTime,Path" if os.name == "nt" else f"ps -o lstart=,args= -p {pid}"
+        return (f"{self.path} is in use by another attnpool process ({info.get('purpose')}, PID {pid} on host {host}, "
+                f"since {since}); wait for it to finish. A PID can be reused: before stopping {pid}, check on {host} "
+                f"that it is that process (`{check}`: attnpool's command line, started before {since}); if no such "
+                f"process is running, delete {self.lock_file}")
 
     def _log_takeover(self, info: dict[str, Any]) -> None:
         logger.warning("taking over the lock of %s left by PID %s on host %s (%s since %s; no longer running)",
@@ -353,6 +359,29 @@ def process_alive(pid: object) -> bool:
     except PermissionError:  # someone else's process
         return True
     return True
+
+
+def _holder_alive(info: dict[str, Any]) -> bool:
+    """Whether the lock's holder, a PID of this host, runs: its PID alive and, where /proc tells, the same process."""
+    alive = process_alive(pid := info.get("pid"))
+    if not alive or (now := _process_start(pid)) is None:  # no /proc (Windows, macOS): the PID alone tells
+        return alive
+    if isinstance(info.get("process_start"), list):  # [ticks, boot id]: the PID reused, or the host rebooted
+        return info["process_start"] == list(now)
+    try:  # an older lock file: a process started after its time (a minute's margin for the clock) is not its holder
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if "btime " in line)
+        return btime + now[0] / os.sysconf("SC_CLK_TCK") <= datetime.fromisoformat(info["started"]).timestamp() + 60
+    except (OSError, ValueError, StopIteration, KeyError, TypeError):
+        return True
+
+
+def _process_start(pid: int) -> tuple[int, str] | None:
+    """When ``pid`` started: clock ticks since boot (/proc/PID/stat field 22), the boot's id; or ``None``."""
+    try:  # without /proc (Windows, macOS), or once the process has exited; the fields after the name from field 3:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19]), Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _forget_in_child() -> None:  # a forked child (a DataLoader worker, say) must not keep its parent's locks alive

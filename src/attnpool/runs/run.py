@@ -102,14 +102,19 @@ class Run:
                 raise RunError(f"--resume: {path} holds a run that stopped before it started (no {RUN_FILE}, e.g. "
                                "bad data); start it again without --resume")
             with RunLock(path, purpose="train"):  # not from under a start that is still reading its data
-                for name in (CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES):
-                    (path / name).unlink(missing_ok=True)
+                for name in (CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES, RUN_FILE):
+                    if name != RUN_FILE:  # (of run.json only its leftover: one there now is a start finished since)
+                        (path / name).unlink(missing_ok=True)
                     for leftover in path.glob(f".{name}.*.tmp"):  # written when the start was killed
                         leftover.unlink(missing_ok=True)
             return cls(path)
-        if path.exists() and any(p.name != LOCK_NAME for p in path.iterdir()):  # a lock alone: not a run yet
-            if resume:
+        if path.exists() and (names := sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)):
+            if resume:  # (a lock alone: not a run yet)
                 return cls.open(path)
+            if not overwrite and not cls.is_run(path):  # e.g. a recipe of the user's (config.yaml): never deleted
+                raise RunError(f"output directory {path} already exists and is not an attnpool run (no {RUN_FILE}; it "
+                               f"holds {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); choose another "
+                               "--output-dir")
             if not overwrite:
                 raise RunError(f"run directory {path} already exists; pass --resume to continue it, --overwrite to "
                                "replace it, or choose another --output-dir")
@@ -134,20 +139,23 @@ class Run:
     def never_started(cls, path: str | Path) -> bool:
         """Whether ``path`` holds only what a start leaves before ``run.json`` (its log, config, PPPM titles, folds).
 
-        ``train`` opens its log and saves its config (and a PPPM run's copy of its CPC titles) before the data is
+        ``train`` opens its log, then saves its config (and a PPPM run's copy of its CPC titles) before the data is
         fully checked and the folds are made; a start that stops there (a mistyped column, an unreadable file, more
-        folds than groups) recorded no run to resume, and nothing but attnpool's own files.
+        folds than groups) recorded no run to resume. Only a folder provably so counts: ``train.log`` there, and a
+        ``config.yaml`` as attnpool saves it (:func:`_saved_config`; never a recipe of the user's: it is deleted).
         """
         path = Path(path)
         if not path.is_dir() or cls.is_run(path):
             return False
         own = {LOG_FILE, CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES}
         names = {p.name for p in path.iterdir()} - {LOCK_NAME}
-        # ... and the temporary file of one of them, when the start was killed while writing it (.folds.csv.x.tmp)
-        temporary = {n for n in names if n.endswith(".tmp") and any(n.startswith(f".{o}.") for o in own)}
-        if CONTEXT_TITLES in names and CONFIG_FILE not in names:  # copied after the config: a lone one is the user's
+        # ... and the temporary file of one of them or of run.json, when the start was killed writing it (.x.tmp)
+        temporary = {n for n in names if n.endswith(".tmp") and any(n.startswith(f".{o}.") for o in (*own, RUN_FILE))}
+        if LOG_FILE not in names or not names - temporary <= own:  # every start opens its log first
             return False
-        return bool(names) and names - temporary <= own
+        if names & {FOLDS_FILE, CONTEXT_TITLES} and CONFIG_FILE not in names:  # saved after the config: the user's
+            return False
+        return CONFIG_FILE not in names or _saved_config(path / CONFIG_FILE)
 
     def lock(self, purpose: str) -> RunLock:
         """The lock that keeps one writer at a time on this run (a context manager)."""
@@ -260,9 +268,7 @@ class Run:
             raise RunError(f"{self.path} has no trained fold (no fold_K/model/); finish training with --resume first")
         if folds is None:
             return trained
-        if isinstance(folds, bool):
-            raise TypeError(f"folds must be a fold number or a sequence of fold numbers, not {folds!r}")
-        wanted = [operator.index(folds)] if isinstance(folds, numbers.Integral) else [int(f) for f in folds]
+        wanted = _fold_numbers(folds)
         missing = [f for f in wanted if f not in trained]
         if missing or not wanted:
             raise RunError(f"{self.path} has no trained fold {', '.join(map(str, missing)) or '(none given)'}; "
@@ -285,8 +291,8 @@ class Run:
         return _read_json(path) if path.is_file() else None
 
     def fold_oof(self, fold: int) -> pd.DataFrame:
-        """A finished fold's out-of-fold predictions."""
-        return read_oof(self.fold_dir(fold) / OOF_FILE)
+        """A finished fold's out-of-fold predictions; :class:`RunError` naming the file when it is damaged."""
+        return read_oof(self.fold_dir(fold) / OOF_FILE, fix=_FOLD_FIX)
 
     def write_fold_results(self, fold: int, metrics: dict[str, Any], history: list[dict[str, Any]],
                            oof: pd.DataFrame) -> None:
@@ -351,7 +357,8 @@ class Run:
         path = self.path / OOF_FILE
         if not path.is_file():
             raise RunError(f"{self.path} has no {OOF_FILE}: the run has not finished a fold yet")
-        return read_oof(path)
+        return read_oof(path, fix=f"re-run `attnpool train --resume` on the run: it rewrites {OOF_FILE} from the "
+                        "trained folds")
 
     def write_oof(self, oof: pd.DataFrame) -> None:
         """Write the run's ``oof.csv``."""
@@ -367,3 +374,26 @@ def _read_json(path: Path, fix: str = _FOLD_FIX) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RunError(f"{path} is corrupt ({err}); {fix}") from err
+
+
+def _fold_numbers(folds: object) -> list[int]:
+    """One fold number (a Python or NumPy integer) or an iterable of them, as ints; anything else refused."""
+    try:
+        items = [folds] if isinstance(folds, numbers.Integral | str | bytes) else list(folds)  # "10": not 1 and 0
+    except TypeError:  # not iterable: 1.0
+        items = [folds]
+    if bad := [f for f in items if isinstance(f, bool) or not isinstance(f, numbers.Integral)]:
+        raise ValueError(f"folds {folds!r}: {bad[0]!r} is not a fold number; give a fold number or a list of fold "
+                         "numbers, e.g. 0 or [0, 2]")
+    return [operator.index(f) for f in items]
+
+
+def _saved_config(file: Path) -> bool:
+    """Whether ``file`` is a config.yaml as attnpool saves it: the per-call keys, in ``yaml.safe_dump``'s text."""
+    try:
+        text = file.read_text(encoding="utf-8")
+        values = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return (isinstance(values, dict) and {"overwrite", "resume", "only_folds"} <= set(values)
+            and text in (yaml.safe_dump(values, sort_keys=False), yaml.safe_dump(values)))  # older: sorted keys

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnpool.runs.lock import RunError
+
 
 def _numbered(frame: pd.DataFrame, stem: str) -> list[str]:
     """``stem`` when the frame has it, else ``stem_0, stem_1, ...`` in numeric order (``_10`` after ``_9``)."""
@@ -107,16 +109,29 @@ def oof_targets(frame: pd.DataFrame, task: str, classes: Sequence[Any] | None) -
     return np.array([index[str(v)] for v in frame["target"]], dtype=np.int64)
 
 
-def read_oof(path: Any) -> pd.DataFrame:
+def read_oof(path: Any, fix: str = "restore the file from a copy of the run, or re-train the run") -> pd.DataFrame:
     """Read an out-of-fold file back, sorted by row; ids and group keys stay strings (``0001`` is not the number 1).
 
     A classification file (``prob_*`` columns) keeps its labels as the text they were trained as, as the training
-    data is read: the classes ``01`` and ``NA`` are not the number 1 and a missing value.
+    data is read: the classes ``01`` and ``NA`` are not the number 1 and a missing value. A damaged file (empty, its
+    header edited, its last line cut short) is a :class:`RunError` naming it, what is wrong and ``fix``.
     """
-    header = pd.read_csv(path, nrows=0).columns
-    text = ["id", "group"]  # as written: the id or group "NA", "null" or "" is not a missing value
-    if any(str(c).startswith("prob_") for c in header):
-        text += ["target", "prediction"]  # class labels
-    numbers = {c: [""] for c in header if c not in text}  # a NaN (a diverged fold's score) is written ""
-    frame = pd.read_csv(path, dtype={c: str for c in text if c in header}, keep_default_na=False, na_values=numbers)
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+        text = ["id", "group"]  # as written: the id or group "NA", "null" or "" is not a missing value
+        if any(str(c).startswith("prob_") for c in header):
+            text += ["target", "prediction"]  # class labels
+        numbers = {c: [""] for c in header if c not in text}  # a NaN (a diverged fold's score) is written ""
+        frame = pd.read_csv(path, dtype={c: str for c in text if c in header}, keep_default_na=False,
+                            na_values=numbers)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        what = "empty" if isinstance(err, pd.errors.EmptyDataError) else str(err).strip()
+        raise RunError(f"{path} is corrupt ({what}); {fix}") from err
+    if missing := [c for c in ("row", "fold") if c not in frame]:
+        raise RunError(f"{path} is corrupt (no {' or '.join(missing)} column; its header was edited or cut); {fix}")
+    for column in ("row", "fold"):
+        values = pd.to_numeric(frame[column], errors="coerce")
+        if bad := [i + 2 for i in np.flatnonzero(values.isna() | (values % 1 != 0))[:3]]:  # +2: the header, from 1
+            raise RunError(f"{path} is corrupt (no whole number in its {column} column on line"
+                           f"{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}: cut short or edited); {fix}")
     return frame.sort_values("row").reset_index(drop=True)

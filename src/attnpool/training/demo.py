@@ -12,14 +12,17 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+import yaml
 from transformers import AutoConfig, AutoTokenizer
 
 from attnpool.config import TrainConfig, default_model
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.runs.files import atomic_write
 from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.run import Run
 from attnpool.training.recipe import train
@@ -40,7 +43,8 @@ logger = logging.getLogger("attnpool.demo")
 # the weights soft (0.93 Pearson, the key word at about 0.6 of the weight) where 1e-2 lets them concentrate (0.98),
 # as the 380-step CR runs do at 1e-3 (see docs/quality.md). It changes nothing for mean pooling, which has no weights.
 POOLER_LR = 1e-2
-_DEMO_ENTRIES = {"train.csv", "valid.csv", "mean", "attention", LOCK_NAME}  # what a demo folder holds
+_DEMO_DATA, _DEMO_RUNS = ("train.csv", "valid.csv"), ("mean", "attention")  # what a demo folder holds
+_DATA_HEADER = "id,text,label"  # the columns of make_key_token_data, whose first id is demo00000
 
 
 def make_key_token_data(n: int, seed: int, min_words: int = 16, max_words: int = 96) -> pd.DataFrame:
@@ -66,7 +70,8 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     """Fine-tune with ``mean`` and with ``attention`` pooling, print both Pearson scores and top-weighted tokens.
 
     Args:
-        output_dir: Where the data and the two runs go: a new or empty folder, or an earlier demo's (replaced).
+        output_dir: Where the data and the two runs go: a new or empty folder, or an earlier demo's (replaced once
+            the model loads; a folder holding anything else, a ``train.csv`` of the user's too, is refused).
         seconds: Sizes the training set: ``seconds / 0.9`` steps of 16 texts per pooler (at least 10, at most 150),
             about that many seconds on 2 cores.
         model: Encoder (default: the bundled offline all-MiniLM-L6-v2).
@@ -81,33 +86,80 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
         raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")
     output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(output_dir, purpose="demo"):  # two demos in one folder would delete each other's runs
+        _check_demo_folder(output_dir)  # before the model loads: a folder of the user's is refused at once
+        model = model or default_model()
+        encoder_config = AutoConfig.from_pretrained(model)  # a model that cannot load: nothing deleted yet
         _clear_demo_folder(output_dir)
-        return _run_demo(output_dir, seconds, model or default_model(), n_train, n_valid)
+        return _run_demo(output_dir, seconds, model, encoder_config, n_train, n_valid)
 
 
 def _clear_demo_folder(output_dir: Path) -> None:
-    """Delete an earlier demo's files; refuse a folder holding anything else (``--output-dir runs`` or ``.``)."""
-    others = sorted(p.name for p in output_dir.iterdir() if p.name not in _DEMO_ENTRIES)
-    if others:
-        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-        raise RunError(f"demo: {output_dir} holds files that are not the demo's ({shown}); the demo replaces what "
-                       "it writes, so it only runs in a new or empty folder or an earlier demo's: choose another "
-                       "--output-dir")
+    """Delete an earlier demo's files; refuse a folder holding anything else (:func:`_check_demo_folder`)."""
+    _check_demo_folder(output_dir)
     for path in output_dir.iterdir():
         if path.name != LOCK_NAME:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def _run_demo(output_dir: Path, seconds: float, model: str, n_train: int | None, n_valid: int) -> dict[str, float]:
+def _check_demo_folder(output_dir: Path) -> None:
+    """Refuse a folder holding anything but an earlier demo's files (``--output-dir runs``, ``.``, a data folder).
 
+    An earlier demo's is provably so: its data files as the demo generates them (their columns and first id), and its
+    ``mean``/``attention`` runs of the demo's recipe (or their starts, or empty folders); a ``train.csv`` of the
+    user's is not, nor a run of the user's named ``mean``.
+    """
+    others = sorted(p.name for p in output_dir.iterdir() if p.name != LOCK_NAME and not _demo_entry(p))
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise RunError(f"demo: {output_dir} holds files that are not the demo's ({shown}); the demo replaces what "
+                       "it writes, so it only runs in a new or empty folder or an earlier demo's: choose another "
+                       "--output-dir")
+
+
+def _demo_entry(path: Path) -> bool:
+    """Whether ``path`` is one the demo wrote: its generated data (or a write of it cut short), or one of its runs."""
+    if path.is_symlink():
+        return False
+    if path.name in _DEMO_RUNS and path.is_dir():
+        return _demo_run(path)
+    if any(path.name.startswith(f".{name}.") and path.name.endswith(".tmp") for name in _DEMO_DATA):
+        return path.is_file()  # the demo's atomic write of its data, killed
+    if path.name not in _DEMO_DATA or not path.is_file():
+        return False
+    try:
+        with path.open(encoding="utf-8") as lines:
+            return lines.readline().rstrip("\r\n") == _DATA_HEADER and lines.readline().startswith("demo00000,")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _demo_run(path: Path) -> bool:
+    """Whether ``path`` is a run the demo trained or began: empty, its log alone, or its recipe the demo's."""
+    if not any(p.name != LOCK_NAME for p in path.iterdir()):
+        return True
+    config = Run(path).config_file
+    if not (Run.is_run(path) or Run.never_started(path)):
+        return False
+    if not config.is_file():
+        return Run.never_started(path)  # stopped before it saved its config: its log alone
+    try:
+        values = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(values, dict) and (values.get("pooling"), values.get("text_cols"), values.get("label")) == (
+        path.name, ["text"], "label") and Path(str(values.get("train_file"))).name == _DEMO_DATA[0]
+
+
+def _run_demo(output_dir: Path, seconds: float, model: str, encoder_config: Any, n_train: int | None,
+              n_valid: int) -> dict[str, float]:
     # Fine-tune the top layer (plus pooler and head): a few minutes on 2 CPU cores.
-    encoder_config = AutoConfig.from_pretrained(model)
     frozen = max(0, encoder_config.num_hidden_layers - 1)
     max_length = min(128, getattr(encoder_config, "max_position_embeddings", 512))
     # About 0.9 s per step of 16 rows of ~70 tokens for MiniLM on 2 cores with the bottom 5 layers frozen.
     n_train = n_train or int(max(160, min(2400, seconds / 0.9 * 16)))
-    make_key_token_data(n_train, seed=0).to_csv(output_dir / "train.csv", index=False)
-    make_key_token_data(n_valid, seed=1).to_csv(output_dir / "valid.csv", index=False)
+    for name, rows, seed in (("train.csv", n_train, 0), ("valid.csv", n_valid, 1)):  # whole, or a .tmp the next takes
+        frame = make_key_token_data(rows, seed=seed)
+        atomic_write(output_dir / name, lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
     print(f"attnpool demo: {n_train} training / {n_valid} validation texts of 16-96 words; the label is the score of "
           f"the one key word ({', '.join(KEYS)}) hidden among distractors", flush=True)  # before the runs' stderr
     scores = {}
