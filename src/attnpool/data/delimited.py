@@ -1,7 +1,8 @@
 """Checks of a CSV or TSV file as pandas reads it, each a DataError saying where and how to fix it.
 
 A header naming a column twice, a first row longer than the header, a file that uses another delimiter than its
-extension says, a TSV row that a stray quote merged with the next lines, and pandas' parser errors as one line.
+extension says, a TSV row that a stray quote merged with the next lines (in a file that is not valid CSV quoting),
+and pandas' parser errors as one line.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from attnpool.data.errors import DataError
 
 _OTHER_DELIMITERS = {"\t": "tab", ";": "semicolon", "|": "pipe", ",": "comma"}
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # where pandas' parser ends a line
+_FIELD_LIMIT = 2**31 - 1  # the largest field size limit of the csv module on every platform (a C long)
 
 
-def check_header(source, path: Path, sep: str) -> None:
-    """Refuse a header that names a column twice: pandas would rename the second ``name.1`` and read the first."""
+def check_header(source: TextIO, path: Path, sep: str) -> list[str]:
+    """The header's names, read from the first lines of ``source``; a DataError if it names a column twice.
+
+    pandas would rename the second ``name.1`` and read the first.
+    """
     header = pd.read_csv(source, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
     first: dict[str, int] = {}
     for position, name in enumerate(header, 1):
@@ -32,6 +37,7 @@ def check_header(source, path: Path, sep: str) -> None:
                 f"{path}: the header names column {name!r} twice (columns {first[name]} and {position}); which one "
                 f"holds the data is ambiguous. Rename or drop one of them")
         first.setdefault(name, position)
+    return header
 
 
 def check_fields(frame: pd.DataFrame, path: Path, sep: str) -> None:
@@ -94,9 +100,10 @@ class MergedRows:
     TSV is read with CSV quoting, as pandas and :func:`~attnpool.data.writers.write_table` write it: a quoted field
     may hold a tab or a line break. A file without quoting (GLUE style) whose text starts with ``"`` reads the same
     way: the quote opens a section that runs over the next lines, and they become one row without an error. Only a
-    field holding a line break can be such a merge; then the file is read once more, without quoting
-    (:func:`reads_unquoted`). If every line has the header's fields there, the file has no quoting and the row is
-    refused; otherwise (a quoted field holding a tab and a line break, as code has) the file reads as quoted.
+    field holding a line break can be such a merge; then the file is read once more (:func:`reads_unquoted`). If
+    every line has the header's fields and the file is not valid CSV quoting, it has no quoting and the row is
+    refused; otherwise (quoted fields holding a line break, and a tab or not, as code and letters have) the file
+    reads as quoted.
     """
 
     def __init__(self, path: Path, sep: str, open_text: Callable[[], TextIO]) -> None:
@@ -125,31 +132,42 @@ class MergedRows:
             f"{self._path}: data row {first_row + position + 1}, column {name!r} (starting "
             f"{_LINE_BREAK.split(value)[0][:40]!r}) holds {len(_LINE_BREAK.findall(value))} line break(s): a double "
             "quote at the start of a field opened a quoted section that merged the next lines into this row, yet "
-            f"every line of the file has the header's {len(frame.columns)} field(s), as a TSV file without quoting "
-            "has. Remove the stray double quote, or quote the file as CSV does (enclose such fields in double quotes "
-            'and double the quotes inside, "" for "), e.g. `pd.read_csv(path, sep="\\t", quoting=csv.QUOTE_NONE, '
-            'dtype=str, keep_default_na=False).to_csv(out, sep="\\t", index=False)`; or convert the file to JSONL')
+            f"every line of the file has the header's {len(frame.columns)} field(s) and its quotes are not valid CSV "
+            "quoting, as in a TSV file without quoting. Remove the stray double quote, or quote the file as CSV does "
+            '(enclose such fields in double quotes and double the quotes inside, "" for "), e.g. '
+            '`pd.read_csv(path, sep="\\t", quoting=csv.QUOTE_NONE, dtype=str, keep_default_na=False).to_csv(out, '
+            'sep="\\t", index=False)`; or convert the file to JSONL')
 
 
 def reads_unquoted(open_text: Callable[[], TextIO], fields: int) -> bool:
-    """Whether a TSV file reads as one without quoting: every non-blank line has ``fields`` fields.
+    """Whether a TSV file reads as one without quoting, not as one with CSV quoting.
 
-    With one column every line without a tab has one field, which says nothing: then the file must also not be
-    valid CSV quoting (a closing quote followed by more text, as in ``"big tree" fast``), or a quoted text of
-    several lines, as pandas writes it, would be refused.
+    That is: every non-blank line has ``fields`` fields, and the file is not valid CSV quoting with ``fields``
+    fields in every record.
+
+    Lines of the header's fields say nothing alone: a quoted text of several lines holding a tab (``"Dear team,``
+    above ``Name:<tab>John"``), as pandas writes it, splits into such lines too. Invalid quoting (a closing quote
+    followed by more text, as in ``"big tree" fast``, or a quote never closed) or a record of another length is
+    what a stray quote in a file without quoting gives.
     """
     with open_text() as source:
         if any(line.count("\t") != fields - 1 for line in _lines(source) if line):
             return False
-    if fields > 1:
-        return True
     with open_text() as source:
-        try:
-            for _ in csv.reader(_lines(source), delimiter="\t", strict=True):
-                pass
-        except csv.Error:
-            return True
-    return False
+        return not _valid_quoting(source, fields)
+
+
+def _valid_quoting(source: TextIO, fields: int) -> bool:
+    """Whether the text parses as strict CSV quoting (tab-separated) with ``fields`` fields in every record."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, _FIELD_LIMIT))  # a quoted text of several MB is no quoting error
+    try:
+        return all(len(record) == fields for record in csv.reader(_lines(source), delimiter="\t", strict=True)
+                   if record)
+    except csv.Error:
+        return False
+    finally:
+        csv.field_size_limit(limit)
 
 
 def _lines(source: TextIO, block: int = 1 << 20) -> Iterator[str]:

@@ -49,12 +49,29 @@ def _frame(table) -> pd.DataFrame:
     return (frame.reset_index(level=named) if named else frame).reset_index(drop=True)
 
 
+def _check_names(path: Path, schema) -> None:
+    """Refuse a schema naming a column twice: pyarrow would fail to read it, or pandas keep both under one name."""
+    first: dict[str, int] = {}
+    for position, name in enumerate(schema.names, 1):
+        if name in first:
+            raise DataError(
+                f"{path}: the Parquet schema names column {name!r} twice (columns {first[name]} and {position}); "
+                "which one holds the data is ambiguous. Rename or drop one of them, e.g. with pyarrow: `table = "
+                "pq.ParquetFile(path).read(); pq.write_table(table.rename_columns([...new names...]), out)`")
+        first[name] = position
+
+
 def read_parquet(path: Path) -> pd.DataFrame:
-    """The whole file as a frame; a DataError when pyarrow is missing or the file is not Parquet."""
+    """The whole file as a frame; a DataError: pyarrow is missing, the file is not Parquet or names a column twice."""
     pq = require_pyarrow(path)
     try:
-        return _frame(pq.read_table(path))
+        schema = pq.read_schema(path)
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
+        raise _parquet_error(path, e) from e
+    _check_names(path, schema)
+    try:
+        return _frame(pq.read_table(path))
+    except Exception as e:
         raise _parquet_error(path, e) from e
 
 
@@ -65,6 +82,10 @@ def iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
     try:
         file = pq.ParquetFile(path)
         schema = file.schema_arrow
+    except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
+        raise _parquet_error(path, e) from e
+    _check_names(path, schema)
+    try:
         if file.metadata.num_rows == 0:
             yield _frame(schema.empty_table())
             return

@@ -12,12 +12,12 @@ messages.
 from __future__ import annotations
 
 import codecs
-import io
 import json
 import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,7 @@ import pandas as pd
 from attnpool.data.delimited import MergedRows, check_fields, check_header, csv_error
 from attnpool.data.errors import DataError
 from attnpool.data.parquet import iter_parquet, read_parquet, require_pyarrow
-from attnpool.data.text_files import Utf8Stream, is_blank, not_utf8, read_utf8
+from attnpool.data.text_files import Utf8Stream, blank_edges, is_blank, not_utf8, read_utf8
 from attnpool.json_values import is_missing
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -50,23 +50,21 @@ def read_table(path: str | os.PathLike[str], *, text_columns: Iterable[str] = ()
 
     Raises:
         DataError: The file is missing, has an unsupported extension, has no data rows, is not UTF-8 (the message
-            gives the byte offset and line), a JSONL line is not a JSON object (the message gives the line), the
-            CSV/TSV cannot be parsed or its header names a column twice, or Parquet support (``pyarrow``) is
-            missing.
+            gives the byte offset and line), a JSONL line is not a JSON object or names a key twice (the message
+            gives the line), the CSV/TSV cannot be parsed, its header or a Parquet file's schema names a column
+            twice, or Parquet support (``pyarrow``) is missing.
     """
     p = _checked_path(path)
     suffix = p.suffix.lower()
     keep_text = set(text_columns)
     if suffix == ".parquet":
         frame = read_parquet(p)
-    else:
-        text = read_utf8(p)
-        if not text.strip():
-            raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
-        if suffix == ".jsonl":
-            frame = _read_jsonl(text, p, keep_text)
-        else:
-            frame = _read_delimited(text, p, "\t" if suffix == ".tsv" else ",", keep_text)
+    elif is_blank(p):
+        raise DataError(f"{p}: the file is empty; it needs a header line and at least one data row")
+    elif suffix == ".jsonl":
+        frame = _read_jsonl(read_utf8(p), p, keep_text)
+    else:  # parsed as it is decoded, block by block: no copy of the file's text beside the frame
+        [frame] = _iter_delimited(p, None, "\t" if suffix == ".tsv" else ",", keep_text)
     _text_as_str(frame, keep_text, p)
     if len(frame) == 0:
         raise _no_rows(p, frame.columns)
@@ -145,6 +143,17 @@ def _numbered(path: Path, chunks: Iterator[pd.DataFrame], keep_text: set[str]) -
         raise _no_rows(path, columns)
 
 
+def as_number(text: str) -> int | float | None:
+    """``text`` as the number it is read as in a CSV/TSV column of numbers (``"5.0"``, ``" -3"``), else ``None``.
+
+    Text that is not a plain number (``"0001"``, ``"5 stars"``, ``"1,5"``) is ``None``: a column holding it is text.
+    """
+    text = text.strip()
+    if re.fullmatch(_INT, text):
+        return int(text)
+    return float(text) if re.fullmatch(_FLOAT, text) else None
+
+
 def _checked_path(path: str | os.PathLike[str]) -> Path:
     """The path, if it is an existing file with a supported extension."""
     p = Path(path)
@@ -196,31 +205,33 @@ def _no_rows(path: Path, columns: Iterable) -> DataError:
 _CSV_OPTIONS = {"dtype": str, "keep_default_na": False, "na_values": [""]}  # every field text; only "" is missing
 
 
-def _read_delimited(text: str, path: Path, sep: str, text_columns: set[str]) -> pd.DataFrame:
+def _iter_delimited(path: Path, chunk_rows: int | None, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
+    """A CSV/TSV file chunk after chunk, or as one frame with ``chunk_rows=None``.
+
+    In a file of one column a blank line is a row whose text is missing (pandas would skip it: a prediction file
+    would lose the row), except the blank lines before the header and after the last row.
+    """
     try:
-        frame = pd.read_csv(io.StringIO(text), sep=sep, **_CSV_OPTIONS)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
-        raise csv_error(path, sep, e) from None
-    check_header(io.StringIO(text), path, sep)
-    check_fields(frame, path, sep)
-    return _with_numbers(MergedRows(path, sep, lambda: io.StringIO(text)).check(frame, 0), text_columns)
-
-
-def _iter_delimited(path: Path, chunk_rows: int, sep: str, text_columns: set[str]) -> Iterator[pd.DataFrame]:
-    with Utf8Stream(path) as stream:
-        try:
-            with Utf8Stream(path) as header:
-                check_header(header, path, sep)
-            merged = MergedRows(path, sep, lambda: Utf8Stream(path))
-            with pd.read_csv(stream, sep=sep, chunksize=chunk_rows, **_CSV_OPTIONS) as reader:
+        with Utf8Stream(path) as header:
+            one_column = len(check_header(header, path, sep)) == 1
+        start, end = blank_edges(path, b" \t".replace(sep.encode(), b"")) if one_column else (0, None)
+        merged = MergedRows(path, sep, lambda: Utf8Stream(path))
+        options = {**_CSV_OPTIONS, "sep": sep, "skip_blank_lines": not one_column}
+        with Utf8Stream(path, start=start, end=end) as stream:
+            if chunk_rows is None:
+                frame = pd.read_csv(stream, **options)
+                check_fields(frame, path, sep)
+                yield _with_numbers(merged.check(frame, 0), text_columns)
+                return
+            with pd.read_csv(stream, chunksize=chunk_rows, **options) as reader:
                 first = 0  # the chunk's first row; no enumerate(): its cached tuple would hold the last chunk
                 for frame in reader:
                     check_fields(frame, path, sep)
                     yield _with_numbers(merged.check(frame, first), text_columns)
                     first += chunk_rows
                     del frame  # before the next chunk is read
-        except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
-            raise csv_error(path, sep, e) from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        raise csv_error(path, sep, e) from None
 
 
 def _with_numbers(frame: pd.DataFrame, text_columns: set[str]) -> pd.DataFrame:
@@ -330,18 +341,42 @@ def _check_surrogates(record: dict, lineno: int, path: Path) -> None:
             ) from None
 
 
+class _RepeatedKey(Exception):
+    """A JSON object naming a key twice: ``(key, first position, second position)``, 1-based among its keys."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; :class:`_RepeatedKey` if a key is named twice (``json`` keeps the last)."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: dict[str, int] = {}
+        for position, (name, _) in enumerate(pairs, 1):
+            if name in seen:
+                raise _RepeatedKey(name, seen[name], position)
+            seen[name] = position
+    return record
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)  # one for every line: json.loads(hook=) makes one a call
+
+
 def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) -> dict | None:
     """One line's object (``None`` for a blank line), with ``text_columns`` values as written in the file."""
     if not line.strip():
         return None
     try:
-        record = json.loads(line)
+        record = _DECODER.decode(line)
     except json.JSONDecodeError as e:
         raise DataError(
             f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); a .jsonl file holds one "
             "JSON object per line (a file holding one JSON array must be converted first, e.g. "
             "`pd.read_json(path).to_json(out, orient='records', lines=True)`)"
         ) from None
+    except _RepeatedKey as e:
+        name, first, second = e.args
+        raise DataError(
+            f"{path}: line {lineno} names key {name!r} twice in one object (its keys {first} and {second}); which "
+            "value holds the data is ambiguous. Rename or drop one of them") from None
     if not isinstance(record, dict):
         raise DataError(
             f"{path}: line {lineno} holds a JSON {type(record).__name__}, not an object; a .jsonl file holds one "

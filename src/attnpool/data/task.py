@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from transformers import AutoTokenizer
 from attnpool.config import TrainConfig
 from attnpool.config_checks import PRESET_SETS
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.columns import build_texts, check_columns, text_fields, validate_labels
+from attnpool.data.columns import Labels, build_texts, check_columns, text_fields, validate_labels
 from attnpool.data.context import (
     CONTEXT_FIELD,
     add_group_context,
@@ -265,15 +266,18 @@ def _warn_of_likely_mistakes(frame: pd.DataFrame, cfg: TrainConfig, labels: np.n
                     "(--text-cols / --template)?", "; ".join(f"{c!r}: e.g. {e}" for c, e in numeric.items()))
 
 
+def _file_labels(frame: pd.DataFrame, cfg: TrainConfig, where: str) -> Labels:
+    """``validate_labels`` of one file's rows: an error names the file, and its rows are that file's."""
+    try:
+        return validate_labels(frame, cfg.label, cfg.task)
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
+
+
 def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
     """The validation file's labels on their own, so that an error names that file and its own row numbers."""
-    if cfg.task == "regression":
-        try:
-            validate_labels(valid, cfg.label, cfg.task)
-        except DataError as e:
-            raise DataError(f"{cfg.valid_file}: {e}") from None
-        return
-    if cfg.task == "multilabel":  # a blank cell is a row without classes; a cell may be a list (JSONL, Parquet)
+    if cfg.task in ("regression", "multilabel"):  # multilabel: a blank cell is a row without classes
+        _file_labels(valid, cfg, str(cfg.valid_file))
         return
     blank = valid[cfg.label].map(lambda v: v.strip() == "" if isinstance(v, str) else bool(pd.isna(v))).to_numpy()
     missing = np.flatnonzero(blank.astype(bool))
@@ -315,19 +319,23 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     valid_rows = None
     needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
+    label_file = str(cfg.train_file or Path(cfg.data_dir) / "train.csv")  # where a bad training label is
     check_columns(frame, needed, where)
     if cfg.limit and cfg.limit < len(frame):  # of the training rows: a validation file is read whole
-        validate_labels(frame, cfg.label, cfg.task)  # first on the whole file: a bad label named by its row there
+        _file_labels(frame, cfg, label_file)  # first on the whole file: a bad label named by its row there
         frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
+    train_frame = frame
     if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
         check_columns(valid_frame, needed, str(cfg.valid_file))
         _check_valid_labels(valid_frame, cfg)
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
-    if valid_rows is not None:
         _refuse_validation_only_classes(frame, valid_rows, cfg)
-    labels = validate_labels(frame, cfg.label, cfg.task)
+    labels = _file_labels(train_frame, cfg, label_file)  # the training rows on their own: numbered in their file
+    if valid_rows is not None:  # both files are valid: the classes of both, in one encoding
+        labels = validate_labels(frame, cfg.label, cfg.task)
+    del train_frame  # the joined frame holds its rows
     _warn_of_likely_mistakes(frame, cfg, np.asarray(labels.values), log)
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)

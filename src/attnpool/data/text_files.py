@@ -62,20 +62,57 @@ def is_blank(path: Path, block: int = 1 << 16) -> bool:
     return True
 
 
+def blank_edges(path: Path, blank: bytes, block: int = 1 << 16) -> tuple[int, int]:
+    """Byte offsets of the start of the first line and the end of the last (before its break) holding more than blank.
+
+    ``blank``: what a blank line holds besides its line break (spaces and tabs, not the file's delimiter). The start
+    is 0 unless blank lines come first; a byte-order mark counts as blank. An all-blank file gives its size twice.
+    """
+    breaks = b"\r\n"
+    with path.open("rb") as f:
+        offset = start = 0
+        while head := f.read(block):
+            bom = len(codecs.BOM_UTF8) if offset == 0 and head.startswith(codecs.BOM_UTF8) else 0
+            first = len(head) - len(head[bom:].lstrip(blank + breaks))
+            if (line_break := max(head.rfind(b"\n", 0, first), head.rfind(b"\r", 0, first))) >= 0:
+                start = offset + line_break + 1
+            offset += len(head)
+            if first < len(head):
+                break
+        else:
+            return offset, offset
+        end = f.seek(0, io.SEEK_END)
+        while not (last := len(_read_at(f, max(start, end - block), end).rstrip(blank + breaks))):
+            end = max(start, end - block)  # a block of blank lines: the last line with more is further back
+        at = max(start, end - block) + last  # just past the last byte that is not blank
+        while (more := _read_at(f, at, at + block)) and b"\n" not in more and b"\r" not in more:
+            at += len(more)  # the spaces ending the last line run into the next block
+        return start, at + min((i for i in (more.find(b"\n"), more.find(b"\r")) if i >= 0), default=len(more))
+
+
+def _read_at(f, start: int, end: int) -> bytes:
+    f.seek(start)
+    return f.read(end - start)
+
+
 class Utf8Stream(io.TextIOBase):
     """A UTF-8 file's text, decoded block by block, for pandas' chunked CSV parser.
 
     Bad bytes raise the error of :func:`read_utf8`, file offset and line included; a byte-order mark is dropped.
     """
 
-    def __init__(self, path: Path, block: int = 1 << 20) -> None:
+    def __init__(self, path: Path, block: int = 1 << 20, *, start: int = 0, end: int | None = None) -> None:
+        """The text from byte ``start`` (a line's start) to byte ``end`` (the end of the file with ``None``)."""
         super().__init__()
         self._path = path
         self._file = path.open("rb")
         self._block = block
+        self._end = end
         self._pending = b""  # bytes of a character cut by the end of the last block
-        self._offset = 0  # file offset of self._pending
+        self._offset = start  # file offset of self._pending
         self._lines = 0  # line breaks before self._offset
+        if start:
+            self._lines = self._file.read(start).count(b"\n")  # blank lines only (see blank_edges): no bad bytes
         self._text = ""  # decoded, not yet returned
         self._eof = False
 
@@ -99,7 +136,8 @@ class Utf8Stream(io.TextIOBase):
         return out
 
     def _decode_block(self) -> None:
-        raw = self._file.read(self._block)
+        left = self._block if self._end is None else max(0, self._end - self._offset - len(self._pending))
+        raw = self._file.read(min(self._block, left))
         self._eof = not raw
         data = self._pending + raw
         skip = len(codecs.BOM_UTF8) if self._offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
