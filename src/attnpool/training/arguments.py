@@ -2,24 +2,64 @@
 
 from __future__ import annotations
 
-import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import transformers
+from torch import nn
 
 from attnpool.config import TrainConfig
+from attnpool.model.encoders import encoder_layers, parameter_depths
 from attnpool.precision import trainer_flags
 from attnpool.tasks import primary_metric
 from attnpool.training.distributed import ddp_backend, use_cpu
 from attnpool.training.progress import get_verbosity
 from attnpool.training.tracking import integrations
 
-logger = logging.getLogger("attnpool.train")
+
+def unused_parameters(model: nn.Module) -> list[str]:
+    """The names of ``model``'s trainable parameters that get no gradient: what DDP must be told to expect.
+
+    The encoder's own pooler, where the model keeps it (built under
+    :func:`~attnpool.model.modeling.keeping_encoder_pooler` to resume a checkpoint of attnpool before 2026-12-06, or an
+    encoder class that cannot go without it); and with ``pooling_layers`` indices all below the top layer, the layers
+    above the highest one and what reads the top layer (a final norm). Every pooler, the recurrent layer, the head
+    and adversarial training give every other parameter a gradient (``tests/training/test_ddp_unused.py``).
+    """
+    base = model.base_model
+    encoder, layers = base.encoder, base.config.pooling_layers
+    own = getattr(encoder, "pooler", None)
+    unused = list(own.parameters()) if isinstance(own, nn.Module) else []
+    depth = getattr(encoder.config, "num_hidden_layers", None)
+    if isinstance(layers, list) and isinstance(depth, int):
+        top = max(i if i >= 0 else depth + 1 + i for i in layers)  # hidden_states[top]: layer top's output
+        try:
+            depths = parameter_depths(encoder, encoder_layers(encoder))  # 0: the top layer, `depth`: the embeddings
+            unused += [p for p in encoder.parameters() if depths.get(id(p), depth) < depth - top]
+        except ValueError:  # no layer list found: which layers are left out is unknown, but some are
+            unused += list(encoder.parameters()) if top < depth else []
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [names[id(p)] for p in dict.fromkeys(unused) if p.requires_grad and id(p) in names]
+
+
+def accelerate_precision_note(cfg: TrainConfig) -> str | None:
+    """What to say when ``--precision`` replaces the accelerate config's ``mixed_precision``; once per run (recipe).
+
+    Both bf16 and fp16 off, transformers reads ``ACCELERATE_MIXED_PRECISION`` (what ``accelerate launch`` exports from
+    its config), and an fp32 run trained under autocast: :func:`training_arguments` puts ``--precision`` back.
+    """
+    flags = trainer_flags(cfg.precision, "cpu" if use_cpu() else "cuda")
+    wanted = "bf16" if flags["bf16"] else "fp16" if flags["fp16"] else "no"
+    configured = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if wanted != "no" or configured == "no":
+        return None
+    return (f"precision: the accelerate config's mixed_precision {configured} is replaced by --precision "
+            f"{cfg.precision} ({wanted}); pass --precision to choose")
 
 
 def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *, run_name: str | None = None,
-                       seed: int | None = None):
+                       seed: int | None = None, model: nn.Module | None = None):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
 
     ``seed``: of the training's random draws (dropout); default ``cfg.seed``. A fold passes ``cfg.seed + fold``,
@@ -30,6 +70,10 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
     Option names differ across transformers 5.x releases; both spellings are handled here. The ``Trainer`` draws no
     bars of its own (:class:`~attnpool.training.progress.FoldProgress` does), except at ``verbose``; it reports to
     ``cfg.report_to``'s trackers under the fold's name, ``RUN_DIR/fold_K``.
+
+    DDP looks for parameters without a gradient at every step (``ddp_find_unused_parameters``) only where ``model``
+    has some (:func:`unused_parameters`); without a ``model``, where ``cfg.pooling_layers`` are indices without -1.
+    The accelerate config's ``mixed_precision`` gives way to ``--precision`` (:func:`accelerate_precision_note`).
     """
     metric, greater = primary_metric(cfg.task)
     strategy = "steps" if cfg.eval_steps else "epoch"
@@ -67,9 +111,10 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "dataloader_pin_memory": not cpu,
         "use_cpu": cpu,  # else bf16 on a CPU-only machine is refused
         "ddp_backend": ddp_backend(cpu),  # several CPU processes: gloo; GPUs: accelerate's choice (NCCL)
-        # Encoder weights may get no gradient (pooling_layers below the top layer leave the layers above unused):
-        # DDP must be told. (Activation checkpointing is non-reentrant in transformers 5: compatible.)
-        "ddp_find_unused_parameters": True,
+        # DDP must be told of parameters without a gradient; looking for them costs a pass over the autograd graph
+        # per step. (Activation checkpointing is non-reentrant in transformers 5: compatible with either.)
+        "ddp_find_unused_parameters": bool(unused_parameters(model)) if model is not None else (
+            isinstance(cfg.pooling_layers, list) and -1 not in cfg.pooling_layers),
         "remove_unused_columns": False,
         **trainer_flags(cfg.precision, "cpu" if cpu else "cuda"),
     }
@@ -89,11 +134,6 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         # too.)
         kwargs["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
     args = transformers.TrainingArguments(**kwargs)
-    # Both flags off, transformers reads ACCELERATE_MIXED_PRECISION (what `accelerate launch` exports from its
-    # config) and an fp32 run trained under autocast: --precision decides.
-    wanted = "bf16" if kwargs["bf16"] else "fp16" if kwargs["fp16"] else "no"
-    if args.mixed_precision != wanted:
-        logger.warning("precision: the accelerate config's mixed_precision %s is replaced by --precision %s (%s); "
-                       "pass --precision to choose", args.mixed_precision, cfg.precision, wanted)
-        args.mixed_precision = wanted
+    # --precision, not the accelerate config's mixed_precision (accelerate_precision_note says so, once per run)
+    args.mixed_precision = "bf16" if kwargs["bf16"] else "fp16" if kwargs["fp16"] else "no"
     return args

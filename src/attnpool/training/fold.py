@@ -204,6 +204,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     whole, gathered frame, while only the main process writes files.
     """
     resume_from = on_main(lambda: last_complete_checkpoint(run.checkpoints_dir(fold), cfg.ema_decay is not None))
+    if not resume_from:  # trained from step 0 again: the curves of a start stopped before its first checkpoint go
+        on_main(lambda: [old.unlink() for old in run.tensorboard_dir(fold).glob("events.out.tfevents.*")])
     with keeping_encoder_pooler() if resume_from and _has_encoder_pooler(Path(resume_from)) else nullcontext():
         model = build_model(cfg, data, fold)  # a checkpoint of an earlier attnpool: its optimizer state has it
     encodings = data.fold_encodings(cfg, train_idx, valid_idx, logger)  # per fold with group_context
@@ -212,7 +214,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch, run_name=run_name(run, fold),
-                              seed=cfg.seed + fold)  # as build_model: each fold its own dropout masks
+                              seed=cfg.seed + fold, model=model)  # seed as build_model's: each fold its dropout masks
     monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
     trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor, run=run, fold=fold)
     _check_engine(trainer)

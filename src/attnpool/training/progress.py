@@ -183,6 +183,7 @@ class FoldProgress(transformers.TrainerCallback):
         """Start the line of this fold (main process only)."""
         self.close()  # a line left live by a training that failed
         self._reset(args, state.global_step)
+        self._resumed(args, state)
         mode = self.mode
         if mode is None:
             terminal = getattr(self._stream, "isatty", lambda: False)() and _bar_fits(self._stream)
@@ -193,6 +194,26 @@ class FoldProgress(transformers.TrainerCallback):
         if self._drawing == "bar":
             self._bar = _FoldBar(total=state.max_steps, initial=state.global_step, desc=self.label,
                                  file=self._stream, dynamic_ncols=True, leave=True, unit="step")
+
+    def _resumed(self, args, state) -> None:
+        """Resumed from a checkpoint: the last evaluation and the best so far are those of its state.
+
+        The best of ``state.best_metric`` (what the Trainer keeps, per ``metric_for_best_model``) and the evaluations
+        in ``state.log_history``, in the metric's direction (``greater_is_better``); NaNs never count.
+        """
+        key = f"eval_{self._metric}"
+        values = [float(entry[key]) for entry in getattr(state, "log_history", None) or []
+                  if isinstance(entry.get(key), int | float)]
+        if values:
+            self._metric_value = values[-1]
+        best = getattr(state, "best_metric", None) if args.metric_for_best_model else None
+        for value in [*values, *([float(best)] if isinstance(best, int | float) else [])]:
+            self._consider(value)
+
+    def _consider(self, value: float) -> None:
+        """Make ``value`` the best if it beats it (a NaN compares False with anything: it would stay for good)."""
+        better = self._best is None or (value > self._best if self._greater else value < self._best)
+        self._best = value if better and math.isfinite(value) else self._best
 
     def on_step_end(self, args, state, control, **kwargs):
         """Move the bar; off a terminal, a line when none came for ``interval`` seconds."""
@@ -226,10 +247,7 @@ class FoldProgress(transformers.TrainerCallback):
         value = (metrics or {}).get(f"eval_{self._metric}")
         if isinstance(value, int | float):
             self._metric_value = float(value)
-            # a NaN (pearson of constant predictions, common at the first evaluation) compares False with anything:
-            # as the best it would stay for good, so only finite values count
-            better = self._best is None or (value > self._best if self._greater else value < self._best)
-            self._best = float(value) if better and math.isfinite(value) else self._best
+            self._consider(float(value))  # a NaN (pearson of constant predictions, common at first) does not count
         self._emit(state)
 
     def on_train_end(self, args, state, control, **kwargs):

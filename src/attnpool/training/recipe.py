@@ -36,11 +36,12 @@ from attnpool.runs.files import atomic_write
 from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric
+from attnpool.training.arguments import accelerate_precision_note
 from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
 from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
-from attnpool.training.tracking import integrations, log_summary, run_environment
+from attnpool.training.tracking import TRACKERS, integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
 _THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds", "report_to")  # what a resumed run takes from the call
@@ -128,8 +129,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
     handler = None
     try:  # from here on the lock is released and the logger restored whatever fails (train.log unwritable too)
         handler = _attach_log_file(run.log_file) if main else None
-        if not main:
-            package_logger.setLevel(logging.WARNING)  # one copy of the progress lines, from the main process
+        if not main:  # the progress lines and warnings once, the main process's (each process reads the same data)
+            package_logger.setLevel(logging.ERROR)
         # third-party bars and messages to train.log, not the console; the trackers' experiment (restored after)
         with quiet_third_party(handler), run_environment(cfg, run):
             device = "cpu" if use_cpu() else "cuda"
@@ -137,6 +138,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
             folds, done = on_main(lambda: _record_run(run, cfg, data))  # every process trains on the saved folds
             logger.info("precision: %s", precision_reason(cfg.precision, device))
+            if note := accelerate_precision_note(cfg):  # once per run, not per fold's TrainingArguments
+                logger.warning("%s", note)
             if use_cpu():  # the trainer raises it further for a model whose largest gradient needs more
                 logger.info("%s", keep_freed_memory())
             logger.info("word embeddings: %s", embeddings_line(cfg))
@@ -220,9 +223,18 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
     run's recipe; so does ``report_to`` where the call gives it (where to log is not the recipe either: a tracker
     added on resume logs the folds trained from now on, and the ``cv`` entry if it has not had it). The ``given``
     options the saved config overrides are named in a warning.
+
+    Raises:
+        RunError: The run has no ``config.yaml`` to resume with.
+        ValueError: The saved config reports to a tracker not installed here (and the call gives no ``report_to``).
     """
-    if not cfg.resume or not run.config_file.is_file():
+    if not cfg.resume:
         return cfg
+    if not run.config_file.is_file():  # the run started (Run.create refuses a resume of one that did not)
+        raise RunError(f"--resume: {run.config_file} is missing: it holds the recipe the run's folds were trained "
+                       "with, and this call's options would train the remaining folds otherwise. Restore the file "
+                       "(from a backup or a copy of the run), or start a new run (another --output-dir, or "
+                       "--overwrite)")
     values = load_yaml(run.config_file)
     _warn_of_overridden(run, values, given or {})
     # A run started before freeze_word_embeddings existed trained them: its checkpoints' optimizer state has them.
@@ -237,7 +249,21 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
     values.update({"resume": True, "overwrite": False, "output_dir": cfg.output_dir, "only_folds": cfg.only_folds})
     if "report_to" in (given or {}):
         values["report_to"] = cfg.report_to
+    else:
+        _check_saved_trackers(run, values.get("report_to"))
     return TrainConfig.from_dict(values, where=str(run.config_file))
+
+
+def _check_saved_trackers(run: Run, report_to: Any) -> None:
+    """Refuse a tracker of the saved config that is not installed here, naming the file it comes from."""
+    try:
+        integrations(report_to)
+    except ValueError:
+        if report_to not in TRACKERS:
+            raise  # not a tracker at all: the config's own check says so
+        raise ValueError(f"--resume: the run's saved config {run.config_file} has report_to: {report_to}, and "
+                         f"{report_to} is not installed here; pip install 'attnpool[{report_to}]', or resume without "
+                         "it: --resume --report-to none") from None
 
 
 def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any]) -> None:

@@ -15,6 +15,10 @@ fold that fails ends its tracker runs as failed.
   in it (``MLFLOW_NESTED_RUN``), and it stays open.
 - Weights & Biases: project ``WANDB_PROJECT`` (default ``attnpool``), one group per run directory
   (``WANDB_RUN_GROUP``), one run per fold plus the ``cv`` run.
+
+A fold resumed from a checkpoint goes on in its tracker runs (:func:`resumed_trackers`, :class:`TrackerRuns`); MLflow
+keeps what was logged between the checkpoint and the stop too (those steps have two values). A fold stopped before
+its first checkpoint trains from step 0 again, in new runs, its TensorBoard curves replaced.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 import transformers
 import yaml
 from transformers import integrations as hf_integrations
+from transformers.trainer_callback import ExportableState
 
 from attnpool.config import TrainConfig
 from attnpool.runs.run import SUMMARY_RUN, Run
@@ -45,6 +50,8 @@ _INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
 # Environment variables a run sets for the integrations, restored afterwards (MLflow sets MLFLOW_EXPERIMENT_ID).
 _SCOPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "WANDB_PROJECT", "WANDB_RUN_GROUP", "WANDB_SILENT",
                "TENSORBOARD_LOGGING_DIR")
+# What a resumed fold sets for the integrations (the tracker runs it goes on in), restored after its training.
+_RESUME_ENV = ("MLFLOW_RUN_ID", "WANDB_RUN_ID", "WANDB_RESUME")
 
 
 def integrations(report_to: str) -> list[str]:
@@ -219,6 +226,69 @@ class FoldTracking(transformers.TrainerCallback):
             except Exception as err:  # noqa: BLE001 - a tracker out of reach must not hide why the fold failed
                 logger.warning("tracking: %s: could not end the failed fold's run (%s: %s)", tracker,
                                type(err).__name__, err)
+
+
+class TrackerRuns(transformers.TrainerCallback, ExportableState):
+    """The fold's MLflow and W&B run ids, in each checkpoint's ``trainer_state.json`` for :func:`resumed_trackers`."""
+
+    def __init__(self) -> None:
+        self.mlflow_run_id: str | None = None
+        self.wandb_run_id: str | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """Note the runs the integrations started (their callbacks come first; on the main process only)."""
+        if not state.is_world_process_zero:
+            return
+        if "mlflow" in args.report_to:
+            import mlflow
+
+            self.mlflow_run_id = getattr(getattr(mlflow.active_run(), "info", None), "run_id", None)
+        if "wandb" in args.report_to:
+            import wandb
+
+            self.wandb_run_id = getattr(wandb.run, "id", None)
+
+    def state(self) -> dict:
+        """What a checkpoint keeps: the run ids."""
+        return {"args": {}, "attributes": {"mlflow_run_id": self.mlflow_run_id, "wandb_run_id": self.wandb_run_id}}
+
+
+@contextlib.contextmanager
+def resumed_trackers(callbacks: list[transformers.TrainerCallback], saved: Mapping[str, Any] | None,
+                     main: bool) -> Iterator[None]:
+    """Around a fold's ``Trainer.train()`` resumed from a checkpoint: go on in that checkpoint's tracker runs.
+
+    ``saved``: the checkpoint's ``trainer_state.json`` (``None``: no resume, nothing changes). On the main process
+    (``main``), for this training only, MLflow and W&B get the run ids :class:`TrackerRuns` kept (``MLFLOW_RUN_ID``,
+    unless the tracking server lacks that run; ``WANDB_RUN_ID`` with ``WANDB_RESUME=allow``), and TensorBoard writes
+    the fold's folder through a ``SummaryWriter`` whose ``purge_step`` hides what was logged after the checkpoint.
+    """
+    entry = (saved or {}).get("stateful_callbacks", {}).get(TrackerRuns.__name__) or {}
+    ids = (entry[0] if isinstance(entry, list) else entry).get("attributes", {}) if main else {}
+    values = {"WANDB_RUN_ID": str(ids["wandb_run_id"]), "WANDB_RESUME": "allow"} if ids.get("wandb_run_id") else {}
+    if ids.get("mlflow_run_id") and _INSTALLED["mlflow"]() and _mlflow_run_exists(str(ids["mlflow_run_id"])):
+        values["MLFLOW_RUN_ID"] = str(ids["mlflow_run_id"])
+    for callback in callbacks if main and saved else []:
+        folder = getattr(callback, "logging_dir", None)  # set: the run's fold folder (else a new folder each time)
+        if isinstance(callback, hf_integrations.TensorBoardCallback) and callback.tb_writer is None and folder:
+            from torch.utils.tensorboard import SummaryWriter
+
+            step = int(saved.get("global_step") or 0)
+            callback.tb_writer = SummaryWriter(log_dir=folder, purge_step=step + 1)
+    with _environ(values, keep=_RESUME_ENV):
+        yield
+
+
+def _mlflow_run_exists(run_id: str) -> bool:
+    """Whether the tracking server holds the run, not deleted (resumed elsewhere: the fold gets a new run)."""
+    import mlflow
+
+    try:
+        return mlflow.MlflowClient().get_run(run_id).info.lifecycle_stage == "active"
+    except Exception as err:  # noqa: BLE001 - not found, or out of reach: the fold trains and logs anew
+        logger.warning("tracking: mlflow: the fold's run %s is not at %s (%s); the resumed fold logs into a new run",
+                       run_id, mlflow.get_tracking_uri(), type(err).__name__)
+        return False
 
 
 def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, float]:

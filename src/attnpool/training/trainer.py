@@ -30,7 +30,7 @@ from attnpool.training.ema import EMA_FILE, WeightEMA
 from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
-from attnpool.training.tracking import FoldTracking, fold_environment, integrations
+from attnpool.training.tracking import FoldTracking, TrackerRuns, fold_environment, integrations, resumed_trackers
 
 logger = logging.getLogger("attnpool.train")
 
@@ -174,7 +174,7 @@ class RecipeTrainer(transformers.Trainer):
         return next(c for c in self.callback_handler.callbacks if isinstance(c, TrainingClock)).seconds
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        """The Trainer's ``train``; the weight average is read back from the checkpoint it resumes from.
+        """The Trainer's ``train``; the weight average and the tracker runs are those of the checkpoint it resumes from.
 
         On a CPU, glibc keeps freed blocks as large as the biggest gradient for reuse first
         (:func:`~attnpool.allocator.keep_freed_memory`), and the model's dropout draws 16 random bits per element
@@ -191,7 +191,8 @@ class RecipeTrainer(transformers.Trainer):
         self.schedule.max_steps = (saved or {}).get("max_steps") or None
         if self.ema is not None:
             self.ema.resume_from = str(resume_from_checkpoint) if found else None
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        with resumed_trackers(self.callback_handler.callbacks, saved, self.is_world_process_zero()):
+            return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
         """The Trainer's epoch, unless training is over: a fold resumed from the checkpoint it finished at.
@@ -317,7 +318,8 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
 
     The fold's progress is :class:`~attnpool.training.progress.FoldProgress`'s one line: the ``Trainer``'s own
     printer of log dicts is removed (at ``verbose`` its bars and dicts stay). Its trackers (``cfg.report_to``) write
-    under the run directory (TensorBoard: ``RUN_DIR/tensorboard/fold_K``), one tracker run per fold. With
+    under the run directory (TensorBoard: ``RUN_DIR/tensorboard/fold_K``), one tracker run per fold, which a resumed
+    fold goes on in (:func:`~attnpool.training.tracking.resumed_trackers`). With
     ``cfg.ema_decay`` it keeps a :class:`~attnpool.training.ema.WeightEMA`, with ``cfg.adversarial`` it trains
     adversarially (:mod:`attnpool.training.adversarial`).
     """
@@ -328,7 +330,7 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
 
     tracking = FoldTracking(integrations(cfg.report_to))
     callbacks: list[transformers.TrainerCallback] = [FoldProgress("training" if fold is None else f"fold {fold}"),
-                                                     tracking]
+                                                     tracking, TrackerRuns()]
     ema = WeightEMA(cfg.ema_decay) if cfg.ema_decay is not None else None
     if ema is not None:
         callbacks.append(ema)
