@@ -123,7 +123,8 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
 def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
           folds: int | Sequence[int] | None = None,
           ensemble: str = "mean", max_batch: int = 64, max_wait_ms: float = 5.0, max_rows: int = 256,
-          max_body_bytes: int = 1 << 20, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
+          max_body_bytes: int = 1 << 20, max_in_flight: int = 512, api_key_env: str | None = None,
+          cors_origins: Sequence[str] = (), cors_headers: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
           max_length: int | None = None, device: str | None = None, precision: str = "auto", backend: str = "torch",
           quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE, calibration_file: str | Path | None = None,
           threads: int | None = None, blend_weights: Sequence[float] | None = None,
@@ -134,6 +135,9 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
     runs blended as ``predict --run A B`` blends them, word weights from the first run),
     batching concurrent requests; ``GET /`` is a page that shades the words by their pooling weight; ``/health``,
     ``/info``, ``/metrics`` (Prometheus) and ``/openapi.json`` describe the server. Needs ``attnpool[serve]``.
+    It blocks, running an event loop of its own: in a notebook (whose cell runs in an event loop) call it from a
+    thread, ``threading.Thread(target=attnpool.serve, args=(RUN,), daemon=True).start()``, or run ``attnpool
+    serve`` in a terminal.
 
     Args:
         run: The ``--output-dir`` of ``attnpool train``, or a folder saved with ``save_pretrained`` (model and
@@ -147,9 +151,15 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         max_wait_ms: How long a request may wait for others to join its batch.
         max_rows: Rows per request at most (more: 422).
         max_body_bytes: Request bodies over this size are refused (413).
+        max_in_flight: Requests handled at once at most, ``/health`` and ``/metrics`` aside; more are answered
+            503 with ``Retry-After`` at once.
         api_key_env: The name of an environment variable holding an API key that every request but ``/health``
             must send (``Authorization: Bearer KEY``); 401 otherwise.
         cors_origins: Web origins allowed to call the API from a browser (CORS is off by default).
+        cors_headers: Request headers such a page may send besides ``Authorization``, ``Content-Type`` and
+            ``X-API-Key`` (e.g. ``X-Request-ID``, ``traceparent``); needs ``cors_origins``.
+        allowed_hosts: Host names a server on loopback answers besides ``localhost`` and its addresses: the
+            public name a reverse proxy on the same machine passes on in ``Host``.
         max_length: Truncation for a saved model folder (default 128); a run uses its own.
         device: ``cpu``, ``cuda``...; default: CUDA when available.
         precision: ``auto`` (bf16 on a GPU with native bf16, compute capability 8.0+, or a CPU with native bf16;
@@ -175,12 +185,15 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         RunError: Not a run or model folder, no such fold, a model that cannot be loaded (nothing is served).
         OSError: The address cannot be listened on.
         ValueError: A bad option, or ``api_key_env`` naming an unset variable.
+        RuntimeError: Called where an event loop runs (a notebook's cell): nothing is loaded.
     """
     return _serve(run, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
-                  max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes, api_key_env=api_key_env,
-                  cors_origins=cors_origins, max_length=max_length, device=device, precision=precision, backend=backend,
-                  quantize=quantize, int8_tolerance=int8_tolerance, calibration_file=calibration_file, threads=threads,
-                  blend_weights=blend_weights, context_view=context_view)
+                  max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes,
+                  max_in_flight=max_in_flight, api_key_env=api_key_env, cors_origins=cors_origins,
+                  cors_headers=cors_headers, allowed_hosts=allowed_hosts, max_length=max_length, device=device,
+                  precision=precision, backend=backend, quantize=quantize, int8_tolerance=int8_tolerance,
+                  calibration_file=calibration_file, threads=threads, blend_weights=blend_weights,
+                  context_view=context_view)
 
 
 def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:

@@ -96,9 +96,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    options = {k: getattr(args, k) for k in _API_DEFAULTS["serve"] if k != "cors_origins"}
+    lists = ("cors_origins", "cors_headers", "allowed_hosts")  # None when not given
+    options = {k: getattr(args, k) or () if k in lists else getattr(args, k) for k in _API_DEFAULTS["serve"]}
     try:
-        summary = api.serve(args.run, **options, cors_origins=args.cors_origins or ())
+        summary = api.serve(args.run, **options)
     except ImportError as err:  # the optional extra is missing: one line, like the other errors
         print(f"attnpool serve: error: {err}", file=sys.stderr)
         return 2
@@ -246,12 +247,19 @@ def _add_serve(commands: Any) -> None:
                              ("--max-batch", "rows per forward pass at most: concurrent requests are batched", int),
                              ("--max-wait-ms", "how long a request waits for others to join its batch", float),
                              ("--max-rows", "rows per request at most", int),
-                             ("--max-body-bytes", "request bodies over this size are refused (413)", int)):
+                             ("--max-body-bytes", "request bodies over this size are refused (413)", int),
+                             ("--max-in-flight", "requests handled at once (/health, /metrics aside); more are "
+                              "answered 503 with Retry-After", int)):
         _arg(serve, flag, text, default=api_default[flag[2:].replace("-", "_")], type=kind)
     _arg(serve, "--api-key-env", "name of an environment variable holding the API key every request but /health "
          "must send (Authorization: Bearer KEY)", shown="no key", metavar="VAR")
+    _arg(serve, "--allowed-host", "with the default --host: a Host name answered besides localhost, the public "
+         "name a reverse proxy on this machine passes on (repeatable)", shown="none", action="extend", nargs="+",
+         dest="allowed_hosts", metavar="NAME")
     _arg(serve, "--cors-origin", "web origins allowed to call the API from a browser", shown="none: CORS off",
-         nargs="+", dest="cors_origins", metavar="ORIGIN")
+         action="extend", nargs="+", dest="cors_origins", metavar="ORIGIN")
+    _arg(serve, "--cors-header", "a request header such pages may send besides Authorization, Content-Type, "
+         "X-API-Key (repeatable)", shown="none", action="extend", nargs="+", dest="cors_headers", metavar="NAME")
     _arg(serve, "--max-length", "truncation, for a model folder (a run uses its own)",
          shown="128, or what the encoder reads if less", type=int)
     _arg(serve, "--device", "cpu, cuda...", shown="cuda when available")

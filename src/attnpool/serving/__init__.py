@@ -4,7 +4,8 @@ Layers, each in its own module: :mod:`~attnpool.serving.service` (what is served
 batches to answers, no web framework), :mod:`~attnpool.serving.blend` (several runs served as one),
 :mod:`~attnpool.serving.weights` (word weights), :mod:`~attnpool.serving.batcher` (dynamic batching),
 :mod:`~attnpool.serving.metrics` (Prometheus text), :mod:`~attnpool.serving.schemas` (the JSON models and error
-messages), :mod:`~attnpool.serving.guard` (API key, Host, body limits),
+messages), :mod:`~attnpool.serving.guard` (API key, Host, body limits, requests in flight, CORS),
+:mod:`~attnpool.serving.process` (the thread settings a refused call gives back),
 :mod:`~attnpool.serving.page` (the web page), :mod:`~attnpool.serving.app` (the FastAPI app) and
 :mod:`~attnpool.serving.server` (uvicorn, start-up and draining).
 

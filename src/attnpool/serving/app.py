@@ -2,12 +2,13 @@
 
 Endpoints: ``GET /`` (the page), ``POST /predict``, ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus
 text) and ``GET /openapi.json`` (the schema of every field; the interactive ``/docs`` pages are off, as they load
-scripts from a CDN). Every error is JSON, ``{"error": "...", "details": [...]}``: 400 malformed JSON or a refused
-Host, 401 a missing or wrong API key, 404/405 no such endpoint or method, 413 a body over the limit, 415 a body
-that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full queue or a batcher that is not
-running; an error inside the model is a 500 that names its type (the server logs the traceback; the client does
-not get the text, which may quote its rows or the server's paths), scores that are not finite a 500 that names the
-rows, and the server goes on serving. A request whose client disconnects before its rows ran leaves the queue
+scripts from a CDN). Every error is JSON, ``{"error": "...", "details": [...]}``: 400 malformed JSON, a refused
+Host or a refused CORS preflight, 401 a missing or wrong API key, 404/405 no such endpoint or method, 413 a body
+over the limit, 415 a body that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full
+queue, more requests in flight than ``--max-in-flight`` or a batcher that is not running; an error inside the
+model is a 500 that names its type (the server logs the traceback; the client does not get the text, which may
+quote its rows or the server's paths), scores that are not finite a 500 that names the rows, and the server goes
+on serving. A request whose client disconnects before its rows ran, or while it sends its body, leaves the queue
 (counted as 499 in ``/metrics``; nobody reads that answer).
 
 FastAPI and Starlette come from :mod:`attnpool.serving.web`, at call time. This module does not use ``from
@@ -20,6 +21,7 @@ import contextlib
 import functools
 import json
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from attnpool._version import __version__
 from attnpool.data.errors import DataError
 from attnpool.serving import web
 from attnpool.serving.batcher import Batcher, Busy, NotRunning
-from attnpool.serving.guard import Guard, is_loopback
+from attnpool.serving.guard import Cors, Guard, InFlight, is_loopback
 from attnpool.serving.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from attnpool.serving.page import render_page
 from attnpool.serving.schemas import build_models, describe, row_values
@@ -44,7 +46,7 @@ _ERRORS = {400: "malformed JSON, or a Host refused on a loopback server", 401: "
            413: "body over --max-body-bytes", 415: "body not application/json",
            422: "invalid request: what and where, e.g. rows[3].target: missing",
            500: "an error inside the model (named; the server logs the details), or scores that are not finite",
-           503: "queue full: retry later; or the batcher is not running"}
+           503: "queue full or --max-in-flight requests in flight: retry later; or the batcher is not running"}
 CLIENT_LEFT = 499  # nginx's "client closed request": counted in /metrics; the client is gone and reads nothing
 
 
@@ -68,6 +70,9 @@ class Settings:
     max_body_bytes: int = 1 << 20
     api_key: str | None = field(default=None, repr=False)
     cors_origins: Sequence[str] = ()
+    cors_headers: Sequence[str] = ()  # request headers a CORS page may send besides guard.CORS_HEADERS
+    allowed_hosts: Sequence[str] = ()  # Host names a loopback server answers besides its loopback names
+    max_in_flight: int = 512  # requests handled at once (/health and /metrics aside); more get 503
     stopping: Callable[[], bool] = field(default=lambda: False, repr=False)  # the server began to shut down
 
     @property
@@ -89,9 +94,11 @@ def create_app(service: Service, settings: Settings) -> Any:
                       max_wait_ms=settings.max_wait_ms, max_queue_rows=settings.max_queue_rows,
                       on_batch=metrics.observe_batch)
     metrics.queue = lambda: (batcher.queued_rows, batcher.queued_requests)
+    in_flight = InFlight(settings.max_in_flight)
+    metrics.in_flight = lambda: in_flight.count
     info = {**service.info(), "max_rows": settings.max_rows, "max_batch": settings.max_batch,
             "max_wait_ms": settings.max_wait_ms, "max_body_bytes": settings.max_body_bytes,
-            "api_key": settings.api_key is not None}
+            "max_in_flight": settings.max_in_flight, "api_key": settings.api_key is not None}
     page, csp = render_page(info)
     models = build_models(service, settings.max_rows)
     body_model = models.request
@@ -178,9 +185,11 @@ def create_app(service: Service, settings: Settings) -> Any:
 
     @app.exception_handler(web.RequestValidationError)
     async def invalid(request: Any, exc: Any) -> Any:
-        status, details = describe(exc.errors(), service)
+        status, details, undescribed = describe(exc.errors(), service)
         message = "; ".join(f"{d['where']}: {d['what']}" for d in details[:5])
-        more = f"; and {len(details) - 5} more" if len(details) > 5 else ""
+        total = len(details) + undescribed
+        more = f"; and {total - 5} more" if total > 5 else ""
+        more += f" (details lists the first {len(details)})" if undescribed else ""
         return web.JSONResponse({"error": message + more, "details": details}, status_code=status)
 
     @app.exception_handler(web.HTTPException)
@@ -189,10 +198,10 @@ def create_app(service: Service, settings: Settings) -> Any:
             message = f"no such endpoint: {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
         elif exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
-        elif exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing"
-            bad = exc.__cause__
-            message = (f"the body is not valid UTF-8 JSON (byte {bad.object[bad.start]:#04x} at position {bad.start}): "
-                       "send UTF-8")
+        elif exc.status_code == 400 and isinstance(exc.__cause__, web.ClientDisconnect):  # FastAPI's "error parsing"
+            return _error(CLIENT_LEFT, "the client closed the connection while sending its body")
+        elif exc.status_code == 400 and exc.__cause__ is not None:
+            message = _unparsed(exc.__cause__) or str(exc.detail)
         else:
             message = str(exc.detail)
         return _error(exc.status_code, message, dict(exc.headers or {}))
@@ -204,10 +213,10 @@ def create_app(service: Service, settings: Settings) -> Any:
 
     app.add_middleware(Crashes)  # innermost: its 500 passes through the others (headers, CORS, counted)
     app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes,
-                       loopback_only=is_loopback(settings.host))
+                       loopback_only=is_loopback(settings.host), allowed_hosts=settings.allowed_hosts,
+                       in_flight=in_flight)
     if settings.cors_origins:  # off unless asked: other web sites' pages cannot read the answers
-        app.add_middleware(web.CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type", "X-API-Key"])
+        app.add_middleware(Cors, origins=settings.cors_origins, headers=settings.cors_headers)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts refused requests too
     return app
 
@@ -289,6 +298,20 @@ def check_finite(answer: Answer, precision: str) -> None:
            "(float16 and bfloat16 overflow where float32 does not); if that does not help, check the model")
     raise ScoresNotFinite(f"{rows}: the model's scores or word weights are not finite (NaN or infinity), so there is "
                           f"no prediction to send (precision {precision}): {fix}")
+
+
+def _unparsed(cause: BaseException) -> str | None:
+    """Why a body could not be parsed, which FastAPI's own message ("There was an error parsing the body") omits."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (f"the body is not valid UTF-8 JSON (byte {cause.object[cause.start]:#04x} at position {cause.start}): "
+                "send UTF-8")
+    if isinstance(cause, RecursionError):
+        return ("body: JSON nested too deeply to parse (arrays or objects hundreds of levels deep); a request is "
+                '{"rows": [{...}, ...]}')
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):  # Python's int(str) limit
+        return (f"body: a number of over {sys.get_int_max_str_digits()} digits, too long to read; send such a "
+                "number (an id) as a string")
+    return None
 
 
 def _internal(exc: Exception, method: str, path: str) -> str:

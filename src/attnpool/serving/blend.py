@@ -20,6 +20,7 @@ from typing import Any
 from attnpool.data.prediction import context_views
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.runs.run import Run, RunError
+from attnpool.serving.process import thread_settings_kept
 from attnpool.serving.service import Answer, Job, Service
 
 logger = logging.getLogger("attnpool.serve")
@@ -100,6 +101,7 @@ class BlendService(Service):
             member.warm_up()
 
 
+@thread_settings_kept()  # a blend whose second run fails gives back what loading the first one set
 def load_service(source: str | Path | Sequence[str | Path], *, blend_weights: Sequence[float] | None = None,
                  **options: Any) -> Service:
     """One run or model folder (:meth:`Service.load`), or a :class:`BlendService` of several runs.

@@ -4,13 +4,20 @@
   ``Authorization: Bearer KEY``, ``X-API-Key: KEY``, or HTTP Basic auth with the key as the password (so that a
   browser can open the page: it asks for the key once, then sends it with the page's own requests). Otherwise
   401. Keys are compared in constant time.
-* **Host**: a server bound to a loopback address answers only requests whose ``Host`` is a loopback name, so that
-  a web page cannot reach it by pointing its own domain name at 127.0.0.1 (DNS rebinding); 400 otherwise.
+* **Host**: a server bound to a loopback address answers only requests whose ``Host`` is a loopback name or one of
+  ``--allowed-host`` (the public name a reverse proxy on the same machine passes on), so that a web page cannot
+  reach it by pointing its own domain name at 127.0.0.1 (DNS rebinding); 400 otherwise.
 * **Body**: a body over ``max_body_bytes`` is refused with 413 (by its ``Content-Length`` at once, else while it
   arrives, before it is parsed); ``POST /predict`` bodies must be ``application/json`` (415), which also keeps
   other web sites' plain form posts out (a cross-site JSON post needs CORS, which is off unless ``--cors-origin``).
   A ``POST`` elsewhere goes on to the router, which answers 404 (no such endpoint) or 405 (no such method).
+* **Load**: at most ``max_in_flight`` requests (``--max-in-flight``) are handled at once, ``/health`` and
+  ``/metrics`` aside; past it a request is answered at once with 503 and ``Retry-After`` (a JSON error, counted in
+  ``/metrics``), so that an overloaded server keeps answering its health checks.
 * Every answer gets ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store``.
+
+:class:`Cors` (``--cors-origin``, ``--cors-header``) is Starlette's CORS middleware, its preflight refusals answered
+as JSON errors that say what was refused.
 """
 
 from __future__ import annotations
@@ -19,12 +26,16 @@ import base64
 import binascii
 import hmac
 import ipaddress
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from attnpool.serving import web
 
 OPEN_PATHS = ("/health",)  # answered without the API key
+UNLIMITED_PATHS = ("/health", "/metrics")  # answered however many requests are in flight
+CORS_HEADERS = ("Authorization", "Content-Type", "X-API-Key")  # request headers a CORS page may send; + --cors-header
 JSON_PATHS = ("/predict",)  # their POST bodies must be JSON
 LOOPBACK_NAMES = ("localhost", "localhost.")
 _HEADERS = [(b"x-content-type-options", b"nosniff"), (b"cache-control", b"no-store")]
@@ -48,6 +59,14 @@ def _hostname(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
+@dataclass
+class InFlight:
+    """The requests a server is handling now, and the most it handles at once (``--max-in-flight``)."""
+
+    limit: int
+    count: int = 0
+
+
 class Guard:
     """ASGI middleware applying the rules of the module docstring.
 
@@ -55,12 +74,17 @@ class Guard:
         app: The application behind it.
         api_key: The key every request but ``/health`` needs; ``None`` for none.
         max_body_bytes: The largest request body accepted.
-        loopback_only: Refuse ``Host`` headers that are not loopback names (the server listens on loopback).
+        loopback_only: Refuse ``Host`` headers that are not loopback names (the server listens on loopback)...
+        allowed_hosts: ... nor these names.
+        in_flight: The requests in flight and their limit (``None``: no limit).
     """
 
-    def __init__(self, app: Any, *, api_key: str | None, max_body_bytes: int, loopback_only: bool) -> None:
+    def __init__(self, app: Any, *, api_key: str | None, max_body_bytes: int, loopback_only: bool,
+                 allowed_hosts: Sequence[str] = (), in_flight: InFlight | None = None) -> None:
         self.app, self.max_body_bytes, self.loopback_only = app, max_body_bytes, loopback_only
         self.api_key = api_key.encode() if api_key else None
+        self.allowed_hosts = {_normal(name) for name in allowed_hosts}
+        self.in_flight = in_flight
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         """Refuse the request, or pass it on with its body counted and the headers added."""
@@ -88,14 +112,29 @@ class Guard:
                     raise web.HTTPException(413, f"the body is over {self.max_body_bytes} bytes (--max-body-bytes)")
             return message
 
-        await self.app(scope, receive_limited, send_with_headers)
+        counted = self.in_flight if scope["path"] not in UNLIMITED_PATHS else None
+        if counted is not None and counted.count >= counted.limit:
+            busy = (f"busy: the server handles at most {counted.limit} requests at once (--max-in-flight) and has "
+                    "that many in flight; retry later")
+            await _error(503, busy, {"Retry-After": "1"})(scope, receive, send_with_headers)
+            return
+        if counted is not None:
+            counted.count += 1
+        try:
+            await self.app(scope, receive_limited, send_with_headers)
+        finally:
+            if counted is not None:
+                counted.count -= 1
 
     def _refusal(self, scope: dict, headers: Any) -> Any:
         """The answer refusing the request, or ``None`` to let it through."""
         path = scope["path"]
-        if self.loopback_only and not is_loopback(_hostname(headers.get("host", ""))):
+        host = _hostname(headers.get("host", ""))
+        if self.loopback_only and not is_loopback(host) and _normal(host) not in self.allowed_hosts:
             return _error(400, f"Host {headers.get('host', '')!r} refused: the server listens on loopback only and "
-                          "answers requests to localhost or 127.0.0.1 (set --host to serve other names)")
+                          "answers requests to localhost or 127.0.0.1 (no DNS rebinding); behind a reverse proxy on "
+                          f"this machine, start it with --allowed-host {host or 'NAME'} (or make the proxy send "
+                          "Host: localhost)")
         if self.api_key is not None and path not in OPEN_PATHS and not self._authorised(headers):
             challenge = 'Basic realm="attnpool serve", charset="UTF-8"' if path == "/" else 'Bearer realm="attnpool"'
             return _error(401, "missing or wrong API key: send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
@@ -121,6 +160,79 @@ class Guard:
             except (binascii.Error, UnicodeDecodeError):
                 return False
         return given is not None and hmac.compare_digest(given.encode(), self.api_key)
+
+
+class Cors:
+    """Starlette's CORS middleware for ``origins``, allowing :data:`CORS_HEADERS` and ``headers``.
+
+    A refused preflight is a JSON 400 that says what was refused (Starlette's is plain text, "Disallowed CORS
+    headers").
+    """
+
+    def __init__(self, app: Any, *, origins: Sequence[str], headers: Sequence[str] = ()) -> None:
+        self.cors = web.CORSMiddleware(app, allow_origins=list(origins), allow_methods=["GET", "POST"],
+                                       allow_headers=list(dict.fromkeys([*CORS_HEADERS, *headers])))
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        """Answer a preflight request (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``)."""
+        if scope["type"] == "http" and scope["method"] == "OPTIONS":
+            headers = web.Headers(scope=scope)
+            if "origin" in headers and "access-control-request-method" in headers:
+                answer = self.cors.preflight_response(request_headers=headers)
+                if answer.status_code != 200:
+                    answer = self._refused(answer, headers)
+                await answer(scope, receive, send)
+                return
+        await self.cors(scope, receive, send)
+
+    def _refused(self, answer: Any, headers: Any) -> Any:
+        failures = answer.body.decode("latin-1").removeprefix("Disallowed CORS ").split(", ")
+        allowed = self.cors.allow_headers
+        requested = [h.strip() for h in headers.get("access-control-request-headers", "").lower().split(",")]
+        reasons = {
+            "origin": f"origin {headers['origin']!r} is not one of --cors-origin",
+            "method": f"method {headers['access-control-request-method']!r} is not allowed (GET and POST are)",
+            "headers": f"request headers {', '.join(h for h in requested if h not in allowed)!r} are not allowed "
+                       f"(allowed: {', '.join(allowed)}; allow more with --cors-header NAME)",
+            "private-network": "private network access (Access-Control-Request-Private-Network) is not allowed"}
+        kept = {k: v for k, v in answer.headers.items() if k not in ("content-type", "content-length")}
+        message = "; ".join(reasons.get(failure, failure) for failure in failures)
+        return _error(400, f"CORS preflight refused: {message}", kept)
+
+
+def check_names(allowed_hosts: Sequence[str], cors_headers: Sequence[str], *, host: str, cors: bool) -> None:
+    """Check ``--allowed-host`` and ``--cors-header`` values.
+
+    Raises:
+        ValueError: Not a host name (or address) as clients send it in ``Host``, or not an HTTP header name; or
+            one given where it means nothing: ``--allowed-host`` with a server not on loopback (which answers every
+            ``Host``), ``--cors-header`` without ``--cors-origin``.
+    """
+    for name in allowed_hosts:
+        if not isinstance(name, str) or not (re.fullmatch(r"[A-Za-z0-9._-]+", name) or _address(name)):
+            raise ValueError(f"--allowed-host {name!r}: give a host name or address as clients send it in Host, "
+                             "without scheme, port or path (e.g. models.example.com)")
+    if allowed_hosts and not is_loopback(host):
+        raise ValueError(f"--allowed-host is for a server on loopback behind a reverse proxy on this machine; on "
+                         f"--host {host} every Host is answered: leave --allowed-host out")
+    for name in cors_headers:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+            raise ValueError(f"--cors-header {name!r}: not an HTTP header name (e.g. X-Request-ID)")
+    if cors_headers and not cors:
+        raise ValueError("--cors-header needs --cors-origin: without it CORS is off and no page may call the API")
+
+
+def _address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _normal(name: str) -> str:
+    """A host name as compared: lower-case, without IPv6 brackets or the root's trailing dot."""
+    return name.strip("[]").lower().rstrip(".")
 
 
 def _is_json(content_type: str) -> bool:

@@ -8,7 +8,9 @@ Exposed (text format 0.0.4):
   its answer);
 * ``attnpool_batch_rows`` and ``attnpool_batch_requests``: histograms of the rows and of the requests in each
   batch the model ran (their ``_sum / _count`` is the mean batch size); ``attnpool_rows_total``;
-* ``attnpool_queue_rows`` and ``attnpool_queue_requests``: gauges of what is waiting for the model now.
+* ``attnpool_queue_rows`` and ``attnpool_queue_requests``: gauges of what is waiting for the model now;
+  ``attnpool_requests_in_flight``: requests being handled now (``/health`` and ``/metrics`` aside), against
+  ``--max-in-flight``.
 
 Paths outside the server's own endpoints count as ``other``, so that unknown URLs cannot grow the label set.
 """
@@ -69,6 +71,7 @@ class Metrics:
     def __init__(self, max_batch: int, queue: Callable[[], tuple[int, int]] | None = None) -> None:
         self._lock = threading.Lock()
         self.queue = queue or (lambda: (0, 0))
+        self.in_flight: Callable[[], int] = lambda: 0  # requests being handled now, read at each scrape
         sizes = sorted({*(2**i for i in range(max(max_batch, 1).bit_length() + 1) if 2**i <= max_batch), max_batch})
         self._requests: dict[tuple[str, int], int] = {}
         self._latency: dict[str, _Histogram] = {}
@@ -119,6 +122,8 @@ class Metrics:
         out += _family("attnpool_queue_rows", "gauge", "Rows waiting for the model.", [f"attnpool_queue_rows {rows}"])
         out += _family("attnpool_queue_requests", "gauge", "Requests waiting for the model.",
                        [f"attnpool_queue_requests {requests}"])
+        out += _family("attnpool_requests_in_flight", "gauge", "Requests being handled (/health, /metrics aside).",
+                       [f"attnpool_requests_in_flight {self.in_flight()}"])
         return "\n".join(out) + "\n"
 
 

@@ -4,7 +4,9 @@ The models are built for the model being served (:func:`build_models`): a row's 
 fields (strings; unknown fields are refused) and a prediction has the type of its task, so the OpenAPI schema
 (``GET /openapi.json``) documents them by name (pydantic comes from :mod:`attnpool.serving.web`, at call time).
 Validation errors become one line per problem, ``rows[3].target: missing``, under ``{"error": ..., "details":
-[...]}``.
+[...]}``; ``details`` lists the first :data:`MAX_DETAILS` problems (the error says how many more), and an object
+with over :data:`MAX_DETAILS` unknown fields is one problem, so that a body cannot make a huge answer, nor keep
+the server's event loop busy describing it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from attnpool.serving.service import Service
 _JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
                dict: "an object", type(None): "null"}
 _UNION_TAGS = ("str", "int")  # pydantic names the member of a union that failed: rows[0].id.str
+MAX_DETAILS = 20  # problems described in an error's details; more are counted
+_TOO_MANY_FIELDS = "too_many_unknown_fields"
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,12 @@ def build_models(service: Service, max_rows: int) -> Models:
             "an id for the row, returned with its prediction")))
     optional = f" (optional: {', '.join(service.optional_fields)})" if service.optional_fields else ""
     row = web.create_model("Row", __config__=web.ConfigDict(extra="forbid"), **fields,
-                           __doc__=f"One row: the fields {', '.join(service.fields)}{optional}.")
+                           __doc__=f"One row: the fields {', '.join(service.fields)}{optional}.",
+                           __validators__={"few_unknown": _few_unknown_fields(service.fields, service.optional_fields,
+                                                                              service.id_field)})
     request = web.create_model(
         "PredictRequest", __config__=web.ConfigDict(extra="forbid"), __doc__="The body of POST /predict.",
+        __validators__={"few_unknown": _few_unknown_fields(["rows", "weights"])},
         rows=(list[row], f(min_length=1, max_length=max_rows, description=f"1 to {max_rows} rows")),
         weights=(web.StrictBool, f(False, description="also return each row's words with their pooling weights, "
                                                       "merged from sub-word pieces as attnpool explain does")))
@@ -84,12 +91,30 @@ def build_models(service: Service, max_rows: int) -> Models:
                               what=(str, f(description="what is wrong there")))
     error = web.create_model("ErrorResponse", __doc__="Every 4xx and 5xx answer.",
                              error=(str, f(description="what went wrong, in one line")),
-                             details=(list[detail] | None, f(None, description="one per problem of an invalid "
-                                                                                "request")))
+                             details=(list[detail] | None, f(None, description=(
+                                 f"one per problem of an invalid request (the first {MAX_DETAILS})"))))
     health = web.create_model("Health", __doc__="GET /health.", status=(str, f(description=(
         "'ready' (200); 'draining' (503) once the server is shutting down; or why the batcher that runs the "
         "requests is not running (503)"))))
     return Models(request, response, error, health)
+
+
+def _few_unknown_fields(*names: Sequence[str] | str | None) -> Any:
+    """A validator refusing an object with over :data:`MAX_DETAILS` unknown fields as one problem.
+
+    ``extra="forbid"`` makes one error per unknown field: a 1 MB body of 76,000 keys took seconds to describe.
+    """
+    known = {name for group in names if group for name in ([group] if isinstance(group, str) else group)}
+
+    def check(cls: Any, data: Any) -> Any:
+        if isinstance(data, dict) and len(data) > MAX_DETAILS:
+            unknown = [key for key in data if key not in known]
+            if len(unknown) > MAX_DETAILS:
+                raise web.PydanticCustomError(_TOO_MANY_FIELDS, "{count} unknown fields",
+                                              {"count": len(unknown), "first": ", ".join(map(str, unknown[:3]))})
+        return data
+
+    return web.model_validator(mode="before")(check)
 
 
 def _encodable(value: Any) -> Any:
@@ -137,18 +162,25 @@ def where(loc: Sequence[Any]) -> str:
     return out or "body"
 
 
-def describe(errors: Sequence[dict[str, Any]], service: Service) -> tuple[int, list[dict[str, str]]]:
-    """The status (400 for malformed JSON, else 422) and one ``{"where", "what"}`` per validation error."""
+def describe(errors: Sequence[dict[str, Any]], service: Service,
+             limit: int = MAX_DETAILS) -> tuple[int, list[dict[str, str]], int]:
+    """The status (400 for malformed JSON, else 422), the details and how many problems they leave out.
+
+    The details are one ``{"where", "what"}`` per validation error, for the first ``limit`` only: the others are
+    counted, not described.
+    """
     details, status, seen = [], 422, set()
     for error in errors:
         kind, ctx, value = error.get("type", ""), error.get("ctx") or {}, error.get("input")
         loc = tuple(error.get("loc", ()))
         if kind in ("string_type", "int_type") and loc and loc[-1] in _UNION_TAGS:  # the id: a string or an integer
             loc, kind = loc[:-1], "id_type"
-        place = where(loc)
-        if (place, kind) in seen:
+        if (loc, kind) in seen:
             continue
-        seen.add((place, kind))
+        seen.add((loc, kind))
+        if len(details) >= limit:  # counted, not described
+            continue
+        place = where(loc)
         if kind == "json_invalid":
             status, place = 400, "body"
             what = f"malformed JSON ({ctx.get('error', 'decode error')} at character {loc[-1]})"
@@ -157,10 +189,18 @@ def describe(errors: Sequence[dict[str, Any]], service: Service) -> tuple[int, l
             what = f"must be a string or an integer, got {got}"
         elif kind == "extra_forbidden" and len(loc) <= 2:  # ("body", name): a field of the body, not of a row
             what = "unknown field; a body takes rows and weights"
+        elif kind == _TOO_MANY_FIELDS:
+            what = (f"{ctx.get('count')} unknown fields ({ctx.get('first')}...); "
+                    + ("a body takes rows and weights" if len(loc) <= 1 else _row_fields(service)))
         else:
             what = _what(kind, ctx, value, error.get("msg", ""), service)
         details.append({"where": place, "what": what})
-    return status, details
+    return status, details, len(seen) - len(details)
+
+
+def _row_fields(service: Service) -> str:
+    optional = [*service.optional_fields, *([service.id_field] if service.id_field else [])]
+    return f"a row takes {', '.join(service.fields)}" + (f" (optional: {', '.join(optional)})" if optional else "")
 
 
 def _what(kind: str, ctx: dict[str, Any], value: Any, message: str, service: Service) -> str:
@@ -168,9 +208,7 @@ def _what(kind: str, ctx: dict[str, Any], value: Any, message: str, service: Ser
     if kind == "missing":
         return "missing"
     if kind == "extra_forbidden":
-        optional = [*service.optional_fields, *([service.id_field] if service.id_field else [])]
-        return (f"unknown field; a row takes {', '.join(service.fields)}"
-                + (f" (optional: {', '.join(optional)})" if optional else ""))
+        return f"unknown field; {_row_fields(service)}"
     if kind == "string_type":
         return f"must be a string, got {got}"
     if kind == "string_unicode":

@@ -9,6 +9,7 @@ stops and :func:`run_server` returns; a second Ctrl+C forces the exit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -24,8 +25,9 @@ from typing import Any
 from attnpool.serving import web
 from attnpool.serving.app import Settings, create_app
 from attnpool.serving.blend import load_service
-from attnpool.serving.guard import is_loopback
+from attnpool.serving.guard import check_names, is_loopback
 from attnpool.serving.metrics import ServeSummary
+from attnpool.serving.process import thread_settings_kept
 
 logger = logging.getLogger("attnpool.serve")
 
@@ -35,36 +37,51 @@ GRACEFUL_SECONDS = 30  # how long requests in flight may take to finish after SI
 def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
                max_batch: int = 64,
                max_wait_ms: float = 5.0, max_rows: int = 256, max_body_bytes: int = 1 << 20,
-               api_key_env: str | None = None, cors_origins: Sequence[str] = (), **load_options: Any) -> ServeSummary:
+               max_in_flight: int = 512, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
+               cors_headers: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
+               **load_options: Any) -> ServeSummary:
     """Serve ``source`` until SIGTERM or Ctrl+C; see :func:`attnpool.serve` for the arguments.
 
     ``load_options`` are :meth:`Service.load`'s (folds, ensemble, device, precision, max_length, backend, quantize,
     int8_tolerance, calibration_file, threads) and, with several runs, ``blend_weights``
-    (:func:`attnpool.serving.blend.load_service`).
+    (:func:`attnpool.serving.blend.load_service`). The process's thread settings (PyTorch's pool,
+    ``TOKENIZERS_PARALLELISM``) are its own again once this returns or raises.
+
+    Raises:
+        RuntimeError: Called in a thread that runs an event loop (a notebook): the server needs its own.
     """
     web.require()
+    _check_no_event_loop()
     _check_options(port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_rows=max_rows,
-                   max_body_bytes=max_body_bytes)
+                   max_body_bytes=max_body_bytes, max_in_flight=max_in_flight)
+    # one name given as a string is that name, not its characters
+    cors_origins, cors_headers, allowed_hosts = ((names,) if isinstance(names, str) else tuple(names)
+                                                 for names in (cors_origins, cors_headers, allowed_hosts))
+    check_names(allowed_hosts, cors_headers, host=host, cors=bool(cors_origins))
     api_key = read_api_key(api_key_env)
-    service = load_service(source, **load_options)
-    service.warm_up()
-    if not is_loopback(host) and api_key is None:
-        logger.warning("attnpool serve: listening on %s without --api-key-env: anyone who can reach this address "
-                       "can use the model", host)
-    sock = listen(host, port)
-    try:  # the port is released whatever fails from here (serve() called from Python goes on running)
-        settings = Settings(host=host, port=sock.getsockname()[1], max_batch=max_batch, max_wait_ms=max_wait_ms,
-                            max_rows=max_rows, max_body_bytes=max_body_bytes, api_key=api_key,
-                            cors_origins=tuple(cors_origins))
-        app = create_app(service, settings)
-        server = web.uvicorn.Server(web.uvicorn.Config(
-            app, lifespan="on", log_level="info", access_log=False, server_header=False,
-            timeout_graceful_shutdown=GRACEFUL_SECONDS, limit_concurrency=1000))
-        settings.stopping = lambda: server.should_exit  # uvicorn sets it on SIGTERM or Ctrl+C; the app then drains
-        with _signals_kept():
-            server.run(sockets=[sock])
-    finally:
-        sock.close()
+    with thread_settings_kept(on_success=True):
+        service = load_service(source, **load_options)
+        service.warm_up()
+        if not is_loopback(host) and api_key is None:
+            logger.warning("attnpool serve: listening on %s without --api-key-env: anyone who can reach this "
+                           "address can use the model", host)
+        sock = listen(host, port)
+        try:  # the port is released whatever fails from here (serve() called from Python goes on running)
+            settings = Settings(host=host, port=sock.getsockname()[1], max_batch=max_batch, max_wait_ms=max_wait_ms,
+                                max_rows=max_rows, max_body_bytes=max_body_bytes, max_in_flight=max_in_flight,
+                                api_key=api_key, cors_origins=cors_origins, cors_headers=cors_headers,
+                                allowed_hosts=allowed_hosts)
+            app = create_app(service, settings)
+            # uvicorn's own limit (limit_concurrency) is off: it counts idle keep-alive connections too and answers
+            # a plain-text 503, /health included; the app limits the requests in flight (--max-in-flight) instead
+            server = web.uvicorn.Server(web.uvicorn.Config(
+                app, lifespan="on", log_level="info", access_log=False, server_header=False,
+                timeout_graceful_shutdown=GRACEFUL_SECONDS, limit_concurrency=None))
+            settings.stopping = lambda: server.should_exit  # uvicorn sets it on SIGTERM or Ctrl+C; the app drains
+            with _signals_kept():
+                server.run(sockets=[sock])
+        finally:
+            sock.close()
     summary = app.state.metrics.summary(settings.url)
     logger.info("attnpool serve: stopped after %d requests (%d rows in %d batches)", summary.requests, summary.rows,
                 summary.batches)
@@ -110,13 +127,29 @@ def _unspecified(address: str) -> bool:
         return False
 
 
+def _check_no_event_loop() -> None:
+    """Raise the ``RuntimeError`` saying what to do when this thread runs an event loop (Jupyter, an async function).
+
+    uvicorn runs the server in an event loop of its own, which cannot start in a thread that runs one: unchecked, the
+    call failed only after loading and warming the models up, with uvicorn's unexplained error.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError("attnpool.serve blocks until the server stops and runs its own event loop, but this thread "
+                       "already runs one (a Jupyter notebook, an async function): run `attnpool serve` in a terminal, "
+                       "or call attnpool.serve from a thread: threading.Thread(target=attnpool.serve, args=(RUN,), "
+                       "daemon=True).start()")
+
+
 def _check_options(**values: float) -> None:
     port = values.pop("port")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be 0 (any free port) to 65535, got {port!r}")
     if not 0 <= values["max_wait_ms"] < math.inf:  # inf would keep a lone request waiting for company forever
         raise ValueError(f"max_wait_ms must be a finite number >= 0, got {values['max_wait_ms']}")
-    for name in ("max_batch", "max_rows", "max_body_bytes"):
+    for name in ("max_batch", "max_rows", "max_body_bytes", "max_in_flight"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

@@ -46,6 +46,7 @@ from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, On
 from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
+from attnpool.serving.process import thread_settings_kept
 from attnpool.serving.weights import word_weights
 from attnpool.tasks import class_names, task_of
 from attnpool.threads import set_threads
@@ -104,6 +105,7 @@ class Service:
 
     # --- loading
     @classmethod
+    @thread_settings_kept()  # a refused load leaves the process's thread settings as they were
     def load(cls, source: str | Path, *, folds: int | Sequence[int] | None = None, ensemble: str = "mean",
              device: str | None = None, precision: str = "auto", max_length: int | None = None,
              backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE,
@@ -127,12 +129,13 @@ class Service:
         source = Path(source)
         check_max_length(max_length)
         device_ = inference_device(device)
-        threads = set_threads(threads, tokenizer_threads=False)  # requests are tokenised while the model runs
-        logger.info("precision: %s; %d CPU threads", precision_reason(precision, device_), threads)
         if backend not in ("torch", "onnx"):
             raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
         if backend == "torch" and quantize != "none":
             raise ValueError(f"--quantize {quantize} needs --backend onnx (the torch backend runs the saved weights)")
+        reason = precision_reason(precision, device_)  # a bad precision is refused here, before set_threads
+        threads = set_threads(threads, tokenizer_threads=False)  # requests are tokenised while the model runs
+        logger.info("precision: %s; %d CPU threads", reason, threads)
         precision = resolve_precision(precision, device_)
         run = Run.open(source) if Run.is_run(source) else None
         if run is not None:

@@ -19,12 +19,13 @@ try:
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
+    from pydantic.functional_validators import model_validator
     from pydantic_core import PydanticCustomError
     from starlette.concurrency import run_in_threadpool
     from starlette.datastructures import Headers
     from starlette.exceptions import HTTPException
     from starlette.middleware.cors import CORSMiddleware
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 except ModuleNotFoundError as _err:
     if (_err.name or "").split(".")[0] not in OPTIONAL_MODULES:
@@ -33,6 +34,7 @@ except ModuleNotFoundError as _err:
     uvicorn = FastAPI = RequestValidationError = BaseModel = ConfigDict = Field = StrictBool = StrictInt = None
     StrictStr = create_model = run_in_threadpool = Headers = HTTPException = CORSMiddleware = Request = None
     HTMLResponse = JSONResponse = PlainTextResponse = Response = AfterValidator = PydanticCustomError = None
+    ClientDisconnect = model_validator = None
 else:
     MISSING = None
 
