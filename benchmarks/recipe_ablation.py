@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", dest="changes", nargs="+", required=True, metavar="KEY=VALUE",
                    help="the change: TrainConfig fields, e.g. freeze_word_embeddings=true")
-    p.add_argument("--sets", nargs="+", default=["pppm", "cr", "mpqa"], choices=["pppm", "cr", "mpqa"])
+    p.add_argument("--sets", nargs="+", default=None, choices=["pppm", "cr", "mpqa"],
+               help="the sets to measure (default: pppm cr mpqa, those whose data is there)")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--set-seeds", nargs="+", default=[], metavar="SET=N", help="e.g. pppm=8")
     p.add_argument("--first-seed", type=int, default=42)
@@ -203,6 +204,8 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     p = parser or build_parser()
     args = p.parse_args(argv)
     args.data_root_given = args.data_root is not None  # see quality.missing_data
+    args.sets_given = args.sets is not None  # see quality.missing_data
+    args.sets = args.sets or ["pppm", "cr", "mpqa"]
     args.data_root = args.data_root if args.data_root_given else DEFAULT_DATA_ROOT
     args.per_seed_split = False
     for option, example in (("rows", "mpqa=5000"), ("set_seeds", "pppm=8")):

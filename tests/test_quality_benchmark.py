@@ -66,6 +66,12 @@ def test_a_data_root_given_without_a_sets_data_is_an_error(tmp_path, capsys, mon
         captured = capsys.readouterr()
         assert exit_.value.code == 2 and says in captured.err and "skipped" not in captured.out
     assert not (tmp_path / "q").exists()
+    measured = []  # without --sets, a root holding some of the sets measures them (it was refused for the others)
+    monkeypatch.setattr(quality, "evaluate_set", lambda spec, *args: measured.append(spec.name) or {"set": spec.name})
+    monkeypatch.setattr(quality, "markdown", lambda summary: "table")
+    assert quality.main(["--data-root", str(data), "--no-references", "--docs", "-",
+                         "--output-dir", str(tmp_path / "q")]) == 0
+    assert "skipped: no data for pppm, mpqa under" in capsys.readouterr().out and measured == ["cr"]
 
 
 @pytest.mark.parametrize("flags, split_seed, says", [

@@ -10,6 +10,7 @@ import pytest
 from attnpool.config import TrainConfig
 from attnpool.data import DataError
 from attnpool.data.task import load_task
+from model_helpers import save_tiny_encoder
 
 LOG = logging.getLogger("test")
 
@@ -27,6 +28,16 @@ def test_a_multilabel_validation_file_is_checked_on_its_own(tmp_path):
     with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'valid.csv'}: column 'label', data row 2: '[x, y]' "
                                                   "looks like a list written as text")):
         load_task(config(tmp_path, "multilabel"), LOG)
+
+
+def test_a_multilabel_validation_file_of_rows_without_classes_is_accepted(tmp_path):
+    """Checked alone, it was refused as "no labels in any row": a blank cell is a row without classes."""
+    (tmp_path / "train.csv").write_text("text,label\na,x|y\nb,y\nc,x\nd,y\n")
+    (tmp_path / "valid.csv").write_text("text,label\ne,\nf,[]\n")
+    cfg = config(tmp_path, "multilabel")
+    cfg.model = save_tiny_encoder(tmp_path / "encoder")
+    data = load_task(cfg, LOG)
+    assert data.labels.shape == (6, 2) and not data.labels[4:].any()
 
 
 @pytest.mark.parametrize(("task", "rows", "message"), [

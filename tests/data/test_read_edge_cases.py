@@ -17,16 +17,24 @@ def read(path, chunked: bool, chunk_rows: int = 2) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("chunked", [False, True])
-def test_a_quoted_tsv_field_holding_a_line_break_and_a_tab_reads_as_written(tmp_path, chunked):
-    """Each line of the quoted text had the header's fields: the file was refused as merged by a stray quote."""
+def test_a_tsv_that_reads_both_with_and_without_quoting_is_refused_naming_both(tmp_path, chunked):
+    """Every line has the header's fields and the quotes are valid: two stray quotes merged rows without a word."""
     path = tmp_path / "letters.tsv"
-    frame = pd.DataFrame({"label": [1, 0, 1], "text": ["Dear team,\nName:\tJohn Smith", "no tabs here",
-                                                       'say "hi"\nand\tgo']})
-    write_table(frame, path)
+    path.write_text('text\tlabel\n"Hello world\t1\nfoo\t0\npipe is 12"\t1\nbar\t0\n')  # GLUE style, 4 rows
+    with pytest.raises(DataError, match=r"letters.tsv: data row 1, column 'text' \(starting 'Hello world\\t1'\) "
+                                        r"holds 2 line break\(s\), and the file reads two ways: with CSV quoting.*"
+                                        r"or without quoting.*Save texts holding tabs and line breaks as CSV"):
+        read(path, chunked)
+    frame = pd.DataFrame({"label": [1, 0], "text": ["Dear team,\nName:\tJohn Smith", "no tabs here"]})
+    write_table(frame, path)  # a quoted text whose lines each hold the header's fields: the same two readings
+    with pytest.raises(DataError, match="reads two ways"):
+        read(path, chunked)
+    frame = pd.DataFrame({"label": [1, 0], "text": ['say "hi"\nand go', "a\ttab"]})
+    write_table(frame, path)  # a line break without a tab in its field: lines of other lengths, read as quoted
     assert read(path, chunked)["text"].tolist() == frame["text"].tolist()
-    path.write_text('text\tlabel\nok\t0\n"Great film\t1\nmeh\t0\n"bad" one\t1\n')  # no quoting: still refused
+    path.write_text('text\tlabel\nok\t0\n"Great film\t1\nmeh\t0\n"bad" one\t1\n')  # not valid quoting
     with pytest.raises(DataError, match=r"letters.tsv: data row 2, column 'text' \(starting 'Great film\\t1'\) "
-                                        r"holds 2 line break\(s\).*its quotes are not valid CSV quoting"):
+                                        r"holds 2 line break\(s\): .*its quotes are not valid CSV quoting"):
         read(path, chunked)
     path.write_text('text\tlabel\nok\t0\n"Great film\t1\nmeh\t0\n')  # a quote never closed
     with pytest.raises(DataError, match="letters.tsv: "):

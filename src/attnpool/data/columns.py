@@ -309,8 +309,17 @@ def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     return classes, np.array([index[v] for v in plain], dtype=np.int64)
 
 
+def label_sets(column: pd.Series, delimiter: str = "|") -> list[set[str]]:
+    """Each multilabel cell's classes (an empty set for an empty or missing cell), every cell checked.
+
+    Raises:
+        DataError: A cell that is not a ``delimiter``-separated string or a list of labels (naming its data row).
+    """
+    return [_label_set(_listed(v, column.name, row, delimiter), delimiter) for row, v in enumerate(column.tolist())]
+
+
 def _multilabel(column: pd.Series, delimiter: str) -> Labels:
-    sets = [_label_set(_listed(v, column.name, row, delimiter), delimiter) for row, v in enumerate(column.tolist())]
+    sets = label_sets(column, delimiter)
     classes = sorted(set().union(*sets))
     if not classes:
         raise DataError(

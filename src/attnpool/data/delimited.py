@@ -100,15 +100,16 @@ class MergedRows:
     TSV is read with CSV quoting, as pandas and :func:`~attnpool.data.writers.write_table` write it: a quoted field
     may hold a tab or a line break. A file without quoting (GLUE style) whose text starts with ``"`` reads the same
     way: the quote opens a section that runs over the next lines, and they become one row without an error. Only a
-    field holding a line break can be such a merge; then the file is read once more (:func:`reads_unquoted`). If
-    every line has the header's fields and the file is not valid CSV quoting, it has no quoting and the row is
-    refused; otherwise (quoted fields holding a line break, and a tab or not, as code and letters have) the file
-    reads as quoted.
+    field holding a line break can be such a merge; then the file is read once more (:func:`tsv_reading`). If
+    lines of other lengths than the header's show quoted fields holding line breaks, the file reads as quoted. If
+    every line has the header's fields, the row is refused: as a stray quote's merge when the quotes are not valid
+    CSV quoting, and as ambiguous when they are (two stray quotes, ``"Hello`` and ``12"``, read as valid quoting
+    too, and would merge the rows between them without a word).
     """
 
     def __init__(self, path: Path, sep: str, open_text: Callable[[], TextIO]) -> None:
         self._path, self._sep, self._open_text = path, sep, open_text
-        self._unquoted: bool | None = None  # decided once per file, at the first field holding a line break
+        self._reading: str | None = None  # decided once per file, at the first field holding a line break
 
     def check(self, frame: pd.DataFrame, first_row: int) -> pd.DataFrame:
         """The chunk, unless a field holds a line break in a file without quoting; ``first_row``: its first row."""
@@ -122,28 +123,38 @@ class MergedRows:
                 merged += [(int(found[0]), name)] if len(found) else []
         if not merged:
             return frame
-        if self._unquoted is None:
-            self._unquoted = reads_unquoted(self._open_text, len(frame.columns))
-        if not self._unquoted:
+        if self._reading is None:
+            self._reading = tsv_reading(self._open_text, len(frame.columns))
+        if self._reading == "quoted":
             return frame
         position, name = min(merged, key=lambda m: m[0])
         value = frame[name].iloc[position]
+        where = (f"{self._path}: data row {first_row + position + 1}, column {name!r} (starting "
+                 f"{_LINE_BREAK.split(value)[0][:40]!r}) holds {len(_LINE_BREAK.findall(value))} line break(s)")
+        if self._reading == "either":
+            raise DataError(
+                f"{where}, and the file reads two ways: with CSV quoting, as pandas and attnpool write TSV (a quoted "
+                f"field holding line breaks and tabs), or without quoting, every line a row of the header's "
+                f"{len(frame.columns)} field(s) (GLUE style, where two stray double quotes would merge the lines "
+                "between them into this row). Save texts holding tabs and line breaks as CSV, JSONL or Parquet; or, "
+                "if the file has no quoting, double the quotes inside quoted fields or remove the stray ones")
         raise DataError(
-            f"{self._path}: data row {first_row + position + 1}, column {name!r} (starting "
-            f"{_LINE_BREAK.split(value)[0][:40]!r}) holds {len(_LINE_BREAK.findall(value))} line break(s): a double "
-            "quote at the start of a field opened a quoted section that merged the next lines into this row, yet "
-            f"every line of the file has the header's {len(frame.columns)} field(s) and its quotes are not valid CSV "
-            "quoting, as in a TSV file without quoting. Remove the stray double quote, or quote the file as CSV does "
+            f"{where}: a double quote at the start of a field opened a quoted section that merged the next lines "
+            f"into this row, yet every line of the file has the header's {len(frame.columns)} field(s) and its "
+            "quotes are not valid CSV quoting, as in a TSV file without quoting. Remove the stray double quote, or "
+            "quote the file as CSV does "
             '(enclose such fields in double quotes and double the quotes inside, "" for "), e.g. '
             '`pd.read_csv(path, sep="\\t", quoting=csv.QUOTE_NONE, dtype=str, keep_default_na=False).to_csv(out, '
             'sep="\\t", index=False)`; or convert the file to JSONL')
 
 
-def reads_unquoted(open_text: Callable[[], TextIO], fields: int) -> bool:
-    """Whether a TSV file reads as one without quoting, not as one with CSV quoting.
+def tsv_reading(open_text: Callable[[], TextIO], fields: int) -> str:
+    """How a TSV file whose fields hold line breaks reads: ``"quoted"``, ``"unquoted"`` or ``"either"``.
 
-    That is: every non-blank line has ``fields`` fields, and the file is not valid CSV quoting with ``fields``
-    fields in every record.
+    ``"quoted"``: some non-blank line has another number of fields than ``fields`` (a quoted field's line
+    breaks split it). ``"unquoted"``: every line has ``fields`` fields and the file is not valid CSV quoting with
+    ``fields`` fields in every record. ``"either"``: both readings hold (with one field, where every line has it,
+    valid quoting reads as ``"quoted"``: texts of several lines as pandas writes them).
 
     Lines of the header's fields say nothing alone: a quoted text of several lines holding a tab (``"Dear team,``
     above ``Name:<tab>John"``), as pandas writes it, splits into such lines too. Invalid quoting (a closing quote
@@ -152,9 +163,11 @@ def reads_unquoted(open_text: Callable[[], TextIO], fields: int) -> bool:
     """
     with open_text() as source:
         if any(line.count("\t") != fields - 1 for line in _lines(source) if line):
-            return False
+            return "quoted"
     with open_text() as source:
-        return not _valid_quoting(source, fields)
+        if not _valid_quoting(source, fields):
+            return "unquoted"
+    return "quoted" if fields == 1 else "either"  # one field: every line has it, quoted texts of several lines too
 
 
 def _valid_quoting(source: TextIO, fields: int) -> bool:

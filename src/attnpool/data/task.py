@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from attnpool.config import TrainConfig
 from attnpool.config_checks import PRESET_SETS
 from attnpool.data.batching import ENCODING_KEYS
-from attnpool.data.columns import Labels, build_texts, check_columns, text_fields, validate_labels
+from attnpool.data.columns import Labels, build_texts, check_columns, label_sets, text_fields, validate_labels
 from attnpool.data.context import (
     CONTEXT_FIELD,
     add_group_context,
@@ -276,8 +276,14 @@ def _file_labels(frame: pd.DataFrame, cfg: TrainConfig, where: str) -> Labels:
 
 def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
     """The validation file's labels on their own, so that an error names that file and its own row numbers."""
-    if cfg.task in ("regression", "multilabel"):  # multilabel: a blank cell is a row without classes
+    if cfg.task == "regression":
         _file_labels(valid, cfg, str(cfg.valid_file))
+        return
+    if cfg.task == "multilabel":  # each cell checked; a blank one is a row without classes, all blank too
+        try:
+            label_sets(valid[cfg.label])
+        except DataError as e:
+            raise DataError(f"{cfg.valid_file}: {e}") from None
         return
     blank = valid[cfg.label].map(lambda v: v.strip() == "" if isinstance(v, str) else bool(pd.isna(v))).to_numpy()
     missing = np.flatnonzero(blank.astype(bool))
