@@ -4,6 +4,7 @@ with itself unchanged, classes averaged as probabilities, and the errors that sa
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import shutil
 
@@ -15,7 +16,6 @@ from attnpool.cli import main
 from attnpool.data import read_table
 from attnpool.prediction import predict
 from attnpool.prediction.blend import RunBlend, out_of_fold
-from attnpool.prediction.parts import manifest
 from attnpool.runs import Run, RunError
 from model_helpers import add_oof, make_run, save_tiny_encoder, write_toy_csv
 
@@ -153,7 +153,7 @@ def test_runs_that_cannot_be_blended_are_named(runs, data, tmp_path):
     pd.testing.assert_frame_equal(listed, alone)
 
 
-def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tmp_path, capsys):
+def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tmp_path, capsys, monkeypatch):
     out = tmp_path / "cli.csv"
     assert main(["predict", "--run", str(runs["a"]), str(runs["b"]), "--input", str(data), "--output", str(out),
                  "--precision", "fp32", "-q"]) == 0
@@ -163,11 +163,21 @@ def test_cli_blends_several_runs_and_resume_refuses_other_weights(runs, data, tm
                  "--blend-weights", "1", "-q"]) == 2
     assert "(--blend-weights) weighs the runs of a blend: give two or more runs" in capsys.readouterr().err
     # an interrupted blend's parts record the weights: resuming with others refuses, naming them
-    parts = out.with_name(out.name + ".parts")
-    parts.mkdir()
-    saved = manifest(data, [Run(runs["a"]), Run(runs["b"])], [[0, 1], [0, 1]], 5, "mean", "fp32", [0.5, 0.5])
-    (parts / "manifest.json").write_text(json.dumps(saved))
-    read(out).head(5).to_csv(parts / "part-00000.csv", index=False)
+    engine, calls = importlib.import_module("attnpool.prediction.engine"), {"n": 0}
+    forward = engine.predict_encoded
+
+    def killed_in_the_second_chunk(*args, **kwargs):  # two runs: calls 1 and 2 predict the first chunk
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("killed")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "predict_encoded", killed_in_the_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        predict([runs["a"], runs["b"]], data, out, chunk_rows=5)
+    monkeypatch.setattr(engine, "predict_encoded", forward)
+    saved = json.loads((out.with_name(out.name + ".parts") / "manifest.json").read_text())
+    assert saved["weights"] == [0.5, 0.5]
     with pytest.raises(RunError, match=r"resume .*: weights is now \[0.25, 0.75\] \(was \[0.5, 0.5\];"):
         predict([runs["a"], runs["b"]], data, out, chunk_rows=5, blend_weights=[1, 3], resume=True)
     summary = predict([runs["a"], runs["b"]], data, out, chunk_rows=5, resume=True)

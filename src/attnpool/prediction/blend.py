@@ -74,8 +74,8 @@ class RunBlend:
             weights: One non-negative weight per run (normalised to sum to 1); default: equal.
 
         Raises:
-            RunError: Runs of different tasks, classes or number of targets; a run whose out-of-fold predictions
-                are constant.
+            RunError: Runs of different tasks, label columns, classes or number of targets; a run whose out-of-fold
+                predictions are constant.
             ValueError: Bad weights.
         """
         if len(runs) < 2:
@@ -86,6 +86,9 @@ class RunBlend:
             other, info = run.config().task, run.info()
             if other != task:
                 raise RunError(f"cannot blend {first.path} ({task}) with {run.path} ({other}): blend runs of one task")
+            if info.get("label") != first_info.get("label"):  # another target, however alike its scores look
+                raise RunError(f"cannot blend {first.path} (label {first_info.get('label')!r}) with {run.path} (label "
+                               f"{info.get('label')!r}): blend runs of one target, trained on the same label column")
             if task != "regression" and list(info.get("classes") or []) != list(classes or []):
                 raise RunError(f"cannot blend {first.path} with {run.path}: their classes differ ({classes} vs "
                                f"{info.get('classes')}); blend runs trained on the same labels")

@@ -124,14 +124,29 @@ def fold_tokenizer(run: Run, fold: int) -> Any:
                        "encoder the run trained, or re-train that fold") from err
 
 
-def ensemble_weights(fold_metrics: list[dict], metric: str, how: str) -> np.ndarray:
-    """``mean``: equal weights. ``score``: weights proportional to each fold's validation ``metric`` (clipped at 0)."""
+def ensemble_weights(fold_metrics: list[dict], metric: str, how: str, folds: Sequence[int] | None = None,
+                     where: Any = None) -> np.ndarray:
+    """``mean``: equal weights. ``score``: weights proportional to each fold's validation ``metric`` (clipped at 0).
+
+    ``folds`` and ``where`` (the run) name the folds in errors.
+
+    Raises:
+        RunError: With ``score``, a fold whose metrics lack a finite ``metric`` (no metrics file: a fold killed
+            before its validation finished), which would otherwise get weight 0 unnoticed.
+    """
     n = len(fold_metrics)
     if how == "mean":
         return np.full(n, 1.0 / n)
     if how != "score":
         raise ValueError(f"ensemble must be 'mean' or 'score', got {how!r}")
-    scores = np.array([max(float(m.get(metric) or 0.0), 0.0) for m in fold_metrics])
+    names = list(folds) if folds is not None else list(range(n))
+    missing = [str(fold) for fold, m in zip(names, fold_metrics, strict=True) if not _finite_number(m.get(metric))]
+    if missing:
+        raise RunError(f"--ensemble score weighs each fold by its validation {metric}, but fold(s) "
+                       f"{', '.join(missing)}{f' of {where}' if where is not None else ''} have no {metric} in their "
+                       "metrics (a fold stopped before its validation finished?): finish them with attnpool train "
+                       "--resume, leave them out with --folds, or use --ensemble mean")
+    scores = np.array([max(float(m[metric]), 0.0) for m in fold_metrics])
     if scores.sum() == 0:
         return np.full(n, 1.0 / n)
     return scores / scores.sum()
@@ -142,7 +157,13 @@ def fold_weights(run: Run, folds: int | Sequence[int] | None = None, how: str = 
     """The run's task, the chosen folds (default: every trained fold) and their ensemble weights, loading no model."""
     task = run.config().task
     fold_ids = run.select_folds(folds)
-    return task, fold_ids, ensemble_weights([run.fold_metrics(f) for f in fold_ids], primary_metric(task)[0], how)
+    return task, fold_ids, ensemble_weights([run.fold_metrics(f) for f in fold_ids], primary_metric(task)[0], how,
+                                            fold_ids, run.path)
+
+
+def _finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite number (not a bool, ``None``, text or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
 
 
 def standardised_mean(scores: Sequence[np.ndarray], weights: np.ndarray, center: np.ndarray,

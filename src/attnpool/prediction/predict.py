@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -26,12 +27,17 @@ from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
 from attnpool.prediction.parts import Parts, manifest
+from attnpool.prediction.positions import run_max_length
 from attnpool.runs.lock import RunLock
-from attnpool.runs.run import Run
+from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.threads import restores_threads, set_threads
 
 logger = logging.getLogger("attnpool.predict")
+
+
+class ScoresNotFinite(RunError):
+    """The models' scores of some input rows are NaN or infinite (a precision that overflows, a diverged model)."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,17 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     The input is read ``chunk_rows`` rows at a time, so memory is bounded by the chunk size whatever the file size.
     Each chunk is tokenised, predicted in length-sorted batches and written as a part,
     ``OUTPUT.parts/part-00000.csv`` (the output's format), next to a ``manifest.json`` that records what the parts
-    were computed from (input file, its size and modification time, ``chunk_rows``, the run's fold models,
-    ``ensemble``, the resolved ``precision``). At the end the parts are joined in order into a temporary file that
-    is renamed to ``output_file``, and the parts folder is deleted. An existing ``output_file`` is replaced.
+    were computed from (input file, its size and modification time, ``chunk_rows``, the run's fold models, the
+    SHA-256 of its config, run info, fold metrics and, where they scale the scores, out-of-fold files, ``ensemble``,
+    the resolved ``precision``), and a ``chunk-00000.json`` with the count and a hash of the chunk's input rows.
+    Rows whose scores are not finite stop the prediction (:class:`ScoresNotFinite`) before their part is written.
+    A run's ``max_length`` over its encoder's position embeddings is capped with a warning, as ``serve`` does. At
+    the end the parts are joined in order into a temporary file that is renamed to ``output_file``, and the parts
+    folder is deleted. An existing ``output_file`` is replaced.
 
     If the prediction is interrupted (killed, out of memory...), ``resume=True`` keeps the finished parts and
-    predicts only the rest; it refuses when anything in the manifest changed. Without ``resume``, finished parts
+    predicts only the rest; it refuses when anything in the manifest changed, or a finished chunk's input rows now
+    read otherwise (another attnpool's reader). Without ``resume``, finished parts
     of an interrupted prediction are never deleted: the call refuses. When the input turns out to be bad
     (a ``DataError`` in some chunk), the parts this call started (none were finished before it, resume or not)
     are deleted, since the input has to be edited, which makes them stale.
@@ -111,8 +122,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     Raises:
         RunError: Not a run, no such trained fold, a corrupt fold model; runs that cannot be blended (another task,
             other classes, a fold without its out-of-fold file); parts of an interrupted prediction without
-            ``resume``; with ``resume``, parts computed from another input, run or options; another process
-            writing the same output.
+            ``resume``; with ``resume``, parts computed from another input, run or options, or from other rows of
+            the input; another process writing the same output; ``ensemble="score"`` with a fold that has no
+            validation metric; :class:`ScoresNotFinite`, rows whose scores are NaN or infinite.
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...), an output
             extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file.
         ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
@@ -150,6 +162,12 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         inputs = [[PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger, with_context=v)
                    for v in (views if run.config().group_context else (True,))]
                   for run, m in zip(runs, members, strict=True)]
+        for run, member, member_inputs in zip(runs, members, inputs, strict=True):
+            if isinstance(member, FoldEnsemble):  # as serve: a run's max_length capped at its encoder's positions
+                capped = run_max_length(member_inputs[0].cfg.max_length, member.models[0], run.path,
+                                        command="predict", log=logger)
+                for view_inputs in member_inputs:
+                    view_inputs.cfg.max_length = capped
         streams = [i[0].chunks(chunk_rows) for i in inputs]  # check the path now; read lazily
         computed_as = precision if backend == "torch" else f"{backend}-{quantize}"
         parts = Parts(output_file, manifest(input_file, runs if blended else runs[0], chosen if blended else chosen[0],
@@ -168,15 +186,16 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                     index, rows, count = count, rows + len(chunks[0]), count + 1
                     if index == 0:  # every part has the columns of the first (the reader gives every chunk the id)
                         id_col = id_col if id_col in chunks[0] else None
-                    if index in finished:
+                    if index in finished:  # the same rows as when it was predicted, else a refusal
+                        parts.check(index, chunks[0])
                         bar.update(len(chunks[0]))
                     else:
                         parts.write(index, _chunk_output(chunks, members, inputs, blend, id_col, tolerance, bar,
-                                                         forward))
+                                                         forward, rows - len(chunks[0])), source=chunks[0])
                         tolerance = None
                     del chunks  # before the next chunk is read: one chunk (of each run) in memory
                 bar.total = bar.n  # the counted lines were an estimate
-        except DataError:
+        except (DataError, ScoresNotFinite):
             if not finished:  # this call's own parts (of a bad input that has to be edited): they would block a retry
                 parts.discard()
             raise
@@ -198,11 +217,16 @@ def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backen
     if backend == "torch":
         if quantize != "none":
             raise ValueError(f"--quantize {quantize} needs --backend onnx (the torch backend runs the saved weights)")
-        return FoldEnsemble.load(run, folds, how)
-    if backend == "onnx":
+        member = FoldEnsemble.load(run, folds, how)
+    elif backend == "onnx":
         logger.info("ONNX Runtime (%s); %d CPU threads", "float32" if quantize == "none" else quantize, threads)
-        return OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
-    raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+        member = OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
+    else:
+        raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+    if how == "score":
+        logger.info("--ensemble score: fold weights of %s: %s", run.path,
+                    ", ".join(f"fold {f} {w:.3f}" for f, w in zip(member.folds, member.weights, strict=True)))
+    return member
 
 
 def _next_chunks(streams: list) -> list | None:
@@ -216,10 +240,11 @@ def _next_chunks(streams: list) -> list | None:
 
 
 def _chunk_output(chunks: list, members: list, inputs: list, blend: RunBlend | None, id_col: str | None,
-                  tolerance: float | None, bar, forward: dict):
+                  tolerance: float | None, bar, forward: dict, offset: int = 0):
     """The written columns of one chunk: every run's fold ensemble over each of its views, blended.
 
-    In a function of its own so that the chunk's frames and token lists are freed when it returns.
+    In a function of its own so that the chunk's frames and token lists are freed when it returns. ``offset``: the
+    input rows before this chunk, which name the rows whose scores are not finite (:class:`ScoresNotFinite`).
     """
     frame, scores = None, []
     for j, (member, member_inputs) in enumerate(zip(members, inputs, strict=True)):
@@ -234,8 +259,27 @@ def _chunk_output(chunks: list, members: list, inputs: list, blend: RunBlend | N
             seen.append(member.scores(encodings, on_batch=bar.update if last else None, **forward))
             del member_frame, encodings
         scores.append(seen[0] if len(seen) == 1 else sum(seen) / len(seen))
-    return _output_frame(members[0].task, inputs[0][0].info, id_col, frame,
-                         scores[0] if blend is None else blend.combine(scores))
+    combined = scores[0] if blend is None else blend.combine(scores)
+    _check_finite(combined, offset, forward["precision"])
+    return _output_frame(members[0].task, inputs[0][0].info, id_col, frame, combined)
+
+
+def _check_finite(scores, offset: int, precision: str) -> None:
+    """Raise :class:`ScoresNotFinite` naming the input rows (data rows, from 1) whose scores are NaN or infinite.
+
+    Unchecked, a NaN was written as an empty value and a class picked for it (the argmax of a NaN row is the first).
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+    if not len(bad):
+        return
+    rows = ", ".join(str(offset + i + 1) for i in bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+    fix = ("predict with --precision fp32 or bf16 (float16 overflows where they do not); if that does not help, "
+           "check the models" if precision == "fp16" else "predict with --precision fp32; if that does not help, "
+           "check the models: their weights may hold NaN (a diverged training)")
+    raise ScoresNotFinite(f"predict: the models' scores of data rows {rows} of the input are not finite (NaN or "
+                          f"infinity; precision {precision}), so they have no prediction; nothing was written for "
+                          f"them: {fix}")
 
 
 def _output_frame(task: str, info: dict, id_col: str | None, frame, scores):
