@@ -274,3 +274,36 @@ def test_overwrite_and_resume_undo_a_config_files_value(tmp_path):
     assert (cfg.resume, cfg.overwrite) == (False, True)
     cfg = _train_config(build_parser().parse_args(["train", "--config", str(path), "--no-overwrite"]))
     assert (cfg.resume, cfg.overwrite) == (True, False)
+
+
+def test_a_misspelt_required_flag_is_named_with_the_closest_flag_not_reported_missing(capsys):
+    """--ouptut for the required --output said only "the following arguments are required: --output"."""
+    with pytest.raises(SystemExit) as exited:
+        main(["predict", "--run", "r", "--input", "a.csv", "--ouptut", "p.csv"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: attnpool predict ")
+    assert "unrecognized arguments: --ouptut (did you mean --output?) p.csv" in err
+    assert "required" not in err
+
+
+def test_an_abbreviated_flag_is_not_taken_for_a_misspelt_one(monkeypatch):
+    """argparse accepts a flag's unique prefix (--out for --output): the early check leaves it to argparse."""
+    seen = {}
+    monkeypatch.setattr("attnpool.cli._cmd_predict", lambda args: seen.setdefault("output", args.output) and 0)
+    assert main(["predict", "--run", "r", "--input", "a.csv", "--out", "p.csv"]) == 0
+    assert seen == {"output": "p.csv"}
+
+
+@pytest.mark.parametrize("command", ["predict", "export", "explain", "serve", "demo", "poolers"])
+def test_quiet_mentions_train_log_only_for_the_commands_that_write_one(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "train.log" not in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("command", ["train", "compare"])
+def test_quiet_says_train_log_keeps_everything_for_train_and_compare(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "(train.log keeps everything)" in " ".join(capsys.readouterr().out.split())

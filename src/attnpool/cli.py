@@ -278,11 +278,17 @@ def _add_demo(commands: Any) -> None:
     demo.set_defaults(func=_cmd_demo)
 
 
-def _add_verbosity(parser: argparse.ArgumentParser, default: Any) -> None:
+# Commands that write a train.log (what --quiet leaves out of the terminal is there).
+_LOGGED_COMMANDS = ("train", "compare")
+
+
+def _add_verbosity(parser: argparse.ArgumentParser, default: Any, command: str | None = None) -> None:
     """``--quiet`` / ``--verbose``, before the command or after it (there ``default`` is SUPPRESS: not given)."""
+    kept = {None: " (train and compare: their train.log keeps everything)",
+            **dict.fromkeys(_LOGGED_COMMANDS, " (train.log keeps everything)")}.get(command, "")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", default=default,
-                       help=help_line("print only the summary and errors (train.log keeps everything)", "off"))
+                       help=help_line(f"print only the summary and errors{kept}", "off"))
     group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const="verbose", default=default,
                        help=help_line("also print the Trainer's bars and log dicts and the libraries' messages", "off"))
 
@@ -312,14 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(commands)
     _add_demo(commands)
     _add_verbosity(parser, "normal")
-    for command in commands.choices.values():  # every command, after its name too: attnpool train ... --quiet
-        _add_verbosity(command, argparse.SUPPRESS)
+    for name, command in commands.choices.items():  # every command, after its name too: attnpool train ... --quiet
+        _add_verbosity(command, argparse.SUPPRESS, name)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command, misspelt = _unknown_flags(parser, argv)
+    if misspelt:  # before parsing: a misspelt required flag would be reported as missing, the typo never named
+        _refuse_unknown(parser, command, misspelt)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # argparse would print the top-level usage; the command's, with the closest flag, says more
         _refuse_unknown(parser, args.command, unknown)
@@ -333,12 +343,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    return next(a.choices[command] for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The command in ``argv`` and the ``--flags`` after it that it does not know (nor abbreviate).
+
+    Each with the values that follow it: the commands take no positional arguments, so argparse leaves those over too.
+    """
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    at = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
+    if at is None or argv[at] not in commands:
+        return None, []
+    flags = [flag for action in commands[argv[at]]._actions for flag in action.option_strings]
+    rest = list(argv[at + 1:])
+    unknown: list[str] = []
+    taking = False  # the values of an unknown flag
+    for arg in rest[:rest.index("--")] if "--" in rest else rest:
+        if arg.startswith("-"):  # argparse takes a flag's unique prefix
+            taking = arg.startswith("--") and not any(flag.startswith(arg.split("=", 1)[0]) for flag in flags)
+        if taking:
+            unknown.append(arg)
+    return argv[at], unknown
+
+
 def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> None:
     """Exit 2 with the command's usage and, for a misspelt flag, the closest one (``--max-lenght``: ``--max-length``).
 
     (argparse has no public way to the subcommand parsers: its actions are read, as argparse's own help does.)
     """
-    command_parser = next(a.choices[command] for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command_parser = _command_parser(parser, command)
     flags = [flag for action in command_parser._actions for flag in action.option_strings]
     hints = [f"{arg} (did you mean {close[0]}?)" if arg.startswith("--") and (
         close := difflib.get_close_matches(arg.split("=", 1)[0], flags, 1)) else arg for arg in unknown]

@@ -92,8 +92,8 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
     """The saved model folder meant by ``path``: a ``save_pretrained`` folder, or a fold of a train run.
 
     Args:
-        path: A folder holding ``config.json`` (and ``model.safetensors``), or the output directory of
-            ``attnpool train`` holding ``fold_K/model/`` folders.
+        path: A folder holding ``config.json`` (and ``model.safetensors``), the output directory of
+            ``attnpool train`` holding ``fold_K/model/`` folders, or one ``fold_K`` folder of it.
         fold: Which fold of a run; default: its first trained fold (one graph holds one model).
 
     Returns:
@@ -115,6 +115,11 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
         if fold is not None:
             raise ValueError(f"fold={fold} is for a train run, but {path} is a single saved model; drop the fold")
         return path
+    if (path / "model" / "config.json").is_file():  # one fold's folder of a run (fold_K): its model
+        if fold is not None:
+            raise ValueError(f"fold={fold} is for a train run, but {path} is one fold's folder (its model is in "
+                             f"{path / 'model'}); drop the fold, or give the run's folder with the fold")
+        return path / "model"
     run = Run(path)
     trained = run.trained_folds()
     if not trained:

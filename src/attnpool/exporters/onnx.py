@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from attnpool._version import __version__
 from attnpool.exporters.models import (
+    _TOKENIZER_FILES,
     ExporterFailure,
     ExportError,
     OnnxWrapper,
@@ -42,6 +43,8 @@ from attnpool.exporters.models import (
 from attnpool.exporters.staging import OWNER_FILE, make_staging
 from attnpool.exporters.verify import ATOL, VerificationError, _example_batch, _pad_id, verify_onnx
 from attnpool.model.card import CARD_FILE, ExportFacts, is_attnpool_card, model_card, read_card, training_facts
+from attnpool.model.card_facts import encoder_source
+from attnpool.model.encoders import looks_like_local_path
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,8 @@ def export_onnx(
                 tokenizer.save_pretrained(staging / "tokenizer")
                 tokenizer_saved = True
             facts = ExportFacts(output.name, wrapper.input_names, wrapper.output_names,
-                                program.model.opset_imports.get(""), diff, tokenizer_saved)
+                                program.model.opset_imports.get(""), diff, tokenizer_saved,
+                                None if tokenizer_saved else _tokenizer_from(model, model_dir, output))
             _stage_card(staging, output, model, model_dir, facts)
             _move_into_place(staging, output)
         finally:
@@ -287,7 +291,13 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
     """A model card for the export folder: the model's, its training (from the source folder's card), the graph.
 
     A ``README.md`` beside ``output`` that attnpool did not write is the user's: it is kept, and no card written.
+    Nor is one written into a saved model folder (``config.json`` beside ``output``): its card describes the model
+    and how to load it with transformers, which an export card would replace.
     """
+    if (output.parent / "config.json").is_file():
+        logging.getLogger("attnpool.export").info("%s is a saved model folder: its model card is kept, no export "
+                                                  "card written", output.parent)
+        return
     if (output.parent / CARD_FILE).exists() and not is_attnpool_card(read_card(output.parent)):
         logging.getLogger("attnpool.export").warning("%s has a README.md of its own: no model card written",
                                                      output.parent)
@@ -296,6 +306,20 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
                       model.parameters()), training=training_facts(model_dir) if model_dir else None, export=facts,
                       has_weights=model.base_model.pooler.has_weights)
     (staging / CARD_FILE).write_text(card, encoding="utf-8")
+
+
+def _tokenizer_from(model: nn.Module, model_dir: Path | None, output: Path) -> str | None:
+    """Where the tokenizer of a graph exported without one is, for its card.
+
+    The model folder (relative to the graph's, ``../model`` for a run's ``fold_K/onnx``) when it holds one, else the
+    encoder's source (a folder or hub name); ``None``: neither.
+    """
+    if model_dir is not None and any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
+        return Path(os.path.relpath(model_dir.resolve(), output.parent.resolve())).as_posix()
+    source = encoder_source(model.config)
+    if source and (os.path.isdir(source) or not looks_like_local_path(source)):
+        return source
+    return None
 
 
 def _move_into_place(staging: Path, output: Path) -> None:

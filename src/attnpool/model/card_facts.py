@@ -108,7 +108,11 @@ class TrainingFacts:
 
 @dataclass(frozen=True)
 class ExportFacts:
-    """What an ONNX export wrote: the graph file, its inputs and outputs, the opset and the verified difference."""
+    """What an ONNX export wrote: the graph file, its inputs and outputs, the opset and the verified difference.
+
+    ``tokenizer_from``: where the tokenizer is when it was not saved beside the graph: a folder relative to the
+    export's (``../model``, a run's fold model), an absolute folder or a hub name (the encoder's); ``None``: unknown.
+    """
 
     file: str
     inputs: tuple[str, ...]
@@ -116,3 +120,4 @@ class ExportFacts:
     opset: int | None = None
     max_abs_diff: float | None = None
     tokenizer_saved: bool = False
+    tokenizer_from: str | None = None

@@ -7,6 +7,7 @@ lines; nothing here reads or writes files.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,13 @@ from attnpool.model.card_facts import (
     metric_values,
 )
 from attnpool.model.configuration import AttnPoolConfig
+from attnpool.model.encoders import looks_like_local_path
 from attnpool.tasks import default_loss, problem_type, task_of
 
 PLACEHOLDER = "path/to/this/folder"
+TOKENIZER_PLACEHOLDER = "path/to/the/tokenizer"  # an export without a tokenizer, and none known
+
+
 def _options(spec: dict[str, Any], skip: tuple[str, ...] = ("type", "hidden_size")) -> str:
     items = [f"`{k}={v}`" for k, v in sorted(spec.items()) if k not in skip]
     return ", ".join(items) or "its defaults"
@@ -89,14 +94,14 @@ def description_section(config: AttnPoolConfig, architecture: str, num_parameter
 
 _ONNX_USAGE = """### ONNX Runtime (this folder)
 
-The folder holds the graph and its tokenizer: onnxruntime and a tokenizer serve it, without PyTorch or attnpool.
+{holds}: onnxruntime and a tokenizer serve it, without PyTorch or attnpool.
 
 ```python
 import numpy as np
 import onnxruntime as ort
 from transformers import AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("{folder}")
+tokenizer = AutoTokenizer.from_pretrained("{tokenizer}")
 session = ort.InferenceSession("{folder}/{file}", providers=["CPUExecutionProvider"])
 names = [i.name for i in session.get_inputs()]
 batch = tokenizer(["a text"], padding=True, truncation=True, max_length={max_length}, return_tensors="np")
@@ -138,6 +143,36 @@ attnpool export --model {folder} --output serve/model.onnx  # ONNX, verified aga
 """
 
 
+def tokenizer_location(export: ExportFacts) -> str:
+    """What the ONNX snippet gives ``AutoTokenizer.from_pretrained``.
+
+    The export folder when the tokenizer was saved there, else where it is (a folder relative to the export's is
+    written from :data:`PLACEHOLDER`).
+    """
+    if export.tokenizer_saved:
+        return PLACEHOLDER
+    where = export.tokenizer_from
+    if not where:
+        return TOKENIZER_PLACEHOLDER
+    if os.path.isabs(where) or not looks_like_local_path(where):  # an absolute folder, or a hub name
+        return where
+    return f"{PLACEHOLDER}/{where}"
+
+
+def _holds(export: ExportFacts) -> str:
+    """The first words of the ONNX usage: what the folder holds, and where the tokenizer is when not in it."""
+    if export.tokenizer_saved:
+        return "The folder holds the graph and its tokenizer"
+    where = export.tokenizer_from
+    if not where:
+        return ("The folder holds the graph, without a tokenizer (none was saved with the model): load the tokenizer "
+                f"the model was trained with, in place of `{TOKENIZER_PLACEHOLDER}` below")
+    if os.path.isabs(where) or not looks_like_local_path(where):
+        return f"The folder holds the graph; its tokenizer was not saved here: it is the encoder's, `{where}`"
+    return (f"The folder holds the graph; its tokenizer was not saved here: it is the model folder's, `{where}` "
+            "(relative to this folder)")
+
+
 def usage_section(with_head: bool, training: TrainingFacts | None, export: ExportFacts | None, *,
                   weighted: bool = True) -> list[str]:
     """How to load and run the model: Auto classes, pipeline, the attnpool commands; ONNX Runtime for an export.
@@ -147,7 +182,8 @@ def usage_section(with_head: bool, training: TrainingFacts | None, export: Expor
     max_length = (training.recipe.get("max_length") if training is not None else None) or 128
     if export is not None:
         return ["## Usage", "", _ONNX_USAGE.format(folder=PLACEHOLDER, file=export.file, max_length=max_length,
-                                                   outputs=", ".join(export.outputs))]
+                                                   outputs=", ".join(export.outputs), holds=_holds(export),
+                                                   tokenizer=tokenizer_location(export))]
     what, shape = ("out.logits", "(B, num_labels)") if with_head else ("out.pooler_output", "(B, output_dim)")
     result = (f"{what}, out.pooling_weights  # {shape}; token weights (B, T), (B, heads, T) with heads: 0 on "
               "padding, each sums to 1" if weighted else f"{what}  # {shape}; this pooler gives no token weights")
@@ -192,10 +228,12 @@ def training_section(training: TrainingFacts | None) -> list[str]:
         lines.append(f"- **File:** `{Path(training.data_file).name}` (`{training.data_file}`)")
     if training.rows is not None:
         split = (f" ({training.train_rows:,} for training, {training.valid_rows:,} for validation)"
-                 if training.train_rows is not None and training.valid_rows is not None else "")
+                 if training.train_rows is not None and training.valid_rows is not None and not training.valid_file
+                 else "")  # with a validation file, the data file's rows all train; that file's are its own
         lines.append(f"- **Size:** {training.rows:,} rows{split}")
     if training.valid_file:
-        lines.append(f"- **Validation file:** `{training.valid_file}`")
+        size = f" ({training.valid_rows:,} rows)" if training.valid_rows is not None else ""
+        lines.append(f"- **Validation file:** `{training.valid_file}`{size}")
     elif training.folds:
         lines.append(f"- **Split:** {training.folds}-fold cross-validation; this model is fold {training.fold}")
     if training.text:
@@ -218,4 +256,12 @@ def export_section(export: ExportFacts | None) -> list[str]:
     return ["## ONNX Export", "", f"- **Graph:** `{export.file}` (opset {export.opset or 'the exporter default'})",
             f"- **Inputs:** {', '.join(f'`{n}`' for n in export.inputs)} (int64, batch and sequence axes dynamic)",
             f"- **Outputs:** {', '.join(f'`{n}`' for n in export.outputs)}", f"- **Verification:** {diff}",
-            f"- **Tokenizer:** {'saved in this folder' if export.tokenizer_saved else 'not saved'}", ""]
+            f"- **Tokenizer:** {_tokenizer_line(export)}", ""]
+
+
+def _tokenizer_line(export: ExportFacts) -> str:
+    if export.tokenizer_saved:
+        return "saved in this folder"
+    if export.tokenizer_from:
+        return f"not saved in this folder; load it from `{export.tokenizer_from}`"
+    return "not saved; use the tokenizer the model was trained with"

@@ -80,7 +80,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             path = path / kwargs.get("subfolder", "")  # where config.json and the weights are
         if path.is_dir():
             if not (path / "config.json").is_file():
-                raise FileNotFoundError(f"{path} has no config.json: it is not a saved attnpool model folder")
+                raise FileNotFoundError(f"{path} has no config.json: it is not a saved attnpool model folder"
+                                        f"{where_the_model_is(path)}")
             if not any(path.glob("*.safetensors")):
                 present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
                 raise FileNotFoundError(
@@ -111,7 +112,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 ``commit_description``, ``create_pr``, ``private``, ``revision`` and ``token``; ``tags`` are added to
                 the card's (with :attr:`model_tags`).
             *args: Of ``PreTrainedModel.save_pretrained``.
-            **kwargs: Of ``PreTrainedModel.save_pretrained`` (``is_main_process=False``: no card either, no upload).
+            **kwargs: Of ``PreTrainedModel.save_pretrained`` (``is_main_process=False``, or a process other than the
+                one that saves under torch.distributed: no tokenizer, no card, no upload either).
 
         Returns:
             The Hub's commit info when pushed, else ``None``.
@@ -121,7 +123,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         hub = {key: kwargs.pop(key) for key in HUB_PUSH_KWARGS if key in kwargs} if push_to_hub else {}
         extra_tags = hub.pop("tags", None)
         extra_tags = [extra_tags] if isinstance(extra_tags, str) else list(extra_tags or [])
-        upload = push_to_hub and self.should_save_on_this_rank(main)
+        save_here = self.should_save_on_this_rank(main)  # one process writes tokenizer and card (as the weights)
+        upload = push_to_hub and save_here
         if upload:
             # Pushed here, not by transformers: it uploads before the tokenizer and the card are written, and
             # replaces the card with its generic one. The repository first: one that cannot be made fails early.
@@ -131,10 +134,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             folder.mkdir(parents=True, exist_ok=True)
             before = self._get_files_timestamps(folder)  # what this save leaves unchanged is not uploaded
         super().save_pretrained(save_directory, *args, **kwargs)
+        if not save_here:
+            return None
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
-        if not main:
-            return None
         # a card of attnpool's own describes the model saved before: rewritten; a README of the user's is kept
         if model_card is None and (not (folder / CARD_FILE).exists() or is_attnpool_card(read_card(folder))):
             model_card = config_card(self.config, architecture=type(self).__name__,
@@ -328,6 +331,15 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         elif freeze_word_embeddings:
             model.freeze_word_embeddings()
         return model
+
+
+def where_the_model_is(path: Path) -> str:
+    """Where the model is in a train run or one of its fold folders (told by their files: this layer knows no runs)."""
+    if (path / "model" / "config.json").is_file():
+        return f"; it is a fold of a train run: the model is in {path / 'model'}"
+    folds = sorted(int(n) for p in path.glob("fold_*/model/config.json") if (n := p.parent.parent.name[5:]).isdigit())
+    return (f"; it is a train run: load one fold's model, e.g. {path / f'fold_{folds[0]}' / 'model'} (trained folds: "
+            f"{', '.join(map(str, folds))})") if folds else ""
 
 
 ALIGNMENT = 64  # bytes: what PyTorch's CPU allocator guarantees, and what its vectorised kernels assume

@@ -126,7 +126,8 @@ def training_facts(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.nd
     text = f"template `{cfg.template}`" if cfg.template else ", ".join(f"`{c}`" for c in cfg.text_cols) or None
     scores = {k: float(v) for k, v in (scores or {}).items() if math.isfinite(v)}
     return TrainingFacts(  # paths absolute: the card's `attnpool predict --run DIR` works from any folder
-        data_file=_absolute(cfg.train_file or cfg.data_dir), rows=data.num_rows, train_rows=len(train_idx),
+        data_file=_absolute(cfg.train_file or cfg.data_dir),  # with a valid_file, rows: the data file's alone
+        rows=len(train_idx) if cfg.valid_file else data.num_rows, train_rows=len(train_idx),
         valid_rows=len(valid_idx), fold=None if cfg.valid_file else fold, folds=None if cfg.valid_file else cfg.folds,
         valid_file=_absolute(cfg.valid_file), text=text, label=data.label_name, validation=scores, recipe=recipe,
         run_dir=_absolute(run.path), **more)
