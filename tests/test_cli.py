@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from attnpool import __version__, api
-from attnpool.cli import _train_config, build_parser, main
+from attnpool.cli import _train_config, _unknown_flags, build_parser, main
 from attnpool.config import GROUPS, TrainConfig
 
 
@@ -293,6 +293,15 @@ def test_an_abbreviated_flag_is_not_taken_for_a_misspelt_one(monkeypatch):
     monkeypatch.setattr("attnpool.cli._cmd_predict", lambda args: seen.setdefault("output", args.output) and 0)
     assert main(["predict", "--run", "r", "--input", "a.csv", "--out", "p.csv"]) == 0
     assert seen == {"output": "p.csv"}
+
+
+def test_a_value_that_starts_with_dashes_and_holds_a_space_is_a_value_not_a_flag(capsys):
+    """As argparse reads it: the early check took '-- {text}' for an unknown flag (exit 2, "did you mean")."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--template", "-- {text}", "--help"])
+    assert exit_.value.code == 0 and "--template" in capsys.readouterr().out
+    assert _unknown_flags(build_parser(), ["train", "--template", "--- {title} ---", "--lr", "-1e-5"]) == ("train", [])
+    assert _unknown_flags(build_parser(), ["train", "--tempalte=a b", "x"]) == ("train", ["--tempalte=a b", "x"])
 
 
 @pytest.mark.parametrize("command", ["predict", "export", "explain", "serve", "demo", "poolers"])

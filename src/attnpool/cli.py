@@ -361,7 +361,9 @@ def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tupl
     unknown: list[str] = []
     taking = False  # the values of an unknown flag
     for arg in rest[:rest.index("--")] if "--" in rest else rest:
-        if arg.startswith("-"):  # argparse takes a flag's unique prefix
+        if arg.startswith("-") and not (" " in arg and "=" not in arg.split(" ", 1)[0]):  # as argparse: with a
+            # space (and no `=` before it) an argument is a value, e.g. --template '-- {text}'; a flag's unique
+            # prefix is that flag
             taking = arg.startswith("--") and not any(flag.startswith(arg.split("=", 1)[0]) for flag in flags)
         if taking:
             unknown.append(arg)

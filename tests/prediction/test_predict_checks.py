@@ -168,5 +168,11 @@ def test_a_score_ensemble_refuses_folds_without_a_metric_and_logs_its_weights(en
         predict(run, data, tmp_path / "score.csv", ensemble="score", folds=[0, 1])
     assert re.search(r"--ensemble score: fold weights of .*: fold 0 \d\.\d{3}, fold 1 \d\.\d{3}", caplog.text)
     with pytest.raises(RunError, match="fold"):
-        ensemble_weights([{"pearson": 0.5}, {"pearson": float("nan")}], "pearson", "score")
+        ensemble_weights([{"pearson": 0.5}, {}], "pearson", "score")
+    caplog.clear()  # a fold that finished its validation with no score (NaN, saved as null): weight 0, said
+    with caplog.at_level(logging.WARNING, logger="attnpool.predict"):
+        weights = ensemble_weights([{"pearson": 0.5}, {"pearson": None}, {"pearson": float("nan")}], "pearson",
+                                   "score", [0, 1, 2], "RUN")
+    assert weights.tolist() == [1.0, 0.0, 0.0]
+    assert "fold(s) 1, 2 of RUN scored no pearson on validation" in caplog.text
     assert ensemble_weights([{"pearson": 0.5}, {}], "pearson", "mean").tolist() == [0.5, 0.5]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from attnpool.precision import AUTOCAST_DTYPES, autocast, inference_device, reso
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric, scores_from_logits
+
+logger = logging.getLogger("attnpool.predict")
 
 
 @torch.inference_mode()
@@ -130,9 +133,12 @@ def ensemble_weights(fold_metrics: list[dict], metric: str, how: str, folds: Seq
 
     ``folds`` and ``where`` (the run) name the folds in errors.
 
+    A fold whose ``metric`` was saved as null (NaN: constant predictions, or validation targets that do not vary)
+    finished its validation: it gets weight 0, with a warning naming it.
+
     Raises:
-        RunError: With ``score``, a fold whose metrics lack a finite ``metric`` (no metrics file: a fold killed
-            before its validation finished), which would otherwise get weight 0 unnoticed.
+        RunError: With ``score``, a fold whose metrics lack ``metric`` (no metrics file: a fold killed before its
+            validation finished), which would otherwise get weight 0 unnoticed.
     """
     n = len(fold_metrics)
     if how == "mean":
@@ -140,13 +146,16 @@ def ensemble_weights(fold_metrics: list[dict], metric: str, how: str, folds: Seq
     if how != "score":
         raise ValueError(f"ensemble must be 'mean' or 'score', got {how!r}")
     names = list(folds) if folds is not None else list(range(n))
-    missing = [str(fold) for fold, m in zip(names, fold_metrics, strict=True) if not _finite_number(m.get(metric))]
+    missing = [str(fold) for fold, m in zip(names, fold_metrics, strict=True) if metric not in m]
     if missing:
         raise RunError(f"--ensemble score weighs each fold by its validation {metric}, but fold(s) "
                        f"{', '.join(missing)}{f' of {where}' if where is not None else ''} have no {metric} in their "
                        "metrics (a fold stopped before its validation finished?): finish them with attnpool train "
                        "--resume, leave them out with --folds, or use --ensemble mean")
-    scores = np.array([max(float(m[metric]), 0.0) for m in fold_metrics])
+    if unscored := [str(fold) for fold, m in zip(names, fold_metrics, strict=True) if not _finite_number(m[metric])]:
+        logger.warning("--ensemble score: fold(s) %s%s scored no %s on validation (saved as null: constant predictions?"
+                       "); they get weight 0", ", ".join(unscored), f" of {where}" if where is not None else "", metric)
+    scores = np.array([max(float(m[metric]), 0.0) if _finite_number(m[metric]) else 0.0 for m in fold_metrics])
     if scores.sum() == 0:
         return np.full(n, 1.0 / n)
     return scores / scores.sum()
