@@ -15,22 +15,6 @@ from attnpool.training import tracking
 from model_helpers import save_tiny_encoder, write_toy_csv
 
 
-@pytest.fixture
-def mlflow_store(tmp_path, monkeypatch):
-    """MLflow in this test's folder, no experiment picked by the environment (as test_tracking.py's)."""
-    mlflow = pytest.importorskip("mlflow")
-    uri = (tmp_path / "mlruns").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    for name in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "MLFLOW_NESTED_RUN", "MLFLOW_RUN_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(mlflow.tracking._tracking_service.utils, "_tracking_uri", uri)
-    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
-    yield mlflow, mlflow.MlflowClient(tracking_uri=uri)
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-
-
 class _CrashAt4(transformers.TrainerCallback):
     """A crash after step 4's update, before its log: steps 1-3 are logged, checkpoint-2 is the last."""
 
