@@ -343,8 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
 
 
-def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    return next(a.choices[command] for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The command parsers by name (argparse has no public way to them: its actions are read, as its help does)."""
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
 def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -352,7 +353,7 @@ def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tupl
 
     Each with the values that follow it: the commands take no positional arguments, so argparse leaves those over too.
     """
-    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = _commands(parser)
     at = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
     if at is None or argv[at] not in commands:
         return None, []
@@ -371,11 +372,8 @@ def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tupl
 
 
 def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> None:
-    """Exit 2 with the command's usage and, for a misspelt flag, the closest one (``--max-lenght``: ``--max-length``).
-
-    (argparse has no public way to the subcommand parsers: its actions are read, as argparse's own help does.)
-    """
-    command_parser = _command_parser(parser, command)
+    """Exit 2 with the command's usage and, for a misspelt flag, the closest (``--max-lenght``: ``--max-length``)."""
+    command_parser = _commands(parser)[command]
     flags = [flag for action in command_parser._actions for flag in action.option_strings]
     hints = [f"{arg} (did you mean {close[0]}?)" if arg.startswith("--") and (
         close := difflib.get_close_matches(arg.split("=", 1)[0], flags, 1)) else arg for arg in unknown]

@@ -102,10 +102,10 @@ class Run:
                 raise RunError(f"--resume: {path} holds a run that stopped before it started (no {RUN_FILE}, e.g. "
                                "bad data); start it again without --resume")
             with RunLock(path, purpose="train"):  # not from under a start that is still reading its data
-                for name in (CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES, RUN_FILE):
-                    if name != RUN_FILE:  # (of run.json only its leftover: one there now is a start finished since)
-                        (path / name).unlink(missing_ok=True)
-                    for leftover in path.glob(f".{name}.*.tmp"):  # written when the start was killed
+                for name in (CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES):
+                    (path / name).unlink(missing_ok=True)
+                for name in (CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES, RUN_FILE):  # killed writes' temporaries
+                    for leftover in path.glob(f".{name}.*.tmp"):
                         leftover.unlink(missing_ok=True)
             return cls(path)
         if path.exists() and (names := sorted(p.name for p in path.iterdir() if p.name != LOCK_NAME)):
