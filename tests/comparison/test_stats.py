@@ -275,22 +275,8 @@ def test_a_limit_above_the_files_rows_draws_nothing(tmp_path):
 
 def test_the_table_names_the_seed_that_has_no_score(tmp_path, monkeypatch):
     """A diverged seed: its cells said "no spread over seeds" and "+nan (per seed: +nan, ...)"."""
-    def score(run_dir, task):
-        return math.nan if (run_dir.parent.name, run_dir.name) == ("attention", "seed_43") else 0.8
-
-    def predictions(run_dir, task):
-        rows, target, probs = _predictions(800, 0)
-        return rows, target, (np.full_like(probs, np.nan) if score(run_dir, task) != 0.8 else probs)
-
-    monkeypatch.setattr(summary, "run_score", score)
-    monkeypatch.setattr(summary, "run_predictions", predictions)
-    monkeypatch.setattr(summary, "_cost", lambda run_dir: (10.0, 1e9))
-    monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})
-    monkeypatch.setattr(summary, "_parameter_count", lambda run_dir: 1000)
-    monkeypatch.setattr(summary, "shared_bootstrap_keys",
-                        lambda runs, **kw: ({key: np.arange(N).astype(str) for key in runs}, False))
-    specs = [PoolerSpec.parse(name) for name in ("mean", "attention")]
-    table = summary.summarise(tmp_path, "binary", specs, specs[0], SEEDS, bootstrap=50).markdown
+    correct = {(pooler, seed): 800 for pooler in ("mean", "attention") for seed in SEEDS}
+    table = _summarise(tmp_path, monkeypatch, correct, SEEDS, diverged=("attention", 43)).markdown
     line = next(row for row in table.splitlines() if row.startswith("| `attention`"))
     assert line.count("n/a (no score on seed 43: diverged?)") == 2, line  # its interval and its difference
     assert "nan" not in line and "no spread" not in line
