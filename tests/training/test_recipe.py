@@ -229,6 +229,22 @@ def test_a_fold_killed_between_its_metrics_and_its_predictions_does_not_count_as
     assert not (out / "fold_0" / "checkpoints").exists() and (out / "fold_0" / "oof.csv").is_file()
 
 
+def test_resume_refuses_a_finished_folds_damaged_predictions_before_training_the_others(encoder, data, tmp_path,
+                                                                                       capsys):
+    """The damaged fold_0/oof.csv used to be read at the summary only, after the remaining folds had trained."""
+    out = tmp_path / "run"
+    args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "second", "--label", "label",
+            "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--only-folds", "0"]) == 3
+    oof = out / "fold_0" / "oof.csv"
+    oof.write_text(oof.read_text()[:-7])  # cut short in its last line
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(out), "--resume"]) != 0
+    said = capsys.readouterr().err
+    assert f"{oof} is corrupt" in said and "re-train that fold" in said
+    assert not (out / "fold_1").exists(), "the other fold trained before the damaged one was noticed"
+
+
 def test_resume_refuses_data_changed_under_the_same_row_count(encoder, data, tmp_path, capsys):
     """Fold 0 learned the old labels and fold 1 the new ones, and the CV scored them all against the new."""
     out = tmp_path / "run"

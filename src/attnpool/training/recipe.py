@@ -323,6 +323,7 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
     run.write_info(info)
     done = [int(f) for f in sorted(set(folds[folds >= 0])) if run.fold_done(int(f))]
     for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again
+        run.fold_oof(fold)  # a damaged one is refused now, not at the summary after the other folds have trained
         shutil.rmtree(run.checkpoints_dir(fold), ignore_errors=True)
     return folds, done
 
