@@ -723,6 +723,24 @@ def test_a_recipe_saved_with_relative_paths_still_pairs_with_the_same_file(tmp_p
     assert yaml.safe_load((old / "compare_config.yaml").read_text())["train_file"] == here
 
 
+def test_new_seeds_trained_after_a_data_edit_are_refused_after_their_first_run(tmp_path, monkeypatch):
+    """Seeds added after the data was edited paired well within each seed, so nothing refused averaging seeds of
+    two data sets; a limit each seed draws (no split seed) gives seeds data of their own and stays allowed."""
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2)
+    out = tmp_path / "cmp"
+    fake_training(monkeypatch, fingerprint=lambda seed: "old data")
+    runner.compare(cfg, ["attention"], seeds=[1, 2], output_dir=out, bootstrap=20)
+    trained = fake_training(monkeypatch, fingerprint=lambda seed: "edited data")
+    with pytest.raises(RunError, match=re.escape("the seeds trained on different data (seeds 1, 2; 3: each group on "
+                                                 "its own): the data changed between compare calls")):
+        runner.compare(cfg, ["attention"], seeds=[1, 2, 3, 4], output_dir=out, bootstrap=20)
+    assert trained == [("mean", 3)]
+    drawn = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2, limit=30)
+    fake_training(monkeypatch, fingerprint=lambda seed: f"rows drawn by seed {seed}")
+    result = runner.compare(drawn, ["attention"], seeds=[1, 2], output_dir=tmp_path / "drawn", bootstrap=20)
+    assert [r["pooler"] for r in result.rows] == ["mean", "attention"]
+
+
 def test_a_data_edit_is_refused_after_one_new_run_not_after_all_of_them(tmp_path, monkeypatch):
     """The data check ran after every missing run had trained: hours of runs, then the refusal."""
     cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2)

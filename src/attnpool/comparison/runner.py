@@ -289,6 +289,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         _check_folds(out, cfg.only_folds, specs, seeds)
         trained = _train_missing(out, cfg, specs, seeds)  # checks each seed's data after its first new run
         _check_same_data(out, specs, seeds)
+        _check_seeds_same_data(out, cfg, specs, seeds)
         base_runs = [out / "runs" / base.slug / f"seed_{seed}" for seed in seeds]
         result = summarise(out, cfg.task, specs, base, seeds, bootstrap=bootstrap, split_seed=cfg.split_seed,
                            per_seed_rows=draws_rows_per_seed(cfg, *base_runs), valid_file=bool(cfg.valid_file))
@@ -329,6 +330,26 @@ def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int], *, pr
                            "every pooler trains on the same data")
 
 
+def _check_seeds_same_data(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> None:
+    """Refuse seeds trained on different data (new seeds after a data edit: each is paired, but the data sets mix).
+
+    Only a ``limit`` each seed draws (no ``split_seed``) gives seeds rows of their own; one run stands for its seed.
+    """
+    if cfg.limit is not None and cfg.split_seed is None:
+        return
+    trained_on: dict[tuple, list[str]] = {}
+    for seed in seeds:
+        infos = (Run(out / "runs" / spec.slug / f"seed_{seed}") for spec in specs)
+        info = next((run.info() for run in infos if run.has_info() and run.info().get("data_sha256")), None)
+        if info is not None:
+            trained_on.setdefault((info["data_sha256"], info.get("texts_sha256")), []).append(str(seed))
+    if len(trained_on) > 1:
+        groups = "; ".join(", ".join(group) for group in trained_on.values())
+        raise RunError(f"the seeds trained on different data (seeds {groups}: each group on its own): the data "
+                       "changed between compare calls. Re-run the comparison with --overwrite so that every seed "
+                       "trains on the same data")
+
+
 def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> int:
     """Train the (pooler, seed) runs not finished in ``out``, seed by seed; returns how many were trained.
 
@@ -355,6 +376,7 @@ def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: 
         if seed not in checked:  # its first new run: on the data of the runs kept, or refused now
             checked.add(seed)
             _check_same_data(out, specs, [seed], precisions=False)
+            _check_seeds_same_data(out, cfg, specs, seeds)
         score = run_score(run_dir, cfg.task)
         logger.info("compare: run %d of %d: %s, seed %d: %s %.4f in %s", i, len(todo), spec.label, seed,
                     primary_metric(cfg.task)[0], score, _format_eta(spent[-1]))
