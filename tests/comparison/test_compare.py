@@ -731,8 +731,8 @@ def test_new_seeds_trained_after_a_data_edit_are_refused_after_their_first_run(t
     fake_training(monkeypatch, fingerprint=lambda seed: "old data")
     runner.compare(cfg, ["attention"], seeds=[1, 2], output_dir=out, bootstrap=20)
     trained = fake_training(monkeypatch, fingerprint=lambda seed: "edited data")
-    with pytest.raises(RunError, match=re.escape("the seeds trained on different data (seeds 1, 2; 3: each group on "
-                                                 "its own): the data changed between compare calls")):
+    with pytest.raises(RunError, match=re.escape("the seeds trained on different data (seed 1, seed 2; seed 3: each "
+                                                 "group on its own): the data changed between compare calls")):
         runner.compare(cfg, ["attention"], seeds=[1, 2, 3, 4], output_dir=out, bootstrap=20)
     assert trained == [("mean", 3)]
     drawn = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2, limit=30)

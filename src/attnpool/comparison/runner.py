@@ -314,8 +314,7 @@ def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int], *, pr
                 continue
             info = run.info()
             if info.get("data_sha256") is not None:
-                facts = (info["data_sha256"], info.get("texts_sha256"))
-                trained_on.setdefault(facts, []).append(spec.label)
+                trained_on.setdefault((info["data_sha256"], info.get("texts_sha256")), []).append(spec.label)
             if info.get("precision") is not None:
                 precision_of.setdefault(info["precision"], []).append(spec.label)
         if precisions and len(precision_of) > 1:
@@ -323,31 +322,32 @@ def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int], *, pr
             logger.warning("compare: the runs of seed %d trained in different precisions (%s), so their differences "
                            "mix the poolers' with the precisions'. Set --precision explicitly and re-run the "
                            "comparison with --overwrite to compare like with like", seed, groups)
-        if len(trained_on) > 1:
-            groups = "; ".join(", ".join(labels) for labels in trained_on.values())
-            raise RunError(f"the runs of seed {seed} trained on different data ({groups}: each group on its own): "
-                           "the data changed between compare calls. Re-run the comparison with --overwrite so that "
-                           "every pooler trains on the same data")
+        _refuse_mixed_data(trained_on, f"runs of seed {seed}", "pooler")
 
 
 def _check_seeds_same_data(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> None:
     """Refuse seeds trained on different data (new seeds after a data edit: each is paired, but the data sets mix).
 
-    Only a ``limit`` each seed draws (no ``split_seed``) gives seeds rows of their own; one run stands for its seed.
+    Only a ``limit`` each seed draws (no ``split_seed``) gives seeds rows of their own. One run stands for its seed.
     """
     if cfg.limit is not None and cfg.split_seed is None:
         return
-    trained_on: dict[tuple, list[str]] = {}
+    trained_on: dict[tuple, list[str]] = {}  # data -> the seeds trained on it
     for seed in seeds:
         infos = (Run(out / "runs" / spec.slug / f"seed_{seed}") for spec in specs)
         info = next((run.info() for run in infos if run.has_info() and run.info().get("data_sha256")), None)
         if info is not None:
-            trained_on.setdefault((info["data_sha256"], info.get("texts_sha256")), []).append(str(seed))
+            trained_on.setdefault((info["data_sha256"], info.get("texts_sha256")), []).append(f"seed {seed}")
+    _refuse_mixed_data(trained_on, "seeds", "seed")
+
+
+def _refuse_mixed_data(trained_on: dict[tuple, list[str]], whose: str, each: str) -> None:
+    """A RunError when the runs fall into more than one group of data (``trained_on``: data -> their labels)."""
     if len(trained_on) > 1:
-        groups = "; ".join(", ".join(group) for group in trained_on.values())
-        raise RunError(f"the seeds trained on different data (seeds {groups}: each group on its own): the data "
-                       "changed between compare calls. Re-run the comparison with --overwrite so that every seed "
-                       "trains on the same data")
+        groups = "; ".join(", ".join(labels) for labels in trained_on.values())
+        raise RunError(f"the {whose} trained on different data ({groups}: each group on its own): the data changed "
+                       f"between compare calls. Re-run the comparison with --overwrite so that every {each} trains on "
+                       "the same data")
 
 
 def _train_missing(out: Path, cfg: TrainConfig, specs: list[PoolerSpec], seeds: list[int]) -> int:
