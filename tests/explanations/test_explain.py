@@ -7,12 +7,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from explain_helpers import PIECES, key_token_model, tiny_model, wordpiece_tokenizer
 
 import attnpool
+from attnpool import AttnPoolForSequenceClassification
 from attnpool.config import TrainConfig
 from attnpool.data.task import encode_texts
 from attnpool.explanations.faithfulness import prediction_change, removal_orders, summarize
+from model_helpers import tiny_config
 
 TEXTS = ["the cat sat on the mat", "a big red dog", "unbelievable", "the cat , the dog !"]
 PAIRS = ["red dogs", "the mat", "a cat sat", "big"]
@@ -394,3 +397,32 @@ def test_max_length_is_checked_against_the_encoders_positions():
         with pytest.raises(ValueError, match=r"max_length must be an integer >= 1 \(tokens per row\), got"):
             attnpool.explain(model, tokenizer, [long], max_length=bad)
     assert attnpool.explain(model, tokenizer, [long], max_length=64, erasure_k=0).max_length == 64
+
+
+@pytest.mark.parametrize(("layers", "options", "indices"), [
+    ([-1, -2, -3], {}, [2, 1, 0]),  # top first: the order the model stacks them, not "lowest first"
+    ([0, -1], {}, [0, 2]),
+    ("all", {}, [1, 2]),
+    ("last", {"num_layers": 1}, [2]),
+])
+def test_layer_weights_carry_the_hidden_states_index_each_weighs(layers, options, indices):
+    """Layer weights were labelled as if ascending, whatever order ``pooling_layers`` gave them in."""
+    model = AttnPoolForSequenceClassification.from_encoder(
+        tiny_config("bert"), pooling="weighted_layer", pooling_options={"pooler": "attention", **options},
+        pooling_layers=layers).eval()
+    fed = []
+    hook = model.attnpool.pooler.register_forward_hook(lambda module, args, out: fed.append(args[0]))
+    ids = torch.tensor([[2, 5, 6, 3]])
+    with torch.no_grad():
+        states = model(ids, output_hidden_states=True).hidden_states
+    hook.remove()
+    for j, index in enumerate(indices):  # what the pooler is fed at position j is hidden_states[index]
+        torch.testing.assert_close(fed[0][:, j], states[index])
+    result = attnpool.explain(model, wordpiece_tokenizer(), ["the cat sat"], erasure_k=0)
+    assert result.layer_indices == indices and len(result.layer_weights) == len(indices)
+    assert json.loads(json.dumps(result.to_dict()))["layer_indices"] == indices
+
+
+def test_a_token_pooler_has_no_layer_indices():
+    result = attnpool.explain(tiny_model(), wordpiece_tokenizer(), ["the cat sat"], erasure_k=0)
+    assert result.layer_weights is None and result.layer_indices is None

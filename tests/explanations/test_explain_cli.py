@@ -249,3 +249,36 @@ def test_a_one_column_group_context_run_is_explained_and_served_as_it_predicts(t
     job = service.encode(rows[service.fields].to_dict("records"), texts=True)
     served = service.run([job], batch_size=8)[0].words
     assert [[w["text"] for w in row] for row in served] == [[w.text for w in x.words] for x in explanation.examples]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--erasure-k", "-1"], "--erasure-k must be >= 0 (0 skips the erasure test), got -1"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--seed", "-2"], "--seed must be >= 0, got -2"),
+])
+def test_bad_numbers_are_refused_by_their_flags_before_the_model_loads(run, data, tmp_path, capsys, monkeypatch,
+                                                                       args, message):
+    """They were checked only after the model loaded and the whole input was tokenised, named as Python arguments."""
+    from attnpool.explanations import files
+
+    monkeypatch.setattr(files, "_load_model", lambda folder: pytest.fail("the model loaded before the options"))
+    monkeypatch.setattr(files, "read_table", lambda *a, **k: pytest.fail("the input was read before the options"))
+    monkeypatch.setattr(files, "_run_inputs", lambda *a, **k: pytest.fail("the input was read before the options"))
+    common = ["--input", str(data / "test.csv"), "--output", str(tmp_path / "r.html"), *args]
+    for source, extra in ((run, []), (run / "fold_0" / "model", ["--text-cols", "first", "second"])):
+        assert main(["explain", "--run", str(source), *extra, *common]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "erasure_k" not in err and "batch_size" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fold_folder_of_a_run_is_explained_as_that_fold(run, data, tmp_path, capsys):
+    """``--run RUN/fold_1`` (which ``attnpool export`` takes) was refused as neither a run nor a model folder."""
+    out = tmp_path / "fold1.html"
+    assert main(["explain", "--run", str(run / "fold_1"), "--input", str(data / "test.csv"), "--output", str(out),
+                 "--limit", "2", "--erasure-k", "1"]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["source"].endswith("fold_1/model") and len(report["examples"]) == 2
+    assert main(["explain", "--run", str(run / "fold_1"), "--input", str(data / "test.csv"), "--output",
+                 str(tmp_path / "r.html"), "--fold", "0"]) == 2
+    assert "--fold 0 disagrees with" in capsys.readouterr().err and not (tmp_path / "r.html").exists()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from explain_helpers import bytelevel_tokenizer, tiny_model, wordpiece_tokenizer
 from transformers import BertConfig
 
@@ -14,8 +18,8 @@ import attnpool
 from attnpool import AttnPoolForSequenceClassification
 from attnpool.explanations import page as page_module
 from attnpool.explanations.page import render_html, report_paths, write_report
-from attnpool.explanations.svg import svg_curves
-from model_helpers import COMMON
+from attnpool.explanations.svg import fmt_number, svg_curves
+from model_helpers import COMMON, tiny_config
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 SVG_LEAVES = {"line", "circle", "polyline", "path", "rect"}  # written self-closing inside <svg>
@@ -197,20 +201,63 @@ def test_a_file_where_a_folder_should_be_is_refused_up_front(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"], "checking creates nothing"
 
 
+def _fail_writing_html(monkeypatch):
+    """Make every write of HTML text fail, as on a full disk."""
+    real_write = Path.write_text
+
+    def html_fails(path, text, *args, **kwargs):
+        if ".html" in path.name:
+            raise OSError("disk full")
+        return real_write(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", html_fails)
+
+
 def test_the_json_and_the_html_are_written_both_or_neither(explanation, tmp_path, monkeypatch):
     """The JSON was written first and stayed when the HTML could not be rendered or written."""
-    real_write = page_module.atomic_write_text
-
-    def html_fails(path, text):
-        if str(path).endswith(".html"):
-            raise OSError("disk full")
-        return real_write(path, text)
-
-    monkeypatch.setattr(page_module, "atomic_write_text", html_fails)
-    with pytest.raises(OSError, match="disk full"):
-        write_report(explanation, tmp_path / "r.html")
-    monkeypatch.setattr(page_module, "atomic_write_text", real_write)
+    with monkeypatch.context() as patch:
+        _fail_writing_html(patch)
+        with pytest.raises(OSError, match="disk full"):
+            write_report(explanation, tmp_path / "r.html")
     monkeypatch.setattr(page_module, "render_html", lambda *args, **kwargs: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         write_report(explanation, tmp_path / "r.html")
     assert list(tmp_path.iterdir()) == [], "no JSON without its page, and no temporary file"
+
+
+def test_a_failed_rewrite_keeps_the_earlier_report_whole(explanation, tmp_path, monkeypatch):
+    """The new JSON replaced the old one, then was deleted when the HTML failed: the old page stayed, alone."""
+    html_path, json_path = write_report(explanation, tmp_path / "r.html")
+    before = {p.name: p.read_bytes() for p in (html_path, json_path)}
+    again = dataclasses.replace(explanation, source="another model")
+    with monkeypatch.context() as patch:
+        _fail_writing_html(patch)
+        with pytest.raises(OSError, match="disk full"):
+            write_report(again, html_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before, "both old files, and no temporary file"
+    write_report(again, html_path)
+    assert json.loads(json_path.read_text())["source"] == "another model" and "another model" in html_path.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.json"]
+
+
+def test_layer_weights_are_labelled_with_the_layer_each_weighs():
+    """With ``pooling_layers=[-1, 0]`` the top layer's weight was shown as "layer 1 ... the lowest of them"."""
+    model = AttnPoolForSequenceClassification.from_encoder(
+        tiny_config("bert"), pooling="weighted_layer", pooling_options={"pooler": "attention"},
+        pooling_layers=[-1, 0]).eval()
+    with torch.no_grad():
+        model.attnpool.pooler.layer_logits.copy_(torch.tensor([3.0, 0.0]))  # most weight on the top layer, listed first
+    result = attnpool.explain(model, wordpiece_tokenizer(), ["the cat sat"], erasure_k=0)
+    text = _visible_text(render_html(result))
+    top, embeddings = (fmt_number(w) for w in result.layer_weights)
+    assert re.search(rf"layer 2\s+{re.escape(top)}\s", text), text
+    assert re.search(rf"layer 0 \(embeddings\)\s+{re.escape(embeddings)}\s", text), text
+    assert "layer 1" not in text and "lowest" not in text
+    assert "layer 0: the embeddings' output" in text
+
+
+def _visible_text(page):
+    checker = _Checker()
+    checker.feed(page)
+    checker.close()
+    return " ".join(checker.text)

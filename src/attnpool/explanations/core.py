@@ -20,6 +20,7 @@ from attnpool.explanations.faithfulness import (
     summarize,
 )
 from attnpool.explanations.labels import check_numeric, label_and_error, label_list
+from attnpool.explanations.layers import layer_indices, layer_weights
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
 from attnpool.json_values import is_missing
@@ -209,14 +210,6 @@ def _text(value: Any) -> str:
     return text if text.strip() else ""
 
 
-def _layer_weights(pooler: Any) -> list[float] | None:
-    method = getattr(pooler, "layer_weights", None)
-    if not callable(method):
-        return None
-    with torch.no_grad():
-        return [float(v) for v in method().detach().float().cpu().numpy().ravel()]
-
-
 def explain(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -335,13 +328,15 @@ def explain(
             erasure=erasure[i],
         ))
     num_heads = int(weights[0].shape[0])
+    weights_of_layers = layer_weights(pooler)
     return Explanation(
         examples=examples,
         problem_type=problem_type,
         class_names=names,
         pooler=dict(pooler.get_config()) if hasattr(pooler, "get_config") else {},
         num_heads=num_heads,
-        layer_weights=_layer_weights(pooler),
+        layer_weights=weights_of_layers,
+        layer_indices=None if weights_of_layers is None else layer_indices(model, len(weights_of_layers)),
         erasure=summarize(erasure, erasure_k),
         erasure_measure=MEASURES.get(problem_type, "|prediction change|"),
         max_length=max_length,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,9 @@ def explain_file(
 
     Args:
         source: A train run directory (its first trained fold's model, or ``fold``; texts built from its
-            ``config.yaml`` as in training, labels from its label column when the file has it), or a model folder
-            saved with ``save_pretrained`` together with its tokenizer (then ``text_cols`` says where the text is).
+            ``config.yaml`` as in training, labels from its label column when the file has it), one ``fold_K``
+            folder of it (that fold of the run), or a model folder saved with ``save_pretrained`` together with its
+            tokenizer (then ``text_cols`` says where the text is).
         input_file: CSV, TSV, JSONL or Parquet.
         html_path: The HTML report.
         json_path: The JSON file; default: ``html_path`` with ``.json``.
@@ -83,8 +85,8 @@ def explain_file(
         max_length: Truncation (default: the run's ``max_length``; 128 for a model folder), at most what the
             encoder reads (its position embeddings): a longer run's ``max_length`` is capped, with a warning.
         fold: Which fold's model of a run (refused with a model folder, which holds one model).
-        seed: Seed of the random erasure.
-        batch_size: Rows per forward pass.
+        seed: Seed of the random erasure, ``>= 0``.
+        batch_size: Rows per forward pass, ``>= 1``.
         device: ``cpu``, ``cuda``...; default: CUDA when available.
 
     Returns:
@@ -93,13 +95,15 @@ def explain_file(
     Raises:
         FileNotFoundError: ``source`` is neither a run nor a model folder, or a file is missing.
         ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
-            folder), a ``max_length`` below 1 or over what the encoder reads, a report path that is the input
+            folder, or another fold than a ``fold_K`` folder's), a ``max_length`` below 1 or over what the encoder
+            reads, a negative ``erasure_k`` or ``seed``, a ``batch_size`` below 1, a report path that is the input
             file, bad data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
     """
-    source = Path(source)
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     check_max_length(max_length)
+    _check_options(erasure_k, batch_size, seed)  # before the model loads and the input is read
+    source, fold = _fold_folder(Path(source), fold)
     html_path, json_path = report_paths(html_path, json_path)  # a wrong output path fails now, not after the run
     refuse_input_as_output(input_file, html_path, "--output", "HTML report")
     refuse_input_as_output(input_file, json_path, "--json", "JSON report")
@@ -126,7 +130,8 @@ def explain_file(
         length = model_max_length(max_length, model, source)  # 128, or less when the encoder reads less
     else:
         raise FileNotFoundError(f"{source} is neither a train run directory (no {RUN_FILE}) nor a saved model folder "
-                                "(no config.json); give the --output-dir of attnpool train or a save_pretrained folder")
+                                "(no config.json); give the --output-dir of attnpool train (with --fold K for one "
+                                "fold), one fold_K folder of it, or a save_pretrained folder")
     n = len(first) if limit is None else min(limit, len(first))
     device = inference_device(device)
     model.to(device)
@@ -145,6 +150,34 @@ def explain_file(
     html_path, json_path = write_report(explanation, html_path, json_path)
     logger.info("explained %d examples with %s: wrote %s and %s", n, model_dir, html_path, json_path)
     return explanation
+
+
+def _check_options(erasure_k: int, batch_size: int, seed: int) -> None:
+    """Refuse bad numbers by the CLI flags that give them."""
+    for flag, value, least, why in (("--erasure-k", erasure_k, 0, " (0 skips the erasure test)"),
+                                    ("--batch-size", batch_size, 1, ""), ("--seed", seed, 0, "")):
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}{why}, got {value}")
+
+
+def _fold_folder(source: Path, fold: int | None) -> tuple[Path, int | None]:
+    """A run's ``fold_K`` folder as its run and fold ``K`` (as ``attnpool export`` takes it); else as given.
+
+    A ``fold_K``-like folder outside a run stands for the model folder in it.
+    """
+    if Run.is_run(source) or (source / "config.json").is_file() or not (source / "model" / "config.json").is_file():
+        return source, fold
+    match = re.fullmatch(r"fold_(\d+)", source.name)
+    if match is None or not Run.is_run(source.parent):
+        if fold is not None:
+            raise ValueError(f"--fold {fold} picks a fold of a train run directory; {source} holds one model (in "
+                             f"{source / 'model'}): drop --fold")
+        return source / "model", None
+    chosen = int(match.group(1))
+    if fold is not None and fold != chosen:
+        raise ValueError(f"--fold {fold} disagrees with {source}, the folder of fold {chosen}; drop --fold, or give "
+                         f"the run directory {source.parent} with --fold {fold}")
+    return source.parent, chosen
 
 
 def _run_inputs(run_dir: Path, input_file: str | Path, fold: int | None, label: str | None,

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnpool.explanations.atomic import write_texts_together
+from attnpool.explanations.layers import layer_section
 from attnpool.explanations.result import ExampleExplanation, Explanation
 from attnpool.explanations.svg import COLORS, LABELS, esc, fmt_number, svg_curves
 from attnpool.explanations.words import SPECIAL, Word
-from attnpool.runs.files import atomic_write_text
 
 WORD_RGB = "234, 88, 12"  # orange: dark text stays readable on its strongest shade
 SPECIAL_RGB = "75, 85, 99"
@@ -23,8 +24,8 @@ def write_report(explanation: Explanation, html_path: str | Path, json_path: str
                  *, title: str | None = None) -> tuple[Path, Path]:
     """Write the HTML report and the JSON file with the same numbers: both or neither, each atomically.
 
-    Both are rendered before either is written; the JSON is removed again when the HTML cannot be written, so a
-    JSON never passes for a finished report without its page.
+    Both are rendered, then written to temporary files beside their paths, then renamed into place, the HTML last:
+    when one cannot be written, only the temporary files are deleted and an earlier report stays as it was.
 
     Args:
         explanation: What :func:`attnpool.explain` returned.
@@ -41,12 +42,7 @@ def write_report(explanation: Explanation, html_path: str | Path, json_path: str
     html_path, json_path = report_paths(html_path, json_path)
     data = json.dumps(explanation.to_dict(), indent=1, allow_nan=False) + "\n"
     page = render_html(explanation, title=title)
-    atomic_write_text(json_path, data)
-    try:
-        atomic_write_text(html_path, page)
-    except BaseException:
-        json_path.unlink(missing_ok=True)
-        raise
+    write_texts_together({json_path: data, html_path: page})
     return html_path, json_path
 
 
@@ -185,14 +181,7 @@ def _weights_card(explanation: Explanation) -> str:
         body.append(f"<p>The pooler has {explanation.num_heads} heads, shown one per line; the erasure test ranks "
                     "tokens by their weight averaged over the heads.</p>")
     if explanation.layer_weights:
-        n = len(explanation.layer_weights)
-        bars = "".join(
-            f'<div class="lw"><span>layer {i + 1}</span><span class="bar" style="width:{120 * w:.1f}px"></span>'
-            f"<span>{fmt_number(w)}</span></div>"
-            for i, w in enumerate(explanation.layer_weights)
-        )
-        body.append(f"<p>Weights over the {n} encoder layers the pooler mixes (layer 1 is the lowest of them, "
-                    f"layer {n} the top):</p>{bars}")
+        body.append(layer_section(explanation.layer_weights, explanation.layer_indices))
     body.append("</div>")
     return "".join(body)
 
@@ -358,7 +347,7 @@ table.nums tfoot td { border-top: 2px solid var(--fg); border-bottom: 0; }
 .lines { flex: 1 1 auto; min-width: 0; }
 """ + WORDS_CSS + """.mini { flex: 0 0 240px; } .mini .help { margin: 0; font-size: 11px; }
 .lw { display: flex; gap: 8px; align-items: center; font-size: 12px; color: var(--muted); }
-.lw span:first-child { width: 64px; } .lw .bar { height: 9px; background: #6366f1; border-radius: 2px; }
+.lw span:first-child { width: 136px; } .lw .bar { height: 9px; background: #6366f1; border-radius: 2px; }
 @media (max-width: 800px) { body { padding: 12px; } .body { flex-direction: column; } }
 """
 

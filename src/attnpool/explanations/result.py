@@ -80,13 +80,17 @@ class Explanation:
         class_names: Names of the outputs for classification (``config.id2label``), else ``None``.
         pooler: The pooler's config (``{"type": ..., ...}``).
         num_heads: Heads of the pooler's weights (1 for single-head poolers).
-        layer_weights: A multi-layer pooler's weights over the encoder layers, lowest layer first, else ``None``.
+        layer_weights: A multi-layer pooler's weights over the encoder layers, in the order the pooler is fed them
+            (that of ``config.pooling_layers``), else ``None``.
         erasure: The erasure test over all examples.
         erasure_measure: What the erasure curves measure.
         max_length: Inputs were truncated to this many tokens.
         erasure_k: ``K`` of the erasure test.
         seed: Seed of the random erasure.
         source: Where the model came from (set by :func:`attnpool.explanations.explain_file`).
+        layer_indices: The index into the encoder's ``hidden_states`` of each of ``layer_weights`` (0: the
+            embeddings' output, ``N``: the N-th transformer layer); ``None`` without layer weights, or when the model
+            does not say which layers it mixes.
     """
 
     examples: list[ExampleExplanation]
@@ -101,6 +105,7 @@ class Explanation:
     erasure_k: int
     seed: int
     source: str | None = None
+    layer_indices: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """All numbers as JSON-able data (``json.dumps`` works on it); each word carries its ``weights`` per head."""
