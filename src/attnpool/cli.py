@@ -198,8 +198,8 @@ def _add_explain(commands: Any) -> None:
         "explain", help="show which tokens the pooler weighs, and test whether those weights are faithful",
         description="Explain predictions by the pooling weights (merged to words) and test their faithfulness by "
         "erasure; writes one self-contained HTML report and a JSON file.")
-    _arg(explain, "--run", "the --output-dir of attnpool train, or a model folder saved with save_pretrained",
-         required=True, metavar="RUN_DIR_OR_MODEL")
+    _arg(explain, "--run", "the --output-dir of attnpool train (or its fold_K folder: that fold), or a model folder "
+         "saved with save_pretrained", required=True, metavar="RUN_DIR_OR_MODEL")
     _arg(explain, "--input", "CSV, TSV, JSONL or Parquet with the texts (and labels)", required=True)
     _arg(explain, "--output", "the HTML report", required=True)
     _arg(explain, "--json", "the JSON file", shown="the HTML path with .json")
