@@ -87,7 +87,8 @@ class TrainConfig:
     label: str = _data("label", "the target column")
     id_col: str | None = _data("id", "the id column, kept in the out-of-fold and prediction files when present")
     task: str = _data("regression", "what the label is", choices=TASKS)
-    preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir")
+    preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir",
+                               choices=checks.PRESETS)
     data_dir: str | None = _data(None, "the preset's data folder")
     limit: int | None = _data(None, "train on a seeded random subset of this many rows (quick runs; a valid_file "
                               "is read whole)", default_text="every row")
@@ -299,9 +300,10 @@ class TrainConfig:
         if self.preset is None and not self.text_cols and not self.template:
             raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'"
                              + checks.columns_hint(self.train_file))
-        if self.group_context and not self.group_context_by and self.preset != "pppm":  # pppm's: anchor context
-            raise ValueError(f"--group-context {self.group_context} needs --group-context-by COL [COL ...]: the "
-                             "columns whose shared values make a group (PPPM: anchor context)")
+        if self.text_cols and self.template:  # make_config keeps one where the other overrides a file's
+            raise ValueError(f"give the text columns or a template, not both (got text_cols={self.text_cols!r} and "
+                             f"template={self.template!r}): drop --text-cols or --template")
+        checks.check_preset(self)  # its data folder, task and text, and group_context: before the data loads
         if self.group_context_pooling == "own" and not self.group_context:
             raise ValueError("group_context_pooling own pools the row's own text apart from its group context: it "
                              "needs --group-context COL (else there is no context to leave out)")
@@ -379,9 +381,10 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
                 overrides[given] is None)):  # the file's sizes were its perturbation's (fgm's eps is awp's x1000)
             values = {k: v for k, v in values.items() if k not in dependents}
     for given, replaced in (("template", "text_cols"), ("text_cols", "template")):
-        if overrides.get(given) and replaced not in overrides:  # else the two together are refused at the data
+        if overrides.get(given) and replaced not in overrides:  # else the two together are refused by validate
             values.pop(replaced, None)
-    checks.check_preset_resets({**({} if isinstance(config, TrainConfig) else values), **overrides})
+    checks.check_preset_resets({**({} if isinstance(config, TrainConfig) else values), **overrides},
+                               where if "text_cols" not in overrides and isinstance(config, str | Path) else None)
     for key, value in overrides.items():
         if isinstance(value, Mapping) and isinstance(values.get(key), Mapping):
             value = {**values[key], **value}

@@ -33,7 +33,7 @@ SEED_BOUND = 2**32  # numpy's and torch's seeds are in [0, 2**32)
 
 
 def check_numbers(cfg: TrainConfig) -> None:
-    """Every float option finite and the seeds in range (``lr: .inf`` passed ``>= 0`` and trained to NaN)."""
+    """Every float option finite (the pooler's: :func:`check_pooler`), the seeds in range (``lr: .inf`` gave NaN)."""
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -43,6 +43,17 @@ def check_numbers(cfg: TrainConfig) -> None:
         if value is not None and not 0 <= value < SEED_BOUND:
             raise ValueError(f"{name} must be in [0, 2**32 - 1], the seeds numpy and torch take, got {value}; give "
                              f"--{name.replace('_', '-')} N with N >= 0")
+
+
+def _nested_floats(value: Any, key: str) -> list[tuple[str, float]]:
+    """The floats in ``value`` (a pooler option), with where: ``key``, ``key.inner`` or ``key[0]``."""
+    if isinstance(value, float):
+        return [(key, value)]
+    if isinstance(value, Mapping):
+        return [found for k, v in value.items() for found in _nested_floats(v, f"{key}.{k}")]
+    if isinstance(value, list | tuple):
+        return [found for i, v in enumerate(value) for found in _nested_floats(v, f"{key}[{i}]")]
+    return []
 
 
 def checked_lists(cfg: TrainConfig) -> None:
@@ -83,16 +94,18 @@ def columns_hint(path: Any) -> str:
 PRESET_SETS = {"group_col": "anchor", "output_activation": "sigmoid"}  # what --preset pppm fills in where unset
 
 
-def check_preset_resets(given: Mapping[str, Any]) -> None:
+def check_preset_resets(given: Mapping[str, Any], text_cols_from: str | None = None) -> None:
     """Refuse ``none`` for what ``--preset pppm`` sets (it came back as the preset's value), and its text_cols.
 
-    ``given``: the options set explicitly (a config file's or dict's, and the flags over them).
+    ``given``: the options set explicitly (a config file's or dict's, and the flags over them); ``text_cols_from``:
+    the config file its ``text_cols`` came from, named in the error (else they are the flag's).
     """
     if given.get("preset") != "pppm":
         return
     if given.get("text_cols") and not given.get("template"):  # else "not both" with a template never given
+        source = f"text_cols (from {text_cols_from}: drop them there)" if text_cols_from else "--text-cols"
         raise ConfigError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
-                          "--template (e.g. '{anchor} [SEP] {target}'), not --text-cols")
+                          f"--template (e.g. '{{anchor}} [SEP] {{target}}'), not {source}")
     for name, value in PRESET_SETS.items():
         if name in given and given[name] is None:
             flag = "--" + name.replace("_", "-")
@@ -100,6 +113,37 @@ def check_preset_resets(given: Mapping[str, Any]) -> None:
             raise ConfigError(f"--preset pppm sets {name} {value}, so {flag} none (or {name}: null in a config file) "
                               f"would be replaced by it: drop it{other} (without the preset: --train-file and "
                               "--text-cols or --template)")
+
+
+PRESETS = ("pppm",)
+
+
+def check_preset(cfg: TrainConfig) -> None:
+    """The data-free checks of a preset and of ``group_context``: run by validate, before the run folder is made.
+
+    :func:`attnpool.data.task.apply_preset` runs them too, for a config that skipped validate.
+
+    Raises:
+        DataError: An unknown preset, pppm without its data folder, with another task or with text_cols (not a
+            template); group_context without its keys (pppm has its own) or on the label column.
+    """
+    if cfg.preset not in (None, *PRESETS):
+        raise DataError(f"unknown preset {cfg.preset!r}; available presets: {', '.join(PRESETS)}")
+    pppm = cfg.preset == "pppm"
+    if pppm and not cfg.data_dir:
+        raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
+    if pppm and cfg.task != "regression":
+        raise DataError(f"--preset pppm is a regression task (scores 0 to 1), got --task {cfg.task}; drop --task")
+    if pppm and cfg.text_cols and not cfg.template:  # else refused as "not both" with the preset's template
+        raise DataError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
+                        "--template (e.g. '{anchor} [SEP] {target}'), not --text-cols")
+    if cfg.group_context and not cfg.group_context_by and not pppm:  # pppm's: anchor context
+        raise DataError(f"--group-context {cfg.group_context} needs --group-context-by COL [COL ...]: the columns "
+                        "whose shared values make a group (PPPM: anchor context)")
+    label = "score" if pppm and cfg.label == "label" else cfg.label  # the preset's label column
+    if cfg.group_context and cfg.group_context == label:
+        raise DataError(f"--group-context {cfg.group_context}: that is the label column; the labels of the other "
+                        "rows are not there at prediction time. Give a text column, e.g. target")
 
 
 def check_output_flags(cfg: TrainConfig) -> None:
@@ -123,6 +167,12 @@ def check_pooler(cfg: TrainConfig, spec: str | None = None) -> None:
     if not isinstance(options, Mapping):
         raise ValueError(f"pooling_options must be a mapping of option names to values (--pooling-opt KEY=VALUE, or "
                          f"key: value lines under pooling_options: in a config file), got {options!r}")
+    for name, option in options.items():  # a NaN temperature trained, and the run said "complete" with NaN scores
+        for key, value in _nested_floats(option, str(name)):
+            if not math.isfinite(value):
+                fix = f"--poolings {spec}" if spec else (f"--pooling-opt {name}=VALUE (or {name}: under "
+                                                         "pooling_options: in a config file)")
+                raise ValueError(f"pooling option {key} must be a finite number, got {value}: fix {fix}")
     where = f"--poolings {spec}" if spec else "pooling" if not options else (
         "pooling with pooling_options " + ", ".join(f"{k}={v}" for k, v in options.items()))
     try:
@@ -188,5 +238,5 @@ def _raised_in_outside_pooler(err: BaseException) -> bool:
     return False
 
 
-__all__ = ["SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags", "check_pooler",
-           "check_preset_resets", "checked_lists", "columns_hint"]
+__all__ = ["PRESETS", "SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags", "check_pooler",
+           "check_preset", "check_preset_resets", "checked_lists", "columns_hint"]

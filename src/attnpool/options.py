@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 import os
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 class ConfigError(ValueError):
@@ -105,16 +109,45 @@ def _yaml_problem(path: Path, err: Any) -> str:
     return f"{where}: {' '.join(text.split())}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` refusing a key given twice in one mapping (the safe loader kept the last, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden, as YAML says
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the safe loader's own error comes
+                break
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {first.line + 1}); keep one of them",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(path: Path) -> Any:
+    """A ``json.loads`` ``object_pairs_hook`` refusing a key given twice in one object (json kept the last)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:
+            raise ConfigError(f"{path}: duplicate key {twice!r} in one object; keep one of them")
+        return dict(items)
+    return pairs
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options.
 
     Raises:
         FileNotFoundError: There is no such file.
-        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), or does not
-            hold a mapping of option names.
+        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), holds a key
+            twice in one mapping (``head-lr`` and ``head_lr`` too), or does not hold a mapping of option names.
     """
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
@@ -123,7 +156,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        values = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        values = (json.loads(text, object_pairs_hook=_unique_pairs(path)) if path.suffix.lower() == ".json" else
+                  yaml.load(text, Loader=_UniqueKeyLoader))  # a SafeLoader: safe
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}:{err.lineno}:{err.colno}: {err.msg}") from None
     except yaml.MarkedYAMLError as err:
@@ -137,6 +171,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     bad = [k for k in values if not isinstance(k, str)]
     if bad:
         raise ConfigError(f"{path}: option names must be text, got {bad[0]!r}")
+    named: dict[str, str] = {}
+    for key in values:  # head-lr and head_lr are one option: the later one was kept, silently
+        if named.setdefault(key.replace("-", "_"), key) != key:
+            raise ConfigError(f"{path}: {named[key.replace('-', '_')]} and {key} are one option, "
+                              f"{key.replace('-', '_')}; keep one of them")
     return {k.replace("-", "_"): v for k, v in values.items()}
 
 
@@ -155,6 +194,7 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
         ConfigError: A missing value where one is needed, a string for a number or a switch, a fraction for a count,
             a switch for text, or no mapping for a dict option.
     """
+    value = _builtin(value)
     if (typing.get_origin(kind) or kind) is dict:
         return _mapping(name, value, where)
     union = typing.get_origin(kind) in (typing.Union, types.UnionType)
@@ -181,10 +221,41 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
         return value
     elif want is str and isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # a column named 2021
-    hint = " (unquoted true or false)" if want is bool else ""
+    hint = " (unquoted true or false)" if want is bool else _number_text_hint(value) if want is int else ""
     if want is str and isinstance(value, bool):  # the text is lost: YAML 1.1 read `label: no` as false
         hint = "; YAML reads an unquoted yes, no, on, off, true or false as a switch: quote the text ('no')"
     raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {value!r}{hint}")
+
+
+def _number_text_hint(value: Any) -> str:
+    """Why a whole number in exponent form is text (``limit: 1e3``), and how to write it; else ``""``."""
+    try:
+        number = float(value) if isinstance(value, str) and "e" in value.lower() else None
+    except ValueError:
+        return ""
+    if number is None or not number.is_integer():
+        return ""
+    return f"; YAML reads {value.strip()} (no dot) as text, not a number: write {int(number)}"
+
+
+def _builtin(value: Any) -> Any:
+    """``value`` with its numbers as Python's own: a NumPy ``int64`` an int, a ``float32``/``float64`` a float.
+
+    From the Python API (``train(lr=np.float64(2e-5))``) a NumPy number passed as a float and failed only when the
+    run saved its config, after the data loaded; an ``int64`` batch size was refused as no whole number. Lists and
+    mappings (``only_folds``, ``pooling_options``) are converted item by item.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Number | list | tuple | Mapping):
+        return value
+    if isinstance(value, numbers.Integral):
+        return operator.index(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_builtin(v) for v in value) if type(value) in (list, tuple) else value
+    if isinstance(value, Mapping):
+        return {k: _builtin(v) for k, v in value.items()}
+    return value
 
 
 def _mapping(name: str, value: Any, where: str) -> dict[str, Any]:

@@ -715,7 +715,9 @@ def test_a_recipe_saved_with_relative_paths_still_pairs_with_the_same_file(tmp_p
     assert yaml.safe_load((old / "compare_config.yaml").read_text())["train_file"] == here
     # from another folder: its runs (which save their paths absolute) say data/x.csv was wd's
     (old / "compare_config.yaml").write_text(yaml.safe_dump(runner._shared_recipe(cfg), sort_keys=False))
-    Run.create(old / "runs" / "mean" / "seed_42").write_config({**cfg.to_dict(), "train_file": here})
+    kept = Run.create(old / "runs" / "mean" / "seed_42")
+    kept.write_config({**cfg.to_dict(), "train_file": here})
+    kept.write_info({"task": "regression", "classes": None})  # a recorded run: its recipe is not replaced
     monkeypatch.chdir(tmp_path / "other")
     with pytest.raises(RunError, match=re.escape(f"(train_file: {here!r} -> {elsewhere!r})")):
         runner._check_recipe(old, cfg, False)

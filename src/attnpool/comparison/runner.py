@@ -105,11 +105,11 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
     Data paths and a local model folder are saved absolute (as a run saves them), so that the same file named
     otherwise (``data/x.csv``, ``./data/x.csv``, ``/home/me/data/x.csv``) is the same recipe, and the same name from
     another working directory, another file, is not. A recipe saved relative by an earlier attnpool is read as
-    :func:`_saved_paths` says, and saved absolute once it matches.
+    :func:`_saved_paths` says, and saved absolute once it matches. Another recipe replaces one whose runs all stopped
+    before recording their run info, on bad options or data: there is none to pair with, nor to resume.
 
     ``overwrite`` first takes the lock of every run inside, as ``train --overwrite`` does of its run: a run another
-    process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted
-    from under it.
+    process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted.
     """
     path = out / CONFIG_FILE
     recipe = _absolute_paths(_shared_recipe(cfg))
@@ -121,18 +121,18 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
                 if child.name != LOCK_NAME:  # the lock this process holds stays
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
     elif path.is_file():
-        # A field the saved recipe lacks is one added to attnpool since: it ran with that field's default.
-        written = load_yaml(path)
+        written = load_yaml(path)  # a field it lacks is one added to attnpool since: it ran at that field's default
         saved = _saved_paths(out, {**_shared_recipe(TrainConfig()), **written})
         changed = sorted(k for k in set(saved) | set(recipe) if not _same(k, saved.get(k), recipe.get(k)))
-        if changed:
+        if changed and (not (out / "runs").is_dir() or any(Run.is_run(d) for d in out.glob("runs/*/seed_*"))):
             detail = "; ".join(f"{k}: {saved.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:6])
             raise RunError(f"{out} holds a comparison with another recipe ({detail}); its runs would not be paired "
                            "with new ones. Use another --output-dir, or --overwrite to start it again")
         upgraded = {k: saved[k] for k in _PATH_OPTIONS if k in written and written[k] != saved[k]}
-        if upgraded:  # saved relative by an earlier attnpool: absolute from now on, whatever folder compare runs in
+        if upgraded and not changed:  # saved relative by an earlier attnpool: absolute from now on, wherever run
             atomic_write_text(path, yaml.safe_dump({**written, **upgraded}, sort_keys=False))
-        return
+        if not changed:
+            return
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(recipe, sort_keys=False))
 

@@ -13,7 +13,7 @@ import pandas as pd
 from transformers import AutoTokenizer
 
 from attnpool.config import TrainConfig
-from attnpool.config_checks import PRESET_SETS
+from attnpool.config_checks import PRESET_SETS, check_preset
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import Labels, build_texts, check_columns, label_sets, text_fields, validate_labels
 from attnpool.data.context import (
@@ -27,7 +27,7 @@ from attnpool.data.context import (
 from attnpool.data.datasets import ContextDropoutDataset, EncodedDataset
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
-from attnpool.data.pppm import PPPM_FIELDS, PPPM_TEMPLATE, load_pppm
+from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import read_table
 
 
@@ -145,27 +145,13 @@ def apply_preset(cfg: TrainConfig) -> TrainConfig:
 
     PPPM: regression on [0, 1] with a sigmoid output and BCE, folds grouped by anchor, ``score`` as the label.
     """
-    if cfg.preset not in (None, "pppm"):
-        raise DataError(f"unknown preset {cfg.preset!r}; available presets: pppm")
-    if cfg.preset == "pppm" and not cfg.data_dir:
-        raise DataError("--preset pppm needs --data-dir DIR, the folder holding train.csv and cpc_texts.csv")
+    check_preset(cfg)
     if cfg.preset == "pppm":
-        if cfg.task != "regression":
-            raise DataError(f"--preset pppm is a regression task (scores 0 to 1), got --task {cfg.task}; drop --task")
-        if cfg.text_cols and not cfg.template:  # else refused as "not both" with the preset's template, never given
-            raise DataError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
-                            f"--template (e.g. '{{anchor}} [SEP] {{target}}'), not --text-cols")
         cfg.label = "score" if cfg.label == "label" else cfg.label
         for name, value in PRESET_SETS.items():
             setattr(cfg, name, getattr(cfg, name) or value)
         if cfg.group_context and not cfg.group_context_by:
             cfg.group_context_by = ["anchor", "context"]
-    if cfg.group_context and not cfg.group_context_by:
-        raise DataError(f"--group-context {cfg.group_context} needs --group-context-by COL [COL ...]: the columns "
-                        "whose shared values make a group (PPPM: anchor context)")
-    if cfg.group_context and cfg.group_context == cfg.label:
-        raise DataError(f"--group-context {cfg.group_context}: that is the label column; the labels of the other "
-                        "rows are not there at prediction time. Give a text column, e.g. target")
     return cfg
 
 

@@ -1,0 +1,43 @@
+"""A key given twice in a config file: refused with where, not silently the last one."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnpool.options import ConfigError, load_yaml
+
+
+def test_a_yaml_key_given_twice_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("train_file: plain.csv\nlr: 1e-3\nepochs: 2\nlr: 5e-5\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:4:1: duplicate key 'lr' (first at line 2)")):
+        load_yaml(path)
+    path.write_text("pooling_options:\n  attn_size: 8\n  attn_size: 16\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:3:3: duplicate key 'attn_size' (first at line 2)")):
+        load_yaml(path)
+
+
+def test_a_yaml_merge_key_may_still_be_overridden(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("a: &base\n  x: 1\n  y: 2\nb:\n  <<: *base\n  x: 3\n")
+    assert load_yaml(path) == {"a": {"x": 1, "y": 2}, "b": {"x": 3, "y": 2}}
+
+
+def test_a_json_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "dup.json"
+    path.write_text('{"lr": 1e-3, "pooling_options": {"eps": 1, "eps": 2}}')
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: duplicate key 'eps' in one object")):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_two_spellings_of_one_option_are_refused(tmp_path, suffix):
+    """head-lr and head_lr became one name after the renaming: the later one was kept."""
+    path = tmp_path / f"dash{suffix}"
+    path.write_text('{"head-lr": 0.001, "head_lr": 0.01}')
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: head-lr and head_lr are one option, head_lr")):
+        load_yaml(path)
+    path.write_text('{"head-lr": 0.001, "lr": 0.01}')
+    assert load_yaml(path) == {"head_lr": 0.001, "lr": 0.01}
