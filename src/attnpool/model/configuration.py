@@ -175,6 +175,21 @@ class AttnPoolConfig(PretrainedConfig):
             )
         return config_dict, kwargs
 
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> AttnPoolConfig:
+        """The config from its dict; a saved regression re-headed for classes loads with ``problem_type`` ``None``.
+
+        ``from_encoder`` sets ``problem_type="regression"`` for one output: a folder loaded with another
+        ``num_labels`` above 1 (``from_pretrained(folder, num_labels=3)``) and no ``problem_type`` kept it, and its
+        3-output head refused class labels. With ``problem_type=None`` the labels decide, as for a new model.
+        """
+        wanted = kwargs.get("num_labels")
+        saved = len(config_dict["id2label"]) if config_dict.get("id2label") else config_dict.get("num_labels")
+        if (config_dict.get("problem_type") == "regression" and "problem_type" not in kwargs
+                and isinstance(wanted, int) and wanted > 1 and wanted != saved):
+            config_dict = {**config_dict, "problem_type": None}
+        return super().from_dict(config_dict, **kwargs)
+
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:
         """The encoder's text config: what transformers' helpers read and write for the text model.
 
@@ -191,3 +206,18 @@ class AttnPoolConfig(PretrainedConfig):
         if self.encoder is None:
             raise ValueError("AttnPoolConfig has no encoder config; pass encoder=... (a config, dict or name)")
         return encoder_hidden_size(self.encoder)
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The encoder's vocabulary size (``None`` without an encoder): what peft compares to find a resized vocabulary.
+
+        Read from and written to the encoder's text config (where ``resize_token_embeddings`` sets it), never
+        stored on this config: ``config.json`` holds it once, in the encoder's part.
+        """
+        return None if self.encoder is None else getattr(self.encoder.get_text_config(), "vocab_size", None)
+
+    @vocab_size.setter
+    def vocab_size(self, value: int) -> None:
+        if self.encoder is None:
+            raise ValueError("AttnPoolConfig has no encoder config to set vocab_size on; pass encoder=... first")
+        self.encoder.get_text_config().vocab_size = value

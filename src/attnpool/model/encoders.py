@@ -112,6 +112,19 @@ def reinit_top(encoder: PreTrainedModel, num_layers: int) -> None:
             layer.apply(encoder._init_weights)
 
 
+
+def as_initialised(encoder: PreTrainedModel) -> PreTrainedModel:
+    """Flag every module of a built encoder initialised, so that the model wrapping it keeps its weights.
+
+    The wrapper's ``post_init`` runs transformers' ``initialize_weights`` over the whole tree, which skips only
+    the modules flagged ``_is_hf_initialized``: a module set after the encoder was built (an
+    ``nn.Embedding.from_pretrained(vectors)`` swapped in) was drawn anew. Flags, not a copy of the weights:
+    a large encoder's memory is not doubled.
+    """
+    for module in encoder.modules():
+        module._is_hf_initialized = True
+    return encoder
+
 # The attention pooler's start for inputs that join two or more texts (a pair, a template) on a bidirectional
 # encoder: 90% of the weight on the first token ([CLS], <s>), the rest spread evenly. Measured by
 # benchmarks/quality.py (docs/quality.md): on PPPM pairs it beats both the mean-pooling start and cls pooling; on

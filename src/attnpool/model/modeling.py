@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from transformers import AutoModel, PreTrainedModel
 
 from attnpool.model.configuration import AttnPoolConfig
-from attnpool.model.encoders import is_decoder_only
+from attnpool.model.encoders import as_initialised, is_decoder_only
 from attnpool.model.heads import PredictionHead
 from attnpool.model.losses import compute_loss, remember_problem_type, resolve_problem_type
 from attnpool.model.outputs import AttnPoolModelOutput, AttnPoolSequenceClassifierOutput
@@ -47,7 +47,8 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         super().__init__(config)
         if config.encoder is None:
             raise ValueError("AttnPoolConfig has no encoder config; build the model with from_encoder(...)")
-        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder)
+        # a given encoder is used as it is: post_init below must not draw its weights anew
+        self.encoder = as_initialised(encoder) if encoder is not None else AutoModel.from_config(config.encoder)
         _drop_encoder_pooler(self.encoder)
         self.pooler = self._build_pooler(config)
         config.pooling = self.pooler.get_config()  # the complete spec, defaults filled in, is what gets saved

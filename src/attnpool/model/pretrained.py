@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
@@ -31,6 +30,7 @@ from attnpool.model.encoders import (
     set_encoder_dropout,
 )
 from attnpool.model.heads import PredictionHead
+from attnpool.model.loading import align_cpu_tensors, check_safetensors_only, init_unloaded
 from attnpool.pooling import Pooler, build_pooler
 
 # ``from_pretrained`` options that say where the encoder's files come from: its config is read with them too.
@@ -91,10 +91,11 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         elif not os.path.exists(path) and looks_like_local_path(str(pretrained_model_name_or_path)):
             raise FileNotFoundError(f"model folder {str(pretrained_model_name_or_path)!r} does not exist")
         kwargs["use_safetensors"] = True
+        check_safetensors_only(pretrained_model_name_or_path, kwargs)  # use_safetensors alone still unpickles
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
-        _init_unloaded(model, set(info["missing_keys"]) | {key for key, *_ in info["mismatched_keys"]})
-        _align_cpu_tensors(model)
+        init_unloaded(model, set(info["missing_keys"]) | {key for key, *_ in info["mismatched_keys"]})
+        align_cpu_tensors(model)
         return (model, info) if wants_info else model
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, tokenizer: Any = None,
@@ -252,7 +253,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 recipe's default (:meth:`attnpool.TrainConfig.resolved_freeze_word_embeddings`) does, this
                 method's does not.
             **config_kwargs: :class:`AttnPoolConfig` options: ``num_labels`` (default 1), ``problem_type``
-                (default: regression for one label), ``head_dropout``, ``pooling_layers``...
+                (default: regression for one label, on a model with a head), ``head_dropout``, ``pooling_layers``...
 
         Returns:
             The model, with the pooler and head initialised by their ``reset_parameters`` (the pooler's ``init``
@@ -286,6 +287,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 name = os.path.abspath(os.path.expanduser(name))
             check_encoder_source(name)
             kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
+            if kwargs["use_safetensors"] is not False:  # use_safetensors=True alone still unpickles (False: asked for)
+                check_safetensors_only(name, kwargs)
             try:
                 if encoder_dropout is not None:
                     hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
@@ -310,8 +313,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             pooling_spec = encoder_pooling_defaults(pooling_spec, encoder_config, paired=paired)
         # one output unless the labels are named (transformers' own rule: id2label gives num_labels)
         config_kwargs.setdefault("num_labels", len(config_kwargs["id2label"]) if config_kwargs.get("id2label") else 1)
-        if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1:
-            # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax.
+        has_head = hasattr(cls, "_build_head")  # AttnPoolForSequenceClassification, not AttnPoolModel
+        if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1 and has_head:
+            # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax. Not for
+            # AttnPoolModel: it has no head, and a head put on its folder later (num_labels=3) would inherit it.
             config_kwargs["problem_type"] = "regression"
         config = AttnPoolConfig(encoder=encoder_config, pooling=pooling_spec, **config_kwargs)
         model = cls(config, encoder=encoder_model)
@@ -342,9 +347,6 @@ def where_the_model_is(path: Path) -> str:
             f"{', '.join(map(str, folds))})") if folds else ""
 
 
-ALIGNMENT = 64  # bytes: what PyTorch's CPU allocator guarantees, and what its vectorised kernels assume
-
-
 def _check_reloadable(encoder: PreTrainedModel) -> None:
     """Refuse a built encoder of a class that ``AutoModel`` does not build from its config.
 
@@ -359,42 +361,3 @@ def _check_reloadable(encoder: PreTrainedModel) -> None:
         raise ValueError(f"from_encoder: a {type(encoder).__name__} is saved as its config, which AutoModel builds "
                          f"back as a {expected.__name__}: the saved model would not load. Pass an encoder of that "
                          "class, or its name, folder or config")
-
-
-@torch.no_grad()
-def _init_unloaded(model: nn.Module, unloaded: set[str]) -> None:
-    """Give our pooler, head and recurrent layer's parameters that the checkpoint did not load a new model's values.
-
-    transformers 5 builds the model on the meta device and initialises only the modules it finds uninitialised,
-    which for ours (weights in child modules, set in constructors) it does not: a new head (``num_labels=3,
-    ignore_mismatched_sizes=True``), a head on an embedding model's folder, a ``pooling=`` or ``recurrent=`` given
-    on load kept uninitialised memory (logits of 1e26, or NaN). Fresh modules are built from the config as a new
-    model builds them, and only the parameters that were not loaded are copied from them.
-    """
-    base = getattr(model, "attnpool", model)  # the AttnPoolModel, alone or under a task head
-    if not unloaded or not hasattr(base, "pooler"):
-        return
-    pooler = base._build_pooler(model.config)
-    fresh = {id(base.pooler): pooler, id(base.recurrent): base._build_recurrent(model.config, pooler)}
-    if isinstance(getattr(model, "head", None), PredictionHead):
-        fresh[id(model.head)] = model._build_head(model.config, pooler.output_dim)
-    for name, module in model.named_modules():
-        new = fresh.get(id(module))
-        if new is None or module is None:
-            continue
-        for param_name, param in module.named_parameters():
-            if f"{name}.{param_name}" in unloaded:
-                param.copy_(new.get_parameter(param_name))
-
-
-def _align_cpu_tensors(model: nn.Module) -> None:
-    """Copy CPU parameters and buffers that sit at an address not a multiple of :data:`ALIGNMENT` bytes.
-
-    Weights loaded from safetensors may be views into the memory-mapped file at its header's offset (8-byte
-    aligned). The matrix products then take other code paths than on PyTorch's own 64-byte-aligned memory, and
-    on some CPUs (an AMD EPYC here) the loaded model's outputs differed from the saved model's in the last bit.
-    """
-    with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:
-            if tensor.device.type == "cpu" and tensor.numel() and tensor.data_ptr() % ALIGNMENT:
-                tensor.data = tensor.data.clone()
