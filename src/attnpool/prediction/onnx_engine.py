@@ -127,6 +127,16 @@ def _session(graph: Path, options: Any, fold: int) -> Any:
                        "export it again, or use --backend torch") from err
 
 
+def _run(session: Any, feed: dict[str, np.ndarray], fold: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A fold's logits of one batch of ``shape`` (rows, tokens); an onnxruntime failure is a RunError naming both."""
+    try:
+        return session.run(["logits"], feed)[0]
+    except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
+        rows, tokens = shape
+        raise RunError(f"fold {fold}: onnxruntime failed on a batch of {rows} rows x {tokens} tokens "
+                       f"({str(err)[:300]}); predict with --backend torch") from err
+
+
 @dataclass
 class OnnxFoldEnsemble:
     """The ONNX Runtime sessions of a run's chosen folds and their ensemble weights (as :class:`FoldEnsemble`)."""
@@ -179,11 +189,11 @@ class OnnxFoldEnsemble:
         for batch, padded in padded_batches(encodings, batch_size, self.tokenizer, return_tensors="np"):
             ids = np.asarray(padded["input_ids"], dtype=np.int64)
             logits = []
-            for session, inputs in zip(self.sessions, names, strict=True):
+            for fold, session, inputs in zip(self.folds, self.sessions, names, strict=True):
                 # A tokenizer without token types: zeros, as the PyTorch model assumes when they are not given.
                 feed = {name: np.asarray(padded[name], dtype=np.int64) if name in padded else np.zeros_like(ids)
                         for name in inputs}
-                logits.append(session.run(["logits"], feed)[0])
+                logits.append(_run(session, feed, fold, ids.shape))
             part = combine_folds(self.task, logits, self.weights, self.scales)
             if total is None:
                 total = np.zeros((rows, *np.shape(part)[1:]), dtype=np.float64)

@@ -3,15 +3,20 @@
 An encoder with absolute position embeddings fails on a sequence longer than its table
 (:func:`attnpool.model.encoders.position_limit`); served with a longer ``--max-length``, every long request would
 be a 500. A model folder's ``max_length`` is checked against the limit, a run's capped at it with a warning.
+``predict --backend onnx`` never loads the PyTorch weights: it reads the limit from a fold's saved config
+(:func:`saved_position_limit`), so both backends cap a run alike.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
+from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification
 from attnpool.model.encoders import position_limit
 from attnpool.runs.run import RunError
 
@@ -51,9 +56,32 @@ def run_max_length(max_length: int, model: nn.Module, run: Any, command: str = "
     longer row, and the server would answer it 500; capped, it reads the first tokens, as a model folder does.
     ``command`` and ``log`` say who warns (``serve``, ``explain``).
     """
-    limit = position_limit(model)
+    return cap_max_length(max_length, position_limit(model), run, command, log)
+
+
+def cap_max_length(max_length: int, limit: int | None, run: Any, command: str = "serve",
+                   log: logging.Logger = logger) -> int:
+    """:func:`run_max_length` given the encoder's ``limit`` (``None``: none) rather than the model."""
     if limit is None or max_length <= limit:
         return max_length
     log.warning("attnpool %s: %s has max_length %d (its config.yaml), over the %d tokens its encoder reads: rows "
                 "are truncated at %d tokens", command, run, max_length, limit, limit)
     return limit
+
+
+def saved_position_limit(model_dir: str | Path, log: logging.Logger = logger) -> int | None:
+    """:func:`position_limit` of the attnpool model saved in ``model_dir``, without loading its weights.
+
+    The model is built from its config.json on the meta device (shapes, no memory), so the limit is the one the
+    loaded model would give: a RoBERTa-style offset, a decoder's positions from the mask. A config that does not
+    build here gives ``None`` (rows are read at the run's ``max_length``), with a warning.
+    """
+    try:
+        config = AttnPoolConfig.from_pretrained(model_dir)
+        with torch.device("meta"):
+            model = AttnPoolForSequenceClassification(config)
+    except Exception as err:  # noqa: BLE001 - a check before predicting: the prediction itself says what failed
+        log.warning("cannot read the encoder's position limit from %s (%s: %s); rows are read at the run's "
+                    "max_length", model_dir, type(err).__name__, err)
+        return None
+    return position_limit(model)

@@ -22,12 +22,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from attnpool.data import SUPPORTED_EXTENSIONS, DataError
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.writers import refuse_input_as_output
+from attnpool.model.encoders import position_limit
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
 from attnpool.prediction.parts import Parts, manifest
-from attnpool.prediction.positions import run_max_length
+from attnpool.prediction.positions import cap_max_length, saved_position_limit
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
@@ -163,11 +164,12 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                    for v in (views if run.config().group_context else (True,))]
                   for run, m in zip(runs, members, strict=True)]
         for run, member, member_inputs in zip(runs, members, inputs, strict=True):
-            if isinstance(member, FoldEnsemble):  # as serve: a run's max_length capped at its encoder's positions
-                capped = run_max_length(member_inputs[0].cfg.max_length, member.models[0], run.path,
-                                        command="predict", log=logger)
-                for view_inputs in member_inputs:
-                    view_inputs.cfg.max_length = capped
+            # as serve: a run's max_length capped at its encoder's positions (ONNX: read from the fold's config)
+            limit = (position_limit(member.models[0]) if isinstance(member, FoldEnsemble)
+                     else saved_position_limit(run.model_dir(member.folds[0]), log=logger))
+            capped = cap_max_length(member_inputs[0].cfg.max_length, limit, run.path, command="predict", log=logger)
+            for view_inputs in member_inputs:
+                view_inputs.cfg.max_length = capped
         streams = [i[0].chunks(chunk_rows) for i in inputs]  # check the path now; read lazily
         computed_as = precision if backend == "torch" else f"{backend}-{quantize}"
         parts = Parts(output_file, manifest(input_file, runs if blended else runs[0], chosen if blended else chosen[0],
