@@ -10,6 +10,7 @@ on/off/computed switch (``--freeze-word-embeddings none``) to its default. A lis
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import types
 import typing
@@ -82,6 +83,29 @@ class _SwitchOrNone(argparse.BooleanOptionalAction):
                                          f"{self.option_strings[0]} to reset a config file's value")
 
 
+def _shown(action: argparse.Action) -> argparse.Action:
+    """The action as ``--help`` shows it: a switch as the flag pair it is (``--x, --no-x``, usage ``[--x | --no-x]``).
+
+    Its ``nargs="?"`` (for ``--x none``) would otherwise show ``--x [none], --no-x [none]``, as if both took a word;
+    the reset is in its help text instead.
+    """
+    if not isinstance(action, _SwitchOrNone):
+        return action
+    shown = copy.copy(action)
+    shown.nargs = 0
+    return shown
+
+
+class _SwitchHelp(argparse.HelpFormatter):
+    """Shows every :class:`_SwitchOrNone` as a plain switch pair (parsing is unchanged)."""
+
+    def add_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None = None) -> None:
+        super().add_usage(usage, [_shown(a) for a in actions], groups, prefix)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(_shown(action))
+
+
 def _kinds(f: dataclasses.Field) -> tuple[Any, ...]:
     """The types of a field's annotation: ``int | None`` -> ``(int, NoneType)``, ``int`` -> ``(int,)``."""
     kind = _TYPES[f.name]
@@ -111,7 +135,7 @@ def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     lists = [m for m in members if typing.get_origin(m) is list]
     if members == [bool] and _optional(f):  # on, off, or none: computed
         kwargs["action"] = _SwitchOrNone
-        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none resets a config file's value)"
+        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none after the flag resets a config file's value)"
     elif members == [bool]:
         kwargs["action"] = argparse.BooleanOptionalAction if meta.get("negatable", True) else "store_true"
     elif _is_mapping(f):
@@ -140,6 +164,8 @@ def add_train_options(parser: argparse.ArgumentParser, skip: Sequence[str] = (),
     """
     parser.add_argument("--config", metavar="FILE", help=help_line(
         "a YAML (or .json) file of these options, keys as the flags with _ for -; flags override it", "none"))
+    if not issubclass(parser.formatter_class, _SwitchHelp):  # the switches' help, in the parser's own style
+        parser.formatter_class = type("SwitchHelp", (_SwitchHelp, parser.formatter_class), {})
     groups = {name: parser.add_argument_group(f"{name} options", about) for name, about in GROUPS.items()}
     for f in dataclasses.fields(TrainConfig):
         if f.name not in skip:

@@ -16,7 +16,7 @@ import logging
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,12 @@ class TrainResult:
 
     run_dir: Path
     metrics: dict[str, Any]
-    oof: Any  # pandas.DataFrame
+    oof: Any = field(repr=False)  # pandas.DataFrame: the repr counts its rows (tens of thousands in a notebook)
     seconds: float
+
+    def __repr__(self) -> str:
+        return (f"TrainResult(run_dir={self.run_dir!r}, overall={self.metrics.get('overall')!r}, "
+                f"complete={self.complete}, oof=<{len(self.oof)} rows>, seconds={self.seconds:.1f})")
 
     @property
     def complete(self) -> bool:
