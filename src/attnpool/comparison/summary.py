@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ class CompareResult:
     metric: str
     rows: list[dict[str, Any]]
     trained: int  # runs trained by this call (the others were kept from earlier calls)
-    markdown: str
+    markdown: str = field(repr=False)  # the rows again, as compare.md: print(result.markdown) shows it
 
 
 def run_score(run_dir: Path, task: str) -> float:

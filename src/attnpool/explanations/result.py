@@ -69,6 +69,11 @@ class ExampleExplanation:
         """The normalised entropy averaged over heads (0: one token holds all weight, 1: uniform)."""
         return float(np.mean(self.normalized_entropy))
 
+    def __repr__(self) -> str:  # its tokens, words and weights stay out: thousands of numbers in a notebook
+        return (f"ExampleExplanation(index={self.index}, id={self.id!r}, prediction={self.prediction!r}, "
+                f"label={self.label!r}, words={len(self.words)}, tokens={len(self.tokens)}, "
+                f"concentration={self.concentration:.3f})")
+
 
 @dataclass
 class Explanation:
@@ -106,6 +111,10 @@ class Explanation:
     seed: int
     source: str | None = None
     layer_indices: list[int] | None = None
+
+    def __repr__(self) -> str:  # its examples are counted, not printed: each holds its tokens and weights
+        return (f"Explanation(examples=<{len(self.examples)}>, problem_type={self.problem_type!r}, "
+                f"pooler={self.pooler!r}, aopc={self.erasure.aopc!r}, source={self.source!r})")
 
     def to_dict(self) -> dict[str, Any]:
         """All numbers as JSON-able data (``json.dumps`` works on it); each word carries its ``weights`` per head."""
