@@ -6,7 +6,15 @@ import pytest
 import torch
 from pool_helpers import HIDDEN, ragged_batch
 
-from attnpool.pooling import ClsPooling, GeMPooling, LastTokenPooling, MaxPooling, MeanMaxPooling, MeanPooling
+from attnpool.pooling import (
+    ClsPooling,
+    GeMPooling,
+    LastTokenPooling,
+    MaxPooling,
+    MeanMaxPooling,
+    MeanPooling,
+    build_pooler,
+)
 
 
 def test_cls_takes_the_first_real_token_under_left_padding():
@@ -97,6 +105,20 @@ def test_gem_is_finite_on_large_inputs_and_large_p(scale, p):
         torch.testing.assert_close(pooled[i].double(), expected, rtol=3e-5, atol=0)  # log-exp rounding at 1e30
     pooled.sum().backward()
     assert torch.isfinite(pooler.p_param.grad) and pooler.p_param.grad != 0
+
+
+@pytest.mark.parametrize(("name", "options"), [("gem", {}), ("ggem", {"num_groups": 4})])
+@pytest.mark.parametrize(("p", "length"), [(0.05, 4096), (0.02, 8)])
+def test_a_small_p_keeps_empty_rows_zero_and_the_gradient_of_p_finite(name, options, p, length):
+    """An empty row's log-mean, log(T), divided by a small p overflowed: NaN pooled, NaN gradient to p for all."""
+    pooler = build_pooler(name, 16, p=p, **options)
+    hidden = torch.rand(2, length, 16, requires_grad=True)
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[1] = 0
+    pooled = pooler(hidden, mask)
+    assert torch.isfinite(pooled).all() and torch.equal(pooled[1], torch.zeros(16))
+    pooled.sum().backward()
+    assert torch.isfinite(pooler.p_param.grad).all() and torch.isfinite(hidden.grad).all()
 
 
 def test_gem_gradients_match_float64_autograd_of_the_direct_formula():

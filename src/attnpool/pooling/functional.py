@@ -292,6 +292,9 @@ def masked_generalized_mean(hidden_states: Tensor, mask: Tensor, p: Tensor, eps:
     scaled = scaled.masked_fill(exclude, torch.finfo(dtype).min)
     counts = mask.sum(dim=1, keepdim=True).clamp(min=1).to(dtype)  # (B, 1)
     log_mean = torch.logsumexp(scaled, dim=1) - counts.log()  # (B, H), log of the mean of x ** p
+    # An empty row's is log(T): divided by a small p (0.05 at T = 4096), its exp overflowed, and inf * 0 gave NaN
+    # forward and a NaN gradient to p for the whole batch. Set to 0 (exp: 1) before the division.
+    log_mean = torch.where(has_token(mask), log_mean, torch.zeros_like(log_mean))
     return torch.exp(log_mean / p) * has_token(mask)
 
 
