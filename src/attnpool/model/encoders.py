@@ -11,6 +11,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as hf_init
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
+from attnpool.model.sources import DEFAULT_HINT, check_hub_source
 from attnpool.pooling import get_pooler_class
 
 
@@ -25,12 +26,23 @@ def looks_like_local_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1 or os.path.isabs(name)
 
 
+def check_encoder_reachable(name: str) -> None:
+    """:func:`check_encoder_source`, then one quick look at the Hub for a hub name not in the local cache.
+
+    What ``attnpool train`` and ``demo`` check first: a mistyped folder read as a hub name, or a name the Hub cannot
+    be reached for, failed in the tokenizer with the hub's message (after a minute and a half of retries).
+    """
+    check_encoder_source(name)
+    check_hub_source(name, {})
+
+
 def check_encoder_source(name: str) -> None:
     """Refuse a path that does not exist (a hub name is left to the hub), saying what a valid source is."""
     if not os.path.exists(name) and looks_like_local_path(name):
         raise FileNotFoundError(
-            f"encoder path {name!r} does not exist; give a folder holding the encoder's config.json and "
-            "model.safetensors, or a Hugging Face hub name such as 'microsoft/deberta-v3-large'"
+            f"encoder {name!r}: no such folder (resolved to {os.path.abspath(os.path.expanduser(name))}); give a "
+            "folder holding the encoder's config.json and model.safetensors, a Hugging Face hub name (org/model, "
+            f"such as 'microsoft/deberta-v3-large'), {DEFAULT_HINT}"
         )
 
 

@@ -31,6 +31,7 @@ from attnpool.model.encoders import (
 )
 from attnpool.model.heads import PredictionHead
 from attnpool.model.loading import align_cpu_tensors, check_safetensors_only, init_unloaded
+from attnpool.model.sources import check_hub_source, hub_error
 from attnpool.pooling import Pooler, build_pooler
 
 # ``from_pretrained`` options that say where the encoder's files come from: its config is read with them too.
@@ -89,11 +90,21 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                     "model.save_pretrained(folder) (safetensors), or point to the folder that has them"
                 )
         elif not os.path.exists(path) and looks_like_local_path(str(pretrained_model_name_or_path)):
-            raise FileNotFoundError(f"model folder {str(pretrained_model_name_or_path)!r} does not exist")
+            raise FileNotFoundError(f"model folder {str(pretrained_model_name_or_path)!r} does not exist (resolved "
+                                    f"to {path.absolute()})")
+        else:  # a hub name: one quick lookup, so that one that cannot be reached fails once, clearly
+            check_hub_source(os.fspath(pretrained_model_name_or_path), kwargs, what="model", default_hint=False)
         kwargs["use_safetensors"] = True
         check_safetensors_only(pretrained_model_name_or_path, kwargs)  # use_safetensors alone still unpickles
         wants_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        try:
+            model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
+                                                  **kwargs)
+        except OSError as err:
+            error = hub_error(os.fspath(pretrained_model_name_or_path), err, what="model", default_hint=False)
+            if error is None:
+                raise
+            raise error from err
         init_unloaded(model, set(info["missing_keys"]) | {key for key, *_ in info["mismatched_keys"]})
         align_cpu_tensors(model)
         return (model, info) if wants_info else model
@@ -287,6 +298,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 name = os.path.abspath(os.path.expanduser(name))
             check_encoder_source(name)
             kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
+            check_hub_source(name, kwargs)  # a hub name that cannot be reached fails here, once, clearly
             if kwargs["use_safetensors"] is not False:  # use_safetensors=True alone still unpickles (False: asked for)
                 check_safetensors_only(name, kwargs)
             try:
@@ -297,6 +309,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                     set_encoder_dropout(kwargs["config"], encoder_dropout)
                 encoder_model = AutoModel.from_pretrained(name, **kwargs)
             except OSError as err:
+                error = hub_error(name, err)
+                if error is not None:
+                    raise error from err
                 raise OSError(
                     f"could not load the encoder {name!r}: {err}\nGive a local folder with config.json and "
                     "model.safetensors, or a hub name reachable from this machine (set HF_HUB_OFFLINE=0)."

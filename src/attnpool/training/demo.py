@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from attnpool.config import TrainConfig, default_model
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.model.encoders import check_encoder_reachable
 from attnpool.runs.files import atomic_write
 from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.run import Run
@@ -88,6 +89,7 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     with RunLock(output_dir, purpose="demo"):  # two demos in one folder would delete each other's runs
         _check_demo_folder(output_dir)  # before the model loads: a folder of the user's is refused at once
         model = model or default_model()
+        check_encoder_reachable(model)
         encoder_config = AutoConfig.from_pretrained(model)  # a model that cannot load: nothing deleted yet
         _clear_demo_folder(output_dir)
         return _run_demo(output_dir, seconds, model, encoder_config, n_train, n_valid)

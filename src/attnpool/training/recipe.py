@@ -30,7 +30,7 @@ from attnpool.config import TrainConfig, load_yaml
 from attnpool.config_checks import check_output_flags
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
-from attnpool.model.encoders import encoder_layers, encoder_position_limit, is_decoder_only
+from attnpool.model.encoders import check_encoder_reachable, encoder_layers, encoder_position_limit, is_decoder_only
 from attnpool.precision import precision_reason, training_precision
 from attnpool.runs.files import atomic_write
 from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
@@ -179,6 +179,7 @@ def check_encoder_fit(cfg: TrainConfig) -> None:
     corrected command was refused on. The encoder is built on the meta device (nothing allocated, no weights read);
     where its config cannot be read (an offline hub name), nothing is checked here and the fold says what fails.
     """
+    check_encoder_reachable(cfg.model)  # a mistyped folder, a hub name that cannot be reached: said now, clearly
     try:
         try:  # a local folder or a cached hub name, without asking the hub (offline, it retries for seconds)
             config = AutoConfig.from_pretrained(cfg.model, local_files_only=True)

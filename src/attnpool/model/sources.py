@@ -1,0 +1,134 @@
+"""Where an encoder or saved model comes from (a local folder or a hub name), and what to say when neither works.
+
+A hub name that cannot be reached used to take ``huggingface_hub``'s retries once per file looked up (about 23 s
+each with no route to the Hub: the safetensors check's two files, then ``from_pretrained``'s) and end with a message
+that never said the name was not a local folder. :func:`check_hub_source` asks the Hub once, without retries, before
+anything else does, and :func:`hub_error` turns the hub's errors into one that says what to give instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import huggingface_hub
+from huggingface_hub import constants as hub_constants
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+)
+
+# What the hint to leave the encoder out says: the CLI's and ``attnpool.train``'s default (attnpool.config).
+DEFAULT_HINT = "or leave the model out of attnpool train (--model / model=) for the bundled all-MiniLM-L6-v2"
+
+
+def _offline_reason(options: dict[str, Any]) -> str | None:
+    """Why the Hub is not asked at all: ``HF_HUB_OFFLINE=1`` or ``local_files_only=True`` (``None``: it is asked)."""
+    if options.get("local_files_only"):
+        return "local_files_only=True"
+    if hub_constants.is_offline_mode():
+        return "HF_HUB_OFFLINE=1 is set"
+    return None
+
+
+def _unreachable(name: str, what: str, reason: str, default_hint: bool) -> OSError:
+    leave_out = f", {DEFAULT_HINT}" if default_hint else ""
+    return OSError(
+        f"the {what} {name!r} is not a local folder, and the Hugging Face Hub cannot be reached to download it "
+        f"({reason}). Give a local folder holding its config.json and model.safetensors, or download it first on a "
+        f"machine that reaches the Hub (`hf download {name}` fills the cache this machine reads, "
+        f"`hf download {name} --local-dir FOLDER` makes a folder to give){leave_out}"
+    )
+
+
+def _not_found(name: str, what: str, default_hint: bool) -> OSError:
+    leave_out = f", {DEFAULT_HINT}" if default_hint else ""
+    return OSError(
+        f"the {what} {name!r} is not a local folder (resolved to {os.path.abspath(name)}), and the Hugging Face Hub "
+        "has no repository of that name (or it is private or gated: log in with `hf auth login`). Check the "
+        f"spelling, give a local folder holding its config.json and model.safetensors{leave_out}"
+    )
+
+
+def _invalid(name: str, what: str, err: Exception, default_hint: bool) -> FileNotFoundError:
+    leave_out = f", {DEFAULT_HINT}" if default_hint else ""
+    return FileNotFoundError(
+        f"the {what} {name!r} is neither a folder (resolved to {os.path.abspath(os.path.expanduser(name))}: it does "
+        f"not exist) nor a valid Hugging Face hub name ({err}). Give a folder holding its config.json and "
+        f"model.safetensors, a hub name such as 'microsoft/deberta-v3-large'{leave_out}"
+    )
+
+
+def hub_error(name: str, err: BaseException, *, what: str = "encoder", default_hint: bool = True) -> Exception | None:
+    """The clear error for a hub lookup of ``name`` that failed with ``err`` (or its causes); ``None``: none fits.
+
+    Reached-but-refused answers other than "no such repository" (a gated repository, a revision or file that does
+    not exist, a server error) are left to transformers' own messages, which name them.
+    """
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, HFValidationError):
+            return _invalid(name, what, seen, default_hint)
+        if isinstance(seen, OfflineModeIsEnabled):
+            return _unreachable(name, what, "HF_HUB_OFFLINE=1 is set", default_hint)
+        if isinstance(seen, GatedRepoError):
+            return None
+        if isinstance(seen, RepositoryNotFoundError):
+            return _not_found(name, what, default_hint)
+        if isinstance(seen, LocalEntryNotFoundError):
+            reason = _offline_reason({}) or "no network connection to it, and the files are not in the local cache"
+            return _unreachable(name, what, reason, default_hint)
+        if isinstance(seen, HfHubHTTPError):
+            return None
+        network = type(seen).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "ssl", "socket")
+        if network or isinstance(seen, ConnectionError | TimeoutError):  # no route, no DNS, a proxy refusing
+            return _unreachable(name, what, f"{type(seen).__name__}: {seen}", default_hint)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def check_hub_source(name: str, options: dict[str, Any], *, what: str = "encoder", default_hint: bool = True) -> None:
+    """Fail at once, clearly, on a hub name that is invalid, unknown or cannot be reached (not in the local cache).
+
+    A name whose ``config.json`` is in the cache is left to transformers (offline it loads from there). Otherwise the
+    Hub is asked once, without ``huggingface_hub``'s retries (which take 23 s per file with no network), for the
+    ``config.json``; a reached Hub that answers is left to transformers, which downloads what it needs.
+
+    Args:
+        name: What was given: an existing folder returns at once.
+        options: The ``from_pretrained`` options (``revision``, ``subfolder``, ``cache_dir``, ``token``,
+            ``local_files_only``).
+        what: ``"encoder"`` or ``"model"``: how the messages name it.
+        default_hint: Whether the messages say that leaving the model out of ``attnpool train`` gives a default.
+
+    Raises:
+        OSError: The Hub cannot be reached (offline, no network) and the name is not cached, or it has no such
+            repository.
+        FileNotFoundError: The name is no folder and not a valid hub name.
+    """
+    if os.path.exists(name):
+        return
+    try:
+        huggingface_hub.utils.validate_repo_id(name)
+    except HFValidationError as err:
+        raise _invalid(name, what, err, default_hint) from None
+    filename = "/".join(part for part in (options.get("subfolder") or "", "config.json") if part)
+    revision = options.get("revision")
+    cached = huggingface_hub.try_to_load_from_cache(name, filename, cache_dir=options.get("cache_dir"),
+                                                    revision=revision)
+    if isinstance(cached, str):
+        return
+    reason = _offline_reason(options)
+    if reason is not None:
+        raise _unreachable(name, what, reason, default_hint)
+    url = huggingface_hub.hf_hub_url(name, filename, revision=revision)
+    try:
+        huggingface_hub.get_hf_file_metadata(url, token=options.get("token"))  # one HEAD request, no retries
+    except Exception as err:  # noqa: BLE001 - what is not classified is left to from_pretrained
+        error = hub_error(name, err, what=what, default_hint=default_hint)
+        if error is not None:
+            raise error from None
