@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from attnpool.data import PPPM_TEMPLATE, DataError, build_texts, load_pppm, make_folds, validate_labels
+from attnpool.data.pppm import cpc_titles
 
 REAL_PPPM = Path("/work/shared/data/pppm")
 
@@ -61,9 +62,51 @@ def test_test_split_and_given_rows(pppm_dir):
 
 def test_unknown_context_codes_are_named(pppm_dir):
     rows = pd.DataFrame({"anchor": ["a", "b", "c"], "target": ["x", "y", "z"], "context": ["Z99", "A47", "Y01"]})
-    msg = "cpc_texts.csv: no text for 2 context code(s) used by 2 rows: Y01, Z99; add a line 'code,title' for each"
-    with pytest.raises(DataError, match=re.escape(msg)):
+    msg = ("cpc_texts.csv: no text for 2 context code(s) used by 2 rows: 'Y01', 'Z99'; add a line 'code,title' for "
+           "each to cpc_texts.csv")
+    with pytest.raises(DataError, match=re.escape(msg) + "$"):
         load_pppm(pppm_dir, frame=rows)
+
+
+def test_context_codes_are_stripped_before_the_title_lookup(pppm_dir):
+    """" B60" was refused as unknown ("add a line 'code,title'"), though the blank check, keys and folds strip it."""
+    rows = pd.DataFrame({"anchor": ["a", "b", "c"], "target": ["x", "y", "z"], "context": [" A47", "G02 ", "\tH04"]})
+    out, _ = load_pppm(pppm_dir, frame=rows)
+    assert out["context_text"].tolist() == ["HUMAN NECESSITIES. FURNITURE; DOMESTIC ARTICLES", "PHYSICS. OPTICS",
+                                            "ELECTRICITY. ELECTRIC COMMUNICATION TECHNIQUE"]
+    (pppm_dir / "cpc_texts.csv").write_text("context,text\n A47 ,FURNITURE\nG02\t,OPTICS\nH04,ELECTRICITY\n")
+    assert load_pppm(pppm_dir, frame=rows)[0]["context_text"].tolist() == ["FURNITURE", "OPTICS", "ELECTRICITY"]
+    assert load_pppm(pppm_dir, frame=rows, titles={" A47": "F", "G02": "O", "H04 ": "E"})[0][
+        "context_text"].tolist() == ["F", "O", "E"]
+
+
+def test_unknown_codes_are_shown_as_written_and_lower_case_ones_told_to_be_upper_case(pppm_dir):
+    rows = pd.DataFrame({"anchor": ["a", "b", "c"], "target": ["x", "y", "z"], "context": ["a47", "g02", "A47"]})
+    msg = ("no text for 2 context code(s) used by 2 rows: 'a47', 'g02'; CPC codes are upper case: write 'a47' as "
+           "'A47', 'g02' as 'G02' in the rows")
+    with pytest.raises(DataError, match=re.escape(msg) + "$"):  # no "add a line" for them: the wrong fix
+        load_pppm(pppm_dir, frame=rows)
+    rows["context"] = ["a47", "B 60", "A47"]
+    msg = ("no text for 2 context code(s) used by 2 rows: 'B 60', 'a47'; CPC codes are upper case: write 'a47' as "
+           "'A47' in the rows; add a line 'code,title' for each other to cpc_texts.csv")
+    with pytest.raises(DataError, match=re.escape(msg) + "$"):
+        load_pppm(pppm_dir, frame=rows)
+
+
+def test_blank_titles_and_repeated_codes_in_cpc_texts_are_refused(pppm_dir):
+    """A blank title gave its rows a NaN context text; a code given twice took its last title, silently."""
+    (pppm_dir / "cpc_texts.csv").write_text(
+        "context,text\nA47,FURNITURE\nG02,\nH04,ELECTRICITY\nA47,HUMAN NECESSITIES\nB60,  \n,ORPHAN\nA47,X\n")
+    msg = (f"{pppm_dir / 'cpc_texts.csv'}: no code on data row(s) 6; no title for 'G02' (data row(s) 2); no title "
+           "for 'B60' (data row(s) 5); 'A47' given twice or more (data rows 1, 4, 7). Each line gives one CPC code "
+           "and its title, once per code: fix those lines")
+    with pytest.raises(DataError, match=re.escape(msg)):
+        cpc_titles(pppm_dir)
+    with pytest.raises(DataError, match=re.escape(msg)):
+        load_pppm(pppm_dir)
+    (pppm_dir / "cpc_texts.csv").write_text("context,text\nA47,FURNITURE\n A47,FURNITURE\n")  # the same code
+    with pytest.raises(DataError, match=re.escape("'A47' given twice or more (data rows 1, 2)")):
+        cpc_titles(pppm_dir)
 
 
 def test_missing_folder_states_the_layout(tmp_path):

@@ -35,12 +35,33 @@ def cpc_titles(data_dir: str | os.PathLike[str]) -> dict[str, str]:
     """The CPC title of each context code, from ``data_dir/cpc_texts.csv``.
 
     Raises:
-        DataError: Missing folder, file or column (stating the expected layout).
+        DataError: Missing folder, file or column (stating the expected layout); a code without a title, or given
+            twice (naming them and their rows).
     """
-    cpc_path = _file(_folder(data_dir), "cpc_texts.csv")
-    cpc = read_table(cpc_path, text_columns=_TEXT_COLUMNS)
-    check_columns(cpc, ["context", "text"], str(cpc_path))
-    return dict(zip(cpc["context"].astype(str), cpc["text"], strict=True))
+    return read_titles(_file(_folder(data_dir), "cpc_texts.csv"))
+
+
+def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The CPC title of each context code (stripped), from a ``context,text`` file such as ``cpc_texts.csv``.
+
+    Raises:
+        DataError: A missing column; a line without a code, a code without a title, or one given twice (a
+            silent choice of title otherwise): each named with its data rows.
+    """
+    table = read_table(path, text_columns=_TEXT_COLUMNS)
+    check_columns(table, ["context", "text"], str(path))
+    codes, titles = _stripped(table["context"]), _stripped(table["text"])
+    problems = []
+    if codes.eq("").any():
+        problems.append(f"no code on data row(s) {_rows(codes.index[codes.eq('')])}")
+    for code in dict.fromkeys(codes[titles.eq("") & codes.ne("")]):
+        problems.append(f"no title for {code!r} (data row(s) {_rows(codes.index[codes.eq(code)])})")
+    for code in dict.fromkeys(codes[codes.duplicated() & codes.ne("")]):
+        problems.append(f"{code!r} given twice or more (data rows {_rows(codes.index[codes.eq(code)])})")
+    if problems:
+        shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
+        raise DataError(f"{path}: {shown}. Each line gives one CPC code and its title, once per code: fix those lines")
+    return dict(zip(codes, table["text"].astype(str), strict=True))
 
 
 def load_pppm(
@@ -84,15 +105,11 @@ def load_pppm(
         raise DataError(
             f"{where}: {len(blank)} row(s) have no context code (data rows {shown}); every PPPM row needs its CPC "
             "context (e.g. A47), whose title cpc_texts.csv gives: fill them in or drop those rows")
-    codes = frame["context"].astype(str)
+    codes = _stripped(frame["context"])  # " A47" is A47, as in the blank check, group keys and folds
+    titles = {str(code).strip(): title for code, title in titles.items()}
     unknown = sorted(set(codes) - set(titles))
     if unknown:
-        rows = int(codes.isin(unknown).sum())
-        shown = ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else "")
-        raise DataError(
-            f"{root / 'cpc_texts.csv'}: no text for {len(unknown)} context code(s) used by {rows} rows: {shown}; add "
-            "a line 'code,title' for each to cpc_texts.csv"
-        )
+        raise DataError(_unknown_codes(root, unknown, int(codes.isin(unknown).sum()), titles))
     out = frame.copy()
     out["context_text"] = codes.map(titles)
     return out, PPPM_TEMPLATE
@@ -110,3 +127,31 @@ def _file(root: Path, name: str) -> Path:
     if not path.is_file():
         raise DataError(f"{path} not found in the PPPM data folder; {_LAYOUT}")
     return path
+
+
+def _stripped(values: pd.Series) -> pd.Series:
+    """The values as stripped text, a missing one as ``""``."""
+    return values.fillna("").astype(str).str.strip()
+
+
+def _rows(positions) -> str:
+    """1-based data row numbers of 0-based positions, the first ten."""
+    return ", ".join(str(int(i) + 1) for i in positions[:10]) + (", ..." if len(positions) > 10 else "")
+
+
+def _unknown_codes(root: Path, unknown: list[str], rows: int, titles: Mapping[str, str]) -> str:
+    """The error for context codes without a title: a known code in another case is told apart.
+
+    CPC codes are upper case, and the group keys and folds compare codes as written (a47 and A47 would be two).
+    """
+    known = {code.upper(): code for code in titles}
+    cased = [code for code in unknown if code.upper() in known]
+    shown = ", ".join(map(repr, unknown[:10])) + (", ..." if len(unknown) > 10 else "")
+    fixes = []
+    if cased:
+        fixes.append("CPC codes are upper case: write " + ", ".join(
+            f"{code!r} as {known[code.upper()]!r}" for code in cased[:10]) + " in the rows")
+    if len(cased) < len(unknown):
+        fixes.append(f"add a line 'code,title' for each{' other' if cased else ''} to cpc_texts.csv")
+    return (f"{root / 'cpc_texts.csv'}: no text for {len(unknown)} context code(s) used by {rows} rows: {shown}; "
+            + "; ".join(fixes))

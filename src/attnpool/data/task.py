@@ -185,9 +185,15 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
     empty = empty if cfg.group_context else num_empty
     encodings = tokenize_rows(tokenizer, first, second, cfg.max_length,
                               context_pair=is_context_pair(cfg.group_context, text_cols, template))
-    full = tokenizer(first, second, verbose=False) if second is not None else tokenizer(first, verbose=False)
-    truncated = sum(len(ids) > cfg.max_length for ids in full["input_ids"])
     lengths = [len(ids) for ids in encodings["input_ids"]]
+    # A truncated row: a fast tokenizer's Encoding holds what it cut (``overflowing``). A row of max_length tokens
+    # without (a slow tokenizer's, one that fits exactly, a context pair's row whose context made way) is tokenised
+    # again whole: tokenising every row whole to count them cost as much as the truncated pass, and its memory.
+    cut = [bool(e.overflowing) for e in encodings.encodings] if encodings.encodings else [False] * len(lengths)
+    check = [i for i, n in enumerate(lengths) if n >= cfg.max_length and not cut[i]]
+    whole = tokenizer([first[i] for i in check], *([[second[i] for i in check]] if second is not None else []),
+                      verbose=False)["input_ids"] if check else []
+    truncated = sum(cut) + sum(len(ids) > cfg.max_length for ids in whole)
     counts = {"texts": len(first), "empty": empty, "truncated": truncated, "tokens": sum(lengths),
               "max_tokens": max(lengths, default=0)}
     return {k: list(v) for k, v in encodings.items() if k in ENCODING_KEYS}, counts

@@ -197,9 +197,9 @@ class Run:
         if not self.config_file.is_file():
             raise RunError(f"{self.path} has no {CONFIG_FILE}; the run is incomplete: re-run training")
         cfg = TrainConfig.from_dict(load_yaml(self.config_file), where=str(self.config_file))
-        if cfg.preset == "pppm" and not Path(cfg.data_dir or "", CONTEXT_TITLES).is_file() and (
-                self.path / CONTEXT_TITLES).is_file():  # a run copied elsewhere: its own copy of the CPC titles
-            cfg.data_dir = str(self.path)
+        kept, data = self.path / CONTEXT_TITLES, Path(cfg.data_dir or "", CONTEXT_TITLES)
+        if cfg.preset == "pppm" and kept.is_file() and not (data.is_file() and data.read_bytes() == kept.read_bytes()):
+            cfg.data_dir = str(self.path)  # its own CPC titles: the data folder's are gone or edited since training
         return cfg
 
     def write_config(self, values: dict[str, Any]) -> None:

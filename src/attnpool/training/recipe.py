@@ -32,9 +32,9 @@ from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.model.encoders import check_encoder_reachable, encoder_layers, encoder_position_limit, is_decoder_only
 from attnpool.precision import precision_reason, training_precision
-from attnpool.runs.files import atomic_write
 from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
 from attnpool.runs.tables import oof_scores
+from attnpool.runs.titles import keep_titles
 from attnpool.tasks import primary_metric
 from attnpool.training.arguments import accelerate_precision_note
 from attnpool.training.curves import plot_learning_curves, summary_table
@@ -334,15 +334,13 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
 
 
 def keep_context_titles(run: Run, cfg: TrainConfig) -> None:
-    """Keep a copy of a PPPM run's ``cpc_texts.csv`` (12 kB) in the run.
+    """Keep a copy of a PPPM run's ``cpc_texts.csv`` (12 kB) in the run; refuse a resume with other titles.
 
-    With it the run predicts, serves and explains wherever it is copied to, without its data folder (see
-    :meth:`~attnpool.runs.Run.config`).
+    With it the run predicts, serves and explains wherever it is copied to, without its data folder, and with the
+    titles it learned (see :meth:`~attnpool.runs.Run.config` and :func:`attnpool.runs.titles.keep_titles`).
     """
-    kept = run.path / CONTEXT_TITLES
-    source = Path(cfg.data_dir or "", CONTEXT_TITLES)
-    if cfg.preset == "pppm" and not kept.is_file() and source.is_file():
-        atomic_write(kept, lambda tmp: tmp.write_bytes(source.read_bytes()))
+    if cfg.preset == "pppm":
+        keep_titles(run.path / CONTEXT_TITLES, Path(cfg.data_dir or "", CONTEXT_TITLES))
 
 
 def _absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
