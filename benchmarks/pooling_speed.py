@@ -1,8 +1,8 @@
 """Forward+backward time and peak memory of every registered pooler, with two references for ``attention``.
 
 For each shape ``(B, T, H)`` one hidden-states tensor (a leaf that requires grad, as the encoder's output would)
-and one ragged right-padded ``attention_mask`` (lengths uniform in ``[T/4, T]``, fixed seed) are built, and every
-candidate runs on exactly these tensors:
+and one ragged right-padded ``attention_mask`` (lengths uniform in ``[T/4, T]``, fixed seed; with ``--no-padding``
+an all-ones mask, every row full length) are built, and every candidate runs on exactly these tensors:
 
 * every registered pooler with its default options: ``pooler(h, mask)``, then backward of
   ``pooled.float().pow(2).mean()``. Multi-layer poolers (``needs_all_layers``) get their own leaf of shape
@@ -43,6 +43,7 @@ Usage::
     .venv/bin/python benchmarks/pooling_speed.py --quick         # smallest shape only
     .venv/bin/python benchmarks/pooling_speed.py --device cuda --dtype bfloat16 --repeats 20
     .venv/bin/python benchmarks/pooling_speed.py --shapes 32x128x384,8x512x768 --poolers attention,mean
+    .venv/bin/python benchmarks/pooling_speed.py --poolers attention --no-padding --threads 1   # no padding at all
 
 On CPU, other processes competing for the cores slow OpenMP matrix products a lot: compare ratios of one run
 (the candidates are interleaved), not absolute times of different runs. The profiler prints
@@ -104,13 +105,18 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def make_inputs(
-    shape: tuple[int, int, int], device: torch.device, dtype: torch.dtype, seed: int
+    shape: tuple[int, int, int], device: torch.device, dtype: torch.dtype, seed: int, no_padding: bool = False
 ) -> tuple[Tensor, Tensor]:
-    """Hidden states (leaf, requires grad) and a ragged right-padded int64 mask, lengths uniform in [T/4, T]."""
+    """Hidden states (leaf, requires grad) and a right-padded int64 mask.
+
+    Lengths uniform in [T/4, T]; with ``no_padding`` every length is ``T`` (an all-ones mask).
+    """
     batch, seq_len, hidden = shape
     gen = torch.Generator().manual_seed(seed)
     hidden_states = torch.randn(batch, seq_len, hidden, generator=gen).to(device=device, dtype=dtype)
     lengths = torch.randint(max(1, seq_len // 4), seq_len + 1, (batch,), generator=gen)
+    if no_padding:
+        lengths = torch.full_like(lengths, seq_len)
     mask = (torch.arange(seq_len).unsqueeze(0) < lengths.unsqueeze(1)).long().to(device)
     return hidden_states.requires_grad_(True), mask
 
@@ -255,7 +261,7 @@ def run_shape(
     shape: tuple[int, int, int], names: list[str], args: argparse.Namespace, device: torch.device, dtype: torch.dtype
 ) -> bool:
     """Measure and print one shape; returns whether ``attention`` met all targets (True if not measured)."""
-    hidden_states, mask = make_inputs(shape, device, dtype, args.seed)
+    hidden_states, mask = make_inputs(shape, device, dtype, args.seed, no_padding=args.no_padding)
     grad_out_holder: list[Tensor] = []
     candidates = build_candidates(names, hidden_states, mask, grad_out_holder)
     by_name = {c.name: c for c in candidates}
@@ -313,7 +319,7 @@ def run_shape(
     return all(measured <= target for _, _, target, measured in checks)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--shapes",
@@ -329,7 +335,9 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and the mask lengths")
-    args = parser.parse_args()
+    parser.add_argument("--no-padding", action="store_true",
+                        help="an all-ones mask (every row full length) instead of the ragged one")
+    args = parser.parse_args(argv)
 
     if args.repeats < 1 or args.warmup < 0:
         parser.error("--repeats must be >= 1 and --warmup >= 0")

@@ -64,7 +64,7 @@ needs them; ``--plan`` prints it and exits.
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/pppm_quality.py                        # every row, 2 seeds, 3 epochs (many hours)
-    .venv/bin/python benchmarks/pppm_quality.py --quick                # smoke run: 300 rows, 1 epoch, 1 seed
+    .venv/bin/python benchmarks/pppm_quality.py --quick                # smoke run: 200 rows, 1 epoch, 1 seed
     .venv/bin/python benchmarks/pppm_quality.py --only baseline context notebook --seeds 1
     .venv/bin/python benchmarks/pppm_quality.py --combo context+pearson+ema+llrd+msd --only combo
     .venv/bin/python benchmarks/pppm_quality.py --anchors 100 --epochs 2   # every row of 100 random anchors

@@ -297,10 +297,23 @@ def build_models(args: argparse.Namespace, data: Data):
         theirs.pool.attention[2].bias.zero_()  # attnpool's scorer has no bias (a softmax ignores it)
         theirs.head.weight.copy_(head.weight)
         theirs.head.bias.copy_(head.bias)
-    mine = ours.attnpool.encoder.state_dict()
-    for name, value in theirs.encoder.state_dict().items():
-        assert torch.equal(value, mine[name]), f"encoder weights differ: {name}"
+    check_same_encoder(ours.attnpool.encoder, theirs.encoder)
     return ours, theirs
+
+
+def check_same_encoder(mine: nn.Module, notebook: nn.Module) -> None:
+    """Assert both encoders hold the same weights.
+
+    Every one of attnpool's, and no other than the encoder's own pooler (``pooler.*``), which attnpool drops
+    (``_drop_encoder_pooler``) and the notebook keeps unused.
+    """
+    ours, theirs = mine.state_dict(), notebook.state_dict()
+    missing = sorted(set(ours) - set(theirs))
+    extra = sorted(k for k in set(theirs) - set(ours) if not k.startswith("pooler."))
+    assert not missing and not extra, (f"encoder weights differ in names: only attnpool's {missing}, "
+                                       f"only the notebook's {extra}")
+    for name, value in ours.items():
+        assert torch.equal(value, theirs[name]), f"encoder weights differ: {name}"
 
 
 def notebook_optimizer_groups(model: NotebookModel, lr: float, head_lr: float, weight_decay: float) -> list[dict]:

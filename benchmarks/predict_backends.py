@@ -32,7 +32,9 @@ context title about 490-510, the count is printed), and the run's ``max_length``
 (labels)`` is low; the columns against torch fp32 are what compares the paths. Defaults with ``--long``: 256 rows,
 batches of 16: at 64 rows of 512 tokens a single prediction pass peaked at 5.5 GB resident with ONNX Runtime fp32
 (5.8 GB int8) against 1.2 GB with torch, and this process, holding both sessions, was killed at 17 GB on a 24 GB
-machine. The process's peak resident memory is printed at the end.
+machine. Memory: after the timing, each path runs once more in a fresh process of its own (this script, loading only
+that path's models, one pass over the same rows at the same batch size), and its peak resident memory (``VmHWM``,
+the high-water mark of that process alone) is printed per path; ``--no-memory`` leaves this out.
 
 Usage::
 
@@ -46,7 +48,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import os
 import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -144,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--long", action="store_true", help="lengthen every text to ~--long-tokens, max_length 512")
     parser.add_argument("--long-tokens", type=int, default=470,
                         help="anchor and target tokens per text with --long (the template adds ~20: ~490-510 in all)")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="do not measure each path's peak resident memory in a process of its own")
+    # one path's memory, in a process of its own (see path_peaks)
+    parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-sample", type=Path, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -161,9 +170,85 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     return args
 
 
+PATHS = ("torch fp32", "torch bf16", "onnx fp32", "onnx int8")
+
+
+def load_path(run: Run, name: str):
+    """The ensemble of the prediction path ``name`` (one of :data:`PATHS`)."""
+    if name.startswith("torch"):
+        return FoldEnsemble.load(run)
+    from attnpool.prediction.onnx_engine import OnnxFoldEnsemble
+
+    return OnnxFoldEnsemble.load(run, quantize="int8" if name == "onnx int8" else "none")
+
+
+def path_scores(models, name: str, encodings, batch_size: int) -> np.ndarray:
+    """The scores of path ``name`` (its ensemble ``models``) over ``encodings``."""
+    if name.startswith("torch"):
+        return models.scores(encodings, batch_size=batch_size, precision=name.split()[1])
+    return models.scores(encodings, batch_size=batch_size)
+
+
+def encode(run: Run, cfg, sample: Path, tokenizer, rows: int):
+    """The encodings of the ``rows`` rows of ``sample``, as ``predict`` makes them."""
+    inputs = PredictionInputs(cfg, run.info(), sample, tokenizer, log=logging.getLogger("attnpool"))
+    return inputs.encode(next(iter(inputs.chunks(rows))))[1]
+
+
+def own_peak_bytes() -> int:
+    """This process's peak resident memory: ``VmHWM``, the high-water mark of its own address space.
+
+    ``ru_maxrss`` of a child also counts the parent's peak before the child's ``exec`` (Linux keeps the larger), so a
+    child started by a process holding every model would report that process's memory: ``VmHWM`` starts anew at
+    ``exec``. Where ``/proc`` is missing, ``ru_maxrss`` (bytes on macOS).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def memory_child(args: argparse.Namespace) -> int:
+    """One pass of path ``args.memory_child`` over ``args.memory_sample``, alone in this process; prints its peak."""
+    run = Run.open(args.run)
+    cfg = run.config()
+    if args.long:
+        cfg.max_length = LONG_MAX_LENGTH
+    models = load_path(run, args.memory_child)
+    rows = len(pd.read_csv(args.memory_sample, dtype=str))
+    encodings = encode(run, cfg, args.memory_sample, models.tokenizer, rows)
+    path_scores(models, args.memory_child, encodings, args.batch_size)
+    print(f"peak_bytes {own_peak_bytes()}", flush=True)
+    return 0
+
+
+def path_peaks(names: list[str], run: Run, sample: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Peak resident memory in bytes of each path, each measured in a fresh process that loads it alone."""
+    peaks = {}
+    for name in names:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-child", name, "--memory-sample", str(sample),
+               "--run", str(run.path), "--batch-size", str(args.batch_size), *(["--long"] if args.long else [])]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        found = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("peak_bytes ")]
+        if done.returncode != 0 or not found:
+            raise SystemExit(f"the memory of {name} could not be measured (exit {done.returncode}):\n"
+                             f"{(done.stdout + done.stderr)[-3000:]}")
+        peaks[name] = int(found[0])
+    return peaks
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(argv, parser)
+    if args.memory_child is not None:
+        if args.memory_child not in PATHS or args.run is None or args.memory_sample is None:
+            parser.error(f"--memory-child takes one of {', '.join(PATHS)}, with --run and --memory-sample")
+        return memory_child(args)
     if not (args.data_dir / "train.csv").is_file():
         if args.data_dir_given:  # a mistyped path: an error, not a clean skip that measured nothing
             parser.error(f"--data-dir {args.data_dir}: no train.csv there (see ../shared/data/pppm/README.md)")
@@ -184,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write(sample, lambda tmp: frame.to_csv(tmp, index=False))
     labels = frame["score"].astype(float).to_numpy()
 
-    inputs = PredictionInputs(cfg, run.info(), sample, torch_models.tokenizer, log=logging.getLogger("attnpool"))
-    _, encodings = inputs.encode(next(iter(inputs.chunks(len(frame)))))
+    encodings = encode(run, cfg, sample, torch_models.tokenizer, len(frame))
     tokens = [len(ids) for ids in encodings["input_ids"]]
     paths = {
         "torch fp32": lambda: torch_models.scores(encodings, batch_size=args.batch_size, precision="fp32"),
@@ -213,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {rate:.{0 if rate >= 100 else 1}f} | {rate / base:.2f}x | "
               f"{np.corrcoef(out, labels)[0, 1]:.4f} | {np.corrcoef(out, reference)[0, 1]:.5f} | "
               f"{np.max(np.abs(out - reference)):.2e} |")
-    print(f"peak resident memory of the process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GB")
+    if not args.no_memory:
+        peaks = path_peaks(list(outputs), run, sample, args)
+        print(f"peak resident memory, each path alone in a fresh process (load, one pass over the {len(frame)} rows "
+              f"at batch {args.batch_size}): " + ", ".join(f"{name} {peak / 2**30:.2f} GB"
+                                                         for name, peak in peaks.items()))
     return 0
 
 

@@ -19,25 +19,31 @@ Usage::
 
 Runs are kept in ``--output-dir`` (default ``runs/recipe_ablation``; one folder per change): a second call reuses
 them, once it has checked that they ran the same recipe (its defaults resolved: a default changed since is caught),
-and a speed ratio of sides timed in different calls says so. The training time of a side is its folds'
-``train_seconds``, as ``attnpool compare`` reports it (not the process's wall time). Sets whose data is missing under
-the default ``--data-root`` (``../shared/data``) are skipped (``skipped: ...``, exit 0 when none is left: CI has no
-data); under a ``--data-root`` given, a set asked for whose data is missing there is a usage error (exit 2, naming the
-root and the file: a mistyped path must not pass as a clean skip), as in ``benchmarks/quality.py``. The results go
-to ``--output-dir``/``CHANGE.json``, one entry per set: a call replaces its sets' entries and keeps the others'; a
-call that measured nothing writes nothing.
+and a speed ratio of sides timed in different calls says so. Each side's folder also records the attnpool that
+trained it (``attnpool_version.json``: ``attnpool.__version__`` and the git commit of its source, when it is a
+checkout): a side kept from another version or commit is refused (delete that folder to retrain it), so that a
+default trained before a behaviour change is not paired with a changed side trained after it. The training time of a
+side is its folds' ``train_seconds``, as ``attnpool compare`` reports it (not the process's wall time). Sets whose
+data is missing under the default ``--data-root`` (``../shared/data``) are skipped (``skipped: ...``, exit 0 when
+none is left: CI has no data); under a ``--data-root`` given, a set asked for whose data is missing there is a usage
+error (exit 2, naming the root and the file: a mistyped path must not pass as a clean skip), as in
+``benchmarks/quality.py``. The results go to ``--output-dir``/``CHANGE.json``, one entry per set: a call replaces
+its sets' entries and keeps the others'; a call that measured nothing writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import attnpool
 from attnpool.comparison import (
     PoolerSpec,
     paired_bootstrap,
@@ -58,6 +64,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality import DEFAULT_DATA_ROOT, _seeds, data_sets, missing_data, recipe, write_results  # noqa: E402
 
 POOLER = "attention"
+VERSION_FILE = "attnpool_version.json"
+
+
+def attnpool_version() -> dict[str, str | None]:
+    """This attnpool's ``version`` and, when its source is a git checkout, its ``commit`` (HEAD; else None)."""
+    commit = None
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(attnpool.__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=30)
+        commit = (done.stdout.strip() or None) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout
+        pass
+    return {"version": attnpool.__version__, "commit": commit}
+
+
+def _describe(stamp: dict[str, Any] | None) -> str:
+    if stamp is None:
+        return "an unrecorded version"
+    commit = stamp.get("commit")
+    return f"{stamp.get('version')}" + (f" (commit {commit[:12]})" if commit else " (no git commit)")
+
+
+def check_version(out: Path) -> None:
+    """Refuse the runs kept in ``out`` when another attnpool (version or commit) trained them; record this one.
+
+    The default side was stored once and reused by every later ``--set``, checked only for its recipe (config
+    fields): a default trained before a change of attnpool's behaviour was paired with a changed side trained after
+    it, and the difference credited to the ``--set``.
+    """
+    now, stamp = attnpool_version(), out / VERSION_FILE
+    kept = [p for p in (out / "runs").glob("*/seed_*") if p.is_dir()]
+    if kept:
+        was = json.loads(stamp.read_text()) if stamp.is_file() else None
+        if was != now:
+            raise SystemExit(f"{out} holds runs trained by attnpool {_describe(was)}, and this is attnpool "
+                             f"{_describe(now)}: they must not be paired with runs trained now (a change of behaviour "
+                             "in between would read as the --set's effect); delete that folder to retrain it")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(now, indent=2) + "\n")
 
 
 def check_changes(cfg: TrainConfig, changes: dict[str, Any]) -> str | None:
@@ -89,6 +135,7 @@ def train_side(cfg, out: Path, seeds: list[int]) -> dict[str, Any]:
         _check_recipe(out, replace(cfg, freeze_word_embeddings=cfg.resolved_freeze_word_embeddings()), overwrite=False)
     except RunError as err:
         raise SystemExit(str(err).replace("--overwrite to start it again", "delete that folder")) from None
+    check_version(out)
     trained = 0
     for s, run in runs.items():
         if not _wanted_folds(run, cfg.only_folds):

@@ -95,3 +95,38 @@ def test_a_data_dir_given_without_train_csv_is_an_error(tmp_path, monkeypatch, c
     captured = capsys.readouterr()
     assert exit_.value.code == 2 and "skipped" not in captured.out
     assert f"--data-dir {tmp_path / 'typo'}: no train.csv there" in captured.err
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_build_models_runs_on_an_encoder_whose_own_pooler_attnpool_drops(tmp_path, family):
+    """build_models looked every key of the notebook encoder's state_dict() up in attnpool's encoder, which no longer
+    holds the encoder's own (unused) pooler: KeyError 'pooler.dense.weight' before any training, in every mode."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from model_helpers import save_tiny_encoder
+
+    folder = save_tiny_encoder(tmp_path / "enc", family=family)
+    cfg = SimpleNamespace(pooling_options=dict(pt.NOTEBOOK_POOLER), head_dropout=0.1,
+                          resolved_freeze_word_embeddings=lambda: False)
+    args = SimpleNamespace(model=folder, seed=0)
+    ours, theirs = pt.build_models(args, SimpleNamespace(cfg=cfg))
+    assert "pooler.dense.weight" in theirs.encoder.state_dict()  # the notebook keeps it: the case that failed
+    assert not any(k.startswith("pooler.") for k in ours.attnpool.encoder.state_dict())
+
+
+def test_the_encoder_check_still_catches_a_weight_missing_or_different(tmp_path):
+    """Skipping the dropped pooler must not hide any other difference between the two encoders."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from model_helpers import save_tiny_encoder
+
+    folder = save_tiny_encoder(tmp_path / "enc")
+    ours, theirs = pt.build_models(SimpleNamespace(model=folder, seed=0), SimpleNamespace(cfg=SimpleNamespace(
+        pooling_options=dict(pt.NOTEBOOK_POOLER), head_dropout=0.1, resolved_freeze_word_embeddings=lambda: False)))
+    with torch.no_grad():
+        theirs.encoder.embeddings.word_embeddings.weight[0, 0] += 1.0
+    with pytest.raises(AssertionError, match="embeddings.word_embeddings.weight"):
+        pt.check_same_encoder(ours.attnpool.encoder, theirs.encoder)
+    theirs.encoder.extra = torch.nn.Linear(2, 2)
+    with pytest.raises(AssertionError, match="only the notebook's"):
+        pt.check_same_encoder(ours.attnpool.encoder, theirs.encoder)

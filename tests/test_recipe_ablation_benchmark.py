@@ -23,6 +23,7 @@ def test_kept_runs_of_another_recipe_are_not_paired_with_new_ones(tmp_path, monk
     monkeypatch.setattr(ra, "shared_bootstrap_keys", lambda runs, **kw: ({}, False))
     for seed in (1, 2):
         _timed_run(tmp_path / "default" / "runs" / "attention" / f"seed_{seed}", [4.0], wall=10.0)
+    _stamp(tmp_path / "default")
     cfg = TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1)
     side = ra.train_side(cfg, tmp_path / "default", [1, 2])
     assert side["scores"] == [0.5, 0.5] and not side["all_trained_now"]  # reused: timed by earlier calls
@@ -39,11 +40,18 @@ def test_a_speed_ratio_of_runs_timed_in_different_calls_says_so():
                                                                                           "timed_together": False})
 
 
+def _stamp(side, **stamp):
+    """The attnpool_version.json of a side trained by this attnpool (or by ``stamp``'s version and commit)."""
+    side.mkdir(parents=True, exist_ok=True)
+    (side / ra.VERSION_FILE).write_text(json.dumps({**ra.attnpool_version(), **stamp}))
+
+
 def _timed_run(run, fold_seconds, wall):
     """A run's metrics.json with its folds' train_seconds, and the .cost.json `attnpool compare` writes beside it."""
     run.mkdir(parents=True, exist_ok=True)
     folds = [{"fold": i, "train_seconds": s} for i, s in enumerate(fold_seconds)]
     (run / "metrics.json").write_text(json.dumps({"folds": folds}))
+    (run / "run.json").write_text(json.dumps({"task": "regression", "classes": None}))  # a recorded run
     run.with_name(f"{run.name}.cost.json").write_text(json.dumps({"wall_seconds": wall}))
 
 
@@ -56,6 +64,7 @@ def test_the_speed_ratio_is_of_the_folds_training_seconds(tmp_path, monkeypatch)
     for side, seconds in (("default", 20.0), ("lr-0.0001", 10.0)):
         for seed in (1, 2):
             _timed_run(tmp_path / side / "runs" / "attention" / f"seed_{seed}", [seconds / 2, seconds / 2], wall=60.0)
+        _stamp(tmp_path / side)
     cfg = TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1)
     assert ra.train_side(cfg, tmp_path / "default", [1, 2])["seconds"] == {1: 20.0, 2: 20.0}
     assert ra.train_side(cfg, tmp_path / "lr-0.0001", [1, 2])["seconds"] == {1: 10.0, 2: 10.0}  # not 60 and 60
@@ -166,3 +175,54 @@ def test_the_verdict_and_its_basis():
     assert ra.verdict(0.1, nan, 0.05, 0.15)[0] is True
     assert ra.verdict(0.1, nan, nan, nan) == (None, "no verdict: one seed, so no seed std, and no bootstrap CI")
     assert ra.verdict(0.0, 0.01, nan, nan)[0] is True  # an n/a bootstrap is no evidence of a loss
+
+
+def test_a_side_kept_from_another_attnpool_is_not_paired_with_runs_trained_now(tmp_path, monkeypatch):
+    """The default side was trained once per set and reused by every later --set, checked only for its config fields:
+    a default trained before a change of attnpool's behaviour was paired with a changed side trained after it."""
+    monkeypatch.setattr(ra, "_wanted_folds", lambda run, folds: True)  # every run kept: nothing trains
+    monkeypatch.setattr(ra, "run_predictions", lambda run, task: None)
+    monkeypatch.setattr(ra, "run_score", lambda run, task: 0.5)
+    monkeypatch.setattr(ra, "shared_bootstrap_keys", lambda runs, **kw: ({}, False))
+    now = {"version": "9.9.0", "commit": "b" * 40}
+    monkeypatch.setattr(ra, "attnpool_version", lambda: dict(now))
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1)
+    side = tmp_path / "default"
+    for seed in (1, 2):
+        _timed_run(side / "runs" / "attention" / f"seed_{seed}", [4.0], wall=10.0)
+    (side / ra.VERSION_FILE).write_text(json.dumps({"version": "9.9.0", "commit": "a" * 40}))
+    with pytest.raises(SystemExit, match=r"attnpool 9\.9\.0 \(commit aaaaaaaaaaaa\).*this is attnpool 9\.9\.0 "
+                                         r"\(commit bbbbbbbbbbbb\).*delete that folder to retrain it"):
+        ra.train_side(cfg, side, [1, 2])
+    (side / ra.VERSION_FILE).write_text(json.dumps({"version": "9.8.0", "commit": "b" * 40}))
+    with pytest.raises(SystemExit, match=r"attnpool 9\.8\.0"):
+        ra.train_side(cfg, side, [1, 2])
+    (side / ra.VERSION_FILE).unlink()  # kept from before the version was recorded
+    with pytest.raises(SystemExit, match="an unrecorded version"):
+        ra.train_side(cfg, side, [1, 2])
+    (side / ra.VERSION_FILE).write_text(json.dumps(now))  # the same attnpool: reused
+    assert ra.train_side(cfg, side, [1, 2])["scores"] == [0.5, 0.5]
+
+
+def test_a_new_side_records_the_attnpool_that_trains_it(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(ra, "_wanted_folds", lambda run, folds: run in trained)
+    monkeypatch.setattr(ra, "_run_one", lambda cfg, spec, seed, run: trained.append(run))
+    monkeypatch.setattr(ra, "run_predictions", lambda run, task: None)
+    monkeypatch.setattr(ra, "run_score", lambda run, task: 0.5)
+    monkeypatch.setattr(ra, "_cost", lambda run: (1.0, 1.0))
+    monkeypatch.setattr(ra, "shared_bootstrap_keys", lambda runs, **kw: ({}, False))
+    monkeypatch.setattr(ra, "attnpool_version", lambda: {"version": "9.9.0", "commit": None})
+    side = tmp_path / "default"
+    assert ra.train_side(TrainConfig(train_file="x.csv", text_cols=["a"], epochs=1), side, [1])["all_trained_now"]
+    assert json.loads((side / ra.VERSION_FILE).read_text()) == {"version": "9.9.0", "commit": None}
+
+
+def test_the_version_is_attnpools_with_its_commit_when_a_checkout(monkeypatch):
+    import attnpool
+
+    stamp = ra.attnpool_version()
+    assert stamp["version"] == attnpool.__version__
+    assert stamp["commit"] is None or len(stamp["commit"]) == 40
+    monkeypatch.setattr(ra.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError("git")))
+    assert ra.attnpool_version() == {"version": attnpool.__version__, "commit": None}  # no git: tolerated

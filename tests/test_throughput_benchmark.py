@@ -163,8 +163,40 @@ def test_predict_backends_leaves_out_onnx_when_its_extra_is_missing(tiny_run, tm
     run, data = tiny_run
     monkeypatch.setattr(pb, "missing_modules", lambda names: ["onnxruntime"])
     assert pb.main(["--run", str(run.path), "--data-dir", str(data), "--rows", "20", "--repeats", "1",
-                    "--work-dir", str(tmp_path / "work")]) == 0
+                    "--work-dir", str(tmp_path / "work"), "--no-memory"]) == 0
     out = capsys.readouterr().out
     assert "the ONNX paths are skipped: onnxruntime not installed" in out
     assert "| torch fp32 |" in out and "| torch bf16 |" in out and "onnx" not in out.split("| path |")[1]
     assert "held-out PPPM rows (none a training row of the run)" in out
+
+
+def test_predict_backends_measures_each_paths_memory_in_a_process_of_its_own(tiny_run, tmp_path, monkeypatch, capsys):
+    """It printed one ru_maxrss of the whole process after every path had run in it, yet the README quoted a peak
+    per backend. Now each path loads and predicts alone in a fresh process, and its own peak is printed."""
+    import re
+
+    run, data = tiny_run
+    children = []
+    real_run = pb.subprocess.run
+
+    def spy(cmd, **kwargs):
+        children.append(cmd)
+        return real_run(cmd, **kwargs)
+
+    monkeypatch.setattr(pb.subprocess, "run", spy)
+    assert pb.main(["--run", str(run.path), "--data-dir", str(data), "--rows", "20", "--repeats", "1",
+                    "--work-dir", str(tmp_path / "work")]) == 0
+    out = capsys.readouterr().out
+    names = [line.split(" | ")[0].lstrip("| ") for line in out.split("| path |")[1].splitlines()[2:]
+             if line.startswith("| ")]
+    assert [cmd[cmd.index("--memory-child") + 1] for cmd in children] == names and len(names) >= 2
+    line = next(line for line in out.splitlines() if line.startswith("peak resident memory"))
+    assert "each path alone in a fresh process" in line and "of the process" not in out
+    peaks = dict(re.findall(r"(torch fp32|torch bf16|onnx fp32|onnx int8) ([0-9.]+) GB", line))
+    assert list(peaks) == names and all(0.05 < float(gb) < 20 for gb in peaks.values())
+
+
+def test_a_memory_child_needs_a_known_path_a_run_and_rows(tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        pb.main(["--memory-child", "onnx fp16", "--run", str(tmp_path), "--memory-sample", str(tmp_path / "x.csv")])
+    assert exit_.value.code == 2
