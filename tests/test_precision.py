@@ -35,7 +35,7 @@ def test_auto_is_bf16_on_a_cpu_with_native_bf16(cpu_with):
     with autocast("auto", "cpu"):
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     reason = precision_reason("auto", "cpu")
-    assert reason.startswith("bf16 autocast, float32 weights (auto: this CPU has native bf16: AVX512-BF16")
+    assert reason.startswith("bf16 autocast (auto: this CPU has native bf16: AVX512-BF16")
     assert "--precision fp32 to change it" in reason
 
 
@@ -55,7 +55,7 @@ def test_asked_for_wins_and_is_said_so(cpu_with):
     assert resolve_precision("fp32", "cpu") == "fp32" and precision_reason("fp32", "cpu") == "fp32 (asked for)"
     cpu_with()
     assert resolve_precision("bf16", "cpu") == "bf16"
-    assert precision_reason("bf16", "cpu") == "bf16 autocast, float32 weights (asked for)"
+    assert precision_reason("bf16", "cpu") == "bf16 autocast (asked for)"
 
 
 def test_a_torch_without_the_probes_means_no_native_bf16(monkeypatch):

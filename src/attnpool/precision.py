@@ -31,6 +31,33 @@ def cpu_bf16_instructions() -> list[str]:
     return found
 
 
+def cpu_fp16_native() -> bool:
+    """Whether PyTorch's CPU kernels compute in fp16 natively here (AVX512-FP16 or AMX-FP16); ``False`` if unknown."""
+    check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_fp16_supported", None)  # private probe
+    try:
+        return bool(check()) if check is not None else False
+    except (RuntimeError, AttributeError):  # an op this build registers without a kernel
+        return False
+
+
+def emulated_on_cpu(precision: str, device: str | torch.device) -> str | None:
+    """A warning for ``precision`` on ``device`` when it is a CPU that only emulates that type, else ``None``.
+
+    bf16 without AMX or AVX512-BF16 (:func:`cpu_bf16_instructions`), or fp16 without native fp16 kernels
+    (:func:`cpu_fp16_native`), run several times slower than float32 (a small BERT on an AVX2 CPU: 3 to 6 times).
+    Predicting there is still valid, so it is only said; ``auto`` never picks an emulated type.
+    """
+    resolved = resolve_precision(precision, device)
+    if torch.device(device).type != "cpu" or resolved == "fp32":
+        return None
+    if resolved == "bf16" and cpu_bf16_instructions():
+        return None
+    if resolved == "fp16" and cpu_fp16_native():
+        return None
+    return (f"--precision {resolved}: this CPU has no native {resolved}, so it is emulated here and much slower than "
+            "fp32 (several times); use --precision auto or fp32")
+
+
 def inference_device(device: str | torch.device | None = None) -> torch.device:
     """``device`` as a ``torch.device``; by default CUDA when available, else the CPU.
 
@@ -89,11 +116,12 @@ def cuda_native_bf16(device: str | torch.device = "cuda") -> bool:
 def precision_reason(precision: str, device: str | torch.device) -> str:
     """One log line: the precision ``precision`` resolves to on ``device``, and why.
 
-    For example ``bf16 autocast, float32 weights (auto: this CPU has native bf16: AMX, AVX512-BF16; --precision fp32
-    to change it)``.
+    For example ``bf16 autocast (auto: this CPU has native bf16: AMX, AVX512-BF16; --precision fp32 to change it)``.
+    Training keeps float32 weights; prediction on a CPU runs copies whose linear weights are stored in that type
+    (``attnpool.prediction.engine.with_encoder_in``, which says so in its own log line).
     """
     resolved = resolve_precision(precision, device)
-    name = "fp32" if resolved == "fp32" else f"{resolved} autocast, float32 weights"
+    name = "fp32" if resolved == "fp32" else f"{resolved} autocast"
     if precision != "auto":
         return f"{name} (asked for)"
     device = torch.device(device)

@@ -439,7 +439,7 @@ def test_bf16_autocast_on_cpu_is_finite_and_close_to_fp32(run, frame, unchunked,
     np.testing.assert_allclose(bf16["prediction"], fp32["prediction"], atol=0.05 * fp32["prediction"].abs().max())
 
 
-def test_cpu_bf16_runs_copies_with_bf16_encoder_weights_and_keeps_the_float32_models(run):
+def test_cpu_bf16_runs_copies_with_bf16_linear_weights_and_keeps_the_float32_models(run):
     ensemble = FoldEnsemble.load(Run(run))
     encodings = dict(ensemble.tokenizer([f"row {i} " * (1 + i % 5) for i in range(9)]))
     fp32 = ensemble.scores(encodings, batch_size=4, device="cpu", precision="fp32")
@@ -447,7 +447,11 @@ def test_cpu_bf16_runs_copies_with_bf16_encoder_weights_and_keeps_the_float32_mo
     lowered = ensemble.models_for("bf16", "cpu")
     assert lowered is ensemble.models_for("bf16", "cpu"), "made once, then reused"
     for low, model in zip(lowered, ensemble.models, strict=True):
-        assert {p.dtype for p in low.attnpool.encoder.parameters()} == {torch.bfloat16}
+        linear = {p.dtype for m in low.attnpool.encoder.modules() if isinstance(m, torch.nn.Linear)
+                  for p in m.parameters()}
+        norms = {p.dtype for m in low.attnpool.encoder.modules()
+                 if isinstance(m, torch.nn.LayerNorm | torch.nn.Embedding) for p in m.parameters()}
+        assert linear == {torch.bfloat16} and norms == {torch.float32}
         assert {p.dtype for p in low.attnpool.pooler.parameters()} | {p.dtype for p in low.head.parameters()} == {
             torch.float32}
         assert {p.dtype for p in model.parameters()} == {torch.float32}, "the loaded models are not changed"

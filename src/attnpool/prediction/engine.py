@@ -20,15 +20,19 @@ import transformers
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
+from transformers.pytorch_utils import Conv1D
 
 from attnpool.data.batching import padded_batches
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.precision import AUTOCAST_DTYPES, autocast, inference_device, resolve_precision
+from attnpool.precision import AUTOCAST_DTYPES, autocast, emulated_on_cpu, inference_device, resolve_precision
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.tasks import primary_metric, scores_from_logits
 
 logger = logging.getLogger("attnpool.predict")
+
+# The encoder modules whose weight and bias CPU autocast casts at every matrix product (F.linear; Conv1D's addmm)
+LOWERED_MODULES = (torch.nn.Linear, Conv1D)
 
 
 @torch.inference_mode()
@@ -78,17 +82,27 @@ def predict_encoded(models: Sequence[torch.nn.Module], encodings: dict[str, list
 
 def with_encoder_in(model: AttnPoolForSequenceClassification, dtype: torch.dtype
                     ) -> AttnPoolForSequenceClassification:
-    """A copy of ``model`` for inference whose encoder weights are stored in ``dtype`` (pooler and head unchanged).
+    """A copy of ``model`` for inference under ``dtype`` autocast on a CPU: its encoder's linear weights in ``dtype``.
 
     Under ``torch.autocast`` on a CPU every matrix product casts its float32 weight to bf16 again, at every batch;
-    with the weights already in bf16 a MiniLM prediction of 1,000 PPPM rows ran 1.20-1.25x faster than autocast
-    alone (an Intel CPU with AMX, batches of 32 to 128). Autocast still decides which operations run in float32
-    (layer norms, softmax), so the outputs stay within autocast's own rounding of the float32 model's.
+    with those weights already in bf16 a MiniLM prediction of 1,000 PPPM rows ran 1.20-1.25x faster than autocast
+    alone (an Intel CPU with AMX, batches of 32 to 128). Only the weights and biases that autocast would cast anyway
+    are stored lowered: those of ``nn.Linear`` and of transformers' ``Conv1D`` (GPT-2's projections, an ``addmm``),
+    so the outputs are those of autocast over the float32 model. Embeddings, layer norms (which CPU autocast does not
+    lift back to float32), any other encoder parameter, the pooler and the head stay float32, shared with ``model``
+    (not copied: the copy costs only the lowered weights); a linear weight tied to one of them (an embedding) stays
+    float32 too.
     """
-    # The encoder's parameters enter the copy already cast (deepcopy takes them from its memo), so no second
-    # float32 encoder is made on the way; tied weights stay tied.
-    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False)
-            for p in model.attnpool.encoder.parameters()}
+    encoder = model.attnpool.encoder
+    lowered, kept = set(), set()
+    for module in encoder.modules():
+        names = ("weight", "bias") if isinstance(module, LOWERED_MODULES) else ()
+        for name, param in module.named_parameters(recurse=False):
+            (lowered if name in names else kept).add(id(param))
+    # The lowered parameters enter the copy already cast and the others as themselves (deepcopy takes them from its
+    # memo), so no second float32 copy of any is made; tied weights stay tied.
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) if id(p) in lowered - kept else p
+            for p in model.parameters()}
     return copy.deepcopy(model, memo).eval()
 
 
@@ -289,8 +303,9 @@ class FoldEnsemble:
         (:class:`FoldScales`).
 
         ``precision`` is as in :func:`predict_encoded`. On a CPU, bf16 and fp16 run copies of the models whose
-        encoder weights are stored in that type (:func:`with_encoder_in`; made at the first such call and kept, about
-        half the float32 models' memory for bf16), so that autocast does not cast every weight again at every batch.
+        encoder's linear weights are stored in that type (:func:`with_encoder_in`; made at the first such call and
+        kept), so that autocast does not cast them again at every batch; the outputs are those of autocast over the
+        float32 models. A CPU that only emulates that type is warned about then (much slower than fp32).
         """
         device = inference_device(device)
         logits = predict_encoded(self.models_for(precision, device), encodings, None, batch_size, self.tokenizer,
@@ -302,6 +317,11 @@ class FoldEnsemble:
         dtype = AUTOCAST_DTYPES.get(resolve_precision(precision, device))
         if dtype is None or torch.device(device).type != "cpu":
             return self.models
-        if dtype not in self.lowered:
+        if dtype not in self.lowered:  # said once, as the copies are made
+            if (emulated := emulated_on_cpu(precision, device)) is not None:
+                logger.warning(emulated)
+            logger.info("%s on the CPU: the encoders' linear weights are stored as %s copies (the outputs of autocast "
+                        "over float32 weights, without casting them at every batch); embeddings, layer norms, pooler "
+                        "and head stay float32", resolve_precision(precision, device), str(dtype).split(".")[-1])
             self.lowered[dtype] = [with_encoder_in(m, dtype) for m in self.models]
         return self.lowered[dtype]

@@ -101,8 +101,11 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             hold line breaks or lines are blank.
         chunk_rows: Rows read, tokenised and predicted at a time.
         resume: Continue an interrupted prediction to the same ``output_file``.
-        precision: ``auto`` (bf16 on a CUDA device that supports it, else fp32), ``fp32``, ``bf16`` or ``fp16``:
-            the forward pass runs under ``torch.autocast`` with that dtype.
+        precision: ``auto`` (bf16 where it is native: a GPU of compute capability 8.0 on, or a CPU with AMX or
+            AVX512-BF16; else fp32; see :func:`attnpool.precision.resolve_precision`), ``fp32``, ``bf16`` or
+            ``fp16``: the forward pass runs under ``torch.autocast`` with that dtype (on a CPU, over copies of the
+            models whose linear weights are stored in it: the same outputs). bf16 or fp16 asked for on a CPU that
+            only emulates it is predicted, with a warning: it is several times slower than fp32 there.
         folds: Which trained folds to ensemble (one or several fold ids); default: all of them.
         backend: ``torch`` (default), or ``onnx``: ONNX Runtime on each fold's graph, exported once into the run
             (``fold_K/onnx/``) and reused (``precision`` does not apply: the graphs are float32 or int8).
