@@ -128,7 +128,7 @@ def create_app(service: Service, settings: Settings) -> Any:
     app.state.settings, app.state.draining = settings, False
 
     def render(answer: Answer, ids: list[Any]) -> bytes:  # in a worker thread (see predict)
-        check_finite(answer, service.precision)
+        check_finite(answer, service.precision, service.backend)
         return _json(service.respond(answer, ids))
 
     async def predict(body: body_model, request: web.Request) -> Any:  # type: ignore[valid-type]
@@ -283,21 +283,37 @@ async def unless_client_leaves(work: Awaitable[Any], receive: Callable[[], Await
         task.cancel()
 
 
-def check_finite(answer: Answer, precision: str) -> None:
+def check_finite(answer: Answer, precision: str, backend: str = "torch") -> None:
     """Raise :class:`ScoresNotFinite` naming the rows of ``answer`` whose scores or word weights are not finite.
 
     JSON has no NaN: unchecked, the answer failed as it was written, with a message that said nothing of the model.
+    ``precision``: the PyTorch models' (``--precision``); with ``backend`` ``onnx`` or ``onnx-int8`` it applies to
+    the word weights only, the scores being ONNX Runtime's (float32 or int8), so the advice names what computed them.
     """
-    finite = np.isfinite(np.asarray(answer.scores, dtype=np.float64).reshape(len(answer.scores), -1)).all(axis=1)
-    bad = [i for i, ok in enumerate(finite) if not ok or (answer.words is not None and not all(
-        np.isfinite(word["weights"]).all() for word in answer.words[i]))]
+    scores_ok = np.isfinite(np.asarray(answer.scores, dtype=np.float64).reshape(len(answer.scores), -1)).all(axis=1)
+    words_ok = [answer.words is None or all(np.isfinite(word["weights"]).all() for word in answer.words[i])
+                for i in range(len(scores_ok))]
+    bad = [i for i, (score, words) in enumerate(zip(scores_ok, words_ok, strict=True)) if not (score and words)]
     if not bad:
         return
     rows = ", ".join(f"rows[{i}]" for i in bad[:10]) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
-    fix = ("check the model: its weights may hold NaN" if precision == "fp32" else "serve with --precision fp32 "
-           "(float16 and bfloat16 overflow where float32 does not); if that does not help, check the model")
+    if backend == "torch":
+        said = f"precision {precision}"
+        fix = ("check the model: its weights may hold NaN" if precision == "fp32" else "serve with --precision fp32 "
+               "(float16 and bfloat16 overflow where float32 does not); if that does not help, check the model")
+    else:
+        computed = "int8" if backend.endswith("int8") else "float32"
+        said = f"scores by ONNX Runtime in {computed}" + ("" if answer.words is None else
+                                                         f", word weights by PyTorch in precision {precision}")
+        if all(scores_ok[i] for i in bad) and precision != "fp32":  # only the word weights: --precision applies
+            fix = ("serve with --precision fp32 (with --backend onnx it applies to the word weights only); if that "
+                   "does not help, check the model")
+        elif computed == "int8":
+            fix = "serve with --quantize none; if that does not help, check the model: its weights may hold NaN"
+        else:
+            fix = "check the model: its weights may hold NaN"
     raise ScoresNotFinite(f"{rows}: the model's scores or word weights are not finite (NaN or infinity), so there is "
-                          f"no prediction to send (precision {precision}): {fix}")
+                          f"no prediction to send ({said}): {fix}")
 
 
 def _unparsed(cause: BaseException) -> str | None:

@@ -43,7 +43,8 @@ def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.
     """Serve ``source`` until SIGTERM or Ctrl+C; see :func:`attnpool.serve` for the arguments.
 
     ``load_options`` are :meth:`Service.load`'s (folds, ensemble, device, precision, max_length, backend, quantize,
-    int8_tolerance, calibration_file, threads) and, with several runs, ``blend_weights``
+    int8_tolerance, calibration_file, threads; ``max_batch`` is passed on, the batch int8 is checked at) and, with
+    several runs, ``blend_weights``
     (:func:`attnpool.serving.blend.load_service`). The process's thread settings (PyTorch's pool,
     ``TOKENIZERS_PARALLELISM``) are its own again once this returns or raises.
 
@@ -60,7 +61,7 @@ def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.
     check_names(allowed_hosts, cors_headers, host=host, cors=bool(cors_origins))
     api_key = read_api_key(api_key_env)
     with thread_settings_kept(on_success=True):
-        service = load_service(source, **load_options)
+        service = load_service(source, max_batch=max_batch, **load_options)  # int8 is checked at --max-batch
         service.warm_up()
         if not is_loopback(host) and api_key is None:
             logger.warning("attnpool serve: listening on %s without --api-key-env: anyone who can reach this "

@@ -42,10 +42,11 @@ from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
-from attnpool.prediction.onnx_engine import CALIBRATION_ROWS, INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
+from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
 from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
+from attnpool.serving.onnx_backend import onnx_scorer, scores_precision
 from attnpool.serving.process import thread_settings_kept
 from attnpool.serving.weights import word_weights
 from attnpool.tasks import class_names, task_of
@@ -110,7 +111,7 @@ class Service:
              device: str | None = None, precision: str = "auto", max_length: int | None = None,
              backend: str = "torch", quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE,
              calibration_file: str | Path | None = None, threads: int | None = None,
-             context_view: str = "with") -> Service:
+             context_view: str = "with", max_batch: int | None = None) -> Service:
         """Load a train run's folds (or a saved model folder) onto ``device``; nothing is served yet.
 
         ``context_view``: for a run trained with a group context, as ``predict``'s: each row's context from the
@@ -118,7 +119,9 @@ class Service:
 
         With ``backend="onnx"`` (a run only) the scores come from ONNX Runtime sessions of the folds' graphs, as
         ``predict --backend onnx`` runs them; ``quantize="int8"`` is checked now, on the first rows of
-        ``calibration_file`` (default: the run's training file), and refused beyond ``int8_tolerance``.
+        ``calibration_file`` (default: the run's training file) in batches of 1, 64 and ``max_batch`` (the most rows
+        the server scores at once), and refused beyond ``int8_tolerance``. ``precision`` then applies to the word
+        weights only (the PyTorch models compute them); the scores are ONNX Runtime's, in float32 or int8.
 
         Raises:
             RunError: Not a run nor a model folder, no such trained fold, a fold model or tokenizer that cannot be
@@ -157,13 +160,16 @@ class Service:
             if run is None:
                 raise RunError(f"--backend onnx serves a train run (its folds' graphs are exported into it); {source} "
                                "is a model folder: serve it with --backend torch")
+            if precision != "fp32":
+                logger.info("--precision %s applies only to the word weights with --backend onnx: the scores are "
+                            "computed by ONNX Runtime in %s", precision, "float32" if quantize == "none" else quantize)
             service.scorer = onnx_scorer(run, service.ensemble, ensemble, quantize, threads, int8_tolerance,
-                                         calibration_file)
+                                         calibration_file, batch_size=max_batch)
         return service
 
     @classmethod
     def _load_run(cls, run: Run, folds: Any, how: str, device: torch.device, precision: str,
-                  context_view: str = "with") -> Service:
+                  context_view: str = "with", max_batch: int | None = None) -> Service:
         info, cfg = run.info(), run.config()
         views = context_views(context_view, bool(cfg.group_context), str(run.path))
         ensemble = FoldEnsemble.load(run, folds, how)
@@ -243,7 +249,13 @@ class Service:
                 "max_length": self.max_length, "fields": list(self.fields),
                 "optional_fields": list(self.optional_fields),
                 "id_field": self.id_field, "max_text_chars": self.max_text_chars, "device": str(self.device),
-                "precision": self.precision, "backend": self.backend, "context_view": self.context_view}
+                "precision": self.scores_precision, "word_weights_precision": self.precision, "backend": self.backend,
+                "context_view": self.context_view}
+
+    @property
+    def scores_precision(self) -> str:
+        """What the scores are computed in: ``precision`` (torch), or ONNX Runtime's ``float32`` or ``int8``."""
+        return self.precision if self.scorer is None else scores_precision(self.scorer)
 
     @property
     def backend(self) -> str:
@@ -335,30 +347,6 @@ class Service:
         ids = self.ensemble.tokenizer("warm up", truncation=True, max_length=self.max_length)
         encodings = {k: [list(v)] for k, v in ids.items() if k in ENCODING_KEYS}
         (self.scorer or self.ensemble).scores(encodings, batch_size=1, device=self.device, precision=self.precision)
-
-
-def onnx_scorer(run: Run, models: FoldEnsemble, how: str, quantize: str, threads: int, tolerance: float,
-                calibration_file: str | Path | None) -> OnnxFoldEnsemble:
-    """The ONNX Runtime ensemble of the folds of ``models`` (loaded, weighted ``how``); int8 checked against them.
-
-    Raises:
-        RunError: No calibration rows (no ``calibration_file`` and the run's training file is gone), or int8 that
-            departs from the float32 models beyond ``tolerance``.
-    """
-    if quantize != "none":
-        check_tolerance(tolerance)  # before the folds' graphs are exported and quantized
-    scorer = OnnxFoldEnsemble.load(run, models.folds, how, quantize, threads=threads, reference=models)
-    if quantize == "none":
-        return scorer
-    cfg = run.config()
-    path = calibration_file or cfg.train_file or (Path(cfg.data_dir) / "train.csv" if cfg.preset else None)
-    if path is None or not Path(path).is_file():
-        raise RunError(f"--quantize {quantize} is checked against the float32 models on rows like the served ones; "
-                       f"the run's training file {path or '(none)'} is not there: give --calibration-file FILE")
-    inputs = PredictionInputs(cfg, run.info(), path, scorer.tokenizer, log=logger)
-    _, encodings = inputs.encode(next(iter(inputs.chunks(CALIBRATION_ROWS))))
-    scorer.check(encodings, tolerance=tolerance)
-    return scorer
 
 
 def run_fields(cfg: TrainConfig) -> list[str]:
