@@ -11,7 +11,7 @@ from torch import nn
 from transformers import AutoModel
 
 import attnpool  # noqa: F401  (registers the Auto classes)
-from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
 from model_helpers import batch, tiny_config
 
 
@@ -113,6 +113,13 @@ def test_a_regression_folder_re_headed_for_classes_takes_class_labels(tmp_path):
     kept = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "one", num_labels=2, problem_type="regression",
                                                              ignore_mismatched_sizes=True)
     assert kept.config.problem_type == "regression"
+    # a regression saved with several outputs (asked for) re-headed with other outputs stays one: float targets
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=2,
+                                                   problem_type="regression").save_pretrained(tmp_path / "two")
+    wider = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "two", num_labels=3,
+                                                              ignore_mismatched_sizes=True)
+    assert wider.config.problem_type == "regression"
+    assert torch.isfinite(wider(ids, mask, labels=torch.randn(3, 3) * 4).loss)
 
 
 def test_vocab_size_is_the_encoders_and_is_saved_once(tmp_path):
@@ -130,3 +137,16 @@ def test_vocab_size_is_the_encoders_and_is_saved_once(tmp_path):
     loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
     assert loaded.config.vocab_size == vocab + 5
     assert type(loaded.config).from_dict(loaded.config.to_dict()).to_dict() == loaded.config.to_dict()
+
+
+def test_a_top_level_vocab_size_is_not_the_encoders(tmp_path):
+    """With the vocab_size property, a stray top-level vocab_size in config.json resized the encoder on load (the
+    weights then did not fit), and AttnPoolConfig(vocab_size=...) without an encoder raised."""
+    torch.manual_seed(0)
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"))
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "vocab_size": saved["encoder"]["vocab_size"] + 21}))
+    loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
+    assert loaded.config.vocab_size == saved["encoder"]["vocab_size"]
+    assert AttnPoolConfig(vocab_size=5).vocab_size is None

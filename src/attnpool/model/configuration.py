@@ -137,6 +137,7 @@ class AttnPoolConfig(PretrainedConfig):
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:
             kwargs.setdefault("attn_implementation", encoder._attn_implementation)
         saved = "transformers_version" in kwargs  # a config.json read back (to_dict writes it), not a new config
+        kwargs.pop("vocab_size", None)  # the encoder's (the property): a top-level one is not this model's
         super().__init__(**kwargs)
         if self.problem_type == "single_label_classification" and self.loss not in (None, "cross_entropy"):
             if not saved:
@@ -181,12 +182,13 @@ class AttnPoolConfig(PretrainedConfig):
 
         ``from_encoder`` sets ``problem_type="regression"`` for one output: a folder loaded with another
         ``num_labels`` above 1 (``from_pretrained(folder, num_labels=3)``) and no ``problem_type`` kept it, and its
-        3-output head refused class labels. With ``problem_type=None`` the labels decide, as for a new model.
+        3-output head refused class labels. With ``problem_type=None`` the labels decide, as for a new model. A
+        regression saved with several outputs (asked for) stays one.
         """
         wanted = kwargs.get("num_labels")
         saved = len(config_dict["id2label"]) if config_dict.get("id2label") else config_dict.get("num_labels")
         if (config_dict.get("problem_type") == "regression" and "problem_type" not in kwargs
-                and isinstance(wanted, int) and wanted > 1 and wanted != saved):
+                and isinstance(wanted, int) and wanted > 1 and saved == 1):
             config_dict = {**config_dict, "problem_type": None}
         return super().from_dict(config_dict, **kwargs)
 
