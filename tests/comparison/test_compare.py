@@ -743,6 +743,22 @@ def test_new_seeds_trained_after_a_data_edit_are_refused_after_their_first_run(t
     assert [r["pooler"] for r in result.rows] == ["mean", "attention"]
 
 
+def test_runs_from_before_texts_fingerprints_pair_with_new_ones_on_the_same_rows(tmp_path):
+    """Runs recorded before texts_sha256 existed have none: a new seed's run that has one was taken for other data."""
+    specs = [PoolerSpec.parse("mean")]
+    cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2)
+    for seed, info in ((1, {"data_sha256": "rows"}), (2, {"data_sha256": "rows", "texts_sha256": "texts"})):
+        Run.create(tmp_path / "runs" / "mean" / f"seed_{seed}").write_info({"task": "regression", **info})
+    runner._check_seeds_same_data(tmp_path, cfg, specs, [1, 2])  # paired: the rows and labels agree
+    Run(tmp_path / "runs" / "mean" / "seed_1").write_info({"task": "regression", "data_sha256": "other rows"})
+    with pytest.raises(RunError, match=r"the seeds trained on different data \(seed 1; seed 2: each group"):
+        runner._check_seeds_same_data(tmp_path, cfg, specs, [1, 2])
+    Run(tmp_path / "runs" / "mean" / "seed_1").write_info({"task": "regression", "data_sha256": "rows",
+                                                            "texts_sha256": "edited texts"})
+    with pytest.raises(RunError, match="the seeds trained on different data"):  # both recorded: texts count
+        runner._check_seeds_same_data(tmp_path, cfg, specs, [1, 2])
+
+
 def test_a_data_edit_is_refused_after_one_new_run_not_after_all_of_them(tmp_path, monkeypatch):
     """The data check ran after every missing run had trained: hours of runs, then the refusal."""
     cfg = TrainConfig(train_file="x.csv", text_cols=["a"], folds=2)

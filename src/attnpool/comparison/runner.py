@@ -300,13 +300,12 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
 def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int], *, precisions: bool = True) -> None:
     """Refuse pairing runs of one seed that trained on different data (texts edited between two compare calls).
 
-    The rows and labels are checked when the runs are paired; the data fingerprints of the runs' info cover the texts
-    too (runs from before them have none and are not checked). Runs of one seed trained in different precisions
-    (``precision: auto`` resumed on another machine) are paired with a warning (``precisions``): bf16 against fp32
-    moves a score by about as much as a small pooler effect. Runs not started yet are left out.
+    The rows and labels are checked when the runs are paired, the texts by the runs' data fingerprints. Runs of one
+    seed in different precisions (``precision: auto`` resumed elsewhere) are paired with a warning (``precisions``):
+    bf16 against fp32 moves a score as much as a small pooler effect. Runs not started yet are left out.
     """
     for seed in seeds:
-        trained_on: dict[tuple, list[str]] = {}
+        trained_on: list[tuple[str, dict]] = []
         precision_of: dict[str, list[str]] = {}
         for spec in specs:
             run = Run(out / "runs" / spec.slug / f"seed_{seed}")
@@ -314,7 +313,7 @@ def _check_same_data(out: Path, specs: list[PoolerSpec], seeds: list[int], *, pr
                 continue
             info = run.info()
             if info.get("data_sha256") is not None:
-                trained_on.setdefault((info["data_sha256"], info.get("texts_sha256")), []).append(spec.label)
+                trained_on.append((spec.label, info))
             if info.get("precision") is not None:
                 precision_of.setdefault(info["precision"], []).append(spec.label)
         if precisions and len(precision_of) > 1:
@@ -330,22 +329,20 @@ def _check_seeds_same_data(out: Path, cfg: TrainConfig, specs: list[PoolerSpec],
 
     Only a ``limit`` each seed draws (no ``split_seed``) gives seeds rows of their own. One run stands for its seed.
     """
-    if cfg.limit is not None and cfg.split_seed is None:
-        return
-    trained_on: dict[tuple, list[str]] = {}  # data -> the seeds trained on it
-    for seed in seeds:
-        infos = (Run(out / "runs" / spec.slug / f"seed_{seed}") for spec in specs)
-        info = next((run.info() for run in infos if run.has_info() and run.info().get("data_sha256")), None)
-        if info is not None:
-            trained_on.setdefault((info["data_sha256"], info.get("texts_sha256")), []).append(f"seed {seed}")
-    _refuse_mixed_data(trained_on, "seeds", "seed")
+    if cfg.limit is None or cfg.split_seed is not None:
+        infos = [next((run.info() for spec in specs if (run := Run(out / "runs" / spec.slug / f"seed_{seed}"))
+                       .has_info() and run.info().get("data_sha256")), None) for seed in seeds]
+        _refuse_mixed_data([(f"seed {s}", i) for s, i in zip(seeds, infos, strict=True) if i], "seeds", "seed")
 
 
-def _refuse_mixed_data(trained_on: dict[tuple, list[str]], whose: str, each: str) -> None:
-    """A RunError when the runs fall into more than one group of data (``trained_on``: data -> their labels)."""
-    if len(trained_on) > 1:
-        groups = "; ".join(", ".join(labels) for labels in trained_on.values())
-        raise RunError(f"the {whose} trained on different data ({groups}: each group on its own): the data changed "
+def _refuse_mixed_data(trained_on: list[tuple[str, dict]], whose: str, each: str) -> None:
+    """A RunError when runs (label, info) trained on more than one data; texts count where all recorded theirs."""
+    texts, groups = all(info.get("texts_sha256") for _, info in trained_on), {}  # none before 2026-12-06
+    for label, info in trained_on:
+        groups.setdefault((info["data_sha256"], info.get("texts_sha256") if texts else None), []).append(label)
+    if len(groups) > 1:
+        shown = "; ".join(", ".join(labels) for labels in groups.values())
+        raise RunError(f"the {whose} trained on different data ({shown}: each group on its own): the data changed "
                        f"between compare calls. Re-run the comparison with --overwrite so that every {each} trains on "
                        "the same data")
 
