@@ -71,6 +71,8 @@ def test_the_same_titles_written_otherwise_resume(tmp_path):
                                                                           'A47,"HUMAN NECESSITIES. FURNITURE"'))
     keep_context_titles(Run(run), Run(run).config())
     assert (run / CONTEXT_TITLES).read_text() == TITLES
+    # and the run reads on from its data folder (serve --quantize calibrates on its train.csv there)
+    assert Run(run).config().data_dir == str(data)
 
 
 def test_train_resume_refuses_edited_titles(tmp_path):

@@ -41,6 +41,7 @@ from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.tables import read_oof
+from attnpool.runs.titles import same_titles
 
 RUN_FORMAT = 1  # bumped when the layout of a run directory changes incompatibly
 RUN_FILE = "run.json"
@@ -198,7 +199,7 @@ class Run:
             raise RunError(f"{self.path} has no {CONFIG_FILE}; the run is incomplete: re-run training")
         cfg = TrainConfig.from_dict(load_yaml(self.config_file), where=str(self.config_file))
         kept, data = self.path / CONTEXT_TITLES, Path(cfg.data_dir or "", CONTEXT_TITLES)
-        if cfg.preset == "pppm" and kept.is_file() and not (data.is_file() and data.read_bytes() == kept.read_bytes()):
+        if cfg.preset == "pppm" and kept.is_file() and not same_titles(kept, data):
             cfg.data_dir = str(self.path)  # its own CPC titles: the data folder's are gone or edited since training
         return cfg
 

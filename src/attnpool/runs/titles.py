@@ -14,6 +14,11 @@ from attnpool.data.pppm import read_titles
 from attnpool.runs.files import atomic_write
 
 
+def same_titles(kept: Path, source: Path) -> bool:
+    """Whether ``source`` gives the titles of ``kept`` (written alike, or otherwise: quotes, order, line ends)."""
+    return source.is_file() and (source.read_bytes() == kept.read_bytes() or read_titles(source) == read_titles(kept))
+
+
 def keep_titles(kept: Path, source: Path) -> None:
     """Copy ``source`` (the data folder's titles) to ``kept`` (the run's) the first time; after, check it.
 
