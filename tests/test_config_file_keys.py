@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from attnpool.options import ConfigError, load_yaml
 
@@ -41,3 +42,16 @@ def test_two_spellings_of_one_option_are_refused(tmp_path, suffix):
         load_yaml(path)
     path.write_text('{"head-lr": 0.001, "lr": 0.01}')
     assert load_yaml(path) == {"head_lr": 0.001, "lr": 0.01}
+
+
+def test_a_merged_mapping_that_overrides_a_merge_of_its_own_loads_as_before(tmp_path):
+    """Merging rewrites the merged mapping's nodes in place: checked during construction, an anchored mapping with
+    its own `<<` and an override, merged again later, showed its key twice."""
+    path = tmp_path / "deep.yaml"
+    path.write_text("pooling_options:\n  inner:\n    deeper: &M\n      <<: {k: 1}\n      k: 2\n  other:\n    <<: *M\n")
+    loaded = load_yaml(path)
+    assert loaded["pooling_options"]["inner"] == {"deeper": {"k": 2}}
+    assert loaded == yaml.safe_load(path.read_text())  # whatever PyYAML makes of the merge, the same
+    path.write_text("pooling_options:\n  - {x: 1, x: 2}\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:2:12: duplicate key 'x' (first at line 2)")):
+        load_yaml(path)

@@ -112,21 +112,38 @@ def _yaml_problem(path: Path, err: Any) -> str:
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` refusing a key given twice in one mapping (the safe loader kept the last, silently)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Mark] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden, as YAML says
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.setdefault(key, key_node.start_mark)
-            except TypeError:  # an unhashable key: the safe loader's own error comes
-                break
-            if first is not key_node.start_mark:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {first.line + 1}); keep one of them",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+    def construct_document(self, node: yaml.Node) -> Any:
+        # Checked on the composed nodes, before construction: merging (`<<: *base`) rewrites a merged mapping's
+        # nodes in place, which would then show its overridden keys twice.
+        _refuse_repeated_keys(node, set())
+        return super().construct_document(node)
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _refuse_repeated_keys(node: yaml.Node, visited: set[int]) -> None:
+    """A ConstructorError at the second of two equal keys in a mapping under ``node``, each anchored node once.
+
+    A ``<<`` merge's keys may be overridden, as YAML says.
+    """
+    if id(node) in visited:
+        return
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], yaml.Mark] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE:
+                key = (key_node.tag, key_node.value)
+                if key in first:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r} (first at line {first[key].line + 1}); keep "
+                        "one of them", key_node.start_mark)
+                first[key] = key_node.start_mark
+            _refuse_repeated_keys(value_node, visited)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_repeated_keys(item, visited)
 
 
 def _unique_pairs(path: Path) -> Any:
