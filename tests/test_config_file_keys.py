@@ -55,3 +55,11 @@ def test_a_merged_mapping_that_overrides_a_merge_of_its_own_loads_as_before(tmp_
     path.write_text("pooling_options:\n  - {x: 1, x: 2}\n")
     with pytest.raises(ConfigError, match=re.escape(f"{path}:2:12: duplicate key 'x' (first at line 2)")):
         load_yaml(path)
+
+
+@pytest.mark.parametrize(("first", "second"), [("1", "0x1"), ("yes", "true"), ("~", "null"), ("1", "1.0")])
+def test_keys_written_otherwise_with_one_value_are_one_key(tmp_path, first, second):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"pooling_options:\n  {first}: a\n  {second}: b\n")
+    with pytest.raises(ConfigError, match=re.escape(f"duplicate key {second!r} (first at line 2)")):
+        load_yaml(path)

@@ -115,35 +115,31 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_document(self, node: yaml.Node) -> Any:
         # Checked on the composed nodes, before construction: merging (`<<: *base`) rewrites a merged mapping's
         # nodes in place, which would then show its overridden keys twice.
-        _refuse_repeated_keys(node, set())
+        self._refuse_repeated_keys(node, set())
         return super().construct_document(node)
 
+    def _refuse_repeated_keys(self, node: yaml.Node, visited: set[int]) -> None:
+        """A ConstructorError at the second of two equal keys (``1`` and ``0x1`` too) in a mapping under ``node``.
 
-_MERGE = "tag:yaml.org,2002:merge"
-
-
-def _refuse_repeated_keys(node: yaml.Node, visited: set[int]) -> None:
-    """A ConstructorError at the second of two equal keys in a mapping under ``node``, each anchored node once.
-
-    A ``<<`` merge's keys may be overridden, as YAML says.
-    """
-    if id(node) in visited:
-        return
-    visited.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        first: dict[tuple[str, str], yaml.Mark] = {}
-        for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE:
-                key = (key_node.tag, key_node.value)
-                if key in first:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key_node.value!r} (first at line {first[key].line + 1}); keep "
-                        "one of them", key_node.start_mark)
-                first[key] = key_node.start_mark
-            _refuse_repeated_keys(value_node, visited)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_repeated_keys(item, visited)
+        A ``<<`` merge's keys may be overridden, as YAML says; each anchored node is walked once.
+        """
+        if id(node) in visited:
+            return
+        visited.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, yaml.Mark] = {}
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    key = self.construct_object(key_node)  # a scalar: its value, as the mapping will hold it
+                    if key in first:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key_node.value!r} (first at line {first[key].line + 1}); "
+                            "keep one of them", key_node.start_mark)
+                    first[key] = key_node.start_mark
+                self._refuse_repeated_keys(value_node, visited)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                self._refuse_repeated_keys(item, visited)
 
 
 def _unique_pairs(path: Path) -> Any:

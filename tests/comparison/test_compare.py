@@ -757,6 +757,10 @@ def test_runs_from_before_texts_fingerprints_pair_with_new_ones_on_the_same_rows
                                                             "texts_sha256": "edited texts"})
     with pytest.raises(RunError, match="the seeds trained on different data"):  # both recorded: texts count
         runner._check_seeds_same_data(tmp_path, cfg, specs, [1, 2])
+    # a run without a texts fingerprint beside two that disagree: the two are still told apart
+    Run.create(tmp_path / "runs" / "mean" / "seed_3").write_info({"task": "regression", "data_sha256": "rows"})
+    with pytest.raises(RunError, match=r"\(seed 1, seed 3; seed 2: each group"):
+        runner._check_seeds_same_data(tmp_path, cfg, specs, [1, 2, 3])
 
 
 def test_a_data_edit_is_refused_after_one_new_run_not_after_all_of_them(tmp_path, monkeypatch):

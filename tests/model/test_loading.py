@@ -139,14 +139,18 @@ def test_vocab_size_is_the_encoders_and_is_saved_once(tmp_path):
     assert type(loaded.config).from_dict(loaded.config.to_dict()).to_dict() == loaded.config.to_dict()
 
 
-def test_a_top_level_vocab_size_is_not_the_encoders(tmp_path):
-    """With the vocab_size property, a stray top-level vocab_size in config.json resized the encoder on load (the
-    weights then did not fit), and AttnPoolConfig(vocab_size=...) without an encoder raised."""
+def test_a_top_level_vocab_size_is_the_encoders_as_attnpool_saved_a_resize_before(tmp_path):
+    """attnpool saved a resized vocabulary at the top of config.json before 2026-12-06 (the encoder's kept the old
+    size): such a folder loads with the resized size; without an encoder, a vocab_size is not refused."""
     torch.manual_seed(0)
     model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"))
+    vocab = model.config.encoder.vocab_size
+    model.resize_token_embeddings(vocab + 5)
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**saved, "vocab_size": saved["encoder"]["vocab_size"] + 21}))
+    saved["encoder"]["vocab_size"] = vocab  # as the earlier attnpool wrote it
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "vocab_size": vocab + 5}))
     loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
-    assert loaded.config.vocab_size == saved["encoder"]["vocab_size"]
+    assert loaded.config.vocab_size == vocab + 5
+    assert loaded.attnpool.encoder.get_input_embeddings().weight.shape[0] == vocab + 5
     assert AttnPoolConfig(vocab_size=5).vocab_size is None

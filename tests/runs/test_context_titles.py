@@ -89,3 +89,13 @@ def test_train_resume_refuses_edited_titles(tmp_path):
     with pytest.raises(DataError, match=re.escape("changed since the run started (other titles for 'G02')")):
         attnpool.train({**recipe, "only_folds": None}, output_dir=str(tmp_path / "run"), resume=True)
     assert not Run(tmp_path / "run").fold_done(1)
+
+
+@pytest.mark.parametrize("damaged", ["context,text\nA47,\n", "context,text\nA47,X\nA47,Y\n", "code,title\nA47,X\n", "",
+                                     "\xff\xfe"])
+def test_a_data_folder_whose_titles_do_not_read_leaves_the_run_its_copy(tmp_path, damaged):
+    """Comparing the titles parsed raised the data folder's file's own errors: predict failed on a file it no
+    longer needs, where it read the run's copy before."""
+    run, data = _pppm_run(tmp_path)
+    (data / CONTEXT_TITLES).write_bytes(damaged.encode("latin-1"))
+    assert Run(run).config().data_dir == str(run)

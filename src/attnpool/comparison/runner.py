@@ -336,10 +336,13 @@ def _check_seeds_same_data(out: Path, cfg: TrainConfig, specs: list[PoolerSpec],
 
 
 def _refuse_mixed_data(trained_on: list[tuple[str, dict]], whose: str, each: str) -> None:
-    """A RunError when runs (label, info) trained on more than one data; texts count where all recorded theirs."""
-    texts, groups = all(info.get("texts_sha256") for _, info in trained_on), {}  # none before 2026-12-06
+    """A RunError when runs (label, info) trained on other rows and labels, or other texts where both say which."""
+    # Runs from before 2026-12-06 recorded no texts fingerprint: they go with any texts of their rows.
+    texts_of = {i["data_sha256"]: i["texts_sha256"] for _, i in reversed(trained_on) if i.get("texts_sha256")}
+    groups: dict[tuple, list[str]] = {}
     for label, info in trained_on:
-        groups.setdefault((info["data_sha256"], info.get("texts_sha256") if texts else None), []).append(label)
+        key = (info["data_sha256"], info.get("texts_sha256") or texts_of.get(info["data_sha256"]))
+        groups.setdefault(key, []).append(label)
     if len(groups) > 1:
         shown = "; ".join(", ".join(labels) for labels in groups.values())
         raise RunError(f"the {whose} trained on different data ({shown}: each group on its own): the data changed "

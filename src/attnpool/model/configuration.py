@@ -137,7 +137,8 @@ class AttnPoolConfig(PretrainedConfig):
         if isinstance(encoder, PretrainedConfig) and getattr(encoder, "_attn_implementation", None) is not None:
             kwargs.setdefault("attn_implementation", encoder._attn_implementation)
         saved = "transformers_version" in kwargs  # a config.json read back (to_dict writes it), not a new config
-        kwargs.pop("vocab_size", None)  # the encoder's (the property): a top-level one is not this model's
+        if encoder is None:  # else the encoder's, by the property: attnpool before 2026-12-06 saved a resize here
+            kwargs.pop("vocab_size", None)
         super().__init__(**kwargs)
         if self.problem_type == "single_label_classification" and self.loss not in (None, "cross_entropy"):
             if not saved:

@@ -15,8 +15,16 @@ from attnpool.runs.files import atomic_write
 
 
 def same_titles(kept: Path, source: Path) -> bool:
-    """Whether ``source`` gives the titles of ``kept`` (written alike, or otherwise: quotes, order, line ends)."""
-    return source.is_file() and (source.read_bytes() == kept.read_bytes() or read_titles(source) == read_titles(kept))
+    """Whether ``source`` gives the titles of ``kept`` (written alike, or otherwise: quotes, order, line ends).
+
+    A ``source`` that does not read as titles (a blank title, a code twice, not UTF-8) is not: the run reads its copy.
+    """
+    if not source.is_file() or source.read_bytes() == kept.read_bytes():
+        return source.is_file()
+    try:
+        return read_titles(source) == read_titles(kept)
+    except DataError:
+        return False
 
 
 def keep_titles(kept: Path, source: Path) -> None:
