@@ -535,7 +535,8 @@ def test_the_default_max_length_is_capped_at_a_small_encoder_s_positions_and_a_c
     cfg = TrainConfig(train_file="t.csv", text_cols=["a"], model=encoder)
     check_encoder_fit(cfg)
     assert cfg.max_length == 64, "the default 128 is over the tiny encoder's 64 positions: capped, not refused"
-    check_encoder_fit(TrainConfig(model=str(tmp_path / "absent"), max_length=10_000))  # no config: the fold says
+    with pytest.raises(FileNotFoundError, match="no such folder"):  # said before the run folder is made
+        check_encoder_fit(TrainConfig(model=str(tmp_path / "absent"), max_length=10_000))
     out = tmp_path / "run"
     args = ["train", "--train-file", str(data / "train.csv"), "--text-cols", "first", "--folds", "2", "--only-folds",
             "0", "--model", encoder, "--output-dir", str(out), *FAST]
