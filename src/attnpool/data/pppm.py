@@ -97,15 +97,14 @@ def load_pppm(
         where = f"PPPM {split} rows"
         check_columns(frame, list(PPPM_FIELDS), where)
     titles = cpc_titles(root) if titles is None else titles
-    blank = (frame["context"].isna() | frame["context"].astype(str).str.strip().eq("")).to_numpy().nonzero()[0]
+    codes = _stripped(frame["context"])  # " A47" is A47, as in the group keys and folds
+    blank = codes.eq("").to_numpy().nonzero()[0]
     if len(blank):
         if isinstance(frame.index, pd.RangeIndex):  # a chunk of a file carries its rows' positions in the file
             blank = frame.index[blank]
-        shown = ", ".join(str(i + 1) for i in blank[:10]) + (", ..." if len(blank) > 10 else "")
         raise DataError(
-            f"{where}: {len(blank)} row(s) have no context code (data rows {shown}); every PPPM row needs its CPC "
-            "context (e.g. A47), whose title cpc_texts.csv gives: fill them in or drop those rows")
-    codes = _stripped(frame["context"])  # " A47" is A47, as in the blank check, group keys and folds
+            f"{where}: {len(blank)} row(s) have no context code (data rows {_rows(blank)}); every PPPM row needs its "
+            "CPC context (e.g. A47), whose title cpc_texts.csv gives: fill them in or drop those rows")
     titles = {str(code).strip(): title for code, title in titles.items()}
     unknown = sorted(set(codes) - set(titles))
     if unknown:
