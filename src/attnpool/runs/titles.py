@@ -19,8 +19,10 @@ def same_titles(kept: Path, source: Path) -> bool:
 
     A ``source`` that does not read as titles (a blank title, a code twice, not UTF-8) is not: the run reads its copy.
     """
-    if not source.is_file() or source.read_bytes() == kept.read_bytes():
-        return source.is_file()
+    if not source.is_file():
+        return False
+    if source.read_bytes() == kept.read_bytes():
+        return True
     try:
         return read_titles(source) == read_titles(kept)
     except DataError:
