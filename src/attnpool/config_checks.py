@@ -104,8 +104,7 @@ def check_preset_resets(given: Mapping[str, Any], text_cols_from: str | None = N
         return
     if given.get("text_cols") and not given.get("template"):  # else "not both" with a template never given
         source = f"text_cols (from {text_cols_from}: drop them there)" if text_cols_from else "--text-cols"
-        raise ConfigError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
-                          f"--template (e.g. '{{anchor}} [SEP] {{target}}'), not {source}")
+        raise ConfigError(_pppm_template_only(source))
     for name, value in PRESET_SETS.items():
         if name in given and given[name] is None:
             flag = "--" + name.replace("_", "-")
@@ -113,6 +112,12 @@ def check_preset_resets(given: Mapping[str, Any], text_cols_from: str | None = N
             raise ConfigError(f"--preset pppm sets {name} {value}, so {flag} none (or {name}: null in a config file) "
                               f"would be replaced by it: drop it{other} (without the preset: --train-file and "
                               "--text-cols or --template)")
+
+
+def _pppm_template_only(source: str) -> str:
+    """Why ``--preset pppm`` refuses text columns (given by ``source``): its texts come from its template."""
+    return (f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with --template (e.g. "
+            f"'{{anchor}} [SEP] {{target}}'), not {source}")
 
 
 PRESETS = ("pppm",)
@@ -135,8 +140,7 @@ def check_preset(cfg: TrainConfig) -> None:
     if pppm and cfg.task != "regression":
         raise DataError(f"--preset pppm is a regression task (scores 0 to 1), got --task {cfg.task}; drop --task")
     if pppm and cfg.text_cols and not cfg.template:  # else refused as "not both" with the preset's template
-        raise DataError(f"--preset pppm builds each text from its template {PPPM_TEMPLATE!r}: change it with "
-                        "--template (e.g. '{anchor} [SEP] {target}'), not --text-cols")
+        raise DataError(_pppm_template_only("--text-cols"))
     if cfg.group_context and not cfg.group_context_by and not pppm:  # pppm's: anchor context
         raise DataError(f"--group-context {cfg.group_context} needs --group-context-by COL [COL ...]: the columns "
                         "whose shared values make a group (PPPM: anchor context)")
