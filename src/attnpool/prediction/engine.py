@@ -101,7 +101,8 @@ def with_encoder_in(model: AttnPoolForSequenceClassification, dtype: torch.dtype
             (lowered if name in names else kept).add(id(param))
     # The lowered parameters enter the copy already cast and the others as themselves (deepcopy takes them from its
     # memo), so no second float32 copy of any is made; tied weights stay tied.
-    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) if id(p) in lowered - kept else p
+    lowered -= kept  # a weight tied to a parameter kept float32 (an embedding) stays float32 with it
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) if id(p) in lowered else p
             for p in model.parameters()}
     return copy.deepcopy(model, memo).eval()
 
