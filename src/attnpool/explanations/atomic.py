@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
-from attnpool.runs.files import atomic_write_text
+from attnpool.runs.files import staged
 
 
 def write_texts_together(texts: dict[Path, str]) -> None:
@@ -19,11 +18,7 @@ def write_texts_together(texts: dict[Path, str]) -> None:
     temporaries: dict[Path, Path] = {}
     try:
         for path, text in texts.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            os.close(fd)
-            temporaries[path] = Path(tmp)
-            atomic_write_text(tmp, text)  # its mode, and on disk before it gets the real name
+            temporaries[path] = staged(path, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
         for path, tmp in temporaries.items():
             os.replace(tmp, path)
     except BaseException:

@@ -44,11 +44,11 @@ def _sync(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None], *, tmp_dir: str | Path | None = None) -> Path:
-    """Write through ``write(tmp_path)`` to a temporary name beside ``path``, then rename: never a partial file.
+def staged(path: str | Path, write: Callable[[Path], None], *, tmp_dir: str | Path | None = None) -> Path:
+    """Write through ``write(tmp_path)`` to a temporary file beside ``path``, whole and on disk; return its path.
 
-    ``tmp_dir``: a folder (on the file system of ``path``) to make the temporary file in instead, e.g. one whose
-    deletion also removes what a killed write leaves there.
+    The first half of :func:`atomic_write`, for writes that must all succeed before any is renamed into place. A
+    failed write leaves no temporary file. ``tmp_dir``: as :func:`atomic_write`'s.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,10 +58,25 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], *, tmp_dir: st
         write(Path(tmp))
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the outputs from the rest of a team
         _sync(Path(tmp))  # on disk before the name: a "finished" part or fold is never an empty file after a crash
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None], *, tmp_dir: str | Path | None = None) -> Path:
+    """Write through ``write(tmp_path)`` to a temporary name beside ``path``, then rename: never a partial file.
+
+    ``tmp_dir``: a folder (on the file system of ``path``) to make the temporary file in instead, e.g. one whose
+    deletion also removes what a killed write leaves there.
+    """
+    path = Path(path)
+    tmp = staged(path, write, tmp_dir=tmp_dir)
+    try:
         os.replace(tmp, path)
         _sync(path.parent)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
 
