@@ -26,14 +26,15 @@ def looks_like_local_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1 or os.path.isabs(name)
 
 
-def check_encoder_reachable(name: str) -> None:
+def check_encoder_reachable(name: str, options: dict[str, Any] | None = None) -> None:
     """:func:`check_encoder_source`, then one quick look at the Hub for a hub name not in the local cache.
 
-    What ``attnpool train`` and ``demo`` check first: a mistyped folder read as a hub name, or a name the Hub cannot
-    be reached for, failed in the tokenizer with the hub's message (after a minute and a half of retries).
+    What ``from_encoder`` and, before it, ``attnpool train`` and ``demo`` check first: a mistyped folder read as a hub
+    name, or a name the Hub cannot be reached for, failed in the tokenizer with the hub's message (after a minute and
+    a half of retries). ``options``: the ``from_pretrained`` options that say where the files are (``revision``...).
     """
     check_encoder_source(name)
-    check_hub_source(name, {})
+    check_hub_source(name, options or {})
 
 
 def check_encoder_source(name: str) -> None:

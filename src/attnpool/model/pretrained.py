@@ -20,7 +20,7 @@ from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_mo
 from attnpool.model.card import model_card as config_card
 from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
 from attnpool.model.encoders import (
-    check_encoder_source,
+    check_encoder_reachable,
     encoder_layers,
     encoder_pooling_defaults,
     freeze_bottom,
@@ -296,9 +296,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             # its name, saved with the model, and "models/enc" read from another directory looks like a hub name.
             if os.path.exists(os.path.expanduser(name)):
                 name = os.path.abspath(os.path.expanduser(name))
-            check_encoder_source(name)
             kwargs = {"use_safetensors": True, **(encoder_kwargs or {})}
-            check_hub_source(name, kwargs)  # a hub name that cannot be reached fails here, once, clearly
+            check_encoder_reachable(name, kwargs)  # a missing folder, a hub name that cannot be reached: once, clearly
             if kwargs["use_safetensors"] is not False:  # use_safetensors=True alone still unpickles (False: asked for)
                 check_safetensors_only(name, kwargs)
             try:
