@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F_nn
 from torch import Tensor, nn
 from typing_extensions import override
 
@@ -159,14 +158,7 @@ class AdaptivePooling(Pooler):
         # W_k h_t overflow for tokens of ~3e4 (LLM outliers) while the weighted tokens, the output, do not, and the
         # zero keys of init="mean" then gave inf * 0 = NaN. W_k is folded into the query, the score of token t
         # being (W_k^T q)_head . h_t: one (heads, H) row per sequence instead of the (B, T, H) keys.
-        dtype = F.compute_dtype(hidden_states.dtype)
-        heads = self.num_heads
-        head_dim = self.hidden_size // heads
-        with torch.autocast(hidden_states.device.type, enabled=False):  # which would run the products in half again
-            source = self._query_source(hidden_states, mask).to(dtype)  # (B|1, H)
-            query = F_nn.linear(source, self.wq.weight.to(dtype), self.wq.bias.to(dtype))  # (B|1, H)
-            w_k = self.wk.weight.to(dtype).view(heads, head_dim, self.hidden_size)  # (heads, d, H), output rows
-            folded = torch.einsum("bhd,hdi->bhi", query.view(-1, heads, head_dim) * head_dim**-0.5, w_k)
-            scores = torch.matmul(folded, hidden_states.to(dtype).transpose(1, 2))  # (B, heads, T)
-        out, weights = F.attend(scores.unsqueeze(2), hidden_states, mask, heads)  # (B, 1, H), (B, heads, 1, T)
+        query = F.float_linear(self.wq, self._query_source(hidden_states, mask)).unsqueeze(1)  # (B|1, 1, H)
+        scores = F.folded_key_scores(query, self.wk.weight, hidden_states, self.num_heads)  # (B, heads, 1, T)
+        out, weights = F.attend(scores, hidden_states, mask, self.num_heads)  # (B, 1, H), (B, heads, 1, T)
         return out.squeeze(1), F.merge_heads(weights, hidden_states.dtype)

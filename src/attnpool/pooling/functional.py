@@ -233,6 +233,46 @@ def masked_attention(
     return attend(scores, value, mask, num_heads)
 
 
+def float_linear(layer: torch.nn.Linear, x: Tensor) -> Tensor:
+    """``layer(x)`` computed in float32 (float64 for float64 inputs), autocast off, for queries of large tokens.
+
+    In half precision a projection of a token of ~3e4 (LLM outliers) overflows although the pooled output, a convex
+    combination of the tokens, does not.
+    """
+    dtype = compute_dtype(x.dtype)
+    bias = None if layer.bias is None else layer.bias.to(dtype)
+    with torch.autocast(x.device.type, enabled=False):
+        return torch.nn.functional.linear(x.to(dtype), layer.weight.to(dtype), bias)
+
+
+def folded_key_scores(query: Tensor, key_weight: Tensor, tokens: Tensor, num_heads: int) -> Tensor:
+    r"""The scores of :func:`masked_attention` for the keys ``tokens @ key_weight.T``, without forming the keys.
+
+    With :math:`W_{k,h}` head ``h``'s rows of a bias-free key projection,
+    :math:`q_h \cdot W_{k,h} x_t = (W_{k,h}^\top q_h) \cdot x_t`: the key projection is folded into each query,
+    one ``(heads, H_in)`` row per query instead of ``(B, T, E)`` keys. Everything runs in float32 (float64 for
+    float64), autocast off, so that in half precision the keys of large tokens, which overflow where the pooled
+    output does not, are never formed.
+
+    Args:
+        query: ``(B, Q, E)`` or ``(1, Q, E)`` for queries shared by the batch.
+        key_weight: ``(E, H_in)``, the key projection's weight.
+        tokens: ``(B, T, H_in)``, padding already cleared.
+        num_heads: Number of heads; must divide ``E``.
+
+    Returns:
+        Scores ``(B, heads, Q, T)`` for :func:`attend`.
+    """
+    dtype = compute_dtype(torch.promote_types(query.dtype, tokens.dtype))
+    rows, num_queries, embed = query.shape
+    head_dim = embed // num_heads
+    with torch.autocast(tokens.device.type, enabled=False):
+        q = query.to(dtype).reshape(rows, num_queries, num_heads, head_dim) * head_dim**-0.5
+        w_k = key_weight.to(dtype).view(num_heads, head_dim, key_weight.shape[-1])  # (h, d, H_in)
+        folded = torch.einsum("bqhd,hdi->bhqi", q, w_k)  # (B|1, h, Q, H_in)
+        return torch.matmul(folded, tokens.to(dtype).transpose(1, 2).unsqueeze(1))  # (B, h, Q, T)
+
+
 def attend(scores: Tensor, value: Tensor, mask: Tensor, num_heads: int) -> tuple[Tensor, Tensor]:
     """The second half of :func:`masked_attention`: masked softmax of the scores, then each head's share of values.
 

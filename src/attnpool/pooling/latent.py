@@ -172,9 +172,9 @@ class PMAPooling(Pooler):
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         query = self.fc_q(self.seeds.to(hidden_states.dtype))  # (1, k, H)
-        out, weights = F.masked_attention(
-            query, self.fc_k(hidden_states), self.fc_v(hidden_states), mask, self.num_heads
-        )  # (B, k, H), (B, h, k, T)
+        # W_k folded into the seeds, in float32: fp16 keys of tokens of ~3e4 overflow (NaN weights).
+        scores = F.folded_key_scores(query, self.fc_k.weight, hidden_states, self.num_heads)  # (B, h, k, T)
+        out, weights = F.attend(scores, self.fc_v(hidden_states), mask, self.num_heads)  # (B, k, H), (B, h, k, T)
         o = self.ln0(query + out)
         o = self.ln1(o + torch.relu(self.fc_o(o)))  # (B, k, H)
         return F.zero_empty_rows(o.flatten(1), mask), F.merge_heads(weights, hidden_states.dtype)
