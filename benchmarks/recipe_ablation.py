@@ -21,8 +21,9 @@ Runs are kept in ``--output-dir`` (default ``runs/recipe_ablation``; one folder 
 them, once it has checked that they ran the same recipe (its defaults resolved: a default changed since is caught),
 and a speed ratio of sides timed in different calls says so. Each side's folder also records the attnpool that
 trained it (``attnpool_version.json``: ``attnpool.__version__`` and the git commit of its source, when it is a
-checkout): a side kept from another version or commit is refused (delete that folder to retrain it), so that a
-default trained before a behaviour change is not paired with a changed side trained after it. The training time of a
+checkout): a side kept from another version, or from a commit whose ``src/attnpool`` differs from this one's, is
+refused (delete that folder to retrain it), so that a default trained before a behaviour change is not paired with a
+changed side trained after it; a commit that changed only docs, tests or benchmarks keeps it. The training time of a
 side is its folds' ``train_seconds``, as ``attnpool compare`` reports it (not the process's wall time). Sets whose
 data is missing under the default ``--data-root`` (``../shared/data``) are skipped (``skipped: ...``, exit 0 when
 none is left: CI has no data); under a ``--data-root`` given, a set asked for whose data is missing there is a usage
@@ -67,16 +68,38 @@ POOLER = "attention"
 VERSION_FILE = "attnpool_version.json"
 
 
+def source_dir() -> Path:
+    """The folder of attnpool's source: the package itself."""
+    return Path(attnpool.__file__).resolve().parent
+
+
+def _git(*args: str) -> subprocess.CompletedProcess | None:
+    """``git ARGS`` run in :func:`source_dir`; None without git."""
+    try:
+        return subprocess.run(["git", *args], cwd=source_dir(), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):  # no git
+        return None
+
+
 def attnpool_version() -> dict[str, str | None]:
     """This attnpool's ``version`` and, when its source is a git checkout, its ``commit`` (HEAD; else None)."""
-    commit = None
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(attnpool.__file__).resolve().parent,
-                              capture_output=True, text=True, timeout=30)
-        commit = (done.stdout.strip() or None) if done.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout
-        pass
+    done = _git("rev-parse", "HEAD")
+    commit = (done.stdout.strip() or None) if done is not None and done.returncode == 0 else None
     return {"version": attnpool.__version__, "commit": commit}
+
+
+def same_source(was: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """Whether the attnpool recorded in ``was`` trains what this one trains.
+
+    The same stamp, or the same version at a commit whose package source (``src/attnpool``) git finds identical to
+    this one's: a commit that changed only docs, tests or benchmarks.
+    """
+    if was == now:
+        return True
+    if was is None or was.get("version") != now["version"] or not was.get("commit") or not now["commit"]:
+        return False
+    done = _git("diff", "--quiet", str(was["commit"]), now["commit"], "--", ".")  # rc 1: differs; 128: unknown
+    return done is not None and done.returncode == 0
 
 
 def _describe(stamp: dict[str, Any] | None) -> str:
@@ -87,7 +110,7 @@ def _describe(stamp: dict[str, Any] | None) -> str:
 
 
 def check_version(out: Path) -> None:
-    """Refuse the runs kept in ``out`` when another attnpool (version or commit) trained them; record this one.
+    """Refuse the runs kept in ``out`` when another attnpool (version, or source) trained them; record this one.
 
     The default side was stored once and reused by every later ``--set``, checked only for its recipe (config
     fields): a default trained before a change of attnpool's behaviour was paired with a changed side trained after
@@ -97,10 +120,11 @@ def check_version(out: Path) -> None:
     kept = [p for p in (out / "runs").glob("*/seed_*") if p.is_dir()]
     if kept:
         was = json.loads(stamp.read_text()) if stamp.is_file() else None
-        if was != now:
+        if not same_source(was, now):
             raise SystemExit(f"{out} holds runs trained by attnpool {_describe(was)}, and this is attnpool "
-                             f"{_describe(now)}: they must not be paired with runs trained now (a change of behaviour "
-                             "in between would read as the --set's effect); delete that folder to retrain it")
+                             f"{_describe(now)}, whose source differs: they must not be paired with runs trained now "
+                             "(a change of behaviour in between would read as the --set's effect); delete that folder "
+                             "to retrain it")
         return
     out.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(now, indent=2) + "\n")

@@ -4,6 +4,7 @@ runs timed in different calls says so."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -226,3 +227,36 @@ def test_the_version_is_attnpools_with_its_commit_when_a_checkout(monkeypatch):
     assert stamp["commit"] is None or len(stamp["commit"]) == 40
     monkeypatch.setattr(ra.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError("git")))
     assert ra.attnpool_version() == {"version": attnpool.__version__, "commit": None}  # no git: tolerated
+
+
+def test_a_side_kept_from_a_commit_with_the_same_source_is_reused(tmp_path, monkeypatch):
+    """Any other commit was refused, even one that changed only docs: the default side had to be retrained."""
+    repo = tmp_path / "checkout"
+    package = repo / "src" / "attnpool"
+    package.mkdir(parents=True)
+
+    def commit(path, text):
+        path.write_text(text)
+        for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"]):
+            subprocess.run(["git", *args], cwd=repo, check=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    first = commit(package / "model.py", "A = 1\n")
+    docs_only = commit(repo / "README.md", "docs\n")
+    source_change = commit(package / "model.py", "A = 2\n")
+    monkeypatch.setattr(ra, "source_dir", lambda: package)
+    version = ra.attnpool_version()["version"]
+    stamp = {"version": version, "commit": first}
+    assert ra.same_source(stamp, {"version": version, "commit": docs_only})
+    assert not ra.same_source(stamp, {"version": version, "commit": source_change})
+    assert not ra.same_source(stamp, {"version": "0.0.1", "commit": docs_only})  # another version
+    assert not ra.same_source({"version": version, "commit": "a" * 40}, {"version": version, "commit": docs_only})
+    side = tmp_path / "default"
+    (side / "runs" / "attention" / "seed_1").mkdir(parents=True)
+    (side / ra.VERSION_FILE).write_text(json.dumps(stamp))
+    monkeypatch.setattr(ra, "attnpool_version", lambda: {"version": version, "commit": docs_only})
+    ra.check_version(side)  # reused
+    monkeypatch.setattr(ra, "attnpool_version", lambda: {"version": version, "commit": source_change})
+    with pytest.raises(SystemExit, match="whose source differs"):
+        ra.check_version(side)
