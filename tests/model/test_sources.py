@@ -8,11 +8,13 @@ import sys
 
 import pytest
 from huggingface_hub import constants as hub_constants
+from huggingface_hub.errors import RepositoryNotFoundError
 from huggingface_hub.utils import _http as hub_http
 from transformers import AutoModel, BertConfig, BertModel
 
 from attnpool import AttnPoolForSequenceClassification
 from attnpool.cli import main
+from attnpool.model import sources
 from model_helpers import write_toy_csv
 
 NAME = "attnpool-tests/no-such-encoder"
@@ -34,6 +36,7 @@ def no_network(monkeypatch, tmp_path):
     monkeypatch.setattr(hub_http, "get_session", refuse)
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(sources, "RETRY_DELAY_S", 0.0)
     return calls
 
 
@@ -53,7 +56,7 @@ def test_unreachable_hub_name_fails_once_with_a_clear_error(no_network, monkeypa
     assert "Hugging Face Hub cannot be reached" in message
     assert f"hf download {NAME}" in message
     assert "--model" in message and "all-MiniLM-L6-v2" in message  # leaving it out gives the default
-    assert len(no_network) == 1  # one lookup: not the safetensors check's and from_pretrained's retries too
+    assert len(no_network) == 2  # one lookup asked again: not the safetensors check's and from_pretrained's retries
 
 
 def test_offline_hub_name_says_offline_not_couldnt_connect(no_network, monkeypatch):
@@ -72,7 +75,33 @@ def test_from_pretrained_unreachable_hub_name(no_network):
     message = str(caught.value)
     assert f"the model {NAME!r} is not a local folder" in message and "hf download" in message
     assert "all-MiniLM" not in message  # a saved model has no default to fall back on
-    assert len(no_network) == 1
+    assert len(no_network) == 2
+
+
+def test_a_network_blip_is_asked_again_and_a_hub_answer_is_not(monkeypatch):
+    """The lookup had no retries at all: one dropped connection failed the load as "cannot be reached"."""
+    answers = [ConnectionError("[Errno 104] Connection reset by peer"), None]
+    seen = []
+
+    def lookup(url, token=None):
+        seen.append(url)
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    monkeypatch.setattr(sources.huggingface_hub, "get_hf_file_metadata", lookup)
+    monkeypatch.setattr(sources, "RETRY_DELAY_S", 0.0)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    sources.check_hub_source(NAME, {"cache_dir": "/nonexistent-cache"})  # the second answer: found
+    assert len(seen) == 2
+    missing = RepositoryNotFoundError.__new__(RepositoryNotFoundError)  # the Hub's 404, whatever its HTTP client
+    Exception.__init__(missing, "404 Client Error")
+    missing.__context__ = ConnectionError("an earlier connection error, handled")
+    answers[:] = [missing, None]
+    seen.clear()
+    with pytest.raises(OSError, match="has no repository of that name"):
+        sources.check_hub_source(NAME, {"cache_dir": "/nonexistent-cache"})
+    assert len(seen) == 1  # the Hub answered: not asked again
 
 
 def _cache_encoder(cache: os.PathLike, name: str) -> None:
@@ -140,7 +169,7 @@ def test_train_and_demo_say_it_before_the_tokenizer_and_make_no_run_folder(no_ne
     said = capsys.readouterr().err
     assert f"no such folder (resolved to {os.path.abspath('../models/minilm')})" in said and "Repo id" not in said
     assert main([*args, "--model", NAME, "--output-dir", str(tmp_path / "b")]) == 2
-    assert "Hugging Face Hub cannot be reached" in capsys.readouterr().err and len(no_network) == 1
+    assert "Hugging Face Hub cannot be reached" in capsys.readouterr().err and len(no_network) == 2
     assert main(["demo", "--model", NAME, "--output-dir", str(tmp_path / "c")]) == 2
     assert "Hugging Face Hub cannot be reached" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

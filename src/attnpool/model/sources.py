@@ -2,13 +2,16 @@
 
 A hub name that cannot be reached used to take ``huggingface_hub``'s retries once per file looked up (about 23 s
 each with no route to the Hub: the safetensors check's two files, then ``from_pretrained``'s) and end with a message
-that never said the name was not a local folder. :func:`check_hub_source` asks the Hub once, without retries, before
-anything else does, and :func:`hub_error` turns the hub's errors into one that says what to give instead.
+that never said the name was not a local folder. :func:`check_hub_source` asks the Hub once (twice on a network error),
+without huggingface_hub's retries, before anything else does, and :func:`hub_error` turns the hub's errors into one
+that says what to give instead.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import huggingface_hub
@@ -21,6 +24,11 @@ from huggingface_hub.errors import (
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
 )
+
+# A lookup that fails on the connection itself is tried once more after a pause: huggingface_hub's own retries took
+# 23 s per file with no route to the Hub, but none at all failed a load on a brief network blip.
+LOOKUP_ATTEMPTS = 2
+RETRY_DELAY_S = 1.0
 
 # What the hint to leave the encoder out says: the CLI's and ``attnpool.train``'s default (attnpool.config).
 DEFAULT_HINT = "or leave the model out of attnpool train (--model / model=) for the bundled all-MiniLM-L6-v2"
@@ -69,8 +77,7 @@ def hub_error(name: str, err: BaseException, *, what: str = "encoder", default_h
     Reached-but-refused answers other than "no such repository" (a gated repository, a revision or file that does
     not exist, a server error) are left to transformers' own messages, which name them.
     """
-    seen: BaseException | None = err
-    while seen is not None:
+    for seen in _causes(err):
         if isinstance(seen, HFValidationError):
             return _invalid(name, what, seen, default_hint)
         if isinstance(seen, OfflineModeIsEnabled):
@@ -84,19 +91,41 @@ def hub_error(name: str, err: BaseException, *, what: str = "encoder", default_h
             return _unreachable(name, what, reason, default_hint)
         if isinstance(seen, HfHubHTTPError):
             return None
-        network = type(seen).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "ssl", "socket")
-        if network or isinstance(seen, ConnectionError | TimeoutError):  # no route, no DNS, a proxy refusing
+        if _is_network_error(seen):
             return _unreachable(name, what, f"{type(seen).__name__}: {seen}", default_hint)
-        seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _is_network_error(err: BaseException) -> bool:
+    """No route, no DNS, a proxy refusing, a timeout: the connection's own failure, not an answer of the Hub."""
+    network = type(err).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "ssl", "socket")
+    return network or isinstance(err, ConnectionError | TimeoutError)
+
+
+def _connection_failed(err: BaseException) -> bool:
+    """Whether the lookup failed on the connection (worth asking again), not on an answer of the Hub."""
+    for seen in _causes(err):
+        if isinstance(seen, HfHubHTTPError | HFValidationError | OfflineModeIsEnabled | LocalEntryNotFoundError):
+            return False  # the Hub answered (a 404, a gated repository...), or was not asked
+        if _is_network_error(seen):
+            return True
+    return False
+
+
+def _causes(err: BaseException | None) -> Iterator[BaseException]:
+    """``err`` and the errors it was raised from or while handling, outermost first."""
+    while err is not None:
+        yield err
+        err = err.__cause__ or err.__context__
 
 
 def check_hub_source(name: str, options: dict[str, Any], *, what: str = "encoder", default_hint: bool = True) -> None:
     """Fail at once, clearly, on a hub name that is invalid, unknown or cannot be reached (not in the local cache).
 
     A name whose ``config.json`` is in the cache is left to transformers (offline it loads from there). Otherwise the
-    Hub is asked once, without ``huggingface_hub``'s retries (which take 23 s per file with no network), for the
-    ``config.json``; a reached Hub that answers is left to transformers, which downloads what it needs.
+    Hub is asked for the ``config.json`` without ``huggingface_hub``'s retries (which take 23 s per file with no
+    network): once, and once more after a second's pause when the connection itself failed (a network blip); a
+    reached Hub that answers is left to transformers, which downloads what it needs.
 
     Args:
         name: What was given: an existing folder returns at once.
@@ -126,9 +155,15 @@ def check_hub_source(name: str, options: dict[str, Any], *, what: str = "encoder
     if reason is not None:
         raise _unreachable(name, what, reason, default_hint)
     url = huggingface_hub.hf_hub_url(name, filename, revision=revision)
-    try:
-        huggingface_hub.get_hf_file_metadata(url, token=options.get("token"))  # one HEAD request, no retries
-    except Exception as err:  # noqa: BLE001 - what is not classified is left to from_pretrained
-        error = hub_error(name, err, what=what, default_hint=default_hint)
-        if error is not None:
-            raise error from None
+    for attempt in range(LOOKUP_ATTEMPTS):
+        try:
+            huggingface_hub.get_hf_file_metadata(url, token=options.get("token"))  # one HEAD request, no retries
+            return
+        except Exception as err:  # noqa: BLE001 - what is not classified is left to from_pretrained
+            if attempt + 1 < LOOKUP_ATTEMPTS and _connection_failed(err):
+                time.sleep(RETRY_DELAY_S)  # a network blip: asked once more before it is called unreachable
+                continue
+            error = hub_error(name, err, what=what, default_hint=default_hint)
+            if error is not None:
+                raise error from None
+            return
