@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from attnpool.json_values import is_missing
 from attnpool.tasks import TASKS, label_text
 
 _SHOW = 5  # offending rows / values named in an error message
+_NUMBER = r"[+-]?(?:(?:0|[1-9]\d*)(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"  # a number in a CSV column of numbers
 
 
 def check_columns(df: pd.DataFrame, required: Iterable[str | None], where: str) -> None:
@@ -190,9 +192,7 @@ def _cells(df: pd.DataFrame, cols: Sequence[str]) -> tuple[list[list[str]], np.n
 
 
 def _to_text(value: Any) -> str:
-    if is_missing(value):
-        return ""
-    return value if isinstance(value, str) else str(value)
+    return "" if is_missing(value) else value if isinstance(value, str) else str(value)
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,8 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
 
     - ``regression``: numbers; missing, non-numeric or infinite values are errors.
     - ``binary`` / ``multiclass``: any values (numbers or strings); classes are the sorted distinct values
-      (integral floats such as ``1.0`` become ints; a column mixing numbers and strings is compared as strings).
+      (integral floats such as ``1.0`` become ints; a column mixing numbers and strings is compared as strings;
+      two spellings of one class, ``1`` and ``"1.0"``, are refused: predict would read them as one).
       Binary needs exactly two classes, multiclass at least two. Missing values are errors.
     - ``multilabel``: each cell a ``delimiter``-separated string (``"a|b"``), a list (JSONL, Parquet) or a list
       written as text (``"['a', 'b']"`` as pandas writes a list column to CSV, or ``'["a", "b"]'``); classes are
@@ -256,6 +257,12 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
             "needs a class: fill them in or drop those rows"
         )
     classes, codes = _classes(column.tolist())
+    spellings: dict[str, list[Any]] = {}
+    for c in classes:
+        spellings.setdefault(class_key(c), []).append(c)
+    if clashes := [_values(names) for names in spellings.values() if len(names) > 1]:
+        raise DataError(f"column {label_col!r} writes a class in several ways: {'; '.join(clashes[:_SHOW])}; predict "
+                        "reads them as one class (5, 5.0 and '5.0' alike), training as two: write each class one way")
     if task == "binary" and len(classes) != 2:
         hint = "use task='multiclass'" if len(classes) > 2 else "a binary task needs both classes in the data"
         raise DataError(
@@ -271,8 +278,7 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
 
 
 def _regression_values(column: pd.Series, name: str) -> np.ndarray:
-    if column.dtype == bool:
-        column = column.astype(np.float64)
+    column = column.astype(np.float64) if column.dtype == bool else column
     numbers = pd.to_numeric(column, errors="coerce").astype(np.float64).to_numpy()
     missing = column.isna().to_numpy()
     problems = [
@@ -307,6 +313,15 @@ def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     classes = sorted(set(plain))
     index = {c: i for i, c in enumerate(classes)}
     return classes, np.array([index[v] for v in plain], dtype=np.int64)
+
+
+def class_key(label: Any) -> str:
+    """The class a label names, however its column was read: ``5``, ``5.0`` and ``"5.0"`` are one class."""
+    if isinstance(label, str) and re.fullmatch(_NUMBER, label.strip()):  # read as readers.as_number reads it
+        label = int(label) if label.strip().lstrip("+-").isdigit() else float(label)
+    if isinstance(label, int | np.integer) and not isinstance(label, bool):
+        return str(int(label))
+    return label_text(float(label)) if isinstance(label, float | np.floating) else label_text(label)
 
 
 def label_sets(column: pd.Series, delimiter: str = "|") -> list[set[str]]:

@@ -261,9 +261,23 @@ def _warn_of_likely_mistakes(frame: pd.DataFrame, cfg: TrainConfig, labels: np.n
 def _file_labels(frame: pd.DataFrame, cfg: TrainConfig, where: str) -> Labels:
     """``validate_labels`` of one file's rows: an error names the file, and its rows are that file's."""
     try:
-        return validate_labels(frame, cfg.label, cfg.task)
+        labels = validate_labels(frame, cfg.label, cfg.task)
     except DataError as e:
         raise DataError(f"{where}: {e}") from None
+    # a sigmoid output predicts in (0, 1): MSE or BCE cannot fit a label outside [0, 1] (BCE fails in the first step,
+    # naming no row). A Pearson loss is scale-free, so the sigmoid's range does not bound what it fits.
+    if cfg.task == "regression" and cfg.output_activation == "sigmoid" and cfg.loss != "pearson":
+        values = np.asarray(labels.values, dtype=np.float64).reshape(len(frame), -1)
+        rows = np.flatnonzero(((values < 0) | (values > 1)).any(axis=1))
+        if len(rows):
+            source, drop = (("--preset pppm", "train without the preset (--train-file, --template)")
+                            if cfg.preset == "pppm" else ("--output-activation sigmoid", "drop that option"))
+            raise DataError(
+                f"{where}: column {cfg.label!r} has {len(rows)} label(s) outside [0, 1] in data rows "
+                f"{', '.join(str(r + 1) for r in rows[:10])}{', ...' if len(rows) > 10 else ''} (the labels range from "
+                f"{values.min():g} to {values.max():g}), but the sigmoid output of {source} predicts values in (0, 1) "
+                f"only: rescale the labels to [0, 1], or {drop}")
+    return labels
 
 
 def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
