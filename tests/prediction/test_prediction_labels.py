@@ -27,12 +27,13 @@ def test_numbers_saved_as_text_are_the_labels_of_a_column_read_as_numbers(tmp_pa
     check(tmp_path, train, "super,5.0\nso so,3.5\nblank,\n")
     check(tmp_path, train, "super,5\nnone,unrated\n")
     with pytest.raises(DataError, match=re.escape("test.csv: column 'stars' has labels the model never saw in "
-                                                  "training: 4; known labels: 3.5, 5.0, unrated")):
+                                                  "training: 4 (data rows 2); known labels: 3.5, 5.0, unrated. "
+                                                  "predict does not need the label column")):
         check(tmp_path, train, "super,5.0\nso so,4.0\n")
 
 
 def test_an_id_like_class_is_not_the_number_it_spells(tmp_path):
     """'0001' is read as text, never as 1: a test label 1 is no class '0001'."""
     check(tmp_path, "a,0001\nb,x\n", "c,0001\n")
-    with pytest.raises(DataError, match=r"never saw in training: 1; known labels: 0001, x$"):
+    with pytest.raises(DataError, match=r"never saw in training: 1 \(data rows 1\); known labels: 0001, x\. predict"):
         check(tmp_path, "a,0001\nb,x\n", "c,1\n")

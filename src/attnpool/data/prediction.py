@@ -6,6 +6,7 @@ of them, whatever the chunk the row is read in (or from the rows of one served r
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,11 @@ from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns, text_fields
 from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
+from attnpool.data.parquet import require_pyarrow
 from attnpool.data.pppm import PPPM_FIELDS, cpc_titles, load_pppm
 from attnpool.data.readers import as_number, iter_table
 from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
+from attnpool.json_values import is_missing
 from attnpool.tasks import label_text
 
 POOL_CHUNK_ROWS = 100_000  # rows read at a time for the group context's values of a whole file
@@ -75,7 +78,15 @@ def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: 
         unseen = sorted(text for text, key in values.items() if key not in known and text)  # "": a blank label
         if unseen:
             raise DataError(f"{path}: column {cfg.label!r} has labels the model never saw in training: "
-                            f"{', '.join(unseen[:10])}; known labels: {', '.join(sorted(map(label_text, classes)))}")
+                            f"{', '.join(unseen[:10])} (data rows {_rows_holding(frame[cfg.label], known)}); "
+                            f"known labels: {', '.join(sorted(map(label_text, classes)))}. predict does not need "
+                            "the label column: remove or rename it, or fix those labels")
+
+
+def _rows_holding(labels, known: set[str], first: int = 5) -> str:
+    """The data rows (1-based, in the file: the chunks' index holds the rows' positions) of the first unseen labels."""
+    rows = [row + 1 for row, v in labels.dropna().items() if label_text(v) and _class_key(v) not in known]
+    return ", ".join(map(str, rows[:first])) + (f" and {len(rows) - first} more" if len(rows) > first else "")
 
 
 def _class_key(label: Any) -> str:
@@ -101,14 +112,18 @@ class PredictionInputs:
     encode_rows = 10_000  # rows tokenised at a time within a chunk
 
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
-                 log: logging.Logger, context_from: str = "file", with_context: bool = True) -> None:
+                 log: logging.Logger, context_from: str = "file", with_context: bool = True,
+                 typed_ids: bool = False) -> None:
         """Inputs of ``path`` with the run's ``cfg`` and ``info``.
 
         ``context_from``: with ``group_context``, the rows a context comes from: ``file``, every row of ``path``
         (read once, its context columns only); ``chunk``, the rows given to :meth:`encode` (a served request).
         ``with_context=False``: with ``group_context``, every row's context is left empty (the view of the rows
         ``--group-context-dropout`` trained without it).
+        ``typed_ids``: integer ids of a Parquet or JSONL file are read as integers, not text (see :meth:`chunks`).
         """
+        self.typed_ids = typed_ids
+        self._integer_ids: list[str] | None = None  # with typed_ids: the id columns read as integers, found once
         if context_from not in ("file", "chunk"):
             raise ValueError(f"context_from must be 'file' or 'chunk', got {context_from!r}")
         self.with_context = with_context
@@ -122,21 +137,55 @@ class PredictionInputs:
     @property
     def text_columns(self) -> list[str]:
         """Columns read as strings: as training read them (PPPM: as ``load_pppm`` reads its files), plus the id."""
+        return [c for c in dict.fromkeys([*self._id_columns(), *self._texts()]) if c]
+
+    def _id_columns(self) -> list[str]:
+        return [c for c in dict.fromkeys([self.cfg.id_col, self.info.get("id_col")]) if c]
+
+    def _texts(self) -> list[str]:
+        """The columns read as text other than the id (which may be read as text too)."""
         if self.cfg.preset == "pppm":
             keep = ["id", *PPPM_FIELDS]
         else:
             keep = [*(self.cfg.text_cols or []), *text_fields(None, self.cfg.template),
                     *([self.cfg.group_col] if self.cfg.group_col else [])]
-        keep = [*keep, *context_columns(self.cfg)]
-        return [c for c in dict.fromkeys([self.cfg.id_col, self.info.get("id_col"), *keep]) if c]
+        return [*keep, *context_columns(self.cfg)]
 
     def chunks(self, chunk_rows: int):
         """The raw rows, ``chunk_rows`` at a time (see :func:`attnpool.data.readers.iter_table`).
 
         Every chunk has the columns read (:attr:`text_columns`) that the file has, a JSONL key first met in a later
         line too: whether a file is accepted does not depend on ``chunk_rows``.
+
+        With ``typed_ids``, an id column that holds integers only in a Parquet (its schema's type) or JSONL file
+        (every value of the file) is given as integers (``int64``; ``Int64`` in a chunk with missing ones), so that
+        predictions join back to the file on it.
+        A CSV/TSV id, and any other id (text, mixed, fractions), is text (``"0001"`` stays ``"0001"``).
         """
-        return iter_table(self.path, chunk_rows, text_columns=self.text_columns, columns=self.text_columns)
+        chunks = iter_table(self.path, chunk_rows, text_columns=self.text_columns, columns=self.text_columns)
+        integers = self.integer_ids() if self.typed_ids else []
+        return map(functools.partial(_as_integers, integers), chunks) if integers else chunks
+
+    def integer_ids(self) -> list[str]:
+        """The id columns (not read as text for another use) of a Parquet or JSONL file that hold integers only.
+
+        Parquet: by the schema's types. JSONL: every line is read once, until a line holds another value (its key
+        may hold 7 in one line, "a" in a later one: the chunks would be written with other types).
+        """
+        if self._integer_ids is None:
+            ids = [c for c in self._id_columns() if c not in self._texts()]
+            suffix = self.path.suffix.lower()
+            if not ids or suffix not in (".parquet", ".jsonl") or not self.path.is_file():
+                ids = []
+            elif suffix == ".parquet":
+                ids = _parquet_integers(self.path, ids)
+            else:
+                for chunk in iter_table(self.path, POOL_CHUNK_ROWS, columns=ids):
+                    ids = [c for c in ids if c not in chunk or _integers_only(chunk[c])]
+                    if not ids:
+                        break
+            self._integer_ids = ids
+        return self._integer_ids
 
     def encode(self, chunk) -> tuple[Any, dict[str, list]]:
         """A chunk's rows (with the preset's added columns) and their token lists, after the checks."""
@@ -185,3 +234,52 @@ class PredictionInputs:
     def log_summary(self) -> None:
         """Log the empty and truncated texts and the token counts of every chunk encoded so far."""
         log_counts(self.log, str(self.path), self.counts, self.cfg.max_length)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _integers_only(values: pd.Series) -> bool:
+    """Whether a column read with the types a JSONL file stores holds integers (of int64) only, or nothing.
+
+    Integers with missing values are read as floats (7.0): whole floats count (a JSON 7.0 becomes 7).
+    """
+    values = values.dropna()
+    kind = pd.api.types.infer_dtype(values, skipna=True)
+    if kind == "empty":
+        return True
+    if kind not in ("integer", "floating", "mixed-integer-float"):  # text, booleans, lists, mixed
+        return False
+    numbers = values.astype(float) if kind != "integer" else values
+    whole = kind == "integer" or bool(np.isfinite(numbers).all() and (numbers == np.floor(numbers)).all())
+    return whole and _INT64[0] <= min(numbers) and max(numbers) <= _INT64[1]
+
+
+def _parquet_integers(path: Path, ids: list[str]) -> list[str]:
+    """Those of ``ids`` that a Parquet file's schema stores as signed integers or as integers of up to 32 bits."""
+    try:
+        schema = require_pyarrow(path).read_schema(path)
+    except Exception:  # noqa: BLE001 - pyarrow's many errors: the reader names a corrupt file when it reads it
+        return []
+    kinds = {name: str(schema.field(name).type) for name in ids if name in schema.names}
+    return [name for name, kind in kinds.items() if kind.startswith(("int", "uint")) and kind != "uint64"]
+
+
+def _as_integers(names: list[str], chunk: pd.DataFrame) -> pd.DataFrame:
+    """The chunk with the columns ``names`` (read as text: the digits of the file) as integers.
+
+    ``int64``, or ``Int64`` where some are missing: either is written as a Parquet int64.
+    """
+    for name in names:
+        if name in chunk:
+            values = pd.array([None if is_missing(v) else _whole(v) for v in chunk[name]], dtype="Int64")
+            chunk[name] = values if values.isna().any() else values.astype(np.int64)
+    return chunk
+
+
+def _whole(text: str) -> int:
+    """A whole number written as text (``"7"``; ``"7.0"``, a JSON float) as an int, its digits exactly."""
+    try:
+        return int(text)
+    except ValueError:
+        return int(float(text))

@@ -67,8 +67,10 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     score, on the rows every run validated on, is logged next to each run's.
 
     The output keeps the input's order and its id column (the training file's, else the config's ``id_col``, as
-    serve and explain take it; in every chunk, empty where rows lack it); regression writes ``prediction`` (one
-    column per target), classification writes the predicted label and one probability column per class.
+    serve and explain take it; in every chunk, empty where rows lack it; integers in a Parquet or JSONL file stay
+    integers; an input without it is predicted with a warning, its rows matched by their order); regression writes
+    ``prediction`` (one column per target), classification writes the predicted label and one probability column
+    per class.
 
     The input is read ``chunk_rows`` rows at a time, so memory is bounded by the chunk size whatever the file size.
     Each chunk is tokenised, predicted in length-sorted batches and written as a part,
@@ -163,7 +165,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         chosen = [m.folds for m in members]
         blend = RunBlend.read(runs, chosen, blend_weights) if blended else None
         info = runs[0].info()
-        inputs = [[PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger, with_context=v)
+        inputs = [[PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger,
+                                    with_context=v, typed_ids=True)
                    for v in (views if run.config().group_context else (True,))]
                   for run, m in zip(runs, members, strict=True)]
         for run, member, member_inputs in zip(runs, members, inputs, strict=True):
@@ -190,7 +193,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                 while (chunks := _next_chunks(streams)) is not None:
                     index, rows, count = count, rows + len(chunks[0]), count + 1
                     if index == 0:  # every part has the columns of the first (the reader gives every chunk the id)
-                        id_col = id_col if id_col in chunks[0] else None
+                        id_col = (id_col if id_col in chunks[0]
+                                  else _warn_no_id(input_file, id_col, chunks[0].columns, bool(info.get("id_col"))))
                     if index in finished:  # the same rows as when it was predicted, else a refusal
                         parts.check(index, chunks[0])
                         bar.update(len(chunks[0]))
@@ -215,6 +219,21 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                 models, f" of {len(runs)} runs, blended" if blended else "", ensemble, how, output_file, count,
                 f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
+
+
+def _warn_no_id(input_file: Path, id_col: str | None, columns, trained_with_ids: bool) -> None:
+    """Warn that the input lacks the run's id column (``None``: the predictions are written without ids).
+
+    Only where the training file had one, or the input has it in another case: a run trained without ids (the
+    config's default ``id`` never found) predicts files without them as it was trained, silently.
+    """
+    names = [str(c) for c in columns]
+    near = [c for c in names if id_col and c.lower() == id_col.lower()]
+    if id_col and (trained_with_ids or near):
+        logger.warning("%s: no id column %r (the run's id column)%s; the columns present: %s. The predictions are "
+                       "written without ids: match them to the input rows by their order (output row N is data row N "
+                       "of the input)%s", input_file, id_col, f", but {near[0]!r} differs only in case" if near else "",
+                       ", ".join(names), f"; to keep the ids, rename {near[0]!r} to {id_col!r}" if near else "")
 
 
 def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backend: str,
