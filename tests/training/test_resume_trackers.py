@@ -66,11 +66,11 @@ def test_checkpoints_keep_the_wandb_run_and_a_resumed_fold_goes_on_in_it(monkeyp
                         None)
     saved = {"global_step": 2, "stateful_callbacks": {"TrackerRuns": runs.state()}}
     assert runs.state()["attributes"] == {"mlflow_run_id": None, "wandb_run_id": "abc123"}
-    with tracking.resumed_trackers([], saved, main=True):
+    with tracking.resumed_trackers([], saved, main=True, used=["wandb"]):
         assert (os.environ["WANDB_RUN_ID"], os.environ["WANDB_RESUME"]) == ("abc123", "allow")
         assert "MLFLOW_RUN_ID" not in os.environ
     assert "WANDB_RUN_ID" not in os.environ and "WANDB_RESUME" not in os.environ
-    with tracking.resumed_trackers([], None, main=True):  # not resumed: a new run
+    with tracking.resumed_trackers([], None, main=True, used=["wandb"]):  # not resumed: a new run
         assert "WANDB_RUN_ID" not in os.environ
 
 
@@ -102,9 +102,10 @@ def test_a_resumed_fold_whose_mlflow_run_is_gone_logs_into_a_new_run(mlflow_stor
     """Resumed on another machine (another MLFLOW_TRACKING_URI), the run id was refused: the fold failed to start."""
     saved = {"global_step": 2, "stateful_callbacks": {"TrackerRuns": {"args": {}, "attributes": {
         "mlflow_run_id": "0123456789abcdef0123456789abcdef", "wandb_run_id": None}}}}
-    with caplog.at_level("WARNING", logger="attnpool"), tracking.resumed_trackers([], saved, main=True):
+    with caplog.at_level("WARNING", logger="attnpool"), \
+            tracking.resumed_trackers([], saved, main=True, used=["mlflow"]):
         assert "MLFLOW_RUN_ID" not in os.environ
     assert "the fold's run 0123456789abcdef0123456789abcdef is not at " in caplog.text
     assert "the resumed fold logs into a new run" in caplog.text
-    with tracking.resumed_trackers([], saved, main=False):  # the other processes start no tracker run
+    with tracking.resumed_trackers([], saved, main=False, used=["mlflow"]):  # the other processes start no tracker run
         assert "MLFLOW_RUN_ID" not in os.environ

@@ -135,8 +135,9 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
         handler = _attach_log_file(run.log_file) if main else None
         if not main:  # the progress lines and warnings once, the main process's (each process reads the same data)
             package_logger.setLevel(logging.ERROR)
-        # third-party bars and messages to train.log, not the console; the trackers' experiment (restored after)
-        with quiet_third_party(handler), run_environment(cfg, run):
+        # the trackers' experiment (restored after); then third-party bars and messages (the trackers' too: imported
+        # by now, their own handlers exist to be quieted) to train.log, not the console
+        with run_environment(cfg, run), quiet_third_party(handler):
             device = "cpu" if use_cpu() else "cuda"
             training_precision(cfg.precision, device)  # fp16 on a CPU: refused before the data loads
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg

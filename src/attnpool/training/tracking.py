@@ -38,7 +38,7 @@ import yaml
 from transformers import integrations as hf_integrations
 from transformers.trainer_callback import ExportableState
 
-from attnpool.config import TrainConfig
+from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.run import SUMMARY_RUN, Run
 from attnpool.training.progress import get_verbosity
 
@@ -52,6 +52,7 @@ _SCOPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "WANDB_PROJECT"
                "TENSORBOARD_LOGGING_DIR")
 # What a resumed fold sets for the integrations (the tracker runs it goes on in), restored after its training.
 _RESUME_ENV = ("MLFLOW_RUN_ID", "WANDB_RUN_ID", "WANDB_RESUME")
+_Folds = list[tuple[int, dict[str, float]]]  # each fold's final validation metrics, for the cv entry
 
 
 def integrations(report_to: str) -> list[str]:
@@ -254,20 +255,21 @@ class TrackerRuns(transformers.TrainerCallback, ExportableState):
 
 
 @contextlib.contextmanager
-def resumed_trackers(callbacks: list[transformers.TrainerCallback], saved: Mapping[str, Any] | None,
-                     main: bool) -> Iterator[None]:
+def resumed_trackers(callbacks: list[transformers.TrainerCallback], saved: Mapping[str, Any] | None, main: bool,
+                     used: list[str]) -> Iterator[None]:
     """Around a fold's ``Trainer.train()`` resumed from a checkpoint: go on in that checkpoint's tracker runs.
 
     ``saved``: the checkpoint's ``trainer_state.json`` (``None``: no resume, nothing changes). On the main process
-    (``main``), for this training only, MLflow and W&B get the run ids :class:`TrackerRuns` kept (``MLFLOW_RUN_ID``,
-    unless the tracking server lacks that run; ``WANDB_RUN_ID`` with ``WANDB_RESUME=allow``), and TensorBoard writes
-    the fold's folder through a ``SummaryWriter`` whose ``purge_step`` hides what was logged after the checkpoint.
+    (``main``), for this training only, MLflow and W&B, where ``used`` (the ``--report-to`` trackers) has them, get
+    the run ids :class:`TrackerRuns` kept (``MLFLOW_RUN_ID``, unless its server lacks that run; ``WANDB_RUN_ID`` with
+    ``WANDB_RESUME=allow``); TensorBoard writes through a ``SummaryWriter`` whose ``purge_step`` hides the steps after.
     """
     entry = (saved or {}).get("stateful_callbacks", {}).get(TrackerRuns.__name__) or {}
     ids = (entry[0] if isinstance(entry, list) else entry).get("attributes", {}) if main else {}
-    values = {"WANDB_RUN_ID": str(ids["wandb_run_id"]), "WANDB_RESUME": "allow"} if ids.get("wandb_run_id") else {}
-    if ids.get("mlflow_run_id") and _INSTALLED["mlflow"]() and _mlflow_run_exists(str(ids["mlflow_run_id"])):
-        values["MLFLOW_RUN_ID"] = str(ids["mlflow_run_id"])
+    ids = {name: ids.get(f"{name}_run_id") for name in ("mlflow", "wandb") if name in used}
+    values = {"WANDB_RUN_ID": str(ids["wandb"]), "WANDB_RESUME": "allow"} if ids.get("wandb") else {}
+    if ids.get("mlflow") and _mlflow_run_exists(str(ids["mlflow"])):
+        values["MLFLOW_RUN_ID"] = str(ids["mlflow"])
     for callback in callbacks if main and saved else []:
         folder = getattr(callback, "logging_dir", None)  # set: the run's fold folder (else a new folder each time)
         if isinstance(callback, hf_integrations.TensorBoardCallback) and callback.tb_writer is None and folder:
@@ -299,7 +301,7 @@ def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str,
 def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[str]:
     """Log the run's ``cv`` entry to each tracker of ``cfg.report_to``; returns one line per tracker, where it went.
 
-    The entry holds the resolved config, each fold's final validation metrics (``fold/<metric>`` at step K) and
+    The entry holds the run's ``config.yaml``, each fold's final validation metrics (``fold/<metric>`` at step K) and
     the out-of-fold scores (``cv/<metric>``). An incomplete run (``metrics["complete"]`` false, as after
     ``--only-folds``) logs nothing, so that no partial score reads as the run's, nor a fold's entry is logged again
     on resume: the one line returned says the entry waits for the remaining folds. A tracker that took the entry
@@ -309,12 +311,13 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
     if used and not metrics.get("complete"):
         return [f"the {SUMMARY_RUN} entry waits for the remaining folds ({len(metrics.get('folds', []))} trained): "
                 "it is logged once --resume has trained them all"]
-    folds = [(int(m["fold"]), _numbers(m, skip=("fold",))) for m in metrics.get("folds", [])]
+    folds: _Folds = [(int(m["fold"]), _numbers(m, skip=("fold",))) for m in metrics.get("folds", [])]
     overall = _numbers(metrics.get("overall", {}))
     name = f"{experiment_name(run)}/{SUMMARY_RUN}"
-    writers = {"tensorboard": lambda: _tensorboard(cfg, run, folds, overall),
-               "mlflow": lambda: _mlflow(cfg, run, name, folds, overall),
-               "wandb": lambda: _wandb(cfg, name, folds, overall)}
+    config = load_yaml(run.config_file) if run.config_file.is_file() else cfg.to_dict()  # the run's, not the call's
+    writers = {"tensorboard": lambda: _tensorboard(config, run, folds, overall),
+               "mlflow": lambda: _mlflow(config, run, name, folds, overall),
+               "wandb": lambda: _wandb(config, name, folds, overall)}
     scores = hashlib.sha256(json.dumps([folds, overall], sort_keys=True).encode()).hexdigest()[:16]
     where, logged = [], run.tracked()
     for tracker in used:
@@ -331,13 +334,11 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
         try:
             run.record_tracked(tracker, where[-1], scores)
         except OSError as err:  # a read-only run folder: the entry is logged, and would be logged again on resume
-            logger.warning("tracking: %s took the CV summary, but %s could not record it (%s)", tracker, run.path,
-                           err)
+            logger.warning("tracking: %s took the CV summary, but %s could not record it (%s)", tracker, run.path, err)
     return where
 
 
-def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, float]]],
-                 overall: dict[str, float]) -> str:
+def _tensorboard(config: dict[str, Any], run: Run, folds: _Folds, overall: dict[str, float]) -> str:
     from torch.utils.tensorboard import SummaryWriter
 
     # an entry logged before and not recorded (a folder that is no run) is replaced: TensorBoard would draw it twice
@@ -345,7 +346,7 @@ def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, fl
         old.unlink()
     writer = SummaryWriter(log_dir=str(run.tensorboard_dir()))
     try:
-        text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+        text = yaml.safe_dump(config, sort_keys=False)
         writer.add_text("config", "".join(f"    {line}\n" for line in text.splitlines()), global_step=len(folds))
         for fold, values in folds:
             for key, value in values.items():
@@ -357,8 +358,7 @@ def _tensorboard(cfg: TrainConfig, run: Run, folds: list[tuple[int, dict[str, fl
     return f"tensorboard --logdir {run.tensorboard_dir().parent}"
 
 
-def _mlflow(cfg: TrainConfig, run: Run, name: str, folds: list[tuple[int, dict[str, float]]],
-            overall: dict[str, float]) -> str:
+def _mlflow(config: dict[str, Any], run: Run, name: str, folds: _Folds, overall: dict[str, float]) -> str:
     import mlflow
     from mlflow.entities import Metric, Param
 
@@ -369,7 +369,7 @@ def _mlflow(cfg: TrainConfig, run: Run, name: str, folds: list[tuple[int, dict[s
     entry = client.create_run(experiment_id, run_name=name, tags={"attnpool.run_dir": experiment_name(run)})
     run_id, now = entry.info.run_id, int(time.time() * 1000)
     limit = mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
-    params = [Param(f"attnpool.{k}", str(v)[:limit]) for k, v in cfg.to_dict().items()]
+    params = [Param(f"attnpool.{k}", str(v)[:limit]) for k, v in config.items()]
     values = [Metric(f"fold/{k}", v, now, fold) for fold, row in folds for k, v in row.items()]
     values += [Metric(f"cv/{k}", v, now, len(folds)) for k, v in overall.items()]
     status = "FAILED"
@@ -377,7 +377,7 @@ def _mlflow(cfg: TrainConfig, run: Run, name: str, folds: list[tuple[int, dict[s
         client.log_batch(run_id, metrics=values, params=params)
         status = "FINISHED"  # the scores are in; the config file is a copy of the params, best effort
         try:
-            client.log_dict(run_id, cfg.to_dict(), run.config_file.name)
+            client.log_dict(run_id, config, run.config_file.name)
         except Exception as err:  # noqa: BLE001 - e.g. no write access to the artifact store
             logger.warning("tracking: mlflow took the CV scores but not the config file (%s: %s); the run's params "
                            "hold the config", type(err).__name__, err)
@@ -386,12 +386,12 @@ def _mlflow(cfg: TrainConfig, run: Run, name: str, folds: list[tuple[int, dict[s
     return f"mlflow: experiment {experiment!r} at {mlflow.get_tracking_uri()}"
 
 
-def _wandb(cfg: TrainConfig, name: str, folds: list[tuple[int, dict[str, float]]], overall: dict[str, float]) -> str:
+def _wandb(config: dict[str, Any], name: str, folds: _Folds, overall: dict[str, float]) -> str:
     import wandb
 
     owned = wandb.run is None
     entry = wandb.init(project=os.environ.get("WANDB_PROJECT"), group=os.environ.get("WANDB_RUN_GROUP"), name=name,
-                       job_type="cv", config=cfg.to_dict()) if owned else wandb.run
+                       job_type="cv", config=config) if owned else wandb.run
     for fold, values in folds:
         entry.log({f"fold/{k}": v for k, v in values.items()} | {"fold": fold})
     entry.summary.update({f"cv/{k}": v for k, v in overall.items()})

@@ -191,7 +191,8 @@ class RecipeTrainer(transformers.Trainer):
         self.schedule.max_steps = (saved or {}).get("max_steps") or None
         if self.ema is not None:
             self.ema.resume_from = str(resume_from_checkpoint) if found else None
-        with resumed_trackers(self.callback_handler.callbacks, saved, self.is_world_process_zero()):
+        main = self.is_world_process_zero()
+        with resumed_trackers(self.callback_handler.callbacks, saved, main, list(self.args.report_to or [])):
             return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
