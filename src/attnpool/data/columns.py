@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -14,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
+from attnpool.data.numbers import class_key
 from attnpool.json_values import is_missing
 from attnpool.tasks import TASKS, label_text
 
 _SHOW = 5  # offending rows / values named in an error message
-_NUMBER = r"[+-]?(?:(?:0|[1-9]\d*)(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"  # a number in a CSV column of numbers
 
 
 def check_columns(df: pd.DataFrame, required: Iterable[str | None], where: str) -> None:
@@ -192,7 +191,9 @@ def _cells(df: pd.DataFrame, cols: Sequence[str]) -> tuple[list[list[str]], np.n
 
 
 def _to_text(value: Any) -> str:
-    return "" if is_missing(value) else value if isinstance(value, str) else str(value)
+    if is_missing(value):
+        return ""
+    return value if isinstance(value, str) else str(value)
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,8 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
 
 
 def _regression_values(column: pd.Series, name: str) -> np.ndarray:
-    column = column.astype(np.float64) if column.dtype == bool else column
+    if column.dtype == bool:
+        column = column.astype(np.float64)
     numbers = pd.to_numeric(column, errors="coerce").astype(np.float64).to_numpy()
     missing = column.isna().to_numpy()
     problems = [
@@ -313,15 +315,6 @@ def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     classes = sorted(set(plain))
     index = {c: i for i, c in enumerate(classes)}
     return classes, np.array([index[v] for v in plain], dtype=np.int64)
-
-
-def class_key(label: Any) -> str:
-    """The class a label names, however its column was read: ``5``, ``5.0`` and ``"5.0"`` are one class."""
-    if isinstance(label, str) and re.fullmatch(_NUMBER, label.strip()):  # read as readers.as_number reads it
-        label = int(label) if label.strip().lstrip("+-").isdigit() else float(label)
-    if isinstance(label, int | np.integer) and not isinstance(label, bool):
-        return str(int(label))
-    return label_text(float(label)) if isinstance(label, float | np.floating) else label_text(label)
 
 
 def label_sets(column: pd.Series, delimiter: str = "|") -> list[set[str]]:

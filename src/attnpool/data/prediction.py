@@ -18,9 +18,10 @@ from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns, text_fields
 from attnpool.data.context import add_group_context, context_text_spec
 from attnpool.data.errors import DataError
+from attnpool.data.numbers import class_key
 from attnpool.data.parquet import require_pyarrow
 from attnpool.data.pppm import PPPM_FIELDS, cpc_titles, load_pppm
-from attnpool.data.readers import as_number, iter_table
+from attnpool.data.readers import iter_table
 from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
 from attnpool.json_values import is_missing
 from attnpool.tasks import label_text
@@ -73,8 +74,8 @@ def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: 
     check_columns(frame, list(cfg.text_cols or []), str(path))
     classes = info.get("classes")
     if classes and cfg.task in ("binary", "multiclass") and cfg.label in frame.columns:
-        known = {_class_key(c) for c in classes}
-        values = {label_text(v): _class_key(v) for v in frame[cfg.label].dropna()}
+        known = {class_key(c) for c in classes}
+        values = {label_text(v): class_key(v) for v in frame[cfg.label].dropna()}
         unseen = sorted(text for text, key in values.items() if key not in known and text)  # "": a blank label
         if unseen:
             raise DataError(f"{path}: column {cfg.label!r} has labels the model never saw in training: "
@@ -85,20 +86,8 @@ def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: 
 
 def _rows_holding(labels, known: set[str], first: int = 5) -> str:
     """The data rows (1-based, in the file: the chunks' index holds the rows' positions) of the first unseen labels."""
-    rows = [row + 1 for row, v in labels.dropna().items() if label_text(v) and _class_key(v) not in known]
+    rows = [row + 1 for row, v in labels.dropna().items() if label_text(v) and class_key(v) not in known]
     return ", ".join(map(str, rows[:first])) + (f" and {len(rows) - first} more" if len(rows) > first else "")
-
-
-def _class_key(label: Any) -> str:
-    """The class a label names, however its column was read: ``5``, ``5.0`` and ``"5.0"`` are one class.
-
-    Training saves the classes of a column holding text (``"5.0"``, ``"unrated"``) as text, and a file to predict
-    whose labels are all numbers is read as numbers (``5.0``, written ``"5"`` by ``label_text``).
-    """
-    number = as_number(label) if isinstance(label, str) else label
-    if isinstance(number, int | np.integer) and not isinstance(number, bool):
-        return str(int(number))
-    return label_text(float(number)) if isinstance(number, float | np.floating) else label_text(label)
 
 
 class PredictionInputs:

@@ -24,15 +24,13 @@ import pandas as pd
 
 from attnpool.data.delimited import MergedRows, check_fields, check_header, csv_error
 from attnpool.data.errors import DataError
+from attnpool.data.numbers import FLOAT_PATTERN, INT_PATTERN
 from attnpool.data.parquet import iter_parquet, read_parquet, require_pyarrow
 from attnpool.data.text_files import Utf8Stream, blank_edges, is_blank, not_utf8, read_utf8
 from attnpool.json_values import is_missing
 
 SUPPORTED_EXTENSIONS = (".csv", ".tsv", ".jsonl", ".parquet")
 
-# Numbers as written by people and by pandas' `to_csv`: no leading zeros (those are ids or codes, kept as text).
-_INT = r"[+-]?(?:0|[1-9]\d*)"
-_FLOAT = r"[+-]?(?:(?:0|[1-9]\d*)(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _SPECIAL = {"nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 _INT64_MAX_DIGITS = 18  # shorter integers always fit in int64; longer ones are checked
 
@@ -143,17 +141,6 @@ def _numbered(path: Path, chunks: Iterator[pd.DataFrame], keep_text: set[str]) -
         raise _no_rows(path, columns)
 
 
-def as_number(text: str) -> int | float | None:
-    """``text`` as the number it is read as in a CSV/TSV column of numbers (``"5.0"``, ``" -3"``), else ``None``.
-
-    Text that is not a plain number (``"0001"``, ``"5 stars"``, ``"1,5"``) is ``None``: a column holding it is text.
-    """
-    text = text.strip()
-    if re.fullmatch(_INT, text):
-        return int(text)
-    return float(text) if re.fullmatch(_FLOAT, text) else None
-
-
 def _checked_path(path: str | os.PathLike[str]) -> Path:
     """The path, if it is an existing file with a supported extension."""
     p = Path(path)
@@ -250,9 +237,9 @@ def _as_numeric(column: pd.Series) -> pd.Series | None:
     values = column.dropna().str.strip()
     special = values.str.lower().isin(_SPECIAL)
     ordinary = values[~special]
-    if ordinary.empty or not ordinary.str.fullmatch(_FLOAT).all():
+    if ordinary.empty or not ordinary.str.fullmatch(FLOAT_PATTERN).all():
         return None  # an all-empty column, or text: keep as strings
-    if not special.any() and len(values) == len(column) and ordinary.str.fullmatch(_INT).all():
+    if not special.any() and len(values) == len(column) and ordinary.str.fullmatch(INT_PATTERN).all():
         if ordinary.str.lstrip("+-").str.len().max() > _INT64_MAX_DIGITS:
             as_int = [int(v) for v in ordinary]
             if min(as_int) < np.iinfo(np.int64).min or max(as_int) > np.iinfo(np.int64).max:
