@@ -100,7 +100,8 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
         The model folder.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist, is a file, or is neither a model folder nor a run.
+        FileNotFoundError: ``path`` does not exist, is a file, is a peft adapter (to merge first), or is neither a
+            model folder nor a run.
         ValueError: ``fold`` given for a model folder, or not a trained fold of the run.
     """
     path = Path(os.fspath(path)).expanduser()
@@ -120,6 +121,13 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
             raise ValueError(f"fold={fold} is for a train run, but {path} is one fold's folder (its model is in "
                              f"{path / 'model'}); drop the fold, or give the run's folder with the fold")
         return path / "model"
+    if (path / "adapter_config.json").is_file():  # a peft save_pretrained: LoRA weights, without the base model's
+        raise FileNotFoundError(
+            f"{path} is a LoRA (peft) adapter, not a whole model: merge it into its base model first, then export "
+            "the merged folder: model = peft.PeftModel.from_pretrained(attnpool.AttnPoolForSequenceClassification"
+            f".from_pretrained(BASE), {str(path)!r}); model.merge_and_unload().save_pretrained(\"my-model\", "
+            "tokenizer=tokenizer); attnpool export --model my-model ... (README: Fine-tuning with LoRA)"
+        )
     run = Run(path)
     trained = run.trained_folds()
     if not trained:

@@ -42,7 +42,15 @@ from attnpool.exporters.models import (
 )
 from attnpool.exporters.staging import OWNER_FILE, make_staging
 from attnpool.exporters.verify import ATOL, VerificationError, _example_batch, _pad_id, verify_onnx
-from attnpool.model.card import CARD_FILE, ExportFacts, is_attnpool_card, model_card, read_card, training_facts
+from attnpool.model.card import (
+    CARD_FILE,
+    ExportFacts,
+    card_graph,
+    is_attnpool_card,
+    model_card,
+    read_card,
+    training_facts,
+)
 from attnpool.model.card_facts import encoder_source
 from attnpool.model.encoders import looks_like_local_path
 
@@ -292,7 +300,8 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
 
     A ``README.md`` beside ``output`` that attnpool did not write is the user's: it is kept, and no card written.
     Nor is one written into a saved model folder (``config.json`` beside ``output``): its card describes the model
-    and how to load it with transformers, which an export card would replace.
+    and how to load it with transformers, which an export card would replace; nor over the card of another graph
+    still in the folder (one exported there before, with the same tokenizer).
     """
     if (output.parent / "config.json").is_file():
         logging.getLogger("attnpool.export").info("%s is a saved model folder: its model card is kept, no export "
@@ -302,9 +311,14 @@ def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path |
         logging.getLogger("attnpool.export").warning("%s has a README.md of its own: no model card written",
                                                      output.parent)
         return
+    described = card_graph(read_card(output.parent))
+    if described and described != output.name and (output.parent / described).is_file():
+        logging.getLogger("attnpool.export").warning("%s's README.md describes the graph %s there: kept, no card "
+                                                     "written for %s", output.parent, described, output.name)
+        return
     card = model_card(model.config, architecture=type(model).__name__, num_parameters=sum(p.numel() for p in
                       model.parameters()), training=training_facts(model_dir) if model_dir else None, export=facts,
-                      has_weights=model.base_model.pooler.has_weights)
+                      has_weights=_base_model(model).pooler.has_weights)
     (staging / CARD_FILE).write_text(card, encoding="utf-8")
 
 
@@ -328,6 +342,7 @@ def _move_into_place(staging: Path, output: Path) -> None:
     What the earlier export at ``output`` wrote and this one does not (its ``.data`` file, its tokenizer's files) is
     deleted once the new graph is in place: a server would load the earlier model's tokenizer beside this graph.
     """
+    _check_tokenizer_is_shared(staging, output)
     data = output.with_name(output.name + ".data")
     stale = [data] if not (staging / data.name).exists() else []
     staged = {p.name for p in (staging / "tokenizer").glob("*")} if (staging / "tokenizer").is_dir() else set()
@@ -353,3 +368,26 @@ def _tokenizer_of_another(output: Path) -> bool:
     folder = output.parent
     return (folder / "config.json").exists() or any(p.suffix == ".onnx" and p != output and p.is_file()
                                                     for p in folder.iterdir())
+
+
+def _check_tokenizer_is_shared(staging: Path, output: Path) -> None:
+    """Refuse, before anything is moved, a tokenizer that would replace the one another graph there is served with.
+
+    Raises:
+        ExportError: The folder holds another ``.onnx`` graph and a tokenizer whose files differ from the staged ones.
+    """
+    folder, staged = output.parent, staging / "tokenizer"
+    others = sorted(p.name for p in folder.glob("*.onnx") if p.name != output.name and p.is_file())
+    if not others or not staged.is_dir():
+        return
+    ours = {item.name: item for item in staged.iterdir()}
+    theirs = {p.name for p in folder.iterdir() if p.is_file() and (p.name in ours or p.name in _SAVED_TOKENIZER_FILES)}
+    differ = sorted(name for name in ours.keys() | theirs if theirs and (name not in ours or name not in theirs or
+                    (folder / name).read_bytes() != ours[name].read_bytes()))
+    if differ:
+        raise ExportError(
+            f"{folder} holds the graph {', '.join(others)} with another tokenizer ({', '.join(differ)} differ from "
+            f"this model's): exporting {output.name} there would replace it, and {others[0]} would read its texts "
+            f"with this model's vocabulary. Export each model into its own folder (e.g. "
+            f"{folder.parent / output.stem / output.name}); nothing was written"
+        )

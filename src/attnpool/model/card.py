@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -181,6 +182,14 @@ def read_card(folder: str | os.PathLike) -> ModelCard | None:
 def is_attnpool_card(card: ModelCard | None) -> bool:
     """Whether a card was written by attnpool (so it may be rewritten without losing a user's text)."""
     return card is not None and card.data.to_dict().get("library_name") == LIBRARY_NAME
+
+
+def card_graph(card: ModelCard | None) -> str | None:
+    """The ``.onnx`` file an attnpool export card describes (its "ONNX Export" section), or ``None``."""
+    if not is_attnpool_card(card):
+        return None
+    found = re.search(r"^- \*\*Graph:\*\* `([^`]+)`", card.text, re.M)
+    return found.group(1) if found else None
 
 
 def training_facts(folder: str | os.PathLike) -> TrainingFacts | None:

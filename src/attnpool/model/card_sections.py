@@ -8,6 +8,7 @@ lines; nothing here reads or writes files.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ from transformers import AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained("{tokenizer}")
 session = ort.InferenceSession("{folder}/{file}", providers=["CPUExecutionProvider"])
 names = [i.name for i in session.get_inputs()]
-batch = tokenizer(["a text"], padding=True, truncation=True, max_length={max_length}, return_tensors="np")
+batch = tokenizer({texts}, padding=True, truncation=True, max_length={max_length}, return_tensors="np")
 # an input the tokenizer does not return (token_type_ids, for some) is all zeros: one segment
 zeros = np.zeros_like(batch["input_ids"], dtype=np.int64)
 feed = {{n: batch[n].astype(np.int64) if n in batch else zeros for n in names}}
@@ -131,7 +132,8 @@ import attnpool
 from transformers import pipeline
 
 classifier = pipeline("text-classification", model="{folder}")
-classifier("a text")  # a text pair: classifier({{"text": "first", "text_pair": "second"}})
+cut = {{"truncation": True, "max_length": {max_length}}}  # as trained: longer texts are cut, as attnpool predict does
+{call}
 ```
 """
 _CLI_USAGE = """### attnpool
@@ -173,6 +175,12 @@ def _holds(export: ExportFacts) -> str:
             "(relative to this folder)")
 
 
+def _is_pair(training: TrainingFacts | None) -> bool:
+    """Whether the model was trained on text pairs: two text columns (:attr:`TrainingFacts.text` lists them)."""
+    text = training.text if training is not None else None
+    return bool(text) and not text.startswith("template") and len(re.findall(r"`[^`]*`", text)) == 2
+
+
 def usage_section(with_head: bool, training: TrainingFacts | None, export: ExportFacts | None, *,
                   weighted: bool = True) -> list[str]:
     """How to load and run the model: Auto classes, pipeline, the attnpool commands; ONNX Runtime for an export.
@@ -180,8 +188,11 @@ def usage_section(with_head: bool, training: TrainingFacts | None, export: Expor
     ``weighted``: whether the pooler gives token weights (without them ``pooling_weights`` is ``None``).
     """
     max_length = (training.recipe.get("max_length") if training is not None else None) or 128
+    pair = _is_pair(training)
     if export is not None:
+        texts = '["the first text"], ["the second text"]' if pair else '["a text"]'
         return ["## Usage", "", _ONNX_USAGE.format(folder=PLACEHOLDER, file=export.file, max_length=max_length,
+                                                   texts=texts,
                                                    outputs=", ".join(export.outputs), holds=_holds(export),
                                                    tokenizer=tokenizer_location(export))]
     what, shape = ("out.logits", "(B, num_labels)") if with_head else ("out.pooler_output", "(B, output_dim)")
@@ -191,7 +202,9 @@ def usage_section(with_head: bool, training: TrainingFacts | None, export: Expor
     parts = [_AUTO_USAGE.format(auto=auto, folder=PLACEHOLDER, max_length=max_length, result=result,
                                 weights_arg=", return_pooling_weights=True" if weighted else "")]
     if with_head:
-        parts.append(_PIPELINE_USAGE.format(folder=PLACEHOLDER))
+        call = ('classifier({"text": "the first text", "text_pair": "the second text"}, **cut)' if pair else
+                'classifier("a text", **cut)  # a pair: classifier({"text": "first", "text_pair": "second"}, **cut)')
+        parts.append(_PIPELINE_USAGE.format(folder=PLACEHOLDER, max_length=max_length, call=call))
     if training is not None and training.run_dir:
         fold = f" --folds {training.fold}" if training.fold is not None else ""
         commands = ("# this model alone; leave out --folds to ensemble every fold of the run\n"
