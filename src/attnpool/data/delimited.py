@@ -194,12 +194,131 @@ def _lines(source: TextIO, block: int = 1 << 20) -> Iterator[str]:
         yield rest
 
 
-def csv_error(path: Path, sep: str, error: Exception) -> DataError:
+class RowShapes:
+    """Physical lines of the records pandas parsed, for rows with fewer fields than the header and parser errors.
+
+    pandas pads a row with fewer fields than the header with missing values, without an error: a text broken by an
+    unquoted line break became two rows, the second holding the text's end as its first field. Such a row leaves its
+    last column missing, so the file is scanned (once, with ``csv.reader``) only when a chunk's last column has a
+    missing value: an empty last field (``1,``) still has its delimiter, so its row has every field.
+    """
+
+    def __init__(self, path: Path, sep: str, header: list[str], open_text: Callable[[], TextIO], *,
+                 first_line: int = 1, one_column: bool = False) -> None:
+        """``open_text``: the text pandas parses, whose first line is the file's line ``first_line``."""
+        self._path, self._sep, self._fields, self._open_text = path, sep, len(header), open_text
+        self._first_line, self._one_column = first_line, one_column
+        self._checked = False
+
+    def _records(self, strict: bool = False) -> Iterator[tuple[int, int | None, list[str]]]:
+        """(physical line, data row or None for the header and skipped blank lines, fields) of each record.
+
+        With ``strict``, a quoting error raises :class:`_QuoteError` with the line and data row it is in.
+        """
+        limit = csv.field_size_limit()
+        csv.field_size_limit(max(limit, _FIELD_LIMIT))
+        line, row, header = 0, 0, False
+        try:
+            with self._open_text() as source:
+                reader = csv.reader(_lines(source), delimiter=self._sep, strict=strict)
+                for record in reader:
+                    blank = not self._one_column and len(record) < 2 and not "".join(record).strip(" \t")
+                    if header and not blank:
+                        row += 1
+                    yield self._first_line + line, row if header and not blank else None, record
+                    header = header or not blank
+                    line = reader.line_num
+        except csv.Error as e:
+            raise _QuoteError(str(e), self._first_line + reader.line_num - 1, row + 1 if header else None) from None
+        finally:
+            csv.field_size_limit(limit)
+
+    def check_quotes(self) -> int:
+        """The ``quoting`` to read with; a DataError for a CSV field whose closing quote more text follows.
+
+        pandas drops the quotes of ``"Great" product`` and joins the text (``Great product``) without an error. A
+        TSV file whose quotes are not valid CSV quoting, every line holding the header's fields (GLUE style), is
+        read without quoting (:func:`tsv_reading`) unless a quote would merge lines (:class:`MergedRows` refuses
+        those); a CSV file is refused. Scanned only in a file holding a double quote.
+        """
+        if not _holds_quote(self._path):
+            return csv.QUOTE_MINIMAL
+        if self._sep == "\t":
+            if tsv_reading(self._open_text, self._fields) != "unquoted":
+                return csv.QUOTE_MINIMAL
+            return csv.QUOTE_NONE if _one_line_records(self._open_text) else csv.QUOTE_MINIMAL
+        try:
+            for _ in self._records(strict=True):
+                pass
+        except _QuoteError as e:
+            message, line, row = e.args
+            if "expected after" not in message:
+                return csv.QUOTE_MINIMAL  # a quote never closed: pandas' own error says so
+            where = f"data row {row} (line {line})" if row is not None else f"the header (line {line})"
+            raise DataError(
+                f"{self._path}: {where}: a field starts with a double quote and more text follows its closing "
+                "quote; it would be read without its quotes. Double the quotes inside a quoted field and enclose "
+                'the whole field in double quotes (e.g. """Great"" product" for "Great" product)') from None
+        return csv.QUOTE_MINIMAL
+
+    def check(self, frame: pd.DataFrame) -> None:
+        """A DataError for the file's first row with fewer fields than the header, if the chunk may hold one."""
+        if self._checked or self._fields < 2 or not len(frame) or not frame.iloc[:, -1].isna().any():
+            return
+        self._checked = True
+        for line, row, record in self._records():
+            if row is not None and len(record) < self._fields:
+                raise DataError(
+                    f"{self._path}: data row {row} (line {line}) has {len(record)} field(s) and the header "
+                    f"{self._fields}; its last column(s) would be read as missing (starting {record[0][:40]!r}). A "
+                    "line break inside an unquoted text splits the row: quote the field (enclose it in double "
+                    "quotes), or join the lines; if the row really lacks values, write their delimiters "
+                    f"({self._sep!r}) with empty fields")
+
+    def locate(self, message: str) -> str:
+        """The parser error of pandas, its line or row (counting records) given as data row and physical line."""
+        found = re.search(r"(fields in line|string starting at row) (\d+)", message)
+        if not found:
+            return message
+        wanted = int(found[2]) - (found[1] == "fields in line")  # 0-based record, the header's included
+        for number, (line, row, _) in enumerate(self._records()):
+            if number == wanted:
+                where = f"data row {row} (line {line})" if row is not None else f"line {line}"
+                return f"{message[: found.start(1)]}{found[1].rsplit(' ', 1)[0]} {where}{message[found.end():]}"
+        return message
+
+
+def csv_error(path: Path, sep: str, error: Exception, shapes: RowShapes | None = None) -> DataError:
     """The error pandas raised reading a CSV or TSV file, as a DataError saying what to check (delimiter, quoting)."""
     if isinstance(error, pd.errors.EmptyDataError):
         return DataError(f"{path}: the file is empty; it needs a header line and at least one data row")
     kind = "TSV" if sep == "\t" else "CSV"
+    message = str(error).strip()
+    if shapes is not None:
+        message = shapes.locate(message)
     return DataError(
-        f"{path}: could not be parsed as {kind}: {str(error).strip()}. Check the delimiter ({sep!r}) and the "
+        f"{path}: could not be parsed as {kind}: {message}. Check the delimiter ({sep!r}) and the "
         "quoting: a field holding the delimiter, a double quote or a line break must be enclosed in double quotes"
     )
+
+
+class _QuoteError(Exception):
+    """A quoting error of ``csv.reader``: ``(message, physical line, data row or None)``."""
+
+
+def _holds_quote(path: Path, block: int = 1 << 20) -> bool:
+    """Whether the file holds a double quote."""
+    with path.open("rb") as f:
+        return any(b'"' in raw for raw in iter(lambda: f.read(block), b""))
+
+
+def _one_line_records(open_text: Callable[[], TextIO]) -> bool:
+    """Whether no quoted section of the (tab-separated) text runs over a line break."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, _FIELD_LIMIT))
+    try:
+        with open_text() as source:
+            reader = csv.reader(_lines(source), delimiter="\t")
+            return all(reader.line_num == n for n, _ in enumerate(reader, 1))
+    finally:
+        csv.field_size_limit(limit)

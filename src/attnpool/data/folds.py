@@ -144,7 +144,16 @@ def _strata(labels: Any, task: str, k: int, n_bins: int | None, n_rows: int) -> 
     if len(values) != n_rows:
         raise DataError(f"labels must hold one label per row: expected {n_rows}, got {len(values)}")
     if values.ndim == 2:
-        return _bins(values.astype(np.float64).mean(axis=1), k, n_bins)
+        numbers = values.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(numbers).all(axis=1))
+        if len(bad):
+            rows = ", ".join(str(r + 1) for r in bad[:5])
+            raise DataError(
+                f"labels (one row of {numbers.shape[1]} values per row) must be finite numbers to stratify the "
+                f"folds; rows {rows} ({len(bad)} in all) hold missing or infinite values: fill them in or drop "
+                "those rows (run validate_labels first), or pass labels=None"
+            )
+        return _bins(numbers.mean(axis=1), k, n_bins)
     if values.ndim != 1:
         raise DataError(f"labels must be 1-D (one per row) or 2-D (multi-hot), got shape {values.shape}")
     if task == "regression":

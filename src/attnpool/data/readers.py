@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnpool.data.delimited import MergedRows, check_fields, check_header, csv_error
+from attnpool.data.delimited import MergedRows, RowShapes, check_fields, check_header, csv_error
 from attnpool.data.errors import DataError
 from attnpool.data.numbers import FLOAT_PATTERN, INT_PATTERN
 from attnpool.data.parquet import iter_parquet, read_parquet, require_pyarrow
@@ -198,27 +198,40 @@ def _iter_delimited(path: Path, chunk_rows: int | None, sep: str, text_columns: 
     In a file of one column a blank line is a row whose text is missing (pandas would skip it: a prediction file
     would lose the row), except the blank lines before the header and after the last row.
     """
+    shapes = None
     try:
         with Utf8Stream(path) as header:
-            one_column = len(check_header(header, path, sep)) == 1
+            names = check_header(header, path, sep)
+        one_column = len(names) == 1
         start, end = blank_edges(path, b" \t".replace(sep.encode(), b"")) if one_column else (0, None)
         merged = MergedRows(path, sep, lambda: Utf8Stream(path))
-        options = {**_CSV_OPTIONS, "sep": sep, "skip_blank_lines": not one_column}
+        shapes = RowShapes(path, sep, names, lambda: Utf8Stream(path, start=start, end=end),
+                           first_line=_line_at(path, start), one_column=one_column)
+        options = {**_CSV_OPTIONS, "sep": sep, "skip_blank_lines": not one_column, "quoting": shapes.check_quotes()}
         with Utf8Stream(path, start=start, end=end) as stream:
             if chunk_rows is None:
                 frame = pd.read_csv(stream, **options)
                 check_fields(frame, path, sep)
+                shapes.check(frame)
                 yield _with_numbers(merged.check(frame, 0), text_columns)
                 return
             with pd.read_csv(stream, chunksize=chunk_rows, **options) as reader:
                 first = 0  # the chunk's first row; no enumerate(): its cached tuple would hold the last chunk
                 for frame in reader:
                     check_fields(frame, path, sep)
+                    shapes.check(frame)
                     yield _with_numbers(merged.check(frame, first), text_columns)
                     first += chunk_rows
                     del frame  # before the next chunk is read
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
-        raise csv_error(path, sep, e) from None
+        raise csv_error(path, sep, e, shapes) from None
+
+
+def _line_at(path: Path, offset: int) -> int:
+    """The line starting at byte ``offset`` (a line's start, after blank lines only)."""
+    with path.open("rb") as f:
+        head = f.read(offset)
+    return 1 + head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n")
 
 
 def _with_numbers(frame: pd.DataFrame, text_columns: set[str]) -> pd.DataFrame:
