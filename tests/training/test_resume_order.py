@@ -131,3 +131,36 @@ def test_a_resumed_folds_training_time_counts_the_calls_before_it(tmp_path):
     resumed = tiny_trainer(tmp_path, epochs=1.0, eval_steps=2)
     resumed.train(resume_from_checkpoint=True)
     assert 1000 < resumed.train_seconds() < 1000 + first.train_seconds() + 60
+
+
+def test_a_resumed_folds_logs_cover_the_same_steps_and_its_train_loss_all_of_them(tmp_path):
+    """Logging every 2 steps and saving every 3: the loss summed since the last log is in no checkpoint, so the first
+    log after a resume averaged other steps; and train_loss averaged the resumed call's steps only (0.0 for a fold
+    resumed where it had finished)."""
+    options = {"epochs": 1.0, "eval_steps": 3}  # 36 training rows in batches of 4: 9 steps, a log every 2
+
+    class KillAt3(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                raise KeyboardInterrupt
+
+    def training_logs(trainer):
+        return [{k: v for k, v in e.items() if k == "step" or k == "loss" or k.startswith("pool_")}
+                for e in trainer.state.log_history if "loss" in e]
+
+    def train_loss(trainer):
+        return next(e["train_loss"] for e in trainer.state.log_history if "train_loss" in e)
+
+    straight = tiny_trainer(tmp_path / "straight", n=54, monitor=True, **options)
+    straight.train()
+    with pytest.raises(KeyboardInterrupt):
+        tiny_trainer(tmp_path / "killed", n=54, monitor=True, callbacks=[KillAt3()], **options).train()
+    resumed = tiny_trainer(tmp_path / "killed", n=54, monitor=True, model=tiny_model(seed=4), **options)
+    resumed.train(resume_from_checkpoint=True)
+    for a, b in zip(training_logs(straight), training_logs(resumed), strict=True):
+        assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-5) for k in a), (a, b)
+    assert [e["step"] for e in training_logs(straight)] == [2, 3, 4, 6, 8, 9]  # and one at each checkpoint
+    assert train_loss(resumed) == pytest.approx(train_loss(straight), rel=1e-5)
+    again = tiny_trainer(tmp_path / "killed", n=54, monitor=True, model=tiny_model(seed=5), **options)
+    again.train(resume_from_checkpoint=True)  # the fold had finished: no step left to train
+    assert train_loss(again) == pytest.approx(train_loss(straight), rel=1e-5)

@@ -116,6 +116,39 @@ class TrainingClock(transformers.TrainerCallback, ExportableState):
         return {"args": {}, "attributes": {"seconds_before": round(self.seconds, 3)}}
 
 
+class LogAtCheckpoints(transformers.TrainerCallback):
+    """A log line at every checkpoint, so that a resumed fold's logs cover the steps an uninterrupted one's do.
+
+    A checkpoint keeps neither the loss summed since the last log nor the pooling statistics': with a logging interval
+    that does not divide the saving one, the first log after a resume averaged other steps than the uninterrupted
+    run's. Added after the Trainer's own flow callback, which decides the saves.
+    """
+
+    def on_step_end(self, args, state, control, **kwargs):
+        """Log at a step that saves."""
+        control.should_log = control.should_log or control.should_save
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        """Log at an epoch's end that saves."""
+        control.should_log = control.should_log or control.should_save
+
+
+def whole_train_loss(saved: dict[str, Any] | None, call_loss: float, global_step: int) -> float:
+    """The mean training loss of every step of a fold resumed from ``saved`` (its checkpoint's trainer state).
+
+    The Trainer's ``train_loss`` averages the steps of its own call only (0.0 for a fold resumed where it had
+    finished). The steps before are the checkpoint's logged losses, which tile them when a log fell at the
+    checkpoint (:class:`LogAtCheckpoints`); else the call's own mean is kept.
+    """
+    before = int((saved or {}).get("global_step") or 0)
+    logged = [(int(e["step"]), float(e["loss"])) for e in (saved or {}).get("log_history", []) if "loss" in e]
+    if not before or not logged or logged[-1][0] != before or global_step <= 0:
+        return call_loss
+    steps = [step for step, _ in logged]
+    total = sum(loss * (step - previous) for (step, loss), previous in zip(logged, [0, *steps[:-1]], strict=True))
+    return (total + call_loss * (global_step - before)) / global_step
+
+
 class SameSchedule(transformers.TrainerCallback):
     """Refuses to resume a checkpoint trained for another number of steps in all (another process count)."""
 
@@ -165,6 +198,8 @@ class RecipeTrainer(transformers.Trainer):
         super().__init__(*args, **kwargs)
         self.add_callback(self.schedule)
         self.add_callback(TrainingClock())
+        self.add_callback(LogAtCheckpoints())
+        self._resumed_state: dict[str, Any] | None = None  # the checkpoint's trainer state, for train_loss
         if weights_sharded(self) and (ema is not None or adversary is not None):
             raise ValueError("ema_decay and adversarial need every process to hold the whole weights: they do not "
                              "work with FSDP or DeepSpeed; train with DDP (torchrun) or leave them off")
@@ -189,6 +224,7 @@ class RecipeTrainer(transformers.Trainer):
         saved = _read_state(Path(str(resume_from_checkpoint)) / TRAINER_STATE_NAME) if found else None
         self.schedule.checkpoint = str(resume_from_checkpoint) if found else None
         self.schedule.max_steps = (saved or {}).get("max_steps") or None
+        self._resumed_state = saved
         if self.ema is not None:
             self.ema.resume_from = str(resume_from_checkpoint) if found else None
         main = self.is_world_process_zero()
@@ -279,7 +315,12 @@ class RecipeTrainer(transformers.Trainer):
         return clip_in_step(optimizer, model.parameters(), self.args.max_grad_norm)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log, plus the pooling-weight statistics since the last one."""
+        """The Trainer's log, plus the pooling-weight statistics since the last one.
+
+        A resumed fold's ``train_loss`` averages all its steps (:func:`whole_train_loss`).
+        """
+        if "train_loss" in logs and self._resumed_state is not None:
+            logs["train_loss"] = whole_train_loss(self._resumed_state, logs["train_loss"], self.state.global_step)
         if self.monitor is not None:
             evaluation = any(key.startswith("eval_") for key in logs)
             stats = self.monitor.summary(training=not evaluation)
