@@ -17,6 +17,7 @@ import attnpool  # noqa: F401  (registers the Auto classes)
 from attnpool.cli import main
 from attnpool.exporters import ExportError, VerificationError, export_onnx, resolve_model_dir, verify_onnx
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
+from attnpool.runs import Run
 from model_helpers import batch, save_tiny_encoder, tiny_config, tiny_tokenizer
 
 ort = pytest.importorskip("onnxruntime")
@@ -317,7 +318,7 @@ def test_an_opset_the_exporter_could_not_convert_to_is_an_error():
 def _fake_run(saved, root, folds):
     for k in folds:
         shutil.copytree(saved, root / f"fold_{k}" / "model")
-    (root / "run.json").write_text("{}")
+    Run(root).write_info({})
     return root
 
 

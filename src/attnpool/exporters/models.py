@@ -102,7 +102,8 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
     Raises:
         FileNotFoundError: ``path`` does not exist, is a file, is a peft adapter (to merge first), or is neither a
             model folder nor a run.
-        ValueError: ``fold`` given for a model folder, or not a trained fold of the run.
+        ValueError: ``fold`` given for a model folder, or not a trained fold of the run (one that did not finish
+            training too); a RunError for a run of another format (as ``predict`` refuses it).
     """
     path = Path(os.fspath(path)).expanduser()
     if not path.exists():
@@ -128,19 +129,20 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
             f".from_pretrained(BASE), {str(path)!r}); model.merge_and_unload().save_pretrained(\"my-model\", "
             "tokenizer=tokenizer); attnpool export --model my-model ... (README: Fine-tuning with LoRA)"
         )
-    run = Run(path)
-    trained = run.trained_folds()
-    if not trained:
+    run = Run.open(path) if Run.is_run(path) else Run(path)  # a run of another format: refused, as predict does
+    if not run.trained_folds():
         present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
         raise FileNotFoundError(
             f"{path} is neither a saved model folder (no config.json) nor a train run (no fold_K/model/); it "
             f"contains: {present}"
         )
-    chosen = run.select_fold(fold)
-    if fold is None and len(trained) > 1:
+    if fold is not None:
+        return run.model_dir(run.select_fold(fold))
+    usable = run.select_folds()  # the finished folds (one that did not finish: left out, with a warning)
+    if len(usable) > 1:
         logger.info("%s has %d trained folds (%s); exporting fold %d (one graph holds one model; --fold K for "
-                    "another)", path, len(trained), ", ".join(map(str, trained)), chosen)
-    return run.model_dir(chosen)
+                    "another)", path, len(usable), ", ".join(map(str, usable)), usable[0])
+    return run.model_dir(usable[0])
 
 
 def load_for_export(model_dir: str | os.PathLike) -> nn.Module:

@@ -18,15 +18,14 @@ classes, label and id columns, number of folds). Every other module reaches thes
 
 Which folds a command uses follows one rule (:meth:`Run.select_folds`): commands that ensemble (``predict``) use
 every trained fold unless told which; commands that need one model (``explain``, ``export``) take ``fold``, by
-default the first trained fold.
+default the first trained fold. A fold whose training did not finish is none of them (a warning, or an error where
+it is named).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import numbers
-import operator
 import re
 import shutil
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ import yaml
 from attnpool._version import __version__
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
+from attnpool.runs.folds import choose_folds, read_fold_ids
 from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.tables import read_oof
 from attnpool.runs.titles import same_titles
@@ -220,9 +220,10 @@ class Run:
         return self.path / CURVES_FILE
 
     def read_fold_assignment(self) -> Any:
-        """The fold id of every row (``folds.csv``), or ``None`` before it is written."""
+        """The fold id of every row (``folds.csv``), or ``None`` before it is written; RunError when it is damaged."""
         path = self.path / FOLDS_FILE
-        return pd.read_csv(path)["fold"].to_numpy() if path.is_file() else None
+        return read_fold_ids(path, fix=f"restore it from a copy of the run, or delete the run ({self.path}) to start "
+                             "over") if path.is_file() else None
 
     def write_fold_assignment(self, folds: Any) -> None:
         """Save the fold id of every row, once per run."""
@@ -258,23 +259,31 @@ class Run:
         return (self.fold_dir(fold) / OOF_FILE).is_file() and (self.model_dir(fold) / "config.json").is_file()
 
     def trained_folds(self) -> list[int]:
-        """The folds with a saved model, in fold order (``fold_2`` before ``fold_10``)."""
+        """The folds with a saved model, in fold order (``fold_2`` before ``fold_10``), finished or not (resume's)."""
         found = (p.parent.name for p in self.path.glob("fold_*/model") if re.fullmatch(r"fold_\d+", p.parent.name))
         return sorted(int(name.split("_")[1]) for name in found)
 
+    def fold_unfinished(self, fold: int) -> bool:
+        """Whether fold ``fold``'s training stopped after its model was saved, before its results were written.
+
+        A fold saves its model, predicts its validation rows, then writes its results, its out-of-fold file last,
+        and deletes its checkpoints: a fold still training, or killed in between, has its ``checkpoints/`` and no
+        ``oof.csv``; its model may not be the one training chose.
+        """
+        return not (self.fold_dir(fold) / OOF_FILE).is_file() and self.checkpoints_dir(fold).is_dir()
+
     def select_folds(self, folds: int | Sequence[int] | None = None) -> list[int]:
-        """The folds a command uses: ``None`` for every trained fold, else the given ones (each must be trained)."""
+        """The folds a command uses: ``None`` for every trained fold, else the given ones (each must be trained).
+
+        A fold that did not finish training (:meth:`fold_unfinished`) is left out with a warning, and refused when
+        named; ``train --resume`` finishes it.
+        """
         trained = self.trained_folds()
         if not trained:
             raise RunError(f"{self.path} has no trained fold (no fold_K/model/); finish training with --resume first")
-        if folds is None:
-            return trained
-        wanted = _fold_numbers(folds)
-        missing = [f for f in wanted if f not in trained]
-        if missing or not wanted:
-            raise RunError(f"{self.path} has no trained fold {', '.join(map(str, missing)) or '(none given)'}; "
-                           f"trained folds: {', '.join(map(str, trained))}")
-        return list(dict.fromkeys(wanted))
+        unfinished = {f: f"{self.model_dir(f)} is saved, but its {OOF_FILE} is not written and its "
+                         f"{CHECKPOINTS_DIR}/ is still there" for f in trained if self.fold_unfinished(f)}
+        return choose_folds(self.path, trained, unfinished, folds)
 
     def select_fold(self, fold: int | None = None) -> int:
         """The one fold a single-model command uses: ``fold``, by default the first trained fold."""
@@ -375,18 +384,6 @@ def _read_json(path: Path, fix: str = _FOLD_FIX) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RunError(f"{path} is corrupt ({err}); {fix}") from err
-
-
-def _fold_numbers(folds: object) -> list[int]:
-    """One fold number (a Python or NumPy integer) or an iterable of them, as ints; anything else refused."""
-    try:
-        items = [folds] if isinstance(folds, numbers.Integral | str | bytes) else list(folds)  # "10": not 1 and 0
-    except TypeError:  # not iterable: 1.0
-        items = [folds]
-    if bad := [f for f in items if isinstance(f, bool) or not isinstance(f, numbers.Integral)]:
-        raise ValueError(f"folds {folds!r}: {bad[0]!r} is not a fold number; give a fold number or a list of fold "
-                         "numbers, e.g. 0 or [0, 2]")
-    return [operator.index(f) for f in items]
 
 
 def _saved_config(file: Path) -> bool:

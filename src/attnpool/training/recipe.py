@@ -41,6 +41,9 @@ from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
 from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
+from attnpool.training.saved_paths import PATH_OPTIONS as _PATH_OPTIONS
+from attnpool.training.saved_paths import absolute_paths as _absolute_paths
+from attnpool.training.saved_paths import find_moved_paths
 from attnpool.training.tracking import TRACKERS, integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
@@ -49,8 +52,6 @@ _THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds", "report_to")  #
 # replaced OTHER without --overwrite, or trained fold 0 alone (the config module drops them from older runs' files)
 PER_CALL_SAVED = {"overwrite": False, "resume": False, "only_folds": None}
 DEFAULT_MAX_LENGTH = TrainConfig.__dataclass_fields__["max_length"].default  # capped, not refused, where too long
-_DATA_PATHS = ("train_file", "valid_file", "data_dir")  # saved absolute with the run's config
-_PATH_OPTIONS = (*_DATA_PATHS, "model")  # the model too where it is a local folder
 
 
 @dataclass
@@ -228,10 +229,12 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
     Only ``only_folds`` comes from the call: which folds to train now is a choice of this call, not part of the
     run's recipe; so does ``report_to`` where the call gives it (where to log is not the recipe either: a tracker
     added on resume logs the folds trained from now on, and the ``cv`` entry if it has not had it). The ``given``
-    options the saved config overrides are named in a warning.
+    options the saved config overrides are named in a warning; a saved path that no longer exists (a moved run) is
+    the call's (:func:`~attnpool.training.saved_paths.find_moved_paths`).
 
     Raises:
-        RunError: The run has no ``config.yaml`` to resume with.
+        RunError: The run has no ``config.yaml`` to resume with, or a saved path that no longer exists and the call
+            gives no other.
         ValueError: The saved config reports to a tracker not installed here (and the call gives no ``report_to``).
     """
     if not cfg.resume:
@@ -242,6 +245,7 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
                        "(from a backup or a copy of the run), or start a new run (another --output-dir, or "
                        "--overwrite)")
     values = load_yaml(run.config_file)
+    find_moved_paths(run, values, given or {})  # a run moved with its data: the call says where they are now
     _warn_of_overridden(run, values, given or {})
     # A run started before freeze_word_embeddings existed trained them: its checkpoints' optimizer state has them.
     values.setdefault("freeze_word_embeddings", values.get("freeze_layers") is not None)
@@ -342,22 +346,6 @@ def keep_context_titles(run: Run, cfg: TrainConfig) -> None:
     """
     if cfg.preset == "pppm":
         keep_titles(run.path / CONTEXT_TITLES, Path(cfg.data_dir or "", CONTEXT_TITLES))
-
-
-def _absolute_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """The config's data paths made absolute (and a local model folder's), so that the run works from any folder.
-
-    ``predict``/``serve``/``explain`` read a PPPM run's ``data_dir`` (its CPC texts) and ``--resume`` its training
-    file: saved as given (``data_dir: pppm``), they were found only from the folder the run was trained in.
-    """
-    values = dict(values)
-    for key in _DATA_PATHS:
-        if values.get(key):
-            values[key] = str(Path(values[key]).expanduser().resolve())
-    model = values.get("model")
-    if model and Path(model).expanduser().is_dir():  # a local folder; a hub name stays a name
-        values["model"] = str(Path(model).expanduser().resolve())
-    return values
 
 
 def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], seconds: float) -> TrainResult:
