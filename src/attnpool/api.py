@@ -100,8 +100,8 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
 
     Args:
         config: The shared recipe, as for :func:`train`.
-        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...``.
-        seeds: A number of seeds (from the config's ``seed`` on), or the seeds themselves.
+        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (one string: one spec).
+        seeds: A number of seeds (from the config's ``seed`` on, at most 20), or the seeds themselves.
         baseline: The pooler spec every other one is tested against.
         output_dir: The comparison folder (finished runs in it are kept: rerunning resumes).
         bootstrap: Replicates of the paired bootstrap over examples.
@@ -109,7 +109,8 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
         **overrides: :class:`TrainConfig` fields over ``config``.
     """
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
-    return _compare(cfg, list(poolings), seeds, baseline=baseline, output_dir=output_dir, bootstrap=bootstrap,
+    specs = [poolings] if isinstance(poolings, str) else list(poolings)  # one string: one spec, not its letters
+    return _compare(cfg, specs, seeds, baseline=baseline, output_dir=output_dir, bootstrap=bootstrap,
                     overwrite=overwrite)
 
 

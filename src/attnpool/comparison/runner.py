@@ -20,7 +20,6 @@ import dataclasses
 import json
 import logging
 import numbers
-import operator
 import os
 import shutil
 import subprocess
@@ -32,10 +31,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from attnpool.comparison.seeds import seed_list
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.summary import CompareResult, run_score, summarise
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.config_checks import SEED_BOUND, check_pooler
+from attnpool.config_checks import check_pooler
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.run import Run, RunError
@@ -230,8 +230,10 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     Args:
         cfg: The shared recipe (``attnpool train`` options); its ``pooling``, ``seed`` and ``output_dir`` are
             replaced per run.
-        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (e.g. ``attention:attn_size=128``).
-        seeds: The seeds, or their number (that many from ``cfg.seed`` on); each pooler is trained once per seed.
+        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (e.g. ``attention:attn_size=128``); one string
+            is one spec.
+        seeds: The seeds, or their number (that many from ``cfg.seed`` on, at most 20: a larger single number is
+            refused, as a seed meant as a count); each pooler is trained once per seed.
         baseline: The spec every other pooler is compared to; added to ``poolings`` when missing.
         output_dir: The comparison folder.
         bootstrap: Replicates of the paired bootstrap over examples (at least 1).
@@ -245,16 +247,8 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
             process is writing it.
         ValueError: Bad pooler specs (values included), seeds or bootstrap, before anything trains.
     """
-    # numbers.Integral: numpy's integers (np.int64 from an array) are counts too, though not subclasses of int.
-    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
-        if seeds < 1:
-            raise ValueError(f"--seeds: a single value is a number of seeds and must be >= 1, got {seeds}")
-        seeds = list(range(cfg.seed, cfg.seed + operator.index(seeds)))
-    listed = [seeds] if isinstance(seeds, bool) else list(seeds)
-    if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) for s in listed):
-        raise ValueError(f"--seeds must be integer seeds (or one count), got {listed!r}")
-    seeds = [operator.index(s) for s in listed]  # ints: np.int64 from np.arange is no YAML for the runs' requests
-    specs = [PoolerSpec.parse(p) for p in poolings]
+    seeds = seed_list(seeds, cfg.seed)
+    specs = [PoolerSpec.parse(p) for p in ([poolings] if isinstance(poolings, str) else poolings)]
     base = PoolerSpec.parse(baseline)
     if base.label not in [s.label for s in specs]:
         specs.insert(0, base)
@@ -268,10 +262,6 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
         if other != spec.label:
             raise ValueError(f"--poolings {other} and {spec.label} would share the run folder {spec.slug}: write "
                              "one of them differently (they differ only in punctuation)")
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds must be distinct seeds (or one count), got {seeds}")
-    if not all(0 <= seed < SEED_BOUND for seed in seeds):
-        raise ValueError(f"--seeds must be in [0, 2**32 - 1], the seeds numpy and torch take, got {seeds}")
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, numbers.Integral) or bootstrap < 1:
         raise ValueError(f"--bootstrap is a number of replicates and must be >= 1 (e.g. 1000), got {bootstrap!r}")
     if len(specs) < 2:

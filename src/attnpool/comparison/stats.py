@@ -3,10 +3,8 @@
 All comparisons are *paired*: for a given seed, two poolers saw the same folds, data order and recipe, so the
 per-seed differences (and the per-example differences within a seed) are what the tests look at.
 
-Intervals respect the metric's range (:func:`score_interval`: Fisher's z for a correlation, the logit for a
-share), and the test over seeds is exact (:func:`sign_flip_test`, up to :data:`MAX_EXACT_SEEDS` seeds): with ``n``
-seeds no p-value goes below ``2 ** (1 - n)``, so two or three seeds can never be "significant", whatever a t-test on
-them says.
+Intervals respect the metric's range (:func:`score_interval`), and the test over seeds is exact
+(:func:`sign_flip_test`): with ``n`` seeds no p-value goes below ``2 ** (1 - n)``, whatever a t-test says.
 """
 
 from __future__ import annotations
@@ -203,9 +201,8 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
 def sign_flip_floor(n: int, num_samples: int = SIGN_FLIP_SAMPLES) -> float:
     """The smallest p-value :func:`sign_flip_test` can give over ``n`` seeds.
 
-    ``2 ** (1 - n)`` (the observed signs and their opposite, of ``2 ** n`` patterns) up to :data:`MAX_EXACT_SEEDS`
-    seeds; beyond, where ``num_samples`` patterns are sampled, ``1 / (1 + num_samples)`` (or ``2 ** (1 - n)``, if
-    larger). ``n`` below 2: 1.0 (no test).
+    ``2 ** (1 - n)`` up to :data:`MAX_EXACT_SEEDS` seeds; beyond (sampled), ``1 / (1 + num_samples)`` (or
+    ``2 ** (1 - n)``, if larger). ``n`` below 2: 1.0 (no test).
     """
     exact = float(2.0 ** (1 - n)) if n >= 1 else 1.0
     return exact if n <= MAX_EXACT_SEEDS else max(exact, 1.0 / (1 + num_samples))
@@ -214,9 +211,8 @@ def sign_flip_floor(n: int, num_samples: int = SIGN_FLIP_SAMPLES) -> float:
 def seeds_needed(family: int = 1, alpha: float = 0.05) -> int | None:
     """The fewest seeds with which :func:`sign_flip_test` can reach ``p < alpha`` after Holm's correction.
 
-    Over ``family`` poolers compared to one baseline the smallest Holm-adjusted p-value is ``family`` times
-    :func:`sign_flip_floor`: 6 seeds for one pooler, 7 for two or three, 8 for four or five. ``None`` when no
-    number of seeds reaches it (a family so large that the sampled test's floor stays above ``alpha``).
+    The smallest Holm p-value over ``family`` poolers is ``family`` times :func:`sign_flip_floor`: 6 seeds for one
+    pooler, 7 for two or three, 8 for four or five. ``None`` when no number of seeds reaches it.
     """
     for n in range(2, 64):
         if max(1, family) * sign_flip_floor(n) < alpha:
@@ -230,11 +226,9 @@ def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int =
 
     Under the null hypothesis (no difference between the two poolers) each seed's difference is as likely positive
     as negative. The p-value is the share of the ``2 ** n`` sign patterns whose mean difference is at least as far
-    from 0 as the observed one (two-sided); it makes no assumption of normality and can never go below
-    ``2 ** (1 - n)``: 0.5 for two seeds, 0.25 for three, below 0.05 from six on. Up to :data:`MAX_EXACT_SEEDS` seeds
-    every pattern is enumerated (in chunks); with more, ``num_samples`` random patterns (``seed``) are drawn and the
-    p-value is ``(1 + #as extreme) / (1 + num_samples)``, which cannot go below ``1 / (1 + num_samples)``
-    (``sampled`` and ``min_p`` say so).
+    from 0 as the observed one (two-sided), never below ``2 ** (1 - n)``. Up to :data:`MAX_EXACT_SEEDS` seeds every
+    pattern is enumerated; with more, ``num_samples`` random patterns (``seed``) are drawn and the p-value is
+    ``(1 + #as extreme) / (1 + num_samples)`` (``sampled`` and ``min_p`` say so).
     """
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
@@ -275,35 +269,47 @@ def sign_flip_test(a: Sequence[float], b: Sequence[float], *, num_samples: int =
 def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], score: ScoreFn, *,
                      num_samples: int = 1000, confidence: float = 0.95, seed: int = 0,
                      clusters: Sequence[np.ndarray] | None = None) -> PairedTest:
-    """Paired bootstrap over examples of ``score(a) - score(b)``, averaged over groups (seeds).
+    """:func:`bootstrap_replicates` and their :func:`replicate_test` at ``confidence``."""
+    observed, replicates = bootstrap_replicates(groups, score, num_samples=num_samples, seed=seed, clusters=clusters)
+    return replicate_test(observed, replicates, confidence)
+
+
+def replicate_test(observed: float, replicates: np.ndarray | None, confidence: float = 0.95) -> PairedTest:
+    """The observed difference with the :func:`percentile_test` of its replicates (all NaN but it without them)."""
+    if replicates is None:
+        return PairedTest(observed, float("nan"), float("nan"), float("nan"))
+    return PairedTest(observed, *percentile_test(replicates, confidence))
+
+
+def bootstrap_replicates(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], score: ScoreFn, *,
+                         num_samples: int = 1000, seed: int = 0, clusters: Sequence[np.ndarray] | None = None
+                         ) -> tuple[float, np.ndarray | None]:
+    """The observed ``score(a) - score(b)`` averaged over groups (seeds), and its paired bootstrap replicates.
 
     Each replicate draws examples with replacement (the same draw for ``a`` and ``b``: paired), scores both
     predictions on the draw, and averages the difference over the groups.
 
     ``clusters`` names what is drawn: one key per row of every group. A replicate draws as many keys as there are
     (over all groups) and keeps, in every group, the rows of the drawn keys, as many times as each was drawn. Keys
-    shared between groups are drawn once for all of them: seeds that validated on the same examples (the rows of a
-    k-fold run, a fixed split) share one sample of examples, and drawing it separately per seed would shrink the
-    interval by about the number of seeds. Give the row numbers as keys for a bootstrap over examples, or the rows'
-    groups (PPPM's anchors) for a cluster bootstrap: rows of one group are not independent, and resampling them one
-    by one makes the interval too narrow. Without ``clusters`` every group's rows are drawn on their own (groups of
-    unrelated rows).
+    shared between groups are drawn once for all of them (seeds that validated on the same examples share one
+    sample: drawing it per seed would shrink the interval). Give the row numbers as keys for a bootstrap over
+    examples, or the rows' groups (PPPM's anchors) for a cluster bootstrap: rows of one group are not independent.
+    Without ``clusters`` every group's rows are drawn on their own.
 
-    No interval and a NaN p-value when there are fewer than :data:`MIN_BOOTSTRAP_UNITS` keys to draw (a bootstrap
-    over two anchors is no evidence), or when the replicates do not vary while the observed difference is not 0.
+    No replicates (``None``) with fewer than :data:`MIN_BOOTSTRAP_UNITS` keys to draw, or when the replicates do
+    not vary while the observed difference is not 0.
 
     Args:
         groups: One ``(target, prediction_a, prediction_b)`` per seed; rows aligned.
         score: ``score(target, prediction) -> float`` (the task's primary metric; greater is better or not, the
             difference is reported as is).
         num_samples: Bootstrap replicates.
-        confidence: Of the percentile interval.
         seed: Of the resampling.
         clusters: One array of keys per group, aligned with its rows; ``None``: each group's rows on their own.
 
     Returns:
-        The observed difference, the percentile interval and the two-sided bootstrap p-value, which agree
-        (:func:`percentile_test`): the interval excludes 0 exactly when ``p < 1 - confidence``.
+        The observed difference and the finite replicates (``None`` where there is no test, as above), for
+        :func:`replicate_test`: its interval excludes 0 exactly when ``p < 1 - confidence``.
     """
     if not groups:
         raise ValueError("paired_bootstrap needs at least one group of predictions")
@@ -317,7 +323,7 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
                 raise ValueError(f"paired_bootstrap: {len(keys)} cluster keys for {len(t)} rows; give one per row")
     rng = np.random.default_rng(seed)
     observed = float(np.mean([score(t, a) - score(t, b) for t, a, b in groups]))
-    nan = PairedTest(observed, float("nan"), float("nan"), float("nan"))
+    nan = observed, None
     replicates = np.zeros(num_samples)
     if clusters is None:
         if min(len(t) for t, _, _ in groups) < MIN_BOOTSTRAP_UNITS:
@@ -344,8 +350,7 @@ def paired_bootstrap(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
         return nan
     if _no_spread(replicates) and observed != 0:  # e.g. every drawn example favours a: no spread to test
         return nan
-    low, high, p = percentile_test(replicates, confidence)
-    return PairedTest(observed, low, high, p)
+    return observed, replicates
 
 
 def percentile_test(replicates: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -355,9 +360,8 @@ def percentile_test(replicates: np.ndarray, confidence: float = 0.95) -> tuple[f
     ``>= 0``, whichever are fewer; a replicate at exactly 0 counts on both sides: it is no evidence either way).
     The interval is the ``k``-th smallest and the ``k``-th largest replicate, ``k = ceil((R + 1) * (1 -
     confidence) / 2) - 1`` (25 of 1000 at 95%): that is the rule under which it excludes 0 exactly when
-    ``p < 1 - confidence``. (Quantiles interpolated between replicates count otherwise than this p-value: they gave
-    a 95% interval excluding 0 beside p = 0.052.) With too few replicates for any such ``k`` (fewer than 40 at 95%)
-    p cannot fall below ``1 - confidence`` either, and the interval is NaN.
+    ``p < 1 - confidence`` (interpolated quantiles do not). With too few replicates for any such ``k`` (fewer than
+    40 at 95%) p cannot fall below ``1 - confidence`` either, and the interval is NaN.
     """
     r = np.sort(np.asarray(replicates, dtype=np.float64))
     far = min(np.count_nonzero(r <= 0), np.count_nonzero(r >= 0))

@@ -12,18 +12,19 @@ import numpy as np
 import pandas as pd
 from safetensors import safe_open
 
+from attnpool.comparison.intervals import MAX_INVERTED_SEEDS, family_confidence, family_intervals, level
 from attnpool.comparison.keys import shared_bootstrap_keys
 from attnpool.comparison.specs import PoolerSpec
 from attnpool.comparison.stats import (
     MAX_EXACT_SEEDS,
     MIN_BOOTSTRAP_UNITS,
-    MIN_SEEDS_FOR_5_PERCENT,
     SIGN_FLIP_SAMPLES,
+    bootstrap_replicates,
     holm,
     metric_function,
     metric_range,
-    paired_bootstrap,
     paired_t_test,
+    replicate_test,
     score_interval,
     seeds_needed,
     sign_flip_floor,
@@ -123,6 +124,9 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     predictions = {key: run_predictions(path, task) for key, path in runs.items()}
     keys, by_group = shared_bootstrap_keys({key: (path, key[1]) for key, path in runs.items()},
                                            per_seed_rows=per_seed_rows)  # whole groups: not independent rows
+    drawn = np.concatenate([np.unique(keys[(base.label, seed)]) for seed in seeds])  # no key in two seeds: none
+    per_seed_keys = len(seeds) > 1 and np.unique(drawn).size == drawn.size  # is drawn once for several seeds
+    family = sum(s.label != base.label for s in specs)  # the poolers Holm corrects over
     costs = {key: _cost(path) for key, path in runs.items()}
     pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}
@@ -166,19 +170,23 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
                                    "comparison with --overwrite so that every pooler trains on the same data")
                 groups.append((target, a, b))
                 units.append(keys[(spec.label, seed)])  # what seeds share, drawn once for all of them
-            boot = paired_bootstrap(groups, score_fn, num_samples=bootstrap, seed=0, clusters=units)
+            observed, replicates = bootstrap_replicates(groups, score_fn, num_samples=bootstrap, seed=0,
+                                                        clusters=units)
+            boot = replicate_test(observed, replicates)
             row.update({"diff": test.diff, "diff_low": test.low, "diff_high": test.high, "p_ttest": test.p,
                         "p_signflip": exact.p, "p_signflip_min": exact.min_p, "p_signflip_sampled": exact.sampled,
                         "diff_equal_over_seeds": exact.equal,
                         "diff_per_seed": dict(zip(map(str, seeds), np.subtract(values, base_scores).tolist(),
                                                   strict=True)),
                         "boot_diff": boot.diff, "boot_low": boot.low, "boot_high": boot.high, "p_bootstrap": boot.p})
+            row.update(family_intervals(values, base_scores, observed, replicates, family))
         rows.append(row)
     others = [r for r in rows if not r["baseline"]]
     for key in ("p_ttest", "p_signflip", "p_bootstrap"):  # every pooler in the family, an untested one as p = 1
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
-    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group, valid_file)
+    markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group, valid_file,
+                         per_seed_keys=per_seed_keys)
     _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds, by_group)
     return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
 
@@ -223,11 +231,11 @@ def _ci(r: dict[str, Any]) -> str:
 
 
 def _delta(r: dict[str, Any]) -> str:
-    """The difference over seeds: its t interval from MIN_SEEDS_FOR_5_PERCENT seeds on, else the seeds' own."""
+    """The difference over seeds: its sign-flip interval at the family's level, else the seeds' own differences."""
     if is_missing(r["diff"]):
         return _no_score(r.get("diff_per_seed")) or "n/a"
-    if r["seeds"] >= MIN_SEEDS_FOR_5_PERCENT and not is_missing(r["diff_low"]):
-        return f"{r['diff']:+.4f} [{_num(r['diff_low'])}, {_num(r['diff_high'])}]"
+    if not is_missing(r.get("diff_low_family")):
+        return f"{r['diff']:+.4f} [{_num(r['diff_low_family'])}, {_num(r['diff_high_family'])}]"
     if r["diff_equal_over_seeds"] and r["seeds"] > 1:
         return f"{r['diff']:+.4f} (the same on all {r['seeds']} seeds)"
     return f"{r['diff']:+.4f} (per seed: {', '.join(f'{d:+.4f}' for d in r['diff_per_seed'].values())})"
@@ -236,25 +244,31 @@ def _delta(r: dict[str, Any]) -> str:
 def _bootstrap(r: dict[str, Any]) -> str:
     if is_missing(r["boot_diff"]):
         return "n/a"
-    if is_missing(r["boot_low"]):
+    low, high = r.get("boot_low_family"), r.get("boot_high_family")
+    if is_missing(r["boot_low"]) and is_missing(r["p_bootstrap"]):
         return f"{r['boot_diff']:+.4f} (n/a)"
-    if r["boot_low"] == r["boot_high"]:  # e.g. identical predictions: a zero-width interval says nothing
+    if is_missing(low):  # replicates, but too few for an interval at the family's level
+        return f"{r['boot_diff']:+.4f} (n/a: more resamples needed at this level)"
+    if low == high:  # e.g. identical predictions: a zero-width interval says nothing
         return f"{r['boot_diff']:+.4f} (no spread over the resamples)"
-    return f"{r['boot_diff']:+.4f} [{_num(r['boot_low'])}, {_num(r['boot_high'])}]"
+    return f"{r['boot_diff']:+.4f} [{_num(low)}, {_num(high)}]"
 
 
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
-              split_seed: int | None = None, by_group: bool = False, valid_file: bool = False) -> str:
+              split_seed: int | None = None, by_group: bool = False, valid_file: bool = False, *,
+              per_seed_keys: bool = False) -> str:
     n, family = len(seeds), sum(not r["baseline"] for r in rows)  # family: the poolers Holm corrects over
+    confidence = family_confidence(family)
+    lvl, alpha = level(confidence), f"{1 - confidence:.3g}"
     exactness, min_p = "sampled" if n > MAX_EXACT_SEEDS else "exact", sign_flip_floor(n)
     resampled = ("whole groups of out-of-fold examples (the folds' group_col: the examples of a group are not "
                  "independent)" if by_group else "the out-of-fold examples")
     lines = [
         f"# Pooler comparison: {metric}, {n} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
         "",
-        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline over seeds | p over seeds ({exactness}, Holm) "
-        "| Δ bootstrap [95% CI] | p (bootstrap, Holm) | weight entropy | on special tokens | params added | time "
-        "| memory |",
+        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline over seeds [{lvl} CI] | p over seeds ({exactness}, "
+        f"Holm) | Δ bootstrap [{lvl} CI] | p (bootstrap, Holm) | weight entropy | on special tokens | params added "
+        "| time | memory |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (not r["baseline"], -(r["mean"] if np.isfinite(r["mean"]) else -np.inf))):
@@ -284,20 +298,30 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
            "Each seed drew its own split (folds, and the rows of a limit), so the spread over seeds includes the "
            "split's (split_seed keeps one). ")
         + f"95% CI of the score: {scales}. Δ over seeds: the mean of the per-seed paired differences to the baseline, "
-        f"with its Student t 95% interval from {MIN_SEEDS_FOR_5_PERCENT} seeds on (with fewer, no interval over seeds "
-        "can exclude 0 at 95% by the exact test, so the per-seed differences are listed instead). p over seeds: "
+        f"with the {lvl} interval of the sign-flip test below inverted (the shifts of the differences it does not "
+        f"reject at {alpha}; " + ("exact: its p at every mean of a subset of the differences" if n <=
+                                   MAX_INVERTED_SEEDS else "its ends found by bisection") + "); where the test "
+        f"cannot reach p < {alpha} with {n} seeds the per-seed differences are listed instead. p over seeds: "
         + ("the exact sign-flip permutation test of the paired differences (all 2^n sign patterns, no normality "
            f"assumed); with n seeds it cannot go below 2^(1-n), here {min_p:.3g}. " if exactness == "exact" else
            f"the sign-flip permutation test of the paired differences on {SIGN_FLIP_SAMPLES:,} sampled sign patterns "
            f"(more than {MAX_EXACT_SEEDS} seeds: the 2^n patterns are sampled, not enumerated; no normality "
            f"assumed); it cannot go below 1/(1+{SIGN_FLIP_SAMPLES:,}), here {min_p:.3g}. ")
-        + f"Bootstrap: {bootstrap} paired resamples of {resampled}, drawn once for all seeds (an example two seeds "
-        "validated on counts once) and averaged over seeds; its 95% interval (the k-th smallest and largest "
-        "resample, k = ceil(0.025 (resamples + 1)) - 1) excludes 0 exactly when its p < 0.05 (none with fewer than 40 "
-        f"resamples); n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread over the resamples; it asks "
-        "whether these trained runs differ on these examples, not whether a new seed would. p-values are "
-        f"Holm-corrected over the {family} pooler(s) compared to the baseline (one without a p-value, e.g. with a seed "
-        "without a score, counts as p = 1: the family does not shrink). The paired t-test over seeds is in "
+        + f"Bootstrap: {bootstrap} paired resamples of {resampled}, "
+        + ("drawn for each seed on its own (no example is named alike in two seeds: each seed drew its own rows, "
+           "e.g. a limit without split_seed, with no ids to match them) " if per_seed_keys else
+           "drawn once for all seeds (an example two seeds validated on counts once) ")
+        + f"and averaged over seeds; its {lvl} interval (the k-th smallest and largest resample, k = "
+        f"ceil({(1 - confidence) / 2:.3g} (resamples + 1)) - 1) excludes 0 exactly when its unadjusted p < {alpha} "
+        f"(n/a with so few resamples that k < 1); n/a with fewer than {MIN_BOOTSTRAP_UNITS} to draw or no spread "
+        "over the resamples; it asks whether these trained runs differ on these examples, not whether a new seed "
+        f"would. p-values are Holm-corrected over the {family} pooler(s) compared to the baseline (one without a "
+        "p-value, e.g. with a seed without a score, counts as p = 1: the family does not shrink). Both Δ intervals "
+        f"are at the Bonferroni level 1 - 0.05/{max(1, family)} = {lvl} of the p-value beside them, so one that "
+        "excludes 0 implies a Holm p < 0.05; Holm's p can be < 0.05 while the interval still contains 0, never the "
+        "reverse. The unadjusted 95% intervals (Student t over seeds, percentile bootstrap) are in compare.csv and "
+        "compare.json (diff_low/diff_high, boot_low/boot_high; the ones shown: diff_low_family/diff_high_family, "
+        "boot_low_family/boot_high_family). The paired t-test over seeds is in "
         "compare.csv and compare.json (p_ttest) for reference only: it assumes normal differences and can go far "
         "below what the seeds allow. Weight entropy: the normalised entropy of the pooling weights on the validation "
         "rows (1: mean pooling, 0: all weight on one token; '-': the pooler has no token weights), and the share of "
