@@ -366,13 +366,17 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     Raises:
         FileNotFoundError: ``config`` names a file that does not exist.
         ConfigError: The file does not parse (``FILE:LINE:COLUMN: problem``) or an option name is unknown.
+        TypeError: ``config`` is none of these.
     """
     if isinstance(config, TrainConfig):
         values, where = config.to_dict(), "config"
     elif isinstance(config, str | Path):
         values, where = load_yaml(config), str(config)
-    else:
+    elif isinstance(config, Mapping | None):
         values, where = dict(config or {}), "config"
+    else:
+        raise TypeError("config must be a TrainConfig, a mapping of its fields, a config file path (YAML/JSON) or None"
+                        f", got {type(config).__name__}")
     pooling = values.get("pooling", TrainConfig.__dataclass_fields__["pooling"].default)
     if overrides.get("pooling", pooling) != pooling:
         values.pop("pooling_options", None)  # the file's options were its pooler's: another pooler starts without

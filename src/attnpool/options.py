@@ -234,10 +234,37 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
         return value
     elif want is str and isinstance(value, int) and not isinstance(value, bool):
         return str(value)  # a column named 2021
+    elif want is str and isinstance(value, os.PathLike) and isinstance(os.fspath(value), str):
+        return os.fspath(value)  # train_file=Path("train.csv") from the Python API
     hint = " (unquoted true or false)" if want is bool else _number_text_hint(value) if want is int else ""
     if want is str and isinstance(value, bool):  # the text is lost: YAML 1.1 read `label: no` as false
         hint = "; YAML reads an unquoted yes, no, on, off, true or false as a switch: quote the text ('no')"
-    raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {value!r}{hint}")
+    raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {shown(value)}{hint or frame_hint(value)}")
+
+
+def shown(value: Any) -> str:
+    """``value`` for an error message: its repr when short, else its type (a DataFrame's repr is pages long)."""
+    text = repr(value)
+    return text if len(text) <= 80 and "\n" not in text else f"a {type(value).__name__}"
+
+
+def frame_hint(value: Any) -> str:
+    """How to pass a table where a file path is wanted (a DataFrame); else ``""``."""
+    if not hasattr(value, "to_csv"):
+        return ""
+    return (f"; attnpool reads tables from files: write the {type(value).__name__} first, e.g. "
+            "df.to_csv('data.csv', index=False), and pass the path")
+
+
+def file_path(value: Any, name: str) -> Path:
+    """``value``, a file path given as text or ``os.PathLike``, as a :class:`~pathlib.Path`.
+
+    Raises:
+        TypeError: Anything else (a DataFrame, None), naming ``name`` and the type given.
+    """
+    if isinstance(value, str | os.PathLike):
+        return Path(value)
+    raise TypeError(f"{name} must be a file path (str or pathlib.Path), got {shown(value)}{frame_hint(value)}")
 
 
 def _number_text_hint(value: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -26,6 +27,7 @@ from attnpool.explanations.words import entropy, merge_words, special_token_ids
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolModel
 from attnpool.model.encoders import position_limit
+from attnpool.options import shown
 from attnpool.prediction.positions import DEFAULT_MAX_LENGTH
 from attnpool.tasks import class_names, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
@@ -251,10 +253,17 @@ def explain(
         its training mode is restored afterwards.
 
     Raises:
+        TypeError: ``model`` is no ``torch.nn.Module`` (a folder path: load it, or use ``explain_file``).
         ValueError: Inputs of different lengths, no texts, a bad option, a ``max_length`` over what the encoder
             reads, a label of a regression model that is not a number, a model without a prediction head, or a
             pooler without token weights.
     """
+    if not isinstance(model, torch.nn.Module):
+        folder = isinstance(model, str | os.PathLike)  # a saved model or a run: explain_file reads those
+        raise TypeError(f"explain: model must be a loaded model (a torch.nn.Module), got {type(model).__name__} "
+                        f"{shown(model)}" + ("; load it first with AttnPoolForSequenceClassification.from_pretrained"
+                        "(folder), or explain a file's rows with explain_file(folder_or_run, input_file, html_path)"
+                        if folder else ""))
     one_text = isinstance(texts, str)
     texts = [_text(t) for t in ([texts] if one_text else texts)]
     pairs = None if text_pairs is None else [_text(t) for t in ([text_pairs] if isinstance(text_pairs, str)

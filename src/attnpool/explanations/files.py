@@ -17,6 +17,7 @@ from attnpool.explanations.core import Explanation, explain
 from attnpool.explanations.page import report_paths, write_report
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.options import file_path
 from attnpool.precision import inference_device
 from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
 from attnpool.runs.run import RUN_FILE, Run
@@ -60,7 +61,7 @@ def explain_file(
     json_path: str | Path | None = None,
     limit: int | None = None,
     erasure_k: int = 5,
-    text_cols: list[str] | None = None,
+    text_cols: list[str] | str | None = None,
     label: str | None = None,
     max_length: int | None = None,
     fold: int | None = None,
@@ -80,7 +81,8 @@ def explain_file(
         json_path: The JSON file; default: ``html_path`` with ``.json``.
         limit: Explain only the first ``limit`` rows.
         erasure_k: ``K`` of the erasure test.
-        text_cols: For a model folder: one text column, two for a pair, more to join with the separator.
+        text_cols: For a model folder: one text column (a name alone is that column), two for a pair, more to
+            join with the separator.
         label: The label column (default: the run's; for a model folder ``label`` when present).
         max_length: Truncation (default: the run's ``max_length``; 128 for a model folder), at most what the
             encoder reads (its position embeddings): a longer run's ``max_length`` is capped, with a warning.
@@ -94,6 +96,7 @@ def explain_file(
 
     Raises:
         FileNotFoundError: ``source`` is neither a run nor a model folder, or a file is missing.
+        TypeError: ``input_file`` is not a path (a DataFrame: write it to a file first).
         ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
             folder, or another fold than a ``fold_K`` folder's), a ``max_length`` below 1 or over what the encoder
             reads, a negative ``erasure_k`` or ``seed``, a ``batch_size`` below 1, a report path that is the input
@@ -101,6 +104,8 @@ def explain_file(
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    input_file = file_path(input_file, "input_file")
+    text_cols = [text_cols] if isinstance(text_cols, str) else text_cols  # one column, not its letters
     check_max_length(max_length)
     _check_options(erasure_k, batch_size, seed)  # before the model loads and the input is read
     source, fold = _fold_folder(Path(source), fold)

@@ -2,17 +2,59 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
-from transformers import AutoConfig, PretrainedConfig
+from transformers import AutoConfig, GenerationConfig, PretrainedConfig
 
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.tasks import LOSSES
 
 OUTPUT_ACTIVATIONS = (None, "sigmoid")
 logger = logging.getLogger("attnpool.model")
+# What ``PretrainedConfig`` takes as keyword options besides its fields (its ``__post_init__`` and older versions).
+HF_CONFIG_OPTIONS = (
+    "num_labels", "torch_dtype", "name_or_path", "output_attentions", "attn_implementation", "experts_implementation",
+    "per_layer_config", "tie_word_embeddings", "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id",
+    "decoder_start_token_id", "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "torchscript",
+    "is_decoder", "add_cross_attention", "tie_encoder_decoder", "cross_attention_hidden_size", "pruned_heads",
+    "auto_map", "custom_pipelines", "use_cache", "vocab_size",
+)
+
+
+@functools.cache
+def config_option_names() -> frozenset[str]:
+    """The keyword options a new :class:`AttnPoolConfig` takes: its own and ``PretrainedConfig``'s."""
+    names = set(inspect.signature(AttnPoolConfig.__init__).parameters) - {"self", "kwargs"}
+    names |= set(inspect.signature(PretrainedConfig.__init__).parameters) - {"self", "args", "kwargs"}
+    base = PretrainedConfig()
+    names |= {name for name in {*base.to_dict(), *vars(base)} if not name.startswith("_")}
+    defaults = getattr(GenerationConfig, "_get_default_generation_params", None)  # accepted (and dropped) in a config
+    names |= set(defaults() if defaults else GenerationConfig().to_dict())
+    return frozenset(names | set(HF_CONFIG_OPTIONS))
+
+
+def check_option_names(given: Iterable[str], where: str, also: Iterable[str] = ()) -> None:
+    """Refuse an option name that is neither :class:`AttnPoolConfig`'s nor ``PretrainedConfig``'s (or in ``also``).
+
+    ``PretrainedConfig`` keeps any unknown keyword as an attribute: ``num_label=3`` or ``head_droput=0.5`` was
+    ignored and saved in ``config.json``, and the model trained with the defaults.
+
+    Raises:
+        TypeError: An unknown name, with the closest known one.
+    """
+    known = config_option_names() | set(also)
+    for name in given:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{where} got an unknown option {name!r}{hint} (the options are AttnPoolConfig's and "
+                            "PretrainedConfig's)")
 
 
 def encoder_hidden_size(config: PretrainedConfig) -> int:
@@ -86,6 +128,8 @@ class AttnPoolConfig(PretrainedConfig):
         segment_token_id: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if "transformers_version" not in kwargs:  # a new config; a config.json read back keeps what it holds
+            check_option_names(kwargs, "AttnPoolConfig")
         if isinstance(encoder, dict):
             encoder = dict(encoder)
             if "model_type" not in encoder:

@@ -6,6 +6,7 @@ Loading (safetensors only), saving with the tokenizer, building from an encoder,
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from transformers.utils import hub as transformers_hub
 
 from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_model_card
 from attnpool.model.card import model_card as config_card
-from attnpool.model.configuration import AttnPoolConfig, encoder_hidden_size
+from attnpool.model.configuration import AttnPoolConfig, check_option_names, encoder_hidden_size
 from attnpool.model.encoders import (
     check_encoder_reachable,
     encoder_layers,
@@ -276,6 +277,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             ValueError: A pooler instance whose hidden size does not match the encoder, or an ``encoder_dropout`` that
                 cannot be applied (out of [0, 1), a built encoder, a config without dropout fields).
         """
+        check_option_names(config_kwargs, "from_encoder", also=list(inspect.signature(cls.from_encoder).parameters))
         pooler_instance = pooling if isinstance(pooling, Pooler) else None
         if isinstance(encoder, PreTrainedModel):
             if encoder_dropout is not None:

@@ -23,6 +23,7 @@ from attnpool.data import SUPPORTED_EXTENSIONS, DataError
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.writers import refuse_input_as_output
 from attnpool.model.encoders import position_limit
+from attnpool.options import file_path
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
@@ -133,13 +134,14 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             validation metric; :class:`ScoresNotFinite`, rows whose scores are NaN or infinite.
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...), an output
             extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file.
+        TypeError: ``input_file`` or ``output_file`` is not a path (a DataFrame: write it to a file first).
         ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
             for runs trained without a group context).
     """
     sources = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
     blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
+    input_file, output_file = file_path(input_file, "input_file"), file_path(output_file, "output_file")
     runs = [Run.open(r) for r in sources]
-    input_file, output_file = Path(input_file), Path(output_file)
     refuse_input_as_output(input_file, output_file)  # before the lock and the parts: nothing written
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")

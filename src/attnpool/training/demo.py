@@ -10,6 +10,8 @@ cores), and the demo prints both scores and the tokens the attention pooler weig
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import shutil
 from pathlib import Path
 from typing import Any
@@ -81,7 +83,16 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
 
     Returns:
         ``{"mean": pearson, "attention": pearson}``.
+
+    Raises:
+        TypeError: ``seconds`` is not a number.
+        ValueError: ``seconds`` is not positive and finite.
     """
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise TypeError(f"demo: seconds must be a positive number of seconds, got {type(seconds).__name__} "
+                        f"{seconds!r}")
+    if not 0 < seconds < math.inf:
+        raise ValueError(f"demo: seconds must be a positive number of seconds, got {seconds!r}")
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():  # before mkdir, which would raise FileExistsError
         raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")

@@ -1,0 +1,52 @@
+"""A misspelled model option is refused with the closest name, not kept as a stray attribute and saved."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoConfig, AutoModelForSequenceClassification
+
+from attnpool import AttnPoolConfig, AttnPoolForSequenceClassification
+from model_helpers import tiny_config
+
+
+@pytest.mark.parametrize(("given", "meant"), [
+    ("num_label", "num_labels"), ("head_droput", "head_dropout"), ("pooling_option", "pooling_options"),
+    ("poolng_layers", "pooling_layers"),
+])
+def test_from_encoder_refuses_a_misspelled_option_with_the_name_meant(given, meant, tmp_path):
+    with pytest.raises(TypeError, match=f"from_encoder got an unknown option '{given}'; did you mean '{meant}'\\?"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), **{given: 3})
+    assert not any(tmp_path.iterdir())
+
+
+def test_attnpool_config_refuses_a_misspelled_option_and_takes_pretrained_config_s():
+    with pytest.raises(TypeError, match="AttnPoolConfig got an unknown option 'poolng'; did you mean 'pooling'\\?"):
+        AttnPoolConfig(poolng={"type": "mean"})
+    with pytest.raises(TypeError, match="unknown option 'zzz_qqq'"):
+        AttnPoolConfig(zzz_qqq=1)
+    config = AttnPoolConfig(tiny_config("bert"), num_labels=3, id2label={0: "a", 1: "b", 2: "c"}, torch_dtype="float32",
+                            problem_type="single_label_classification", pad_token_id=0, tie_word_embeddings=False,
+                            output_attentions=False, attn_implementation="eager", name_or_path="x")
+    assert config.num_labels == 3 and config.problem_type == "single_label_classification"
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=2,
+                                                           label2id={"a": 0, "b": 1}, id2label={0: "a", 1: "b"})
+    assert model.config.num_labels == 2
+
+
+def test_a_saved_config_with_keys_this_version_does_not_know_still_loads(tmp_path):
+    """A config.json of an older or newer attnpool, or one transformers wrote, keeps loading: only new configs
+    are checked."""
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), head_dropout=0.2).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "transformers_version" in saved
+    saved.update({"pooling_option": {"attn_size": 8}, "an_old_attnpool_key": 1, "auto_map": {},
+                  "architectures": ["AttnPoolForSequenceClassification"]})
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    model = AttnPoolForSequenceClassification.from_pretrained(tmp_path)
+    assert model.config.head_dropout == 0.2 and model.config.an_old_attnpool_key == 1
+    assert AutoConfig.from_pretrained(tmp_path).an_old_attnpool_key == 1
+    assert type(AutoModelForSequenceClassification.from_pretrained(tmp_path)).__name__ == type(model).__name__
+    again = AttnPoolConfig.from_dict(model.config.to_dict())
+    assert again.head_dropout == 0.2
