@@ -211,6 +211,9 @@ def test_resume_skips_finished_folds(encoder, data, tmp_path, capsys):
            "text_cols=['x'] (the run has ['first', 'second']); to train with them, start a new run" in said
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["complete"] and [f["fold"] for f in metrics["folds"]] == [0, 1]
+    # "seconds" is this call's, which trained fold 1 only: the folds' time over both calls is train_seconds
+    assert metrics["train_seconds"] == round(sum(f["train_seconds"] for f in metrics["folds"]), 1)
+    assert "min this call (the folds' training over every call: " in said
 
 
 def test_a_fold_killed_between_its_metrics_and_its_predictions_does_not_count_as_done(encoder, data, tmp_path):

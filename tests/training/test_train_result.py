@@ -32,3 +32,10 @@ def test_train_result_keeps_its_fields():
     assert [f.name for f in dataclasses.fields(TrainResult)] == ["run_dir", "metrics", "oof", "seconds"]
     assert len(result.oof) == 3 and result.complete and result.metrics["overall"]["n"] == 3
     assert "oof=<0 rows>" in repr(dataclasses.replace(result, oof=pd.DataFrame(), metrics={}))
+
+
+def test_the_overall_scores_the_repr_shows_are_an_attribute():
+    """The repr showed overall=... as if a field, and result.overall raised AttributeError."""
+    result = _result(3)
+    assert result.overall == {"pearson": 0.81, "n": 3}
+    assert dataclasses.replace(result, metrics={}).overall == {}

@@ -68,6 +68,9 @@ def summary_table(cfg: TrainConfig, run: Run, metrics: dict[str, Any], seconds: 
                  "to choose)")
     else:
         state = "INCOMPLETE (run again with --resume to finish)"
-    lines += ["", f"{state}; {seconds / 60:.1f} min; outputs in {run.path}:",
+    took = f"{seconds / 60:.1f} min"
+    if cfg.resume and metrics.get("train_seconds") is not None:  # the calls before this one trained folds too
+        took += f" this call (the folds' training over every call: {metrics['train_seconds'] / 60:.1f} min)"
+    lines += ["", f"{state}; {took}; outputs in {run.path}:",
               f"  {OOF_FILE}  {METRICS_FILE}  {CURVES_FILE}  fold_K/model/  {LOG_FILE}"]
     return "\n".join(lines)

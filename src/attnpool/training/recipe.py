@@ -68,6 +68,11 @@ class TrainResult:
                 f"complete={self.complete}, oof=<{len(self.oof)} rows>, seconds={self.seconds:.1f})")
 
     @property
+    def overall(self) -> dict[str, Any]:
+        """The out-of-fold scores over every finished fold (``metrics["overall"]``)."""
+        return self.metrics.get("overall", {})
+
+    @property
     def complete(self) -> bool:
         """Whether every fold of the run is trained (``only_folds`` can leave some for later calls)."""
         return bool(self.metrics.get("complete"))
@@ -367,7 +372,9 @@ def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], 
         overall["n"] = len(oof)
         run.write_oof(oof)
     metrics = {"folds": fold_metrics, "overall": overall, "complete": len(fold_metrics) == len(fold_ids),
-               "seconds": round(seconds, 1)}
+               "seconds": round(seconds, 1)}  # this call's; a fold's train_seconds count the calls it resumed from
+    if fold_metrics and all("train_seconds" in m for m in fold_metrics):
+        metrics["train_seconds"] = round(sum(m["train_seconds"] for m in fold_metrics), 1)
     run.write_metrics(metrics)
     plot_learning_curves(run, fold_ids, primary_metric(cfg.task)[0])
     logger.log(SUMMARY, "\n%s", summary_table(cfg, run, metrics, seconds))  # what --quiet keeps
