@@ -101,3 +101,12 @@ def test_a_csv_field_with_text_after_its_closing_quote_is_refused(tmp_path, chun
     frame = pd.DataFrame({"sentence": ['a "b" c', '"quoted" start', "x,y"], "label": [1, 0, 1]})
     write_table(frame, path)
     assert read(path, chunked)["sentence"].tolist() == frame["sentence"].tolist()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_blanks_between_a_closing_quote_and_the_delimiter_still_read(tmp_path, chunked):
+    """The strict quote scan refused `"hello" ,a` (pandas reads `hello `): only blanks follow the closing quote."""
+    path = tmp_path / "a.csv"
+    path.write_bytes(b'id,text,label\r\n1,"hello" ,a\r\n2,world,b\r\n3,"x"\t,c\r\n4,z,"end" \r\n')
+    frame = read(path, chunked)
+    assert frame["text"].tolist() == ["hello ", "world", "x\t", "z"] and frame["label"].tolist()[-1] == "end "

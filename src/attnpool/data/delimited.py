@@ -220,7 +220,11 @@ class RowShapes:
         line, row, header = 0, 0, False
         try:
             with self._open_text() as source:
-                reader = csv.reader(_lines(source), delimiter=self._sep, strict=strict)
+                lines = _lines(source)
+                if strict:  # blanks between a closing quote and the delimiter: pandas drops them, as csv does not
+                    blanks = re.compile(r'"[ \t]+(?=' + re.escape(self._sep) + r"|\r|\n|$)")
+                    lines = (blanks.sub('"', line) for line in lines)
+                reader = csv.reader(lines, delimiter=self._sep, strict=strict)
                 for record in reader:
                     blank = not self._one_column and len(record) < 2 and not "".join(record).strip(" \t")
                     if header and not blank:
