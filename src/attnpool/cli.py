@@ -181,7 +181,7 @@ def _add_compare(commands: Any) -> None:
     _arg(group, "--poolings", "the poolers to compare, e.g. attention:attn_size=128 gem max", required=True,
          nargs="+", metavar="NAME[:key=value,...]")
     # "not given" (None) internally, so that the API's defaults apply; --help states them
-    _arg(group, "--seeds", "one number N: N seeds from --seed on; several numbers: those seeds",
+    _arg(group, "--seeds", "one number N (at most 20): N seeds from --seed on; several numbers: those seeds",
          shown=shown_default(api_default["seeds"]), nargs="+", type=int, metavar="SEED")
     _arg(group, "--baseline", "the pooler the others are tested against", shown=shown_default(api_default["baseline"]))
     _arg(group, "--bootstrap", "paired bootstrap replicates", shown=shown_default(api_default["bootstrap"]), type=int)

@@ -276,6 +276,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
             ValueError: A pooler instance whose hidden size does not match the encoder, or an ``encoder_dropout`` that
                 cannot be applied (out of [0, 1), a built encoder, a config without dropout fields).
+            TypeError: A ``config_kwargs`` name that is neither :class:`AttnPoolConfig`'s nor ``PretrainedConfig``'s
+                (``num_label``), with the name meant.
         """
         check_option_names(config_kwargs, "from_encoder", also=list(inspect.signature(cls.from_encoder).parameters))
         pooler_instance = pooling if isinstance(pooling, Pooler) else None
