@@ -349,7 +349,8 @@ def test_a_run_saved_with_options_now_refused_resumes_without_them(tmp_path, cap
     from attnpool.runs import Run
     from attnpool.training.recipe import _resumed_config
 
-    saved = TrainConfig(train_file="train.csv", text_cols=["text"], task="multiclass").to_dict()
+    (tmp_path / "train.csv").write_text("text,label\na,0\n")  # a saved path that exists (a moved one is asked for)
+    saved = TrainConfig(train_file=str(tmp_path / "train.csv"), text_cols=["text"], task="multiclass").to_dict()
     saved.update({"loss": "bce", "adversarial_start": 0.5})
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(saved))
