@@ -269,8 +269,11 @@ def folded_key_scores(query: Tensor, key_weight: Tensor, tokens: Tensor, num_hea
     with torch.autocast(tokens.device.type, enabled=False):
         q = query.to(dtype).reshape(rows, num_queries, num_heads, head_dim) * head_dim**-0.5
         w_k = key_weight.to(dtype).view(num_heads, head_dim, key_weight.shape[-1])  # (h, d, H_in)
-        folded = torch.einsum("bqhd,hdi->bhqi", q, w_k)  # (B|1, h, Q, H_in)
-        return torch.matmul(folded, tokens.to(dtype).transpose(1, 2).unsqueeze(1))  # (B, h, Q, T)
+        folded = torch.einsum("bqhd,hdi->bhqi", q, w_k).reshape(rows, num_heads * num_queries, -1)  # (B|1, h*Q, H_in)
+        x = tokens.to(dtype)
+        # one (h*Q, H_in) x (H_in, T) product per row: broadcasting the tokens over the heads would copy them h times
+        scores = torch.matmul(folded.expand(x.shape[0], -1, -1), x.transpose(1, 2))  # (B, h*Q, T)
+        return scores.view(x.shape[0], num_heads, num_queries, x.shape[1])
 
 
 def attend(scores: Tensor, value: Tensor, mask: Tensor, num_heads: int) -> tuple[Tensor, Tensor]:
