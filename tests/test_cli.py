@@ -88,7 +88,7 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
 def test_compare_help_shows_the_api_defaults_of_its_own_options(capsys):
     text = _help(["compare"], capsys)
     assert "(default: runs/compare)" in text and "(default: runs/attnpool)" not in text
-    assert "number N: N seeds from --seed on; several numbers: those seeds (default: 3)" in text
+    assert "number N (at most 20): N seeds from --seed on; several numbers: those seeds (default: 3)" in text
     assert "the pooler the others are tested against (default: mean)" in text
     assert "--head-lr HEAD_LR" in text and "recipe options:" in text
     assert "--pooling-opt" not in text and "--pooling " not in text  # refused: --poolings names the poolers
