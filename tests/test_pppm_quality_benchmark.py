@@ -483,11 +483,11 @@ def _saved_as_train_saves(cfg, run_dir):
     import copy
 
     from attnpool.data.task import apply_preset
-    from attnpool.training.recipe import _absolute_paths
+    from attnpool.training.saved_paths import absolute_paths
 
     run = pq.Run.create(run_dir)
     run.write_info({"task": "regression"})
-    run.write_config(_absolute_paths(apply_preset(copy.deepcopy(cfg)).to_dict()))
+    run.write_config(absolute_paths(apply_preset(copy.deepcopy(cfg)).to_dict()))
     return run
 
 

@@ -70,6 +70,17 @@ def test_integer_classes_read_as_floats_keep_their_right_or_wrong():
     assert all(x.error in (0.0, 1.0) for x in result.examples if x.label is not None)
 
 
+def test_a_label_written_as_text_names_the_class_it_writes_as_training_and_predict_read_it():
+    """Labels "5.0" and " 2" are the classes 5 and 2, as training and predict read them (data.numbers.class_key):
+    explain compared the text "5.0" with the class "5", found no class and gave no error."""
+    model = tiny_model(num_labels=3)
+    model.config.id2label = dict(enumerate(["2", "5", "7"]))
+    model.config.label2id = {name: i for i, name in model.config.id2label.items()}
+    result = attnpool.explain(model, wordpiece_tokenizer(), TEXTS[:2], labels=["5.0", " 2"], erasure_k=0)
+    assert [x.label for x in result.examples] == ["5", "2"]
+    assert all(x.error in (0.0, 1.0) for x in result.examples)
+
+
 def test_an_integer_label_of_numbered_classes_is_a_class_name_not_an_index():
     """Classes 2, 5 and 7: the label 1 is no class (it was read as index 1, the class 5); 7 is the class 7."""
     model = tiny_model(num_labels=3)

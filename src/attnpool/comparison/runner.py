@@ -40,7 +40,7 @@ from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.run import Run, RunError
 from attnpool.tasks import primary_metric
-from attnpool.training.recipe import _PATH_OPTIONS, _absolute_paths
+from attnpool.training.saved_paths import PATH_OPTIONS, absolute_paths
 
 logger = logging.getLogger("attnpool.comparison")
 
@@ -75,7 +75,7 @@ def _saved_paths(out: Path, saved: dict[str, Any]) -> dict[str, Any]:
     working directory. A model that is no local folder is a hub name and stays one.
     """
     saved = dict(saved)
-    relative = [k for k in _PATH_OPTIONS if saved.get(k) and not Path(saved[k]).expanduser().is_absolute()]
+    relative = [k for k in PATH_OPTIONS if saved.get(k) and not Path(saved[k]).expanduser().is_absolute()]
     runs = [load_yaml(Run(d).config_file) for d in sorted(out.glob("runs/*/seed_*"))
             if relative and Run(d).config_file.is_file()]
     for key in relative:
@@ -85,14 +85,14 @@ def _saved_paths(out: Path, saved: dict[str, Any]) -> dict[str, Any]:
             if isinstance(found, str) and Path(found).is_absolute() and Path(found).parts[-len(parts):] == parts:
                 saved[key] = found
                 break
-    return _absolute_paths(saved)
+    return absolute_paths(saved)
 
 
 def _same(key: str, saved: Any, given: Any) -> bool:
     """Whether a saved recipe value and this call's are the same: equal, or paths of one existing file or folder."""
     if saved == given:
         return True
-    if key not in _PATH_OPTIONS or not isinstance(saved, str) or not isinstance(given, str):
+    if key not in PATH_OPTIONS or not isinstance(saved, str) or not isinstance(given, str):
         return False
     with contextlib.suppress(OSError):  # a hard link, a case-insensitive file system
         return os.path.samefile(saved, given)
@@ -112,7 +112,7 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
     process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted.
     """
     path = out / CONFIG_FILE
-    recipe = _absolute_paths(_shared_recipe(cfg))
+    recipe = absolute_paths(_shared_recipe(cfg))
     if path.is_file() and overwrite:
         with contextlib.ExitStack() as held:  # all of them before anything is deleted; LockedError names the holder
             for run_dir in sorted(p for p in out.glob("runs/*/seed_*") if p.is_dir()):
@@ -128,7 +128,7 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
             detail = "; ".join(f"{k}: {saved.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:6])
             raise RunError(f"{out} holds a comparison with another recipe ({detail}); its runs would not be paired "
                            "with new ones. Use another --output-dir, or --overwrite to start it again")
-        upgraded = {k: saved[k] for k in _PATH_OPTIONS if k in written and written[k] != saved[k]}
+        upgraded = {k: saved[k] for k in PATH_OPTIONS if k in written and written[k] != saved[k]}
         if upgraded and not changed:  # saved relative by an earlier attnpool: absolute from now on, wherever run
             atomic_write_text(path, yaml.safe_dump({**written, **upgraded}, sort_keys=False))
         if not changed:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from attnpool.data.numbers import class_key
 from attnpool.json_values import is_missing, json_value
 from attnpool.tasks import label_text
 
@@ -61,9 +62,9 @@ def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names
         return (json_value(target.tolist()) if target.size > 1 else float(target[0]),
                 float(np.abs(prediction.ravel() - target).mean()))
     if problem_type == "single_label_classification":
-        # keys as label_text writes labels: classes 1.0, 1.5, 2.0 are saved as "1.0", "1.5", "2.0", and 1.0 reads "1"
-        label2id = {_class_key(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
-        index = label2id.get(label_text(label))  # 1.0 (a label column with a blank cell) is the class 1
+        # one key per class however it is written: 5, 5.0 and "5.0" are the class "5" (data.numbers.class_key)
+        label2id = {class_key(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
+        index = label2id.get(class_key(label))  # 1.0 (a label column with a blank cell) is the class 1
         # an integer that names no class is the output's index, unless the classes are numbers (2, 5, 7: 1 is none)
         numbered = any(k.lstrip("-").isdigit() for k in label2id)
         position = _as_index(label)
@@ -73,14 +74,6 @@ def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names
             return label_text(label), None
         return (names[index] if names else index), float(index != int(np.argmax(prediction)))
     return json_value(label.tolist() if isinstance(label, np.ndarray) else label), None
-
-
-def _class_key(name: Any) -> str:
-    """A saved class name as :func:`label_text` writes a label: ``"2.0"`` as ``"2"``, text as it is."""
-    try:
-        return label_text(float(name))
-    except (TypeError, ValueError):
-        return label_text(name)
 
 
 def _as_index(label: Any) -> int | None:

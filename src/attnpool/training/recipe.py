@@ -41,9 +41,7 @@ from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
 from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
-from attnpool.training.saved_paths import PATH_OPTIONS as _PATH_OPTIONS
-from attnpool.training.saved_paths import absolute_paths as _absolute_paths
-from attnpool.training.saved_paths import find_moved_paths
+from attnpool.training.saved_paths import PATH_OPTIONS, absolute_paths, find_moved_paths
 from attnpool.training.tracking import TRACKERS, integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
@@ -291,7 +289,7 @@ def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any
             return value
 
     def same(key: str, value: Any) -> bool:
-        a_path = key in _PATH_OPTIONS and value is not None and saved.get(key) is not None
+        a_path = key in PATH_OPTIONS and value is not None and saved.get(key) is not None
         if a_path and Path(value).expanduser().exists():
             return Path(value).expanduser().resolve() == Path(saved[key]).expanduser().resolve()
         return normalised(key, value) == normalised(key, saved.get(key))
@@ -306,7 +304,7 @@ def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any
 
 def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray, list[int]]:
     """Save the resolved config, the folds and the run's info (main process); the folds and the finished ones."""
-    run.write_config(_absolute_paths({**cfg.to_dict(), **PER_CALL_SAVED}))
+    run.write_config(absolute_paths({**cfg.to_dict(), **PER_CALL_SAVED}))
     keep_context_titles(run, cfg)
     folds = run.read_fold_assignment()
     if folds is None:
