@@ -59,6 +59,11 @@ def test_bad_backend_options(setup, tmp_path):
         predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, quantize="int8")
     with pytest.raises(ValueError, match="backend must be 'torch' or 'onnx', got 'tf'"):
         predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, backend="tf")
+    # the ONNX graph runs in float32 (or int8): --precision fp16 ran it in float32 without a word
+    for precision in ("fp16", "bf16"):
+        with pytest.raises(ValueError, match=f"--precision {precision} needs --backend torch"):
+            predict(run, folder / "test.csv", tmp_path / "x.csv", progress=False, backend="onnx", precision=precision)
+    assert not (tmp_path / "x.csv").exists()
 
 
 def test_the_int8_check_runs_the_float32_models_where_they_are(setup, tmp_path, monkeypatch):

@@ -111,7 +111,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             only emulates it is predicted, with a warning: it is several times slower than fp32 there.
         folds: Which trained folds to ensemble (one or several fold ids); default: all of them.
         backend: ``torch`` (default), or ``onnx``: ONNX Runtime on each fold's graph, exported once into the run
-            (``fold_K/onnx/``) and reused (``precision`` does not apply: the graphs are float32 or int8).
+            (``fold_K/onnx/``) and reused (the graphs are float32 or int8: ``precision`` bf16 or fp16 is refused).
         quantize: With ``backend="onnx"``: ``none`` or ``int8`` (dynamic quantization; refused, with the figure,
             when it departs from the float32 models by more than ``int8_tolerance`` on the first rows).
         int8_tolerance: The largest |int8 - float32| difference of a score accepted on the calibration rows.
@@ -136,7 +136,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file.
         TypeError: ``input_file`` or ``output_file`` is not a path (a DataFrame: write it to a file first).
         ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
-            for runs trained without a group context).
+            for runs trained without a group context); ``precision`` bf16 or fp16 with ``backend="onnx"``.
     """
     sources = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
     blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
@@ -154,6 +154,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     threads = set_threads(threads)
     if backend == "torch":
         logger.info("precision: %s; %d CPU threads", precision_reason(precision, device), threads)
+    elif backend == "onnx" and precision not in ("auto", "fp32"):  # ONNX Runtime would run float32 without a word
+        raise ValueError(f"--precision {precision} needs --backend torch (ONNX Runtime runs the float32 graph, or "
+                         "the int8 one with --quantize int8); drop --precision or use --backend torch")
     precision = resolve_precision(precision, device)
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
