@@ -165,6 +165,29 @@ def test_a_row_whose_own_text_fills_max_length_still_encodes_with_no_context():
         assert words[i][-2].startswith("w") and not words[i][-2].startswith(f"w{i}")
 
 
+@pytest.mark.parametrize(("text_cols", "group", "special"), [
+    (["text"], None, 2), (["text", "other"], None, 3), (["text"], "text", 3),
+], ids=["text", "pair", "context-pair"])
+def test_a_max_length_within_the_special_tokens_is_refused_for_train_and_predict(text_cols, group, special):
+    """The tokenizer logs an error and leaves a row whole below its special tokens: --max-length 1 was ignored."""
+    rows = add_group_context(_pair_rows(10, 10).assign(other="w0x1 w1x1"), "text", ["q"])
+    tokenizer = _tokenizer(rows)
+    context = {"group_context": group, "group_context_by": ["q"]} if group else {}
+    for max_length in (1, special):
+        cfg = TrainConfig(text_cols=text_cols, max_length=max_length, **context)
+        what = "text pair" if special == 3 else "text"
+        with pytest.raises(ValueError, match=rf"^max_length {max_length} \(--max-length\) leaves no room for text: "
+                                             rf"the tokenizer \w+ adds {special} special tokens to each {what}; "
+                                             rf"give --max-length {special + 1} or more"):
+            encode_texts(tokenizer, rows, cfg)
+    cfg = TrainConfig(text_cols=text_cols, max_length=special + 1, **context)
+    encodings, counts = encode_texts(tokenizer, rows, cfg)
+    assert [len(ids) for ids in encodings["input_ids"]] == [special + 1] * 2 and counts["truncated"] == 2
+    second = None if len(text_cols) == 1 else list(rows.other)
+    with pytest.raises(ValueError, match=r"max_length 1 \(--max-length\) leaves no room"):
+        tokenize_rows(tokenizer, list(rows.text), second, 1)
+
+
 # --- presets and options
 
 

@@ -27,14 +27,15 @@ def wordpiece_tokenizer(pair_template: str = "[CLS] $A [SEP] $B:1 [SEP]:1"):
                                    cls_token="[CLS]", sep_token="[SEP]")
 
 
-def metaspace_tokenizer(split: bool):
+def metaspace_tokenizer(split: bool, extra: tuple[str, ...] = ()):
     """A SentencePiece-style Unigram tokenizer: Llama/Mistral's (``split=False``: every piece has word id 0) or
-    DeBERTa-v3's (``split=True``); both put the space before a word into its first piece (``\u2581un``)."""
+    DeBERTa-v3's (``split=True``); both put the space before a word into its first piece (``\u2581un``).
+    ``extra``: more pieces for its vocabulary (Japanese ones, say)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     pieces = ["<unk>", "<s>", "</s>", "\u2581the", "\u2581un", "believ", "able", "\u2581cat", "s", "\u2581sat",
-              "\u2581", "1", "2"]
+              "\u2581", "1", "2", *extra]
     backend = Tokenizer(models.Unigram([(p, -1.0 - len(p) / 10) for p in pieces], unk_id=0))
     backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=split)
     backend.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 1),

@@ -376,6 +376,27 @@ def test_a_regression_label_that_is_no_number_is_refused_before_the_model_runs(m
         attnpool.explain(tiny_model(), wordpiece_tokenizer(), ["the cat", "a dog"], labels=[0.5, "high"])
 
 
+@pytest.mark.parametrize(("num_labels", "label", "message"), [
+    (2, 0.5, r"labels\[1\] is 0.5, 1 value\(s\), but this regression model predicts 2 value\(s\) "
+             r"\(config.num_labels\); give a list of 2 numbers, one per output, or None where it is missing"),
+    (1, [0.1, 0.9], r"labels\[1\] is \[0.1, 0.9\], 2 value\(s\), but this regression model predicts 1 value\(s\) "
+                    r"\(config.num_labels\); give one number, or None"),
+    (2, [0.1, 0.2, 0.3], r"labels\[1\] is \[0.1, 0.2, 0.3\], 3 value\(s\), but this regression model predicts 2"),
+], ids=["one-for-two", "two-for-one", "three-for-two"])
+def test_a_regression_label_of_the_wrong_size_is_refused_before_the_model_runs(monkeypatch, num_labels, label,
+                                                                                message):
+    """One value for two outputs was broadcast into a made-up error, two for one output were accepted, and three for
+    two failed in numpy after every forward and erasure pass."""
+    from attnpool.explanations import core
+
+    model = tiny_model(num_labels=num_labels)
+    model.config.problem_type = "regression"
+    monkeypatch.setattr(core, "_run", lambda *a, **k: pytest.fail("the model ran before the labels were checked"))
+    right = [0.1] * num_labels if num_labels > 1 else 0.1
+    with pytest.raises(ValueError, match=message):
+        attnpool.explain(model, wordpiece_tokenizer(), ["the cat", "a dog"], labels=[right, label])
+
+
 def test_the_label_of_a_single_text_may_be_given_alone():
     """labels="c1" with one text became the labels ["c", "1"], and labels=0.5 a TypeError."""
     tokenizer = wordpiece_tokenizer()
@@ -408,6 +429,22 @@ def test_max_length_is_checked_against_the_encoders_positions():
         with pytest.raises(ValueError, match=r"max_length must be an integer >= 1 \(tokens per row\), got"):
             attnpool.explain(model, tokenizer, [long], max_length=bad)
     assert attnpool.explain(model, tokenizer, [long], max_length=64, erasure_k=0).max_length == 64
+
+
+@pytest.mark.parametrize(("pairs", "special"), [(None, 2), (["a dog"], 3)], ids=["text", "pair"])
+def test_a_max_length_that_leaves_no_room_beside_the_special_tokens_is_refused(pairs, special):
+    """The tokenizer does not truncate below its special tokens: max_length 1 explained the whole row as not
+    truncated, and a long row failed in torch with a RuntimeError (over the 64 positions)."""
+    model, tokenizer = tiny_model(), wordpiece_tokenizer()
+    long = " ".join(["the big red dog sat on the mat"] * 12)  # 96 words
+    for max_length in (1, special):
+        with pytest.raises(ValueError, match=rf"max_length {max_length} \(--max-length\) leaves no room for text: "
+                                             rf"the tokenizer \w+ adds {special} special tokens to each "
+                                             rf"text( pair)?; give --max-length {special + 1} or more"):
+            attnpool.explain(model, tokenizer, [long], text_pairs=pairs, max_length=max_length, erasure_k=0)
+    example = attnpool.explain(model, tokenizer, [long], text_pairs=pairs, max_length=special + 1,
+                               erasure_k=0).examples[0]
+    assert len(example.tokens) == special + 1 and example.truncated
 
 
 @pytest.mark.parametrize(("layers", "options", "indices"), [

@@ -210,6 +210,21 @@ def test_a_max_length_below_one_is_refused(run, data, tmp_path, capsys, value):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_max_length_within_the_special_tokens_is_one_line_not_a_traceback(run, tmp_path, capsys):
+    """--max-length 1 was ignored by the tokenizer: a long row then failed in torch with a RuntimeError."""
+    long = " ".join(["the big red dog sat on the mat"] * 12)  # 96 words
+    pd.DataFrame({"id": ["a"], "first": [long], "second": ["a cat"], "label": [0.5]}).to_csv(tmp_path / "rows.csv",
+                                                                                          index=False)
+    common = ["--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path / "out" / "r.html"), "--erasure-k", "1"]
+    for value, cols in (("1", ["first"]), ("3", ["first", "second"])):
+        folder = ["--run", str(run / "fold_0" / "model"), "--text-cols", *cols]
+        assert main(["explain", *folder, *common, "--max-length", value]) == 2
+        err = capsys.readouterr().err
+        assert f"max_length {value} (--max-length) leaves no room for text: the tokenizer" in err
+        assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_fold_of_a_model_folder_is_refused(run, data, tmp_path, capsys, monkeypatch):
     """--fold was silently ignored with a model folder: the report explained "fold 1" with the folder's one model."""
     from attnpool.explanations import files

@@ -261,3 +261,13 @@ def _visible_text(page):
     checker.feed(page)
     checker.close()
     return " ".join(checker.text)
+
+
+def test_error_above_the_median_flags_the_upper_half_of_an_even_count():
+    """The upper median (errors[n // 2]) flagged only the error 4 of the errors 1, 2, 3, 4."""
+    explanation = attnpool.explain(tiny_model(), wordpiece_tokenizer(), TEXTS, labels=[0.1, 0.2, 0.3, 0.4],
+                                   erasure_k=0)
+    for error, example in enumerate(explanation.examples, start=1):
+        example.error = float(error)
+    wrong = re.findall(r'data-wrong="(\d)"', render_html(explanation))
+    assert wrong == ["0", "0", "1", "1"]

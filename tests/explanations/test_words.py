@@ -57,6 +57,30 @@ def test_without_offsets_a_space_mark_starts_a_word():
     assert [w.pieces for w in words[1:]] == [["\u2581un", "believ"], ["\u2581cat", "s"]]
 
 
+JAPANESE = ("\u2581\u6771\u4eac", "\u30bf\u30ef\u30fc", "\u306b", "\u884c\u304d", "\u307e\u3057\u305f")
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["llama", "deberta-v3"])
+def test_sentencepiece_pieces_of_text_written_without_spaces_are_words_of_their_own(split):
+    """Japanese (no spaces) was one word of the whole sentence; each CJK piece is a word, as BERT makes each
+    ideograph one, while the Latin words beside it keep their pieces together."""
+    text = "the unbelievable cats \u6771\u4eac\u30bf\u30ef\u30fc\u306b\u884c\u304d\u307e\u3057\u305f"
+    tokens, words = _merge(metaspace_tokenizer(split, extra=JAPANESE), text)
+    assert tokens[1:] == ["\u2581the", "\u2581un", "believ", "able", "\u2581cat", "s", *JAPANESE, "</s>"]
+    shown = [(w.text, w.start, w.end) for w in words if w.kind == "word"]
+    assert shown == [("the", 0, 3), ("unbelievable", 4, 16), ("cats", 17, 21), ("\u6771\u4eac", 22, 24),
+                     ("\u30bf\u30ef\u30fc", 24, 27), ("\u306b", 27, 28), ("\u884c\u304d", 28, 30),
+                     ("\u307e\u3057\u305f", 30, 33)]
+    assert sum(w.weights[0] for w in words) == sum(range(1, len(tokens) + 1))
+
+
+def test_without_offsets_cjk_pieces_are_words_and_latin_pieces_stay_merged():
+    tokens = ["<s>", "\u2581un", "believ", *JAPANESE[:3]]
+    words = merge_words(tokens, np.full((1, len(tokens)), 1 / len(tokens)), special=[True] + [False] * 5,
+                        word_ids=[None, 0, 0, 0, 0, 0])
+    assert [w.pieces for w in words[1:]] == [["\u2581un", "believ"], [JAPANESE[0]], [JAPANESE[1]], [JAPANESE[2]]]
+
+
 @pytest.mark.parametrize(("text", "shown"), [
     ("the cat\n\nsat\tmat", [("the", 0, 3), ("cat", 4, 7), ("\u23ce", 7, 8), ("\u23ce", 8, 9), ("sat", 9, 12),
                              ("\u21e5", 12, 13), ("mat", 13, 16)]),

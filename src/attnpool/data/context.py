@@ -137,6 +137,7 @@ def tokenize_rows(tokenizer: Any, first: Sequence[str], second: Sequence[str] | 
     if kwargs.get("padding") not in (None, False, "do_not_pad") or kwargs.get("return_tensors") is not None:
         raise ValueError("tokenize_rows returns unpadded lists (its rows are tokenised in up to two batches); leave "
                          "out padding= and return_tensors= and pad the result with tokenizer.pad(...)")
+    check_room(tokenizer, max_length, pair=second is not None)
     if second is None:
         return tokenizer(list(first), truncation=True, max_length=max_length, **kwargs)
     if not context_pair or not len(first):
@@ -154,6 +155,24 @@ def tokenize_rows(tokenizer: Any, first: Sequence[str], second: Sequence[str] | 
         parts.append((full, tokenizer([first[i] for i in full], [""] * len(full), truncation=True,
                                       max_length=max_length, **kwargs)))
     return parts[0][1] if len(parts) == 1 else _merged(parts, len(own))
+
+
+def check_room(tokenizer: Any, max_length: int, *, pair: bool) -> None:
+    """Refuse a ``max_length`` that leaves no token of text beside the tokenizer's special tokens.
+
+    A Hugging Face tokenizer asked to truncate below its special tokens logs an error and returns the row whole, so
+    such a ``max_length`` would be silently ignored: reports would say ``truncated: False``, and a long row would
+    overflow the encoder's position embeddings.
+
+    Raises:
+        ValueError: ``max_length`` at or below ``tokenizer.num_special_tokens_to_add(pair=pair)``.
+    """
+    special = tokenizer.num_special_tokens_to_add(pair=pair)
+    if max_length <= special:
+        what = "text pair" if pair else "text"
+        raise ValueError(f"max_length {max_length} (--max-length) leaves no room for text: the tokenizer "
+                         f"{type(tokenizer).__name__} adds {special} special tokens to each {what}; give "
+                         f"--max-length {special + 1} or more (a few dozen tokens, to read more than a word)")
 
 
 def _merged(parts: list[tuple[list[int], BatchEncoding]], n: int) -> BatchEncoding:

@@ -282,7 +282,7 @@ def explain(
     config = getattr(model, "config", None)
     problem_type = _problem_type(config)
     if problem_type == "regression":
-        check_numeric(labels)  # before the forward and erasure passes, not after them
+        check_numeric(labels, getattr(config, "num_labels", 1))  # before the forward and erasure passes, not after them
     encoded = _encode(tokenizer, texts, pairs, max_length, context_pairs)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
     device = _model_device(model)

@@ -33,8 +33,11 @@ def label_list(labels: Any, texts: list[str], one_text: bool) -> list[Any] | Non
     return [None if is_missing(v) else v for v in values]
 
 
-def check_numeric(labels: list[Any] | None) -> None:
-    """Refuse, before the model runs, a label that is not a number or numbers (a regression model's labels).
+def check_numeric(labels: list[Any] | None, num_labels: int) -> None:
+    """Refuse, before the model runs, a label that is not ``num_labels`` numbers (a regression model's labels).
+
+    A label of another size would be broadcast against the prediction (one value for two outputs: a made-up error)
+    or fail in numpy after every forward and erasure pass.
 
     Raises:
         ValueError: Which label, and what to give instead.
@@ -50,6 +53,11 @@ def check_numeric(labels: list[Any] | None) -> None:
             raise ValueError(f"explain: labels[{index}] is {value!r}, not a number; this model predicts values "
                              "(regression), so its labels are numbers: fix the label, or give None where it is "
                              "missing") from None
+        if target.size != num_labels:
+            want = "one number" if num_labels == 1 else f"a list of {num_labels} numbers, one per output"
+            raise ValueError(f"explain: labels[{index}] is {value!r}, {target.size} value(s), but this regression "
+                             f"model predicts {num_labels} value(s) (config.num_labels); give {want}, or None "
+                             "where it is missing")
 
 
 def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names: list[str] | None,

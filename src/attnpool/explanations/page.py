@@ -6,6 +6,7 @@ The page needs no network: no external stylesheet, script, font or image. Every 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,9 +73,10 @@ def render_html(explanation: Explanation, *, title: str | None = None) -> str:
     """The report as one HTML string."""
     title = title or "attnpool explain"
     examples = explanation.examples
-    errors = sorted(x.error for x in examples if x.error is not None)
+    errors = [x.error for x in examples if x.error is not None]
     classification = explanation.problem_type != "regression"
-    median_error = errors[len(errors) // 2] if errors else None
+    # the true median (the mean of the middle two of an even count), so half the examples are above it at most
+    median_error = statistics.median(errors) if errors else None
     parts = [
         "<!DOCTYPE html>", '<html lang="en">',
         '<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',

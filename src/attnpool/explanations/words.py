@@ -112,17 +112,35 @@ def merge_words(
 
 def _starts_word(position: int, tokens: Sequence[str], offsets: Sequence[tuple[int, int]] | None,
                  texts: Sequence[str | None], segment: int | None) -> bool:
-    """Whether a piece that shares the previous one's word id starts a word after all: a space comes before it.
+    """Whether a piece that shares the previous one's word id starts a word after all.
 
-    Llama and Mistral tokenizers (Metaspace without splitting) give every piece of a text word id 0.
+    It does after a space: Llama and Mistral tokenizers (Metaspace without splitting) give every piece of a text
+    word id 0. It does between two CJK characters (:func:`_is_cjk`): Chinese and Japanese are written without
+    spaces, so a SentencePiece tokenizer would make a whole sentence one word; each piece of them is a word, as
+    BERT's tokenizer makes each CJK ideograph one (its ``_tokenize_chinese_chars``).
     """
     text = texts[segment] if offsets is not None and segment is not None and segment < len(texts) else None
     if text is None:
-        return tokens[position].startswith(("\u2581", "\u0120"))  # SentencePiece's and byte-level BPE's space marks
+        previous, piece = tokens[position - 1], tokens[position]
+        return piece.startswith(("\u2581", "\u0120")) or (  # SentencePiece's and byte-level BPE's space marks
+            _is_cjk(previous[-1:]) and _is_cjk(piece[:1]))
     (_, previous_end), (start, end) = offsets[position - 1], offsets[position]
     # a piece that starts inside the previous one is another byte of the same character (a no-break space's two)
+    if end > start >= previous_end > 0 and _is_cjk(text[previous_end - 1]) and _is_cjk(text[start]):
+        return True
     return any(c.isspace() for c in text[previous_end:start]) or (end > start >= previous_end
                                                                   and text[start].isspace())
+
+
+# Scripts written without spaces between words: CJK ideographs (with the iteration marks) and kana. Not hangul:
+# Korean puts spaces between words, and a word's syllables are its pieces, not words.
+_CJK_RANGES = ((0x3005, 0x3007), (0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+               (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x20000, 0x2FA1F))
+
+
+def _is_cjk(char: str) -> bool:
+    """Whether ``char`` (one character; ``""`` is not) is a CJK ideograph or a kana."""
+    return len(char) == 1 and any(low <= ord(char) <= high for low, high in _CJK_RANGES)
 
 
 def _set_text(word: Word, offsets: Sequence[tuple[int, int]] | None, texts: Sequence[str | None],
