@@ -124,7 +124,8 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
 def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
           folds: int | Sequence[int] | None = None,
           ensemble: str = "mean", max_batch: int = 64, max_wait_ms: float = 5.0, max_rows: int = 256,
-          max_body_bytes: int = 1 << 20, max_in_flight: int = 512, api_key_env: str | None = None,
+          max_body_bytes: int = 1 << 20, max_in_flight: int = 512, body_timeout: float = 30.0,
+          api_key_env: str | None = None,
           cors_origins: Sequence[str] = (), cors_headers: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
           max_length: int | None = None, device: str | None = None, precision: str = "auto", backend: str = "torch",
           quantize: str = "none", int8_tolerance: float = INT8_TOLERANCE, calibration_file: str | Path | None = None,
@@ -154,6 +155,9 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         max_body_bytes: Request bodies over this size are refused (413).
         max_in_flight: Requests handled at once at most, ``/health`` and ``/metrics`` aside; more are answered
             503 with ``Retry-After`` at once.
+        body_timeout: Seconds a request's whole body may take to arrive (from the start of the request); a
+            slower one is answered 408 and its connection closed, so that clients that stop sending cannot hold
+            the places of ``max_in_flight``.
         api_key_env: The name of an environment variable holding an API key that every request but ``/health``
             must send (``Authorization: Bearer KEY``); 401 otherwise.
         cors_origins: Web origins allowed to call the API from a browser (CORS is off by default).
@@ -190,11 +194,11 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
     """
     return _serve(run, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
                   max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes,
-                  max_in_flight=max_in_flight, api_key_env=api_key_env, cors_origins=cors_origins,
-                  cors_headers=cors_headers, allowed_hosts=allowed_hosts, max_length=max_length, device=device,
-                  precision=precision, backend=backend, quantize=quantize, int8_tolerance=int8_tolerance,
-                  calibration_file=calibration_file, threads=threads, blend_weights=blend_weights,
-                  context_view=context_view)
+                  max_in_flight=max_in_flight, body_timeout=body_timeout, api_key_env=api_key_env,
+                  cors_origins=cors_origins, cors_headers=cors_headers, allowed_hosts=allowed_hosts,
+                  max_length=max_length, device=device, precision=precision, backend=backend, quantize=quantize,
+                  int8_tolerance=int8_tolerance, calibration_file=calibration_file, threads=threads,
+                  blend_weights=blend_weights, context_view=context_view)
 
 
 def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str | None = None) -> dict[str, float]:

@@ -249,7 +249,9 @@ def _add_serve(commands: Any) -> None:
                              ("--max-rows", "rows per request at most", int),
                              ("--max-body-bytes", "request bodies over this size are refused (413)", int),
                              ("--max-in-flight", "requests handled at once (/health, /metrics aside); more are "
-                              "answered 503 with Retry-After", int)):
+                              "answered 503 with Retry-After", int),
+                             ("--body-timeout", "seconds a request's whole body may take to arrive; slower ones "
+                              "are answered 408", float)):
         _arg(serve, flag, text, default=api_default[flag[2:].replace("-", "_")], type=kind)
     _arg(serve, "--api-key-env", "name of an environment variable holding the API key every request but /health "
          "must send (Authorization: Bearer KEY)", shown="no key", metavar="VAR")

@@ -1,5 +1,6 @@
 """Admission under load and behind proxies: requests in flight past ``--max-in-flight`` get the app's JSON 503 with
-``Retry-After`` while ``/health`` answers; ``--allowed-host`` for a reverse proxy on the same machine; the CORS
+``Retry-After`` while ``/health`` answers; a body that does not arrive within ``--body-timeout`` is a 408 that frees
+its place; ``HEAD`` on the ``GET`` endpoints; ``--allowed-host`` for a reverse proxy on the same machine; the CORS
 headers a page may send (``--cors-header``) and preflight refusals as JSON errors."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ import attnpool
 from attnpool import cli
 from attnpool.serving import guard
 from attnpool.serving import server as server_module
-from attnpool.serving.app import Settings, create_app
+from attnpool.serving.app import Settings, begin_drain, create_app
 from attnpool.serving.service import Service
 
 ROW = json.dumps({"rows": [{"text": "the cat"}]}).encode()
@@ -80,6 +82,114 @@ def test_requests_past_max_in_flight_get_a_json_503_and_health_still_answers(ser
     assert "attnpool_requests_in_flight 2" in text
     assert statuses == [200, 200] and after[0] == 200
     assert json.loads(asgi(app, "GET", "/info")[2])["max_in_flight"] == 2
+
+
+def uvicorn_receive(*messages: dict):
+    """As uvicorn's ``receive``: ``messages``, then nothing (a client that stops sending, or waits for its answer)."""
+    pending = iter(messages)
+
+    async def receive():
+        for message in pending:
+            return message
+        await asyncio.Event().wait()  # cancelled by whoever gives up waiting
+    return receive
+
+
+async def post_with(app, receive) -> tuple[int, dict[str, str], bytes]:
+    """A ``POST /predict`` (``Content-Length: 100``) whose body comes from ``receive``: status, headers, body."""
+    sent: list[dict] = []
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/predict", "raw_path": b"/predict", "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
+                         (b"content-length", b"100")],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000)}
+
+    async def send(message):
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return (start["status"], {k.decode(): v.decode() for k, v in start["headers"]},
+            b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408_that_frees_its_place(service):
+    """Headers, one byte of a 100-byte body, then nothing: the request held its --max-in-flight place until TCP gave
+    up (neither uvicorn nor Starlette limits how long a body takes), so four such clients made every /predict a 503
+    "busy" while /health said ready. A trickle of bytes must not reset the deadline; after the body, waiting for the
+    model (and watching for the client leaving) is not limited by it."""
+    app = create_app(service, Settings(max_batch=4, max_wait_ms=400, max_in_flight=1, body_timeout=0.2))
+
+    def trickle():
+        async def receive():
+            await asyncio.sleep(0.05)
+            return {"type": "http.request", "body": b" ", "more_body": True}
+        return receive
+
+    async def main():
+        async with lifespan(app):
+            began = time.monotonic()
+            stalled = await asyncio.wait_for(post_with(app, uvicorn_receive(
+                {"type": "http.request", "body": b"{", "more_body": True})), 10)
+            waited = time.monotonic() - began
+            trickled = await asyncio.wait_for(post_with(app, trickle()), 10)
+            # the lone row waits 0.4 s for company, twice the body's deadline, and is answered
+            served = await asyncio.wait_for(post_with(app, uvicorn_receive(
+                {"type": "http.request", "body": ROW, "more_body": False})), 10)
+            after = await asgi_call(app, "POST", "/predict", ROW)
+            metrics = (await asgi_call(app, "GET", "/metrics"))[2].decode()
+        return stalled, waited, trickled, served, after, metrics
+
+    stalled, waited, trickled, served, after, metrics = asyncio.run(main())
+    status, headers, body = stalled
+    assert status == 408 and json.loads(body) == {"error": "the body did not arrive within 0.2 s (--body-timeout)"}
+    assert headers["connection"] == "close" and headers["content-type"] == "application/json"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert 0.2 <= waited < 5, waited
+    assert trickled[0] == 408, trickled
+    assert served[0] == 200 and after[0] == 200, (served, after)  # the place was freed: not 503 "busy"
+    assert 'attnpool_requests_total{path="/predict",status="408"} 2' in metrics
+    assert 'attnpool_request_errors_total{status="408"} 2' in metrics
+    assert "attnpool_requests_in_flight 0" in metrics
+    assert json.loads(asgi(app, "GET", "/info")[2])["body_timeout"] == 0.2
+
+
+def test_body_timeout_is_an_option_of_the_command():
+    assert cli.build_parser().parse_args(["serve", "--run", "r"]).body_timeout == 30.0
+    assert cli.build_parser().parse_args(["serve", "--run", "r", "--body-timeout", "5"]).body_timeout == 5.0
+    for bad in (0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="body_timeout must be a finite number of seconds > 0"):
+            server_module._check_options(port=0, max_batch=1, max_wait_ms=0, max_rows=1, max_body_bytes=1,
+                                         max_in_flight=1, body_timeout=bad)
+
+
+def test_the_get_endpoints_answer_head_without_a_body(service):
+    """Uptime monitors and `curl -I` send HEAD: FastAPI's GET routes answered 405, /health included."""
+    app = create_app(service, Settings(max_wait_ms=0, cors_origins=["https://app.example"]))
+    paths = ("/health", "/info", "/", "/metrics", "/openapi.json")
+
+    async def main():
+        async with lifespan(app):
+            heads = {path: await asgi_call(app, "HEAD", path) for path in paths}
+            gets = {path: await asgi_call(app, "GET", path) for path in paths}
+            on_predict = await asgi_call(app, "HEAD", "/predict")
+            begin_drain(app)
+            draining = await asgi_call(app, "HEAD", "/health")
+        return heads, gets, on_predict, draining
+
+    heads, gets, on_predict, draining = asyncio.run(main())
+    for path in paths:
+        (status, headers, body, _), got = heads[path], gets[path]
+        assert (status, body) == (200, b""), (path, status, body)
+        assert headers["content-type"] == got[1]["content-type"], path
+        if path != "/metrics":  # whose numbers change between the two requests
+            assert int(headers["content-length"]) == len(got[2]) > 0, path
+    assert (draining[0], draining[2]) == (503, b"")
+    assert on_predict[0] == 405 and on_predict[2] == b""
+    assert set(json.loads(gets["/openapi.json"][2])["paths"]["/health"]) == {"get"}  # no duplicate operation
+    preflight = {"origin": "https://app.example", "access-control-request-method": "HEAD"}
+    status, headers, _, _ = asgi(app, "OPTIONS", "/health", b"", preflight)
+    assert status == 200 and "HEAD" in headers["access-control-allow-methods"]
 
 
 def test_uvicorn_leaves_the_limit_to_the_app_and_serve_gives_the_threads_back(classifier, monkeypatch):

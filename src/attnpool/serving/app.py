@@ -2,14 +2,15 @@
 
 Endpoints: ``GET /`` (the page), ``POST /predict``, ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus
 text) and ``GET /openapi.json`` (the schema of every field; the interactive ``/docs`` pages are off, as they load
-scripts from a CDN). Every error is JSON, ``{"error": "...", "details": [...]}``: 400 malformed JSON, a refused
-Host or a refused CORS preflight, 401 a missing or wrong API key, 404/405 no such endpoint or method, 413 a body
-over the limit, 415 a body that is not JSON, 422 an invalid request (``rows[3].target: missing``), 503 a full
-queue, more requests in flight than ``--max-in-flight`` or a batcher that is not running; an error inside the
-model is a 500 that names its type (the server logs the traceback; the client does not get the text, which may
-quote its rows or the server's paths), scores that are not finite a 500 that names the rows, and the server goes
-on serving. A request whose client disconnects before its rows ran, or while it sends its body, leaves the queue
-(counted as 499 in ``/metrics``; nobody reads that answer).
+scripts from a CDN); each ``GET`` endpoint answers ``HEAD`` too (uptime monitors, ``curl -I``). Every error is JSON,
+``{"error": "...", "details": [...]}``: 400 malformed JSON, a refused Host or a refused CORS preflight, 401 a
+missing or wrong API key, 404/405 no such endpoint or method, 408 a body that did not arrive within
+``--body-timeout``, 413 a body over the limit, 415 a body that is not JSON, 422 an invalid request
+(``rows[3].target: missing``), 503 a full queue, more requests in flight than ``--max-in-flight`` or a batcher that
+is not running; an error inside the model is a 500 that names its type (the server logs the traceback; the client
+does not get the text, which may quote its rows or the server's paths), scores that are not finite a 500 that names
+the rows, and the server goes on serving. A request whose client disconnects before its rows ran, or while it
+sends its body, leaves the queue (counted as 499 in ``/metrics``; nobody reads that answer).
 
 FastAPI and Starlette come from :mod:`attnpool.serving.web`, at call time. This module does not use ``from
 __future__ import annotations``: FastAPI reads the type of ``/predict``'s body from the handler's annotation, and
@@ -43,7 +44,8 @@ logger = logging.getLogger("attnpool.serve")
 
 ENDPOINTS = ("GET /", "POST /predict", "GET /health", "GET /info", "GET /metrics", "GET /openapi.json")
 _ERRORS = {400: "malformed JSON, or a Host refused on a loopback server", 401: "missing or wrong API key",
-           413: "body over --max-body-bytes", 415: "body not application/json",
+           408: "the body did not arrive within --body-timeout", 413: "body over --max-body-bytes",
+           415: "body not application/json",
            422: "invalid request: what and where, e.g. rows[3].target: missing",
            500: "an error inside the model (named; the server logs the details), or scores that are not finite",
            503: "queue full or --max-in-flight requests in flight: retry later; or the batcher is not running"}
@@ -73,6 +75,7 @@ class Settings:
     cors_headers: Sequence[str] = ()  # request headers a CORS page may send besides guard.CORS_HEADERS
     allowed_hosts: Sequence[str] = ()  # Host names a loopback server answers besides its loopback names
     max_in_flight: int = 512  # requests handled at once (/health and /metrics aside); more get 503
+    body_timeout: float = 30.0  # seconds a request's whole body may take to arrive; then 408 (frees its place)
     stopping: Callable[[], bool] = field(default=lambda: False, repr=False)  # the server began to shut down
 
     @property
@@ -98,7 +101,8 @@ def create_app(service: Service, settings: Settings) -> Any:
     metrics.in_flight = lambda: in_flight.count
     info = {**service.info(), "max_rows": settings.max_rows, "max_batch": settings.max_batch,
             "max_wait_ms": settings.max_wait_ms, "max_body_bytes": settings.max_body_bytes,
-            "max_in_flight": settings.max_in_flight, "api_key": settings.api_key is not None}
+            "max_in_flight": settings.max_in_flight, "body_timeout": settings.body_timeout,
+            "api_key": settings.api_key is not None}
     page, csp = render_page(info)
     models = build_models(service, settings.max_rows)
     body_model = models.request
@@ -183,6 +187,11 @@ def create_app(service: Service, settings: Settings) -> Any:
     async def get_page() -> Any:
         return web.HTMLResponse(page, headers={"Content-Security-Policy": csp})
 
+    # FastAPI's GET routes refuse HEAD (405), which uptime monitors and `curl -I` send; out of the schema, where a
+    # second operation of the same handler would be a duplicate operation id. Guard drops the bodies.
+    for path, endpoint in (("/", get_page), ("/health", health), ("/info", get_info), ("/metrics", get_metrics)):
+        app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
+
     @app.exception_handler(web.RequestValidationError)
     async def invalid(request: Any, exc: Any) -> Any:
         status, details, undescribed = describe(exc.errors(), service)
@@ -214,7 +223,7 @@ def create_app(service: Service, settings: Settings) -> Any:
     app.add_middleware(Crashes)  # innermost: its 500 passes through the others (headers, CORS, counted)
     app.add_middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes,
                        loopback_only=is_loopback(settings.host), allowed_hosts=settings.allowed_hosts,
-                       in_flight=in_flight)
+                       in_flight=in_flight, body_timeout=settings.body_timeout)
     if settings.cors_origins:  # off unless asked: other web sites' pages cannot read the answers
         app.add_middleware(Cors, origins=settings.cors_origins, headers=settings.cors_headers)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts refused requests too

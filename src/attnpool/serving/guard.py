@@ -10,11 +10,15 @@
 * **Body**: a body over ``max_body_bytes`` is refused with 413 (by its ``Content-Length`` at once, else while it
   arrives, before it is parsed); ``POST /predict`` bodies must be ``application/json`` (415), which also keeps
   other web sites' plain form posts out (a cross-site JSON post needs CORS, which is off unless ``--cors-origin``).
-  A ``POST`` elsewhere goes on to the router, which answers 404 (no such endpoint) or 405 (no such method).
+  A ``POST`` elsewhere goes on to the router, which answers 404 (no such endpoint) or 405 (no such method). The
+  whole body must arrive within ``body_timeout`` seconds of the request (``--body-timeout``), else 408 and the
+  connection is closed: neither uvicorn nor Starlette limits how long a body takes, so a client that sent its
+  headers and stopped would hold its place among the requests in flight until its TCP connection died.
 * **Load**: at most ``max_in_flight`` requests (``--max-in-flight``) are handled at once, ``/health`` and
   ``/metrics`` aside; past it a request is answered at once with 503 and ``Retry-After`` (a JSON error, counted in
   ``/metrics``), so that an overloaded server keeps answering its health checks.
-* Every answer gets ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store``.
+* Every answer gets ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store``; a ``HEAD`` request's
+  answer has its headers only (uvicorn drops the body too; an ASGI client in a test or an embedding app may not).
 
 :class:`Cors` (``--cors-origin``, ``--cors-header``) is Starlette's CORS middleware, its preflight refusals answered
 as JSON errors that say what was refused.
@@ -22,11 +26,13 @@ as JSON errors that say what was refused.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
 import ipaddress
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,11 +83,14 @@ class Guard:
         loopback_only: Refuse ``Host`` headers that are not loopback names (the server listens on loopback)...
         allowed_hosts: ... nor these names.
         in_flight: The requests in flight and their limit (``None``: no limit).
+        body_timeout: Seconds the whole body may take to arrive, from the start of the request.
     """
 
     def __init__(self, app: Any, *, api_key: str | None, max_body_bytes: int, loopback_only: bool,
-                 allowed_hosts: Sequence[str] = (), in_flight: InFlight | None = None) -> None:
+                 allowed_hosts: Sequence[str] = (), in_flight: InFlight | None = None,
+                 body_timeout: float = 30.0) -> None:
         self.app, self.max_body_bytes, self.loopback_only = app, max_body_bytes, loopback_only
+        self.body_timeout = body_timeout
         self.api_key = api_key.encode() if api_key else None
         self.allowed_hosts = {_normal(name) for name in allowed_hosts}
         self.in_flight = in_flight
@@ -96,20 +105,30 @@ class Guard:
         async def send_with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), *_HEADERS]}
+            elif message["type"] == "http.response.body" and scope["method"] == "HEAD":
+                message = {**message, "body": b""}  # Content-Length stays the GET answer's, as HEAD's should
             await send(message)
 
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             await refusal(scope, receive, send_with_headers)
             return
-        received = [0]
+        received, body_read = [0], [False]
+        deadline = time.monotonic() + self.body_timeout  # for the whole body: a trickle of bytes must not reset it
 
         async def receive_limited() -> dict:
-            message = await receive()
+            if body_read[0]:  # what comes next is http.disconnect, awaited while the request runs: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0))
+            except asyncio.TimeoutError:
+                raise web.HTTPException(408, f"the body did not arrive within {self.body_timeout:g} s "
+                                        "(--body-timeout)", headers={"Connection": "close"}) from None
             if message["type"] == "http.request":
                 received[0] += len(message.get("body", b""))
                 if received[0] > self.max_body_bytes:
                     raise web.HTTPException(413, f"the body is over {self.max_body_bytes} bytes (--max-body-bytes)")
+                body_read[0] = not message.get("more_body", False)
             return message
 
         counted = self.in_flight if scope["path"] not in UNLIMITED_PATHS else None
@@ -170,7 +189,7 @@ class Cors:
     """
 
     def __init__(self, app: Any, *, origins: Sequence[str], headers: Sequence[str] = ()) -> None:
-        self.cors = web.CORSMiddleware(app, allow_origins=list(origins), allow_methods=["GET", "POST"],
+        self.cors = web.CORSMiddleware(app, allow_origins=list(origins), allow_methods=["GET", "HEAD", "POST"],
                                        allow_headers=list(dict.fromkeys([*CORS_HEADERS, *headers])))
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -191,7 +210,7 @@ class Cors:
         requested = [h.strip() for h in headers.get("access-control-request-headers", "").lower().split(",")]
         reasons = {
             "origin": f"origin {headers['origin']!r} is not one of --cors-origin",
-            "method": f"method {headers['access-control-request-method']!r} is not allowed (GET and POST are)",
+            "method": f"method {headers['access-control-request-method']!r} is not allowed (GET, HEAD and POST are)",
             "headers": f"request headers {', '.join(h for h in requested if h not in allowed)!r} are not allowed "
                        f"(allowed: {', '.join(allowed)}; allow more with --cors-header NAME)",
             "private-network": "private network access (Access-Control-Request-Private-Network) is not allowed"}

@@ -37,7 +37,8 @@ GRACEFUL_SECONDS = 30  # how long requests in flight may take to finish after SI
 def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
                max_batch: int = 64,
                max_wait_ms: float = 5.0, max_rows: int = 256, max_body_bytes: int = 1 << 20,
-               max_in_flight: int = 512, api_key_env: str | None = None, cors_origins: Sequence[str] = (),
+               max_in_flight: int = 512, body_timeout: float = 30.0, api_key_env: str | None = None,
+               cors_origins: Sequence[str] = (),
                cors_headers: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
                **load_options: Any) -> ServeSummary:
     """Serve ``source`` until SIGTERM or Ctrl+C; see :func:`attnpool.serve` for the arguments.
@@ -54,7 +55,7 @@ def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.
     web.require()
     _check_no_event_loop()
     _check_options(port=port, max_batch=max_batch, max_wait_ms=max_wait_ms, max_rows=max_rows,
-                   max_body_bytes=max_body_bytes, max_in_flight=max_in_flight)
+                   max_body_bytes=max_body_bytes, max_in_flight=max_in_flight, body_timeout=body_timeout)
     # one name given as a string is that name, not its characters
     cors_origins, cors_headers, allowed_hosts = ((names,) if isinstance(names, str) else tuple(names)
                                                  for names in (cors_origins, cors_headers, allowed_hosts))
@@ -70,6 +71,7 @@ def run_server(source: str | Path | Sequence[str | Path], *, host: str = "127.0.
         try:  # the port is released whatever fails from here (serve() called from Python goes on running)
             settings = Settings(host=host, port=sock.getsockname()[1], max_batch=max_batch, max_wait_ms=max_wait_ms,
                                 max_rows=max_rows, max_body_bytes=max_body_bytes, max_in_flight=max_in_flight,
+                                body_timeout=body_timeout,
                                 api_key=api_key, cors_origins=cors_origins, cors_headers=cors_headers,
                                 allowed_hosts=allowed_hosts)
             app = create_app(service, settings)
@@ -150,6 +152,9 @@ def _check_options(**values: float) -> None:
         raise ValueError(f"port must be 0 (any free port) to 65535, got {port!r}")
     if not 0 <= values["max_wait_ms"] < math.inf:  # inf would keep a lone request waiting for company forever
         raise ValueError(f"max_wait_ms must be a finite number >= 0, got {values['max_wait_ms']}")
+    body_timeout = values.pop("body_timeout", 30.0)
+    if isinstance(body_timeout, bool) or not isinstance(body_timeout, int | float) or not 0 < body_timeout < math.inf:
+        raise ValueError(f"body_timeout must be a finite number of seconds > 0, got {body_timeout!r}")
     for name in ("max_batch", "max_rows", "max_body_bytes", "max_in_flight"):
         value = values[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
