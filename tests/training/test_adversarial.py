@@ -148,6 +148,25 @@ def test_with_a_zero_learning_rate_the_weights_end_unchanged_and_the_pass_starts
     assert any("pool_entropy" in logs for logs in trainer.state.log_history), "the pooling statistics still log"
 
 
+@pytest.mark.parametrize(("grad_accum", "last_start"), [(1, 1.75), (2, 1.5)])
+def test_a_start_that_no_step_reaches_is_refused_and_the_last_step_s_start_trains_adversarially(
+        tmp_path, grad_accum, last_start):
+    """2 epochs of 4 batches: the last step starts at epoch 1.75 (1.5 with 2 batches a step). A start of 1.9 passed
+    the config's check (< epochs) and trained without one adversarial pass."""
+    too_late = tiny_trainer(tmp_path / "late", adversarial="fgm", adversarial_start=last_start + 0.1,
+                            grad_accum=grad_accum)
+    with pytest.raises(ValueError, match=rf"adversarial_start {last_start + 0.1:g} is never reached: the last of "
+                                         rf"the {4 // grad_accum * 2} training steps starts at epoch {last_start:g}.*"
+                                         rf"--adversarial-start {last_start:g} or less"):
+        too_late.train()
+    trainer = tiny_trainer(tmp_path / "last", adversarial="fgm", adversarial_start=last_start, grad_accum=grad_accum)
+    calls = []
+    perturb = trainer.adversary.perturb
+    trainer.adversary.perturb = lambda: (calls.append(trainer.state.epoch), perturb())
+    trainer.train()
+    assert calls == [last_start] * grad_accum  # the last step's micro-batches, and no other
+
+
 def test_config_checks():
     base = {"train_file": "x.csv", "text_cols": ["a"]}
     assert TrainConfig(**base, adversarial="fgm").resolved_adversarial_eps() == 1.0

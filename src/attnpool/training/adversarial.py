@@ -26,9 +26,11 @@ synchronisation.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import torch
+import transformers
 from torch import Tensor, nn
 
 from attnpool.config import ADVERSARIAL
@@ -160,3 +162,29 @@ def perturbed(adversary: Adversary) -> Iterator[None]:
         yield
     finally:
         adversary.restore()
+
+
+class StartReached(transformers.TrainerCallback):
+    """Refuses, before the first step, an ``adversarial_start`` that no training step reaches.
+
+    A step is adversarial when the epoch at its start is ``adversarial_start`` or later. The config can only check
+    ``adversarial_start < epochs``; the last step starts a fraction of an epoch before the end (2 epochs of 4 steps:
+    at 1.75), so a start of 1.9 trained without one adversarial pass, its config and model card saying it had.
+    """
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        """Raise where the last step starts before ``start``, naming the latest start that works."""
+        if train_dataloader is None or not state.max_steps:
+            return
+        batches, accumulation = len(train_dataloader), args.gradient_accumulation_steps
+        updates = max(math.ceil(batches / accumulation), 1)  # optimizer steps per epoch, as the Trainer counts them
+        last = state.max_steps - 1  # the Trainer's epoch at a step's start: batches of the epoch done / its batches
+        epoch = last // updates + min(last % updates * accumulation, batches) / batches
+        if epoch < self.start:
+            raise ValueError(f"adversarial_start {self.start:g} is never reached: the last of the {state.max_steps} "
+                             f"training steps starts at epoch {epoch:.4g}, so no step would train adversarially; "
+                             f"give --adversarial-start {math.floor(epoch * 1000) / 1000:g} or less")
+

@@ -25,7 +25,7 @@ from attnpool.model.dropout import use_cpu_dropout
 from attnpool.runs.files import atomic_write_json
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
-from attnpool.training.adversarial import Adversary, make_adversary, perturbed
+from attnpool.training.adversarial import Adversary, StartReached, make_adversary, perturbed
 from attnpool.training.ema import EMA_FILE, WeightEMA
 from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
@@ -379,6 +379,7 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
     adversary = None
     if cfg.adversarial is not None:
         adversary = make_adversary(cfg.adversarial, model, cfg.resolved_adversarial_eps(), cfg.adversarial_lr)
+        callbacks.append(StartReached(cfg.adversarial_start))
     if cfg.early_stopping_patience:
         callbacks.append(transformers.EarlyStoppingCallback(early_stopping_patience=cfg.early_stopping_patience))
     with fold_environment(run, fold):  # the integrations' callbacks read it when the Trainer makes them
