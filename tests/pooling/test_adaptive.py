@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
@@ -122,3 +124,27 @@ def test_adaptive_in_fp16_is_finite_where_its_output_is(options):
     assert torch.isfinite(low).all()
     torch.testing.assert_close(low.float(), expected, atol=1e-3 * expected.abs().max().item(), rtol=0)
     torch.testing.assert_close(weights.float(), weights32, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "autocast"])
+@pytest.mark.parametrize("gamma", [None, 2.0])
+def test_simpool_in_fp16_is_finite_where_float32_fits_although_the_query_of_an_outlier_overflows(gamma, precision):
+    """At H = 768, W_q of the mean of a row holding only a token of 3e4 exceeds fp16 (about 9.6e4): the query gave
+    inf scores, NaN weights and a NaN output; it is now computed in float32, as the other poolers' queries."""
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 4, 768)
+    hidden[:, 0] = 3e4 * hidden[:, 0].sign()  # an outlier token, as LLM hidden states have
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]])  # row 0: the outlier alone
+    pooler = SimPooling(768, gamma=gamma).eval()
+    with torch.no_grad():
+        assert pooler.wq(hidden[0, 0]).abs().max() > torch.finfo(torch.float16).max  # the case: the query overflows
+        expected, expected_weights = pooler(hidden, mask, return_weights=True)
+        if precision == "fp16":
+            low, weights = copy.deepcopy(pooler).half()(hidden.half(), mask, return_weights=True)
+        else:
+            with torch.autocast("cpu", dtype=torch.float16):
+                low, weights = pooler(hidden.half(), mask, return_weights=True)
+    assert expected.abs().max() < torch.finfo(torch.float16).max / 2
+    assert torch.isfinite(low).all() and torch.isfinite(weights).all()
+    torch.testing.assert_close(low.float(), expected, atol=3e-3 * expected.abs().max().item(), rtol=0)
+    torch.testing.assert_close(weights.float(), expected_weights, atol=1e-3, rtol=0)

@@ -189,3 +189,19 @@ def test_first_token_prior_gives_the_first_real_token_its_share_of_equal_scores(
 def test_first_token_prior_refuses_a_share_outside_0_1():
     with pytest.raises(ValueError, match=r"share must be in \(0, 1\), got 1.0"):
         F.first_token_prior(torch.ones(1, 3, dtype=torch.bool), 1.0)
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_attend_projected_equals_attend_over_the_projected_values(heads):
+    """The value projection after each head's weighted sum is exact: the weights sum to 1 over the real tokens;
+    a row without real tokens gets zeros (no bias), as attend's zeroed values give."""
+    torch.manual_seed(0)
+    value = torch.nn.Linear(5, 6)
+    tokens = F.zero_padding(torch.randn(3, 4, 5), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]]).bool())
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    scores = torch.randn(3, heads, 2, 4)
+    out, weights = F.attend_projected(scores, tokens, value, mask, heads)
+    expected, expected_weights = F.attend(scores, value(tokens), mask, heads)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    assert (out[2] == 0).all()

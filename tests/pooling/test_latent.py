@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -149,3 +150,29 @@ def test_mean_init_starts_with_uniform_weights(cls, options):
     assert cls(HIDDEN, **options).init == "xavier" and not torch.allclose(weights, uniform, atol=1e-3)
     with pytest.raises(ValueError, match="init must be one of 'mean', 'xavier', got 'zero'"):
         cls(HIDDEN, init="zero", **options)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "autocast"])
+def test_pma_in_fp16_is_finite_where_float32_fits_although_the_values_of_an_outlier_overflow(precision):
+    """At H = 768 the fp16 value projection of a token of 2.5e4 is inf, and even its weight of exactly 0 gave
+    0 * inf = NaN in the output (fp16 parameters, or float32 ones under fp16 autocast): W_v is now applied after
+    each head's weighted sum, in float32."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 8, 768)
+    hidden[:, 3] = 2.5e4 * hidden[:, 3].sign()  # an outlier token, as LLM hidden states have
+    mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0]])
+    pooler = PMAPooling(768, num_heads=1).eval()
+    with torch.no_grad():
+        value = torch.nn.functional.linear(hidden[0, 3].half(), pooler.fc_v.weight.half(), pooler.fc_v.bias.half())
+        assert torch.isinf(value).any()  # the case: the outlier's fp16 values overflow
+        expected = pooler(hidden, mask)
+        if precision == "fp16":
+            low = copy.deepcopy(pooler).half()(hidden.half(), mask)
+        else:
+            with torch.autocast("cpu", dtype=torch.float16):
+                low = pooler(hidden.half(), mask)
+    fits = expected.abs().amax(dim=-1) < torch.finfo(torch.float16).max / 2  # rows 0 and 1 (the outlier: weight 0)
+    assert fits.sum() == 2
+    assert torch.isfinite(low[fits]).all()
+    scale = expected[fits].abs().max().item()
+    torch.testing.assert_close(low[fits].float(), expected[fits], atol=3e-3 * scale, rtol=0)

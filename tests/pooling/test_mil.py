@@ -82,6 +82,5 @@ def test_one_softmax_per_branch_the_weights_used_are_those_returned():
     hidden = torch.randn(1, 40, HIDDEN) * 3
     pooled, weights = pooler(hidden, return_weights=True)
     once = torch.softmax(_scores(pooler, hidden)[0], dim=-1)
-    torch.testing.assert_close(weights[0], once, atol=1e-6, rtol=1e-5)
-    twice = torch.softmax(once, dim=-1)  # the reference's second softmax: nearly flat over 40 tokens
-    assert twice.max() / twice.min() <= torch.e + 1e-4 and once.max() / once.min() > 10
+    torch.testing.assert_close(weights[0], once, atol=1e-6, rtol=1e-5)  # as ACMIL_GA: one softmax of raw scores
+    assert once.max() / once.min() > 10  # the scores' own spread, not flattened by a second softmax

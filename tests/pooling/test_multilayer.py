@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
@@ -204,3 +206,32 @@ def test_poolers_weighing_layers_by_a_softmax_warn_over_one_layer(name, stuck, c
         build_pooler(name, 8, num_layers=2)
         build_pooler("maxpoolbert", 8, num_layers=1)  # a max over one layer is that layer: nothing stuck
     assert caplog.text == ""
+
+
+@pytest.mark.parametrize("precision", ["fp16", "autocast"])
+@pytest.mark.parametrize("mode", ["attention", "max_attention"])
+def test_maxpoolbert_attention_in_fp16_is_finite_where_float32_fits_although_an_outliers_values_overflow(
+    mode, precision
+):
+    """At H = 768 the fp16 value projection of a token of 2.5e4 is inf, which gave NaN (0 * inf where its weight
+    was 0); W_v is now applied after the weighted sum and W_o after it, in float32: here the attended values
+    themselves exceed fp16 on row 1 while the pooled vector does not."""
+    torch.manual_seed(3)
+    hidden = torch.randn(3, 8, 768)
+    hidden[:, 3] = 2.5e4 * hidden[:, 3].sign()  # an outlier token, as LLM hidden states have
+    hidden = hidden.unsqueeze(1).expand(-1, 3, -1, -1).contiguous()  # (B, L, T, H): the same in every layer
+    mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0]])
+    pooler = MaxPoolBERTPooling(768, num_layers=3, mode=mode, num_heads=1).eval()
+    with torch.no_grad():
+        value = torch.nn.functional.linear(hidden[0, -1, 3].half(), pooler.v.weight.half(), pooler.v.bias.half())
+        assert torch.isinf(value).any()  # the case: the outlier's fp16 values overflow
+        expected = pooler(hidden, mask)
+        if precision == "fp16":
+            low = copy.deepcopy(pooler).half()(hidden.half(), mask)
+        else:
+            with torch.autocast("cpu", dtype=torch.float16):
+                low = pooler(hidden.half(), mask)
+    fits = expected.abs().amax(dim=-1) < torch.finfo(torch.float16).max / 2
+    assert fits.tolist() == [False, True, False]  # rows 0 and 2 exceed fp16 in float32 too
+    assert torch.isfinite(low[1]).all()
+    torch.testing.assert_close(low[1].float(), expected[1], atol=3e-3 * expected[1].abs().max().item(), rtol=0)

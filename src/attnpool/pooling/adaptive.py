@@ -61,7 +61,9 @@ class SimPooling(Pooler):
 
     @override
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        query = self.wq(F.masked_mean(hidden_states, mask)).unsqueeze(1)  # (B, 1, H)
+        # The query in float32: in fp16 W_q of the mean of a row holding a token of ~3e4 (one-token rows: the token)
+        # overflows, and its inf scores gave NaN weights and output.
+        query = F.float_linear(self.wq, F.masked_mean(hidden_states, mask)).unsqueeze(1)  # (B, 1, H)
         tokens = self.norm(hidden_states)  # (B, T, H)
         if self.gamma is None:
             out, weights = F.masked_attention(query, self.wk(tokens), tokens, mask, self.num_heads)  # (B, 1, H)

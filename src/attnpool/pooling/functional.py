@@ -296,6 +296,43 @@ def attend(scores: Tensor, value: Tensor, mask: Tensor, num_heads: int) -> tuple
     return out.transpose(1, 2).reshape(batch, scores.shape[-2], size), weights
 
 
+def attend_projected(
+    scores: Tensor, tokens: Tensor, value: torch.nn.Linear, mask: Tensor, num_heads: int
+) -> tuple[Tensor, Tensor]:
+    r""":func:`attend` with the values ``value(tokens)``, the value projection applied after the weighted sum.
+
+    With :math:`W_{v,h}, b_{v,h}` head ``h``'s rows of the projection and :math:`a_{h,t}` its weights, summing to 1
+    over the real tokens, :math:`\sum_t a_{h,t} (W_{v,h} x_t + b_{v,h}) = W_{v,h} \sum_t a_{h,t} x_t + b_{v,h}`:
+    each head sums the tokens, then projects. In half precision the values of a token of ~3e4 overflow (inf) and
+    even its weight of exactly 0 gave ``0 * inf = NaN``; a convex combination of the tokens does not. Runs in float32
+    (float64 for float64), autocast off; ``heads`` sums of width ``H_in`` instead of ``(B, T, D)`` values.
+
+    Args:
+        scores: ``(B, heads, Q, T)``, float32 (or float64).
+        tokens: ``(B, T, H_in)``, padding already cleared (a weight of 0 times inf or NaN is NaN).
+        value: The value projection, ``H_in -> D``.
+        mask: ``(B, T)`` boolean, ``True`` for real tokens.
+        num_heads: Number of heads; must divide ``D``.
+
+    Returns:
+        ``out (B, Q, D)`` in float32 (float64 for float64: the caller rounds it, after a further projection where
+        ``out`` itself may exceed fp16), zeros on a row without real tokens (no bias, as :func:`attend`'s zero
+        values give), and ``weights (B, heads, Q, T)`` in the scores' dtype.
+    """
+    batch, num_queries = scores.shape[0], scores.shape[2]
+    dtype = compute_dtype(torch.promote_types(scores.dtype, tokens.dtype))
+    with torch.autocast(tokens.device.type, enabled=False):
+        weights = masked_softmax(scores, mask[:, None, None, :])  # (B, h, Q, T)
+        x = tokens.to(dtype)
+        # (B, h, Q, H_in): one (h*Q, T) x (T, H_in) product per row, not the tokens broadcast (copied) over the heads
+        sums = torch.bmm(weights.to(dtype).flatten(1, 2), x).view(batch, num_heads, num_queries, x.shape[-1])
+        w_v = value.weight.to(dtype).view(num_heads, -1, value.weight.shape[-1])  # (h, d, H_in)
+        out = torch.einsum("bhqi,hdi->bqhd", sums, w_v).reshape(batch, num_queries, -1)  # (B, Q, D)
+        if value.bias is not None:  # the weights sum to 1 on a row with real tokens, to 0 on an empty one
+            out = out + value.bias.to(dtype) * has_token(mask).unsqueeze(-1)
+    return out, weights
+
+
 def merge_heads(weights: Tensor, dtype: torch.dtype) -> Tensor:
     """:func:`masked_attention`'s ``(B, h, Q, T)`` weights as ``(B, h*Q, T)``, or ``(B, T)`` for a single one.
 

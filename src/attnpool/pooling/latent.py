@@ -174,7 +174,10 @@ class PMAPooling(Pooler):
         query = self.fc_q(self.seeds.to(hidden_states.dtype))  # (1, k, H)
         # W_k folded into the seeds, in float32: fp16 keys of tokens of ~3e4 overflow (NaN weights).
         scores = F.folded_key_scores(query, self.fc_k.weight, hidden_states, self.num_heads)  # (B, h, k, T)
-        out, weights = F.attend(scores, self.fc_v(hidden_states), mask, self.num_heads)  # (B, k, H), (B, h, k, T)
+        # W_v applied after each head's weighted sum, in float32: fp16 values of such tokens overflow, and their
+        # weight of exactly 0 times inf was NaN. out (B, k, H), weights (B, h, k, T).
+        out, weights = F.attend_projected(scores, hidden_states, self.fc_v, mask, self.num_heads)
+        out = out.to(hidden_states.dtype)
         o = self.ln0(query + out)
         o = self.ln1(o + torch.relu(self.fc_o(o)))  # (B, k, H)
         return F.zero_empty_rows(o.flatten(1), mask), F.merge_heads(weights, hidden_states.dtype)

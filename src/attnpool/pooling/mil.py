@@ -35,13 +35,11 @@ class ACMILPooling(Pooler):
     branch-diversity loss belongs to the training objective and is not part of the pooler; ``combine="concat"``
     keeps the branches apart for it or for per-branch heads.
 
-    One softmax, deliberately. The authors' code applies two: their gated-attention module already returns
-    softmax-normalised weights, and ``ACMIL_GA`` masks those and takes a softmax of them again. Weights in
-    ``[0, 1]`` differ by a factor of at most ``e`` after a second softmax, so on a long sequence each branch's
-    weights are nearly uniform whatever it scores, and the top-k masking (``-1e9`` filled into the already
-    normalised weights) hides tokens from an almost flat distribution. Here each branch's scores go through one
-    masked softmax, whose weights are those returned and used in the sum. The branch scorer ``w_k`` has no bias
-    (a per-branch shift, which the softmax ignores; the authors' layer has one that never learns).
+    One softmax per branch, as in the authors' code: their gated-attention module returns the raw scores, and
+    ``ACMIL_GA`` masks its top-k tokens in those (filling ``-1e9``) and takes a single softmax. Here the masked
+    softmax excludes padding and the masked tokens alike, and its weights are those returned and used in the sum.
+    The branch scorer ``w_k`` has no bias (a per-branch shift, which the softmax ignores; the authors' layer has
+    one that never learns).
 
     Initialisation: Xavier-uniform, as the authors' code (``init="xavier"``, default), so that the branches start
     apart: branches that start equal (``init="mean"``, zero ``w_k``: uniform weights) get equal gradients except

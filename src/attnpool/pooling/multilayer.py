@@ -292,9 +292,11 @@ class MaxPoolBERTPooling(Pooler):
             return F.zero_empty_rows(cls.amax(dim=1), mask), weights
         seq = hidden_states[:, -1] if self.mode == "attention" else hidden_states.amax(dim=1)  # (B, T, H)
         cls = F.weighted_sum(F.one_hot_weights(first, mask, seq.dtype), seq)  # (B, H)
-        # The query in float32 and W_k folded into it: in fp16 the projections of tokens of ~3e4 overflow.
+        # The query in float32, W_k folded into it and W_v applied after the weighted sum: in fp16 the projections
+        # of tokens of ~3e4 overflow (their values' inf times a weight of exactly 0 was NaN).
         query = F.float_linear(self.q, cls).unsqueeze(1)  # (B, 1, H)
         scores = F.folded_key_scores(query, self.k.weight, seq, self.num_heads)  # (B, h, 1, T)
-        out, weights = F.attend(scores, self.v(seq), mask, self.num_heads)  # (B, 1, H), (B, h, 1, T)
-        pooled = cls + self.o(out.squeeze(1))
+        out, weights = F.attend_projected(scores, seq, self.v, mask, self.num_heads)  # (B, 1, H), (B, h, 1, T)
+        # W_o in float32 too: the attended values of such a token may exceed fp16 where the pooled vector does not.
+        pooled = (cls + F.float_linear(self.o, out.squeeze(1))).to(seq.dtype)  # (B, H)
         return F.zero_empty_rows(pooled, mask), F.merge_heads(weights, hidden_states.dtype)
