@@ -16,11 +16,13 @@ its 30,522-token vocabulary), so that the figures show the streaming machinery (
 writing) rather than an encoder's compute; a real encoder only adds time per row, not memory per row (its weights
 and activations are per batch).
 
-Measurement: each prediction is one ``python -m attnpool.cli predict`` subprocess; ``os.wait4`` returns its
-resource usage, whose ``ru_maxrss`` is the peak RSS of that process (kB on Linux), and wall time is measured
-around it (rows/s includes the start-up: imports and model loading, a few seconds). A 1,000-row file gives the
-baseline (Python, torch, transformers, the models). ``--unchunked`` adds the 1M-row file in a single chunk
-(``--chunk-rows 1000000``), i.e. the whole file in memory as before streaming, for contrast.
+Measurement: each prediction is one ``attnpool.cli predict`` subprocess (run as ``python -m`` runs it, by
+:data:`CHILD`), which writes at exit its own peak RSS, ``VmHWM`` of ``/proc/self/status``; not the ``ru_maxrss`` of
+``os.wait4``, which on Linux also counts this script's own peak before the child's ``exec`` (building the models
+and writing the 1M-row file: hundreds of MiB). Wall time is measured around it (rows/s includes the start-up:
+imports and model loading, a few seconds). A 1,000-row file gives the baseline (Python, torch, transformers, the
+models). ``--unchunked`` adds the 1M-row file in a single chunk (``--chunk-rows 1000000``), i.e. the whole file in
+memory as before streaming, for contrast.
 
 Usage::
 
@@ -50,6 +52,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# The predict process: `attnpool.cli` as `python -m attnpool.cli` runs it (its arguments after argv[1]), and at
+# exit its own peak RSS in bytes, VmHWM, written to the file argv[1] (nothing where /proc is missing: macOS).
+CHILD = '''\
+import atexit, runpy, sys
+
+
+def write_peak(path=sys.argv.pop(1)):
+    try:
+        with open("/proc/self/status") as status:
+            kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    except OSError:
+        return
+    with open(path, "w") as out:
+        out.write(str(kib * 1024))
+
+
+atexit.register(write_peak)
+runpy.run_module("attnpool.cli", run_name="__main__", alter_sys=True)
+'''
 DEFAULT_DATA_DIR = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pppm")
 WORDS = ("adjustable gas flow drum valve photoconductor inorganic layer coating wheel sensor signal vehicle "
          "polymer bearing housing circuit optical fiber member locking seal pump motor ring plate").split()
@@ -154,8 +175,10 @@ def build_run(folder: Path, data_dir: Path, folds: int, hidden_size: int) -> Pat
 
 def measure(run: Path, data: Path, out: Path, chunk_rows: int, args: argparse.Namespace,
             log: Path) -> tuple[float, float]:
-    """``(peak RSS in MiB, wall seconds)`` of one ``attnpool predict`` subprocess."""
-    cmd = [sys.executable, "-m", "attnpool.cli", "predict", "--run", str(run), "--input", str(data), "--output",
+    """``(peak RSS in MiB, wall seconds)`` of one ``attnpool predict`` subprocess, its own peak (see :data:`CHILD`)."""
+    peak_path = log.with_suffix(".peak")
+    peak_path.unlink(missing_ok=True)  # an earlier call's
+    cmd = [sys.executable, "-c", CHILD, str(peak_path), "predict", "--run", str(run), "--input", str(data), "--output",
            str(out), "--chunk-rows", str(chunk_rows), "--batch-size", str(args.batch_size), "--device", "cpu"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_MININTERVAL": "10", "OMP_NUM_THREADS": str(args.threads)}
     with log.open("w") as f:
@@ -165,7 +188,10 @@ def measure(run: Path, data: Path, out: Path, chunk_rows: int, args: argparse.Na
         wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"attnpool predict failed (exit {os.waitstatus_to_exitcode(status)}):\n{log.read_text()[-3000:]}")
-    return usage.ru_maxrss / 1024, wall
+    if peak_path.is_file():
+        return int(peak_path.read_text()) / 2**20, wall
+    # No /proc (macOS): ru_maxrss, in bytes there, which may also count this process's peak before the child's exec.
+    return usage.ru_maxrss / (2**20 if sys.platform == "darwin" else 1024), wall
 
 
 def main() -> None:

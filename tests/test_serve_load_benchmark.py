@@ -167,3 +167,29 @@ def test_predict_memory_draws_its_own_rows_for_another_seed_or_data(tmp_path, mo
     assert set(measured[3]["context"]) <= {"A01", "B02"} and not measured[3].equals(measured[0])
     assert sorted(p.name for p in work.glob("rows_*.csv")) == sorted(
         {pm.rows_name(50, seed, tmp_path / data) for seed, data in calls})
+
+
+def test_predict_memory_measures_the_predict_process_s_own_peak_not_this_script_s(tmp_path):
+    """measure() returned os.wait4's ru_maxrss, which on Linux also counts the peak of the process the child was
+    started from: main() builds the models and writes the 1M-row file before it measures, so the README's figures
+    could be this script's memory. Here the parent peaks at 1.5 GiB, then predicts 20 rows (a few hundred MiB)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    source = pm.pppm_source(str(tmp_path / "no_pppm"), rng)
+    data_dir = tmp_path / "pppm"
+    data_dir.mkdir()
+    source[3].to_csv(data_dir / "cpc_texts.csv", index=False)
+    run = pm.build_run(tmp_path, data_dir, folds=1, hidden_size=8)
+    rows = tmp_path / "rows.csv"
+    pm.write_rows(rows, 20, source, rng)
+    size = 1536 * 2**20
+    block = bytearray(size)
+    block[::4096] = b"\1" * len(range(0, size, 4096))  # every page resident: this process's peak
+    del block
+    args = SimpleNamespace(batch_size=8, threads=1)
+    peak, wall = pm.measure(run, rows, tmp_path / "pred.csv", 10, args, tmp_path / "log.txt")
+    assert len(pd.read_csv(tmp_path / "pred.csv")) == 20 and wall > 0
+    assert 0 < peak < 1024  # MiB: the predict process's own, ~570; 2,090 before (the parent's)

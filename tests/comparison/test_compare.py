@@ -801,3 +801,49 @@ def test_the_peak_memory_of_a_run_is_counted_in_bytes_on_linux_and_macos(tmp_pat
         monkeypatch.setattr(runner.sys, "platform", platform)
         (run_dir.parent / "seed_1.cost.json").unlink(missing_ok=True)
         assert runner._run_one(cfg, spec, 1, run_dir)["peak_rss_bytes"] == expected
+
+
+def _peak_this_process(size: int) -> None:
+    """Raise this process's resident high-water mark by ``size`` bytes (every page touched), then free them."""
+    block = bytearray(size)
+    block[::4096] = b"\1" * len(range(0, size, 4096))
+    del block
+
+
+def test_the_peak_memory_of_a_run_is_its_worker_s_own_not_its_caller_s(tmp_path, monkeypatch):
+    """The peak came from os.wait4's ru_maxrss, which on Linux also counts the caller's peak before the worker's exec:
+    a compare called by a process that had trained a model (benchmarks/quality.py) gave every run that memory. The
+    worker now writes its own (VmHWM); here a real worker process, its training replaced by a finished result."""
+    run_dir = tmp_path / "runs" / "mean" / "seed_1"
+    Run.create(run_dir).write_metrics({"folds": [], "overall": {}, "complete": True})
+    popen = subprocess.Popen
+    stub = ("import sys, types; from attnpool.comparison import worker; worker.make_config = lambda p, resume: p; "
+            "worker.train = lambda cfg: types.SimpleNamespace(complete=True); sys.exit(worker.main())")
+
+    def untrained_worker(command, **kwargs):  # [python, -m, worker, REQUEST, ...]: the worker's main, as -c
+        return popen([command[0], "-c", stub, *command[3:]], **kwargs)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", untrained_worker)
+    _peak_this_process(1536 * 2**20)
+    cfg, spec = TrainConfig(train_file="x.csv", text_cols=["a"]), PoolerSpec.parse("mean")
+    peak = runner._run_one(cfg, spec, 1, run_dir)["peak_rss_bytes"]
+    assert 0 < peak < 2**30  # ~0.5 GiB (Python, torch, attnpool); 2 GiB before (the caller's)
+
+
+def test_a_worker_s_own_peak_is_its_high_water_mark_in_bytes_with_or_without_proc(monkeypatch):
+    """VmHWM is read from /proc (kB); without /proc (macOS), ru_maxrss, in bytes there."""
+    from types import SimpleNamespace
+
+    from attnpool.comparison import worker
+
+    _peak_this_process(256 * 2**20)
+    assert worker.own_peak_bytes() >= 256 * 2**20
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(worker, "Path", no_proc)
+    monkeypatch.setattr(worker.resource, "getrusage", lambda who: SimpleNamespace(ru_maxrss=2048))
+    for platform, expected in (("linux", 2048 * 1024), ("darwin", 2048)):
+        monkeypatch.setattr(worker.sys, "platform", platform)
+        assert worker.own_peak_bytes() == expected

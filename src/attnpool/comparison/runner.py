@@ -180,14 +180,17 @@ def _check_folds(out: Path, only_folds: list[int] | None, specs: list[PoolerSpec
 def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> dict[str, float]:
     """Train one (pooler, seed) run in a process of its own; returns its wall time and peak RSS.
 
-    The process is :mod:`attnpool.comparison.worker`, which calls :func:`attnpool.train` (not the console script).
+    The process is :mod:`attnpool.comparison.worker`, which calls :func:`attnpool.train` (not the console script)
+    and writes its own peak memory to ``seed_<S>.peak`` (its ``VmHWM``: see :func:`worker.own_peak_bytes`).
     """
     values = cfg.to_dict()
     values.update({"pooling": spec.pooling, "pooling_options": spec.options, "seed": seed,
                    "output_dir": str(run_dir), "overwrite": False, "resume": False})
     request = run_dir.parent / f"seed_{seed}.yaml"
     atomic_write_text(request, yaml.safe_dump(values, sort_keys=False))
-    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request)]
+    peak_path = run_dir.parent / f"seed_{seed}.peak"
+    peak_path.unlink(missing_ok=True)  # an earlier call's: never this call's peak
+    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request), "--peak-file", str(peak_path)]
     if Run.is_run(run_dir):  # not a start that stopped before it recorded its run (bad data): never resumable
         command.append("--resume")
     log_path = run_dir.parent / f"seed_{seed}.log"
@@ -196,7 +199,7 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-        _, status, usage = os.wait4(process.pid, 0)  # rusage of this child alone: its own peak memory
+        _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
     if process.returncode not in (0, INCOMPLETE) or not _wanted_folds(run_dir, cfg.only_folds):
@@ -206,7 +209,10 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     cost_path = run_dir.parent / f"seed_{seed}.cost.json"
     cost = json.loads(cost_path.read_text()) if cost_path.is_file() else {"wall_seconds": 0.0, "peak_rss_bytes": 0}
     cost["wall_seconds"] += seconds  # a resumed run adds its calls up
-    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    # Without the worker's own figure, ru_maxrss (bytes on macOS, KiB on Linux), which on Linux also counts this
+    # process's peak before the worker's exec: a caller that trained a model gave every run its memory.
+    peak = (int(peak_path.read_text()) if peak_path.is_file()
+            else usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024))
     cost["peak_rss_bytes"] = max(cost["peak_rss_bytes"], peak)
     atomic_write_json(cost_path, cost)
     return cost
