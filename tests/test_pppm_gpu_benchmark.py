@@ -58,3 +58,11 @@ def test_the_json_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
         pppm_gpu.write_output(output, {"sides": [2]})
     monkeypatch.undo()
     assert output.read_text() == before and list(tmp_path.iterdir()) == [output]
+
+
+@pytest.mark.parametrize("script", ["pppm_gpu", "pppm_deberta", "gpu_step_overhead"])
+def test_the_device_usage_runs_without_the_venv(script):
+    """A device machine gets no .venv (it is not carried) and has its own python3: its usage line must not need one."""
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / f"{script}.py").read_text(encoding="utf-8")
+    doc = text.split('"""')[1]
+    assert f"PYTHONPATH=src python3 benchmarks/{script}.py" in doc
