@@ -104,6 +104,12 @@ def test_a_regression_folder_re_headed_for_classes_takes_class_labels(tmp_path):
     ids, mask = batch([5, 3, 4])
     assert torch.isfinite(loaded(ids, mask, labels=torch.tensor([0, 2, 1])).loss)
     assert loaded.config.problem_type == "single_label_classification"
+    # classes named, transformers' other way to give num_labels: it kept "regression" and refused the class labels
+    named = AttnPoolForSequenceClassification.from_pretrained(
+        tmp_path / "one", id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2},
+        ignore_mismatched_sizes=True)
+    assert named.config.num_labels == 3 and named.config.problem_type is None
+    assert torch.isfinite(named(ids, mask, labels=torch.tensor([0, 2, 1])).loss)
     # several regression targets reloaded as they were, or with a problem type given, keep it
     torch.manual_seed(0)
     AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=3,

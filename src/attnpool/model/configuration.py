@@ -228,9 +228,12 @@ class AttnPoolConfig(PretrainedConfig):
         ``from_encoder`` sets ``problem_type="regression"`` for one output: a folder loaded with another
         ``num_labels`` above 1 (``from_pretrained(folder, num_labels=3)``) and no ``problem_type`` kept it, and its
         3-output head refused class labels. With ``problem_type=None`` the labels decide, as for a new model. A
-        regression saved with several outputs (asked for) stays one.
+        regression saved with several outputs (asked for) stays one. Classes named instead (``id2label=...``,
+        transformers' own way to give ``num_labels``) count the same.
         """
         wanted = kwargs.get("num_labels")
+        if wanted is None and kwargs.get("id2label"):
+            wanted = len(kwargs["id2label"])
         saved = len(config_dict["id2label"]) if config_dict.get("id2label") else config_dict.get("num_labels")
         if (config_dict.get("problem_type") == "regression" and "problem_type" not in kwargs
                 and isinstance(wanted, int) and wanted > 1 and saved == 1):
