@@ -427,6 +427,27 @@ def test_none_over_a_config_file_s_adversarial_or_recurrent_drops_the_options_th
     assert make_config(tmp_path / "adv.yaml", adversarial=None, adversarial_start=0.5).adversarial_start == 0.5
 
 
+def test_a_config_file_s_adversarial_sizes_stay_when_the_flag_names_the_perturbation_the_file_leaves_out(tmp_path):
+    """A file holding the sizes and --adversarial awp per run: the file named no perturbation, and its eps, lr and
+    start were dropped as another perturbation's; the run trained with the defaults."""
+    from attnpool.config import make_config
+
+    (tmp_path / "sizes.yaml").write_text("train_file: t.csv\ntext_cols: [a]\nadversarial_eps: 0.002\n"
+                                         "adversarial_lr: 0.5\nadversarial_start: 0.5\n")
+    cfg = make_config(tmp_path / "sizes.yaml", adversarial="awp").validate()
+    assert (cfg.adversarial, cfg.adversarial_eps, cfg.adversarial_lr, cfg.adversarial_start) == ("awp", 0.002, 0.5, 0.5)
+
+
+def test_the_pearson_loss_refuses_batches_of_one_row():
+    """A batch of one has no correlation: loss 1 and no gradient at every step, and the run reported complete."""
+    from attnpool.config import make_config
+
+    with pytest.raises(ValueError, match=re.escape("loss pearson correlates the rows of each batch, and batch_size 1 "
+                                                   "has no correlation to learn from")):
+        make_config(None, train_file="t.csv", text_cols=["a"], loss="pearson", batch_size=1, grad_accum=8).validate()
+    make_config(None, train_file="t.csv", text_cols=["a"], loss="pearson", batch_size=2).validate()
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("text_cols: [first, null]", r"adv\.yaml: text_cols must be a list of column names \(text\), got \['first', "
      r"None\]: None is not a column name; quote"),

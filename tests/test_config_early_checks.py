@@ -88,6 +88,7 @@ def test_messages_say_where_a_value_came_from(tmp_path):
     with pytest.raises(ConfigError, match=re.escape("not --text-cols")):
         make_config(path, preset="pppm", data_dir="d", text_cols=["anchor"])
     path.write_text("train_file: plain.csv\ntext_cols: [q]\nlimit: 1e3\n")
-    with pytest.raises(ConfigError, match=re.escape("limit must be a whole number, got '1e3'; YAML reads 1e3 (no dot) "
-                                                    "as text, not a number: write 1000")):
+    with pytest.raises(ConfigError, match=re.escape("limit must be a whole number, got '1e3'; YAML reads 1e3 as text, "
+                                                    "not a number (its exponent form needs a dot and a sign: 1.0e+3): "
+                                                    "write 1000")):
         make_config(path)

@@ -63,3 +63,30 @@ def test_keys_written_otherwise_with_one_value_are_one_key(tmp_path, first, seco
     path.write_text(f"pooling_options:\n  {first}: a\n  {second}: b\n")
     with pytest.raises(ConfigError, match=re.escape(f"duplicate key {second!r} (first at line 2)")):
         load_yaml(path)
+
+
+@pytest.mark.parametrize(("text", "read"), [
+    ("seed: 042", {"seed": "042"}), ("folds: 010", {"folds": "010"}), ("label: 0123", {"label": "0123"}),
+    ("text_cols: [0123]", {"text_cols": ["0123"]}), ("epochs: 1:00", {"epochs": "1:00"}),
+    ("a: 0x1F", {"a": 31}), ("a: 0o17", {"a": 15}), ("a: 1_000", {"a": 1000}), ("a: 1.0e+3", {"a": 1000.0}),
+    ("a: 007.5", {"a": 7.5}), ("a: -3", {"a": -3})])
+def test_numbers_with_leading_zeros_or_in_base_60_are_text_as_a_flag_s_value_is(tmp_path, text, read):
+    """YAML 1.1 read seed: 042 as the octal 34 (--seed 042 is 42), label: 0123 as the column '83', epochs: 1:00 as
+    60; plain, hex, binary, 0o octal and underscored numbers stay numbers."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text + "\n")
+    assert load_yaml(path) == read
+
+
+def test_a_whole_number_option_written_with_leading_zeros_says_how_to_write_it(tmp_path):
+    from attnpool.config import make_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("train_file: t.csv\ntext_cols: [a]\nseed: 042\nlabel: 0123\n")
+    with pytest.raises(ConfigError, match=re.escape("seed must be a whole number, got '042'; a number with leading "
+                                                    "zeros is read as text (an id or a code; YAML 1.1 read 042 as "
+                                                    "octal): write 42")):
+        make_config(path)
+    path.write_text("train_file: t.csv\ntext_cols: [a]\nseed: 42\nlabel: 0123\n")
+    assert make_config(path).label == make_config(None, train_file="t.csv", text_cols=["a"], label="0123").label
+

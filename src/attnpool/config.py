@@ -314,8 +314,7 @@ class TrainConfig:
 
     def _check_recipe_techniques(self) -> None:
         """The Pearson loss, the weight average and adversarial training: values that fit."""
-        if self.loss == "pearson" and self.task != "regression":
-            raise ValueError(f"loss pearson needs task regression, got task {self.task}; use cross_entropy or bce")
+        checks.check_pearson_loss(self)
         allowed = {"regression": ("mse", "bce", "pearson"), "multilabel": ("bce", "mse")}.get(self.task,
                                                                                             ("cross_entropy",))
         if self.loss is not None and self.loss not in allowed:
@@ -381,8 +380,9 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
     if overrides.get("pooling", pooling) != pooling:
         values.pop("pooling_options", None)  # the file's options were its pooler's: another pooler starts without
     for given, dependents in (("adversarial", ADVERSARIAL_OPTIONS), ("recurrent", ("recurrent_layers",))):
-        if given in overrides and overrides[given] != values.get(given) and (given == "adversarial" or (
-                overrides[given] is None)):  # the file's sizes were its perturbation's (fgm's eps is awp's x1000)
+        # the file's sizes were its own perturbation's (fgm's eps is awp's x1000); with none they are the flag's
+        if given in overrides and overrides[given] != values.get(given) and (
+                values.get(given) is not None if given == "adversarial" else overrides[given] is None):
             values = {k: v for k, v in values.items() if k not in dependents}
     for given, replaced in (("template", "text_cols"), ("text_cols", "template")):
         if overrides.get(given) and replaced not in overrides:  # else the two together are refused by validate

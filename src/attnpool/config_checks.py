@@ -157,6 +157,19 @@ def check_output_flags(cfg: TrainConfig) -> None:
                          "--no-resume undoes a config file's)")
 
 
+def check_pearson_loss(cfg: TrainConfig) -> None:
+    """The Pearson loss: a regression's, over batches of 2 rows or more.
+
+    A batch of one row has no correlation: the loss returns 1 with no gradient, so nothing trained, with or without
+    ``grad_accum`` (each micro-batch is correlated alone), and the run reported itself complete.
+    """
+    if cfg.loss == "pearson" and cfg.task != "regression":
+        raise ValueError(f"loss pearson needs task regression, got task {cfg.task}; use cross_entropy or bce")
+    if cfg.loss == "pearson" and cfg.batch_size < 2:
+        raise ValueError(f"loss pearson correlates the rows of each batch, and batch_size {cfg.batch_size} has no "
+                         "correlation to learn from (no gradient, with grad_accum too): use batch_size 2 or more")
+
+
 def check_pooler(cfg: TrainConfig, spec: str | None = None) -> None:
     """The pooler's name, its options and their values, and whether it fits the recurrent layer.
 

@@ -6,6 +6,7 @@ import json
 import numbers
 import operator
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -110,7 +111,12 @@ def _yaml_problem(path: Path, err: Any) -> str:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` refusing a key given twice in one mapping (the safe loader kept the last, silently)."""
+    """``yaml.SafeLoader`` refusing a key given twice in one mapping (the safe loader kept the last, silently).
+
+    Numbers with leading zeros (``042``) and in base 60 (``1:30``) are text, as a flag's value is: YAML 1.1 read
+    ``seed: 042`` as the octal 34 and ``epochs: 1:00`` as 60, where ``--seed 042`` is 42, and ``label: 0123`` as the
+    column ``"83"`` (:data:`_INT` and :data:`_FLOAT`; ``0x1F``, ``0b101``, ``0o17`` and ``1_000`` stay numbers).
+    """
 
     def construct_document(self, node: yaml.Node) -> Any:
         # Checked on the composed nodes, before construction: merging (`<<: *base`) rewrites a merged mapping's
@@ -141,6 +147,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             for item in node.value:
                 self._refuse_repeated_keys(item, visited)
 
+
+
+# YAML 1.1's int and float patterns (PyYAML's resolver) without the octal written 0NNN and the base-60 forms.
+_INT = re.compile(r"""^(?:[-+]?0b[0-1_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|[-+]?0o[0-7_]+)$""")
+_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X)
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBER_TAGS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(_NUMBER_TAGS[0], _INT, list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(_NUMBER_TAGS[1], _FLOAT, list("-+0123456789."))
 
 def _unique_pairs(path: Path) -> Any:
     """A ``json.loads`` ``object_pairs_hook`` refusing a key given twice in one object (json kept the last)."""
@@ -268,14 +286,18 @@ def file_path(value: Any, name: str) -> Path:
 
 
 def _number_text_hint(value: Any) -> str:
-    """Why a whole number in exponent form is text (``limit: 1e3``), and how to write it; else ``""``."""
+    """Why a whole number is text (``limit: 1e3``, ``seed: 042``), and how to write it; else ``""``."""
+    if isinstance(value, str) and re.fullmatch(r"[-+]?0[0-9_]+", value.strip()):
+        return (f"; a number with leading zeros is read as text (an id or a code; YAML 1.1 read {value.strip()} as "
+                f"octal): write {int(value.strip().replace('_', ''))}")
     try:
         number = float(value) if isinstance(value, str) and "e" in value.lower() else None
     except ValueError:
         return ""
     if number is None or not number.is_integer():
         return ""
-    return f"; YAML reads {value.strip()} (no dot) as text, not a number: write {int(number)}"
+    return (f"; YAML reads {value.strip()} as text, not a number (its exponent form needs a dot and a sign: "
+            f"1.0e+3): write {int(number)}")
 
 
 def _builtin(value: Any) -> Any:
