@@ -205,15 +205,18 @@ def users_item_pooler(name: str, *, has_weights: bool = False, needs_all_layers:
     pooler (``validate``, the model card) must survive.
     """
     class ScaledMean(Pooler):
+        config_keys = ("scale",)  # every constructor option is saved, or register_pooler refuses the class
+
         def __init__(self, hidden_size: int, scale: float = 1.0) -> None:
             super().__init__(hidden_size)
-            self.scale = torch.nn.Parameter(torch.tensor(scale))
-            if not self.scale.item() > 0:
+            self.scale = scale
+            self.weight = torch.nn.Parameter(torch.tensor(scale))
+            if not self.weight.item() > 0:
                 raise ValueError(f"scale must be positive, got {scale}")
 
         def pool(self, hidden_states, mask):
             weights = mask.float() / mask.float().sum(1, keepdim=True).clamp(min=1)
-            pooled = torch.einsum("bt,bth->bh", weights, hidden_states) * self.scale
+            pooled = torch.einsum("bt,bth->bh", weights, hidden_states) * self.weight
             return pooled, weights if self.has_weights else None
 
     ScaledMean.name, ScaledMean.has_weights, ScaledMean.needs_all_layers = name, has_weights, needs_all_layers

@@ -9,7 +9,7 @@ import transformers
 import attnpool  # noqa: F401  (registers the Auto classes)
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.encoders import ENCODER_DROPOUT_FIELDS, set_encoder_dropout
-from attnpool.pooling import AttentionPooling
+from attnpool.pooling import AttentionPooling, Pooler, register_pooler, registry
 from model_helpers import DECODER_FAMILIES, ENCODER_FAMILIES, batch, tiny_config, tiny_tokenizer
 
 
@@ -374,3 +374,46 @@ def test_encoder_dropout_that_cannot_apply_is_refused_with_the_reason():
         set_encoder_dropout(transformers.PretrainedConfig(), 0.0)
     flagged = transformers.PretrainedConfig(dropout=True, attention_dropout=0.1)  # a switch is not a probability
     assert set_encoder_dropout(flagged, 0.0) == ["attention_dropout"] and flagged.dropout is True
+
+
+def test_a_pooler_subclass_keeping_its_parents_name_is_refused():
+    class ScaledAttention(AttentionPooling):
+        def pool(self, hidden_states, mask, **kwargs):
+            pooled, weights = super().pool(hidden_states, mask, **kwargs)
+            return 3.0 * pooled, weights
+
+    with pytest.raises(ValueError, match=r"^pooling=ScaledAttention\(\.\.\.\) is not the pooler registered as "
+                       r"'attention': a model saves its pooler by name, and it would reload as AttentionPooling, "
+                       r"registered under that name, without ScaledAttention's changes\. Give ScaledAttention its own "
+                       r"`name` and decorate it with @attnpool.register_pooler, so that it saves and reloads$"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=ScaledAttention(32))
+
+    class Unnamed(Pooler):
+        def pool(self, hidden_states, mask):
+            return hidden_states.mean(1), None
+
+    with pytest.raises(ValueError, match=r"^pooling=Unnamed\(\.\.\.\) is not the pooler registered as '': .*a class "
+                       r"not in the registry cannot be rebuilt when the model is loaded\. Give Unnamed its own `name`"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=Unnamed(32))
+
+
+def test_a_registered_pooler_subclass_is_kept(tmp_path):
+    class ScaledAttention(AttentionPooling):
+        name = "test_model_scaled_attention"
+
+        def pool(self, hidden_states, mask, **kwargs):
+            pooled, weights = super().pool(hidden_states, mask, **kwargs)
+            return 3.0 * pooled, weights
+
+    register_pooler(ScaledAttention)
+    try:
+        torch.manual_seed(0)
+        pooler = ScaledAttention(32, attn_size=8)
+        model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=pooler).eval()
+        assert type(model.attnpool.pooler) is type(pooler)
+        hidden, mask = torch.randn(2, 5, 32), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+        torch.testing.assert_close(model.attnpool.pooler(hidden, mask), pooler(hidden, mask), rtol=0, atol=0)
+        model.save_pretrained(tmp_path)
+        assert type(AttnPoolForSequenceClassification.from_pretrained(tmp_path).attnpool.pooler) is ScaledAttention
+    finally:
+        registry._REGISTRY.pop(registry._normalize(ScaledAttention.name))

@@ -34,6 +34,7 @@ from attnpool.model.heads import PredictionHead
 from attnpool.model.loading import align_cpu_tensors, check_safetensors_only, init_unloaded
 from attnpool.model.sources import check_hub_source, hub_error
 from attnpool.pooling import Pooler, build_pooler
+from attnpool.pooling.registry import check_rebuildable
 
 # ``from_pretrained`` options that say where the encoder's files come from: its config is read with them too.
 HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
@@ -274,7 +275,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         Raises:
             FileNotFoundError: A local encoder path that does not exist.
             OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
-            ValueError: A pooler instance whose hidden size does not match the encoder, or an ``encoder_dropout`` that
+            ValueError: A pooler instance whose hidden size does not match the encoder or whose class is not the one
+                registered under its ``name`` (it would not reload), or an ``encoder_dropout`` that
                 cannot be applied (out of [0, 1), a built encoder, a config without dropout fields).
             TypeError: A ``config_kwargs`` name that is neither :class:`AttnPoolConfig`'s nor ``PretrainedConfig``'s
                 (``num_label``), with the name meant.
@@ -322,6 +324,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             encoder_config = encoder_model.config
         if pooler_instance is not None:
             build_pooler(pooler_instance, encoder_hidden_size(encoder_config))  # raises on a hidden size mismatch
+            check_rebuildable(pooler_instance)  # rebuilt from its config below, as it will be when the model is loaded
             pooling_spec: dict[str, Any] = pooler_instance.get_config()
         elif isinstance(pooling, str):
             pooling_spec = {"type": pooling, **(pooling_options or {})}

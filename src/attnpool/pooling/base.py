@@ -185,10 +185,17 @@ class Pooler(nn.Module):
         raise NotImplementedError
 
     def get_config(self) -> dict[str, Any]:
-        """Everything needed to rebuild this pooler with :func:`attnpool.build_pooler` (weights aside)."""
+        """Everything needed to rebuild this pooler with :func:`attnpool.build_pooler` (weights aside).
+
+        A pooler defined outside attnpool also saves ``"module"``, the module that defines (and registers) it: a
+        model saved with it can then say what to import before it is loaded. Loading never imports it itself.
+        """
         config: dict[str, Any] = {"type": self.name, "hidden_size": self.hidden_size}
         for key in self.config_keys:
             config[key] = getattr(self, key)
+        module = type(self).__module__
+        if module.split(".")[0] != "attnpool":
+            config["module"] = module
         return config
 
     @override

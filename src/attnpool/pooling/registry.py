@@ -28,14 +28,50 @@ def _normalize(name: str) -> str:
     return key
 
 
+# Characters that pooler specs split on: "attention+mean" (a combination), compare's "NAME:key=value,key=value".
+_SPEC_SEPARATORS = "+:=,"
+
+# Constructor options that get_config need not save, each for a reason: `combined` takes num_layers from the model
+# only to pass it on to its multi-layer parts, whose own configs save it.
+_UNSAVED_OPTIONS = {COMBINED_NAME: ("num_layers",)}
+
+
 def register_pooler(cls: P) -> P:
-    """Class decorator adding a :class:`Pooler` subclass to the registry under ``cls.name``."""
+    """Class decorator adding a :class:`Pooler` subclass to the registry under ``cls.name``.
+
+    Registering the same class again (``importlib.reload``, a notebook cell run twice), told by its module and
+    qualified name, replaces the entry.
+
+    Raises:
+        ValueError: No ``name``, a name holding one of ``+ : = ,`` (spec separators) or without letters or
+            digits, a name taken by another class, or a constructor option missing from ``config_keys`` (it
+            would not be saved, and a reloaded model would silently use its default).
+    """
     if not cls.name:
         raise ValueError(f"{cls.__name__} must set a registry `name` before it is registered")
     key = _normalize(cls.name)
-    if key in _REGISTRY and _REGISTRY[key] is not cls:
-        raise ValueError(f"pooler name {cls.name!r} is already registered by {_REGISTRY[key].__name__}")
-    _REGISTRY[key] = cls
+    if any(sep in cls.name for sep in _SPEC_SEPARATORS) or not key:
+        raise ValueError(f"{cls.__name__}: pooler name {cls.name!r} cannot be registered: names must not contain "
+                         f"{' '.join(_SPEC_SEPARATORS)} (pooler specs split on them) and need a letter or digit; "
+                         "use e.g. 'my_pooler'")
+    unsaved = set(_UNSAVED_OPTIONS.get(cls.name, ()))
+    params = inspect.signature(cls.__init__).parameters
+    missing = [option for option in _constructor_options(cls) if option not in cls.config_keys
+               and option not in unsaved and params[option].kind != inspect.Parameter.VAR_POSITIONAL]
+    if missing:
+        raise ValueError(
+            f"{cls.__name__}: constructor option(s) {', '.join(missing)} are not in its config_keys "
+            f"{tuple(cls.config_keys)}, so get_config() would not save them and a reloaded pooler would take their "
+            f"defaults; add them to config_keys (each kept as an attribute of the same name), e.g. "
+            f"config_keys = {tuple(cls.config_keys) + tuple(missing)!r}"
+        )
+    old = _REGISTRY.get(key)
+    if old is not None and old is not cls and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(
+            f"pooler name {cls.name!r} is already registered by {old.__qualname__} (module {old.__module__!r}); "
+            f"{cls.__qualname__} (module {cls.__module__!r}) needs another `name`, e.g. {cls.name + '_2'!r}"
+        )
+    _REGISTRY[key] = cls  # a re-registered class (same module and qualified name) replaces its earlier version
     return cls
 
 
@@ -52,16 +88,50 @@ def get_pooler_class(name: str) -> type[Pooler]:
     Raises:
         ValueError: For an unknown name, naming the closest valid one and listing all of them.
     """
+    return _get_class(name)
+
+
+def _get_class(name: str, module: str | None = None) -> type[Pooler]:
+    """:func:`get_pooler_class`; ``module``, where a config names the one defining the pooler, goes in the error."""
     if "+" in name:
         name = COMBINED_NAME
     key = _normalize(name)
     if key in _REGISTRY:
         return _REGISTRY[key]
     names = available_poolers()
+    if module == "__main__":
+        raise ValueError(f"Unknown pooler {name!r}: this model's pooler {name!r} was defined in the script that saved "
+                         "it (module '__main__', see its config); define it in a module and import that before "
+                         f"loading. Available poolers: {', '.join(names)}")
+    if module:
+        raise ValueError(f"Unknown pooler {name!r}: this model's pooler {name!r} is defined in module {module!r} "
+                         f"(see its config); import it before loading (CLI: --import {module})")
     by_key = {_normalize(n): n for n in names}
-    close = difflib.get_close_matches(key, list(by_key), n=1, cutoff=0.5)
+    # 0.7: "atention" -> attention and "meen" -> mean, but no hint for an unrelated name ("mine" -> combined)
+    close = difflib.get_close_matches(key, list(by_key), n=1, cutoff=0.7)
     hint = f" Did you mean {by_key[close[0]]!r}?" if close else ""
     raise ValueError(f"Unknown pooler {name!r}.{hint} Available poolers: {', '.join(names)}")
+
+
+def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
+    """Refuse a pooler instance that its config would not rebuild: a model saves its pooler by name.
+
+    Raises:
+        ValueError: ``type(pooler)`` is not the class registered under its ``name`` (an unregistered class, or a
+            subclass keeping its parent's ``name``, which would reload as the parent and lose its changes).
+    """
+    cls = type(pooler)
+    key = _normalize(cls.name) if cls.name else ""
+    registered = _REGISTRY.get(key) if key and "+" not in cls.name else None
+    if registered is cls:
+        return
+    why = (f"it would reload as {registered.__name__}, registered under that name, without {cls.__name__}'s changes"
+           if registered is not None else "a class not in the registry cannot be rebuilt when the model is loaded")
+    raise ValueError(
+        f"{what}={cls.__name__}(...) is not the pooler registered as {cls.name!r}: a model saves its pooler by name, "
+        f"and {why}. Give {cls.__name__} its own `name` and decorate it with @attnpool.register_pooler, so that it "
+        "saves and reloads"
+    )
 
 
 def inner_spec(pooler: Pooler) -> dict[str, Any]:
@@ -152,7 +222,10 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Pooler], dict[str
             raise ValueError(f"pooler combination {name!r} names its poolers already; drop the 'poolers' option")
         options = {"poolers": parts, **options}
         name = COMBINED_NAME
-    cls = get_pooler_class(name)
+    # which module defined a user's pooler (see Pooler.get_config): for the error only, never imported from here,
+    # since importing a module that a config file names would run its code
+    module = options.pop("module", None)
+    cls = _get_class(name, module)
     valid = _constructor_options(cls)
     unknown = sorted(set(options) - set(valid))
     if unknown:
