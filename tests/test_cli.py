@@ -5,13 +5,17 @@ import dataclasses
 import re
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from attnpool import __version__, api
-from attnpool.cli import _train_config, _unknown_flags, build_parser, main
+from attnpool.cli import _train_config, build_parser, main
+from attnpool.cli_flags import unknown_flags
 from attnpool.config import GROUPS, TrainConfig
+from model_helpers import save_tiny_encoder, write_toy_csv
 
 
 def test_poolers_lists_every_pooler_with_its_parameter_count(capsys):
@@ -82,7 +86,7 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
                   "--gradient-checkpointing, --no-gradient-checkpointing", "(default: 42)", "(default: 3.0)",
                   "--config FILE a YAML"):
         assert shown in text, shown
-    assert text.count("(default: ") == len(dataclasses.fields(TrainConfig)) + 3  # and --config, --quiet, --verbose
+    assert text.count("(default: ") == len(dataclasses.fields(TrainConfig)) + 4  # --config, -q, -v, --import
 
 
 def test_compare_help_shows_the_api_defaults_of_its_own_options(capsys):
@@ -300,8 +304,8 @@ def test_a_value_that_starts_with_dashes_and_holds_a_space_is_a_value_not_a_flag
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--template", "-- {text}", "--help"])
     assert exit_.value.code == 0 and "--template" in capsys.readouterr().out
-    assert _unknown_flags(build_parser(), ["train", "--template", "--- {title} ---", "--lr", "-1e-5"]) == ("train", [])
-    assert _unknown_flags(build_parser(), ["train", "--tempalte=a b", "x"]) == ("train", ["--tempalte=a b", "x"])
+    assert unknown_flags(build_parser(), ["train", "--template", "--- {title} ---", "--lr", "-1e-5"]) == ("train", [])
+    assert unknown_flags(build_parser(), ["train", "--tempalte=a b", "x"]) == ("train", ["--tempalte=a b", "x"])
 
 
 @pytest.mark.parametrize("command", ["predict", "export", "explain", "serve", "demo", "poolers"])
@@ -316,3 +320,67 @@ def test_quiet_says_train_log_keeps_everything_for_train_and_compare(command, ca
     with pytest.raises(SystemExit):
         main([command, "--help"])
     assert "(train.log keeps everything)" in " ".join(capsys.readouterr().out.split())
+
+
+# ---------------------------------------------------------------- --import: a user's poolers
+
+USER_POOLER = """
+import torch
+from attnpool import Pooler, register_pooler
+
+
+@register_pooler
+class HalfMeanPooling(Pooler):
+    name = "user_half_mean"
+
+    def pool(self, hidden_states, mask):
+        weights = mask.to(hidden_states.dtype) / mask.sum(1, keepdim=True).clamp(min=1)
+        return 0.5 * torch.einsum("bt,bth->bh", weights, hidden_states), None
+"""
+
+
+def test_train_with_a_user_pooler_imported_from_the_working_directory(tmp_path):
+    """No command could use a registered pooler: attnpool train --pooling mine said Unknown pooler 'mine'."""
+    (tmp_path / "my_cli_poolers.py").write_text(textwrap.dedent(USER_POOLER))
+    write_toy_csv(tmp_path / "train.csv", n=24)
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    script = Path(sys.executable).with_name("attnpool")  # the console script: no working directory on its sys.path
+    command = [str(script) if script.is_file() else sys.executable, *([] if script.is_file() else ["-m", "attnpool"]),
+               "--import", "my_cli_poolers", "train", "--train-file", "train.csv", "--text-cols", "first", "second",
+               "--model", encoder, "--pooling", "user_half_mean", "--epochs", "1", "--folds", "2", "--batch-size",
+               "8", "--max-length", "16", "--output-dir", "run", "--quiet"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("command", ["train", "predict", "export", "explain", "serve", "compare"])
+def test_import_before_or_after_the_command_registers_the_poolers_before_it_runs(command, tmp_path, monkeypatch):
+    modules = [f"user_before_{command}", f"user_after_{command}"]
+    for name in modules:
+        (tmp_path / f"{name}.py").write_text("IMPORTED = True\n")
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.chdir(tmp_path)  # found in the working directory, as python -m would
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    seen = []
+    monkeypatch.setattr(f"attnpool.cli._cmd_{command}", lambda args: seen.append(set(modules) <= set(sys.modules)))
+    required = {"train": [], "predict": ["--run", "r", "--input", "a", "--output", "b"], "export": ["--model", "m",
+                "--output", "o"], "explain": ["--run", "r", "--input", "a", "--output", "b"], "serve": ["--run", "r"],
+                "compare": ["--poolings", "mean"]}[command]
+    try:
+        assert main(["--import", modules[0], command, *required, "--import", modules[1]]) is None
+    finally:
+        for name in modules:
+            sys.modules.pop(name, None)
+    assert seen == [True]
+
+
+def test_a_module_that_fails_to_import_is_one_line_naming_it(monkeypatch, capsys):
+    monkeypatch.setattr(api, "train", lambda *args, **kwargs: pytest.fail("ran without the module"))
+    assert main(["--import", "no_such_module_here", "train", "--train-file", "a.csv"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("attnpool train: error: --import no_such_module_here: ModuleNotFoundError: No module named "
+                   "'no_such_module_here'\n")
+    # the module's name is not taken for the command: a misspelt flag after it is still named
+    assert unknown_flags(build_parser(), ["--import", "mine", "train", "--max-lenght", "3"]) == (
+        "train", ["--max-lenght", "3"])

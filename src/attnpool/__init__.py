@@ -34,6 +34,7 @@ from attnpool.pooling import (
     Pooler,
     available_poolers,
     build_pooler,
+    check_pooler,
     register_pooler,
 )
 from attnpool.runs import Run, RunError
@@ -52,6 +53,7 @@ __all__ = [
     "__version__",
     "available_poolers",
     "build_pooler",
+    "check_pooler",
     "compare",
     "demo",
     "explain",

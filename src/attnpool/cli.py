@@ -7,7 +7,6 @@ The ``train`` and ``compare`` flags are built from :class:`~attnpool.config.Trai
 from __future__ import annotations
 
 import argparse
-import difflib
 import inspect
 import sys
 from collections.abc import Callable, Sequence
@@ -16,7 +15,16 @@ from typing import Any
 
 from attnpool import api
 from attnpool._version import __version__
-from attnpool.cli_flags import add_train_options, help_line, overrides, shown_default
+from attnpool.cli_flags import (
+    add_import_option,
+    add_train_options,
+    help_line,
+    import_modules,
+    overrides,
+    refuse_unknown,
+    shown_default,
+    unknown_flags,
+)
 from attnpool.config import TrainConfig, make_config
 from attnpool.explanations.svg import fmt_number
 from attnpool.precision import PRECISIONS
@@ -320,8 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(commands)
     _add_demo(commands)
     _add_verbosity(parser, "normal")
+    add_import_option(parser, "imports")
     for name, command in commands.choices.items():  # every command, after its name too: attnpool train ... --quiet
         _add_verbosity(command, argparse.SUPPRESS, name)
+        add_import_option(command, "imports_after")
     return parser
 
 
@@ -329,13 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    command, misspelt = _unknown_flags(parser, argv)
+    command, misspelt = unknown_flags(parser, argv)
     if misspelt:  # before parsing: a misspelt required flag would be reported as missing, the typo never named
-        _refuse_unknown(parser, command, misspelt)
+        refuse_unknown(parser, command, misspelt)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # argparse would print the top-level usage; the command's, with the closest flag, says more
-        _refuse_unknown(parser, args.command, unknown)
+        refuse_unknown(parser, args.command, unknown)
     try:
+        import_modules([*args.imports, *args.imports_after])  # the user's poolers, registered before the command
         with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
             return args.func(args)
     except (ValueError, FileNotFoundError, OSError, ImportError) as err:  # ImportError: an optional extra missing
@@ -343,43 +354,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
-
-
-def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The command parsers by name (argparse has no public way to them: its actions are read, as its help does)."""
-    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-
-
-def _unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """The command in ``argv`` and the ``--flags`` after it that it does not know (nor abbreviate).
-
-    Each with the values that follow it: the commands take no positional arguments, so argparse leaves those over too.
-    """
-    commands = _commands(parser)
-    at = next((i for i, arg in enumerate(argv) if not arg.startswith("-")), None)
-    if at is None or argv[at] not in commands:
-        return None, []
-    flags = [flag for action in commands[argv[at]]._actions for flag in action.option_strings]
-    rest = list(argv[at + 1:])
-    unknown: list[str] = []
-    taking = False  # the values of an unknown flag
-    for arg in rest[:rest.index("--")] if "--" in rest else rest:
-        if arg.startswith("-") and not (" " in arg and "=" not in arg.split(" ", 1)[0]):  # as argparse: with a
-            # space (and no `=` before it) an argument is a value, e.g. --template '-- {text}'; a flag's unique
-            # prefix is that flag
-            taking = arg.startswith("--") and not any(flag.startswith(arg.split("=", 1)[0]) for flag in flags)
-        if taking:
-            unknown.append(arg)
-    return argv[at], unknown
-
-
-def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> None:
-    """Exit 2 with the command's usage and, for a misspelt flag, the closest (``--max-lenght``: ``--max-length``)."""
-    command_parser = _commands(parser)[command]
-    flags = [flag for action in command_parser._actions for flag in action.option_strings]
-    hints = [f"{arg} (did you mean {close[0]}?)" if arg.startswith("--") and (
-        close := difflib.get_close_matches(arg.split("=", 1)[0], flags, 1)) else arg for arg in unknown]
-    command_parser.error(f"unrecognized arguments: {' '.join(hints)}")
 
 
 if __name__ == "__main__":

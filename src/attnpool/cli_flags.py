@@ -12,6 +12,10 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
+import importlib
+import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -194,4 +198,74 @@ def overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, A
     return values
 
 
-__all__ = ["NONE", "add_train_options", "help_line", "overrides", "shown_default"]
+# The top-level options that take a value: the word after one is no command (attnpool --import mine train ...).
+_VALUED = ("--import",)
+
+
+def add_import_option(parser: argparse.ArgumentParser, dest: str) -> None:
+    """``--import MODULE``, repeatable, before the command (``dest`` ``imports``) or after it (``imports_after``).
+
+    Two destinations: a command's parser would otherwise replace the modules given before its name.
+    """
+    parser.add_argument("--import", dest=dest, action="append", default=[], metavar="MODULE", help=help_line(
+        "import this module first, so that the poolers it registers can be named (repeatable)", "none"))
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Import the modules of ``--import`` (a user's poolers register themselves on import).
+
+    The working directory goes first on ``sys.path``, as ``python -m`` puts it: the console script's lacks it, so
+    ``attnpool --import mine`` would not find the ``mine.py`` beside the user.
+
+    Raises:
+        ImportError: One line naming the module and the error.
+    """
+    if names and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ImportError(f"--import {name}: {type(err).__name__}: {err}") from err
+
+
+def commands_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The command parsers by name (argparse has no public way to them: its actions are read, as its help does)."""
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def unknown_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The command in ``argv`` and the ``--flags`` after it that it does not know (nor abbreviate).
+
+    Each with the values that follow it: the commands take no positional arguments, so argparse leaves those over too.
+    """
+    commands = commands_of(parser)
+    valued = [i + 1 for i, arg in enumerate(argv) if len(arg) > 2 and any(f.startswith(arg) for f in _VALUED)]
+    at = next((i for i, arg in enumerate(argv) if not arg.startswith("-") and i not in valued), None)
+    if at is None or argv[at] not in commands:
+        return None, []
+    flags = [flag for action in commands[argv[at]]._actions for flag in action.option_strings]
+    rest = list(argv[at + 1:])
+    unknown: list[str] = []
+    taking = False  # the values of an unknown flag
+    for arg in rest[:rest.index("--")] if "--" in rest else rest:
+        if arg.startswith("-") and not (" " in arg and "=" not in arg.split(" ", 1)[0]):  # as argparse: with a
+            # space (and no `=` before it) an argument is a value, e.g. --template '-- {text}'; a flag's unique
+            # prefix is that flag
+            taking = arg.startswith("--") and not any(flag.startswith(arg.split("=", 1)[0]) for flag in flags)
+        if taking:
+            unknown.append(arg)
+    return argv[at], unknown
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> None:
+    """Exit 2 with the command's usage and, for a misspelt flag, the closest (``--max-lenght``: ``--max-length``)."""
+    command_parser = commands_of(parser)[command]
+    flags = [flag for action in command_parser._actions for flag in action.option_strings]
+    hints = [f"{arg} (did you mean {close[0]}?)" if arg.startswith("--") and (
+        close := difflib.get_close_matches(arg.split("=", 1)[0], flags, 1)) else arg for arg in unknown]
+    command_parser.error(f"unrecognized arguments: {' '.join(hints)}")
+
+
+__all__ = ["NONE", "add_import_option", "add_train_options", "help_line", "import_modules", "overrides",
+           "refuse_unknown", "shown_default", "unknown_flags"]

@@ -32,7 +32,7 @@ import numpy as np
 import yaml
 
 from attnpool.comparison.seeds import seed_list
-from attnpool.comparison.specs import PoolerSpec
+from attnpool.comparison.specs import PoolerSpec, worker_imports
 from attnpool.comparison.summary import CompareResult, run_score, summarise
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.config_checks import check_pooler
@@ -190,7 +190,9 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     atomic_write_text(request, yaml.safe_dump(values, sort_keys=False))
     peak_path = run_dir.parent / f"seed_{seed}.peak"
     peak_path.unlink(missing_ok=True)  # an earlier call's: never this call's peak
-    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request), "--peak-file", str(peak_path)]
+    imports, env = worker_imports(spec)  # a user's poolers: their modules, imported by the worker first
+    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request), *imports, "--peak-file",
+               str(peak_path)]
     if Run.is_run(run_dir):  # not a start that stopped before it recorded its run (bad data): never resumable
         command.append("--resume")
     log_path = run_dir.parent / f"seed_{seed}.log"
@@ -198,7 +200,7 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
@@ -278,6 +280,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     cfg.validate()
     for spec in specs:  # a bad value fails here, not in its run after the others trained
         check_pooler(dataclasses.replace(cfg, pooling=spec.pooling, pooling_options=spec.options), spec.label)
+        worker_imports(spec)  # a pooler of __main__, which no worker can import, is refused here
     out = Path(output_dir)
     _refuse_foreign(out)
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere

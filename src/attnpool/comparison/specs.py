@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from attnpool.options import parse_options
-from attnpool.pooling import get_pooler_class
+from attnpool.pooling import available_poolers, get_pooler_class
 
 
 @dataclass(frozen=True)
@@ -56,3 +59,50 @@ def _top_level_items(text: str) -> list[str]:
             start = i + 1
     items.append(text[start:])
     return [item.strip() for item in items if item.strip()]
+
+
+def worker_imports(spec: PoolerSpec) -> tuple[list[str], dict[str, str]]:
+    """What a worker process needs to build the spec's poolers: its ``--import MODULE`` arguments and environment.
+
+    attnpool's own poolers register when the worker imports attnpool; a user's (``@attnpool.register_pooler`` in
+    their module) only once their module is imported there too. The folder it was imported from goes first on the
+    worker's ``PYTHONPATH``, since a ``sys.path`` entry made in this process (a script's ``sys.path.insert``) is not
+    inherited. Poolers named inside the options (``weighted_layer:pooler={"type":"mine"}``) count too.
+
+    Raises:
+        ValueError: A pooler defined in ``__main__`` (a script, a notebook), which no other process can import:
+            said before anything trains.
+    """
+    classes = {get_pooler_class(name) for name in [spec.pooling, *_names_in(spec.options)]}
+    modules = sorted({c.__module__ for c in classes if c.__module__.partition(".")[0] != "attnpool"})
+    if "__main__" in modules:
+        defined = ", ".join(sorted(c.__name__ for c in classes if c.__module__ == "__main__"))
+        raise ValueError(f"--poolings {spec.label}: {defined} is defined in __main__ (this script or notebook), which "
+                         "the comparison's worker processes cannot import; move it into a module (e.g. my_poolers.py "
+                         "beside the script) and import it from there")
+    env = dict(os.environ)
+    roots = [root for module in modules if (root := _import_root(module))]
+    if roots:
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*roots, *filter(None, env.get("PYTHONPATH", "").split(
+            os.pathsep))]))
+    return [arg for module in modules for arg in ("--import", module)], env
+
+
+def _names_in(options: Any) -> list[str]:
+    """The registered pooler names among the strings of (nested) options: the poolers a pooler builds."""
+    if isinstance(options, dict):
+        return [name for value in options.values() for name in _names_in(value)]
+    if isinstance(options, list | tuple):
+        return [name for value in options for name in _names_in(value)]
+    registered = set(available_poolers())
+    return [options] if isinstance(options, str) and options in registered else []
+
+
+def _import_root(module: str) -> str | None:
+    """The ``sys.path`` folder ``module`` was imported from (``/r`` for ``pkg.sub`` in ``/r/pkg/sub.py``)."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if not file:
+        return None
+    path = Path(file).absolute()
+    depth = module.count(".") + (path.stem == "__init__")
+    return str(path.parents[depth])

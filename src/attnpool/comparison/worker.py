@@ -5,7 +5,8 @@ The request is a :class:`~attnpool.config.TrainConfig` as YAML; the run goes thr
 complete, :data:`INCOMPLETE` when folds are left (``only_folds``), :data:`BAD_INPUT` for bad data or options (one
 line says which, as the CLI does), 1 on any other error (its traceback ends the process's output). With
 ``--peak-file PATH``, the process's own peak resident memory in bytes (:func:`own_peak_bytes`) is written to
-``PATH`` when it ends, for the runner's cost file.
+``PATH`` when it ends, for the runner's cost file. Each ``--import MODULE`` is imported first: the module of a user's
+pooler, which registers it (see :func:`~attnpool.comparison.specs.worker_imports`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import resource
 import sys
 from pathlib import Path
 
+from attnpool.cli_flags import import_modules
 from attnpool.comparison.runner import BAD_INPUT, INCOMPLETE
 from attnpool.config import make_config
 from attnpool.runs.files import atomic_write_text
@@ -45,9 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     peak_file = argv[argv.index("--peak-file") + 1] if "--peak-file" in argv else None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    imports = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--import"]
     try:
+        import_modules(imports)
         result = train(make_config(argv[0], resume="--resume" in argv[1:]))
-    except (ValueError, OSError) as err:  # DataError, RunError, a missing file: the user's to fix, no traceback
+    except (ValueError, OSError, ImportError) as err:  # DataError, RunError, a missing file or --import module: the
+        # user's to fix, no traceback
         print(f"attnpool train: error: {err}", file=sys.stderr)
         return BAD_INPUT
     finally:

@@ -5,6 +5,7 @@ from attnpool.pooling.attention import AttentionPooling, GatedAttentionPooling, 
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.basic import ClsPooling, GeMPooling, LastTokenPooling, MaxPooling, MeanMaxPooling, MeanPooling
 from attnpool.pooling.combine import CombinedPooling
+from attnpool.pooling.contract import check_pooler
 from attnpool.pooling.encoder_attention import DittoPooling
 from attnpool.pooling.latent import ClassAttentionPooling, LatentAttentionPooling, PMAPooling
 from attnpool.pooling.mil import ACMILPooling
@@ -46,6 +47,7 @@ __all__ = [
     "WeightedLayerPooling",
     "available_poolers",
     "build_pooler",
+    "check_pooler",
     "check_pooler_options",
     "get_pooler_class",
     "masked_entmax15",
