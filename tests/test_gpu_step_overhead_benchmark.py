@@ -76,7 +76,7 @@ def test_the_profiler_slows_no_timed_pass(monkeypatch):
 
     def batch(*args, **kwargs):
         if profiling:
-            time.sleep(0.25)
+            time.sleep(2.0)  # far above a tiny step on a loaded CPU (one took 294 ms in CI beside other work)
         return make_batch(*args, **kwargs)
 
     monkeypatch.setattr(gso, "profiled", slow_profile)
@@ -85,7 +85,7 @@ def test_the_profiler_slows_no_timed_pass(monkeypatch):
                            "--max-length", "16", "--profile"])
     args.encoder = gso.encoder_of(args)
     times = gso.run_side("sdpa", args, torch.device("cpu"))
-    assert times["new"] < 200  # ms a step: the profiled pass (250 ms a step more) is not a timed one
+    assert times["new"] < 1500  # ms a step: the profiled pass (2,000 ms a step more) is not a timed one
 
 
 def _tiny_deberta():

@@ -247,7 +247,7 @@ def test_the_plan_says_what_trains_and_which_rows_an_ensemble_adds(tmp_path, cap
 
 
 def test_deberta_dry_run_builds_the_best_combination(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
+    monkeypatch.setattr(pppm_deberta, "check_model", lambda model: "model: not checked here")
     (tmp_path / "train.csv").write_text("")  # a --data-dir given must hold train.csv (a dry run does not read it)
     assert pppm_deberta.main(["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
@@ -347,7 +347,7 @@ def test_deberta_smoke_run_on_anchors_uses_whole_anchors_of_the_data(tmp_path, m
     import pandas as pd
 
     monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
-    monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
+    monkeypatch.setattr(pppm_deberta, "check_model", lambda model: "model: not checked here")
     run = ["--dry-run", "--output-dir", str(tmp_path / "run"), "--anchors", "4", "--seed", "3"]
     monkeypatch.setattr(pppm_deberta, "DATA_CANDIDATES", (tmp_path / "none", tmp_path / "empty"))
     for flags in (run, run[1:], ["--output-dir", str(tmp_path / "run")]):  # no data: skipped, also when training
@@ -494,7 +494,7 @@ def _saved_as_train_saves(cfg, run_dir):
 def test_deberta_refuses_to_resume_a_run_started_with_other_options(tmp_path, monkeypatch, capsys):
     """A kept smoke run (--anchors 4 --epochs 2) went on under a full run's flags, and was judged against the target."""
     monkeypatch.setattr(pq.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
-    monkeypatch.setattr(pppm_deberta, "check_tokenizer", lambda model: "tokenizer: not checked here")
+    monkeypatch.setattr(pppm_deberta, "check_model", lambda model: "model: not checked here")
     _tiny_pppm(tmp_path / "pppm")
     out = str(tmp_path / "run")
     smoke = ["--data-dir", str(tmp_path / "pppm"), "--output-dir", out, "--anchors", "4", "--epochs", "2"]
@@ -523,6 +523,8 @@ def test_deberta_dry_run_checks_that_the_tokenizer_loads(tmp_path, monkeypatch, 
     dry = ["--dry-run", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")]
     (tmp_path / "train.csv").write_text("")  # a --data-dir given must hold train.csv (a dry run does not read it)
     monkeypatch.setattr(pppm_deberta, "_here", lambda model: False)  # the hub model not downloaded (as here)
+    # as if the Hub could be reached: offline, the dry run now stops there, before the tokenizer (tested apart)
+    monkeypatch.setattr("attnpool.model.encoders.check_encoder_reachable", lambda model: None)
     monkeypatch.setattr(pppm_deberta, "missing_modules", lambda names=(): ["sentencepiece"])
     with pytest.raises(SystemExit, match=r"its tokenizer needs sentencepiece.*pip install 'attnpool\[sentencepiece\]'"):
         pppm_deberta.main(dry)

@@ -100,7 +100,9 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
 
     Args:
         config: The shared recipe, as for :func:`train`.
-        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (one string: one spec).
+        poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (one string: one spec). A user's pooler must
+            live in an importable module (each run's process imports it); one defined in ``__main__`` (a script or
+            a notebook) is refused before anything trains.
         seeds: A number of seeds (from the config's ``seed`` on, at most 20), or the seeds themselves.
         baseline: The pooler spec every other one is tested against.
         output_dir: The comparison folder (finished runs in it are kept: rerunning resumes).

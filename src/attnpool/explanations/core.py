@@ -255,8 +255,8 @@ def explain(
     Raises:
         TypeError: ``model`` is no ``torch.nn.Module`` (a folder path: load it, or use ``explain_file``).
         ValueError: Inputs of different lengths, no texts, a bad option, a ``max_length`` over what the encoder
-            reads, a label of a regression model that is not a number, a model without a prediction head, or a
-            pooler without token weights.
+            reads or within the tokenizer's special tokens, a label of a regression model that is not
+            ``num_labels`` numbers, a model without a prediction head, or a pooler without token weights.
     """
     if not isinstance(model, torch.nn.Module):
         folder = isinstance(model, str | os.PathLike)  # a saved model or a run: explain_file reads those
