@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor, nn
 
@@ -149,3 +151,19 @@ def assert_xavier(layer: nn.Linear | Tensor, fan_out: int | None = None) -> None
     assert weight.abs().max() > 0.9 * bound  # uniform on the whole Xavier range, not a smaller init
     bias = getattr(layer, "bias", None)
     assert bias is None or torch.equal(bias, torch.zeros_like(bias))
+
+def overflowing_value_outputs(pooler: nn.Module, value: nn.Linear, token: Tensor, hidden: Tensor, mask: Tensor,
+                              precision: str) -> tuple[Tensor, Tensor]:
+    """``(float32 output, fp16 output)`` of ``pooler``, after checking that ``value(token)`` overflows in fp16.
+
+    ``precision``: ``"fp16"`` runs a half copy of the pooler on half inputs, ``"autocast"`` the float32 pooler under
+    fp16 autocast.
+    """
+    with torch.no_grad():
+        projected = nn.functional.linear(token.half(), value.weight.half(), value.bias.half())
+        assert torch.isinf(projected).any()  # the case: the outlier's fp16 values overflow
+        expected = pooler(hidden, mask)
+        if precision == "fp16":
+            return expected, copy.deepcopy(pooler).half()(hidden.half(), mask)
+        with torch.autocast("cpu", dtype=torch.float16):
+            return expected, pooler(hidden.half(), mask)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
 import torch
-from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+from pool_helpers import HIDDEN, overflowing_value_outputs, perturb_parameters, ragged_batch
 
 from attnpool.pooling import ClassAttentionPooling, LatentAttentionPooling, MeanPooling, PMAPooling
 
@@ -162,15 +161,7 @@ def test_pma_in_fp16_is_finite_where_float32_fits_although_the_values_of_an_outl
     hidden[:, 3] = 2.5e4 * hidden[:, 3].sign()  # an outlier token, as LLM hidden states have
     mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0]])
     pooler = PMAPooling(768, num_heads=1).eval()
-    with torch.no_grad():
-        value = torch.nn.functional.linear(hidden[0, 3].half(), pooler.fc_v.weight.half(), pooler.fc_v.bias.half())
-        assert torch.isinf(value).any()  # the case: the outlier's fp16 values overflow
-        expected = pooler(hidden, mask)
-        if precision == "fp16":
-            low = copy.deepcopy(pooler).half()(hidden.half(), mask)
-        else:
-            with torch.autocast("cpu", dtype=torch.float16):
-                low = pooler(hidden.half(), mask)
+    expected, low = overflowing_value_outputs(pooler, pooler.fc_v, hidden[0, 3], hidden, mask, precision)
     fits = expected.abs().amax(dim=-1) < torch.finfo(torch.float16).max / 2  # rows 0 and 1 (the outlier: weight 0)
     assert fits.sum() == 2
     assert torch.isfinite(low[fits]).all()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from pool_helpers import HIDDEN, perturb_parameters, ragged_batch
+from pool_helpers import HIDDEN, overflowing_value_outputs, perturb_parameters, ragged_batch
 
 from attnpool.pooling import (
     MaxPoolBERTPooling,
@@ -222,15 +220,7 @@ def test_maxpoolbert_attention_in_fp16_is_finite_where_float32_fits_although_an_
     hidden = hidden.unsqueeze(1).expand(-1, 3, -1, -1).contiguous()  # (B, L, T, H): the same in every layer
     mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0]])
     pooler = MaxPoolBERTPooling(768, num_layers=3, mode=mode, num_heads=1).eval()
-    with torch.no_grad():
-        value = torch.nn.functional.linear(hidden[0, -1, 3].half(), pooler.v.weight.half(), pooler.v.bias.half())
-        assert torch.isinf(value).any()  # the case: the outlier's fp16 values overflow
-        expected = pooler(hidden, mask)
-        if precision == "fp16":
-            low = copy.deepcopy(pooler).half()(hidden.half(), mask)
-        else:
-            with torch.autocast("cpu", dtype=torch.float16):
-                low = pooler(hidden.half(), mask)
+    expected, low = overflowing_value_outputs(pooler, pooler.v, hidden[0, -1, 3], hidden, mask, precision)
     fits = expected.abs().amax(dim=-1) < torch.finfo(torch.float16).max / 2
     assert fits.tolist() == [False, True, False]  # rows 0 and 2 exceed fp16 in float32 too
     assert torch.isfinite(low[1]).all()
