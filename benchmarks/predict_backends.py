@@ -49,7 +49,6 @@ import argparse
 import hashlib
 import logging
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +58,7 @@ import pandas as pd
 import torch
 
 import attnpool
+from attnpool.allocator import own_peak_bytes
 from attnpool.config import default_model
 from attnpool.data.prediction import PredictionInputs
 from attnpool.data.task import load_task
@@ -193,23 +193,6 @@ def encode(run: Run, cfg, sample: Path, tokenizer, rows: int):
     """The encodings of the ``rows`` rows of ``sample``, as ``predict`` makes them."""
     inputs = PredictionInputs(cfg, run.info(), sample, tokenizer, log=logging.getLogger("attnpool"))
     return inputs.encode(next(iter(inputs.chunks(rows))))[1]
-
-
-def own_peak_bytes() -> int:
-    """This process's peak resident memory: ``VmHWM``, the high-water mark of its own address space.
-
-    ``ru_maxrss`` of a child also counts the parent's peak before the child's ``exec`` (Linux keeps the larger), so a
-    child started by a process holding every model would report that process's memory: ``VmHWM`` starts anew at
-    ``exec``. Where ``/proc`` is missing, ``ru_maxrss`` (bytes on macOS).
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def memory_child(args: argparse.Namespace) -> int:

@@ -17,12 +17,12 @@ writing) rather than an encoder's compute; a real encoder only adds time per row
 and activations are per batch).
 
 Measurement: each prediction is one ``attnpool.cli predict`` subprocess (run as ``python -m`` runs it, by
-:data:`CHILD`), which writes at exit its own peak RSS, ``VmHWM`` of ``/proc/self/status``; not the ``ru_maxrss`` of
-``os.wait4``, which on Linux also counts this script's own peak before the child's ``exec`` (building the models
-and writing the 1M-row file: hundreds of MiB). Wall time is measured around it (rows/s includes the start-up:
-imports and model loading, a few seconds). A 1,000-row file gives the baseline (Python, torch, transformers, the
-models). ``--unchunked`` adds the 1M-row file in a single chunk (``--chunk-rows 1000000``), i.e. the whole file in
-memory as before streaming, for contrast.
+:data:`CHILD`), which writes at exit its own peak RSS (``attnpool.allocator.own_peak_bytes``: ``VmHWM`` of
+``/proc/self/status``); not the ``ru_maxrss`` of ``os.wait4``, which on Linux also counts this script's own peak
+before the child's ``exec`` (building the models and writing the 1M-row file: hundreds of MiB). Wall time is
+measured around it (rows/s includes the start-up: imports and model loading, a few seconds). A 1,000-row file gives
+the baseline (Python, torch, transformers, the models). ``--unchunked`` adds the 1M-row file in a single chunk
+(``--chunk-rows 1000000``), i.e. the whole file in memory as before streaming, for contrast.
 
 Usage::
 
@@ -53,19 +53,17 @@ import numpy as np
 import pandas as pd
 
 # The predict process: `attnpool.cli` as `python -m attnpool.cli` runs it (its arguments after argv[1]), and at
-# exit its own peak RSS in bytes, VmHWM, written to the file argv[1] (nothing where /proc is missing: macOS).
+# exit its own peak resident memory in bytes (attnpool.allocator.own_peak_bytes: VmHWM, not the ru_maxrss that
+# carries the parent's peak), written to the file argv[1]. Imported at exit, when the CLI has imported attnpool.
 CHILD = '''\
 import atexit, runpy, sys
 
 
 def write_peak(path=sys.argv.pop(1)):
-    try:
-        with open("/proc/self/status") as status:
-            kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    except OSError:
-        return
+    from attnpool.allocator import own_peak_bytes
+
     with open(path, "w") as out:
-        out.write(str(kib * 1024))
+        out.write(str(own_peak_bytes()))
 
 
 atexit.register(write_peak)
@@ -183,15 +181,11 @@ def measure(run: Path, data: Path, out: Path, chunk_rows: int, args: argparse.Na
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_MININTERVAL": "10", "OMP_NUM_THREADS": str(args.threads)}
     with log.open("w") as f:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
         wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"attnpool predict failed (exit {os.waitstatus_to_exitcode(status)}):\n{log.read_text()[-3000:]}")
-    if peak_path.is_file():
-        return int(peak_path.read_text()) / 2**20, wall
-    # No /proc (macOS): ru_maxrss, in bytes there, which may also count this process's peak before the child's exec.
-    return usage.ru_maxrss / (2**20 if sys.platform == "darwin" else 1024), wall
+    if code != 0 or not peak_path.is_file():
+        sys.exit(f"attnpool predict failed (exit {code}):\n{log.read_text()[-3000:]}")
+    return int(peak_path.read_text()) / 2**20, wall
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
-"""keep_freed_memory: large freed blocks are reused without page faults on glibc; the user's settings win."""
+"""keep_freed_memory: large freed blocks are reused without page faults on glibc; the user's settings win.
+
+own_peak_bytes: this process's high-water mark."""
 
 import platform
 import subprocess
@@ -124,3 +126,23 @@ def test_largest_parameter_bytes_counts_trainable_parameters():
     assert largest_parameter_bytes(model) == 1000 * 8 * 4
     model[0].weight.requires_grad_(False)
     assert largest_parameter_bytes(model) == 8 * 4 * 4
+
+
+def test_own_peak_is_this_process_s_high_water_mark_in_bytes_with_or_without_proc(monkeypatch):
+    """VmHWM is read from /proc (kB); without /proc (macOS), ru_maxrss, in bytes there and KiB on Linux."""
+    from types import SimpleNamespace
+
+    size = 256 * 2**20
+    block = bytearray(size)
+    block[::4096] = b"\1" * len(range(0, size, 4096))  # every page resident
+    del block
+    assert allocator.own_peak_bytes() >= size
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(allocator, "Path", no_proc)
+    monkeypatch.setattr(allocator.resource, "getrusage", lambda who: SimpleNamespace(ru_maxrss=2048))
+    for name, expected in (("linux", 2048 * 1024), ("darwin", 2048)):
+        monkeypatch.setattr(allocator.sys, "platform", name)
+        assert allocator.own_peak_bytes() == expected

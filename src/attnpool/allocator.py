@@ -1,4 +1,4 @@
-"""glibc ``malloc`` settings for training on a CPU: large freed blocks are kept for reuse, not unmapped.
+"""glibc ``malloc`` settings for training on a CPU (large freed blocks kept for reuse), and a process's peak memory.
 
 glibc serves every allocation above its mmap threshold (at most 32 MiB however it adapts) with a fresh ``mmap``
 and gives it back with ``munmap`` when freed. A training step allocates a few such blocks and frees them again:
@@ -14,6 +14,8 @@ reached anyway). It is left alone where it does not apply or was chosen by the u
 musl), a preloaded allocator (jemalloc, tcmalloc, mimalloc), glibc's own ``MALLOC_*`` variables or malloc tunables,
 and ``ATTNPOOL_MALLOC_TUNING=0`` (read by each call, but settings made once stay until the process exits: set it
 before the first training of the process).
+
+:func:`own_peak_bytes` reads the peak resident memory of the calling process itself, not of the one it started from.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import ctypes.util
 import functools
 import os
 import platform
+import resource
+import sys
+from pathlib import Path
 
 from attnpool.options import switched_off
 
@@ -102,3 +107,22 @@ def largest_parameter_bytes(model) -> int:
     """The bytes of the model's largest trainable parameter in float32: the size of its gradient."""
     sizes = [p.numel() * 4 for p in model.parameters() if p.requires_grad]
     return max(sizes, default=0)
+
+
+def own_peak_bytes() -> int:
+    """This process's peak resident memory in bytes: ``VmHWM``, the high-water mark of its own address space.
+
+    Not the ``ru_maxrss`` its parent gets from ``os.wait4``: on Linux that also counts the peak of the process it was
+    started from (``exec`` keeps the high-water mark of the memory it replaces), so a child started by a process
+    holding models (a compare called by ``benchmarks/quality.py``, a benchmark's memory child) would report at least
+    that process's peak. ``VmHWM`` starts anew at ``exec``. Where ``/proc`` is missing (macOS), this process's own
+    ``ru_maxrss`` (bytes on macOS, KiB on Linux), which may carry the same inherited peak.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024

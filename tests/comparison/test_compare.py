@@ -828,22 +828,3 @@ def test_the_peak_memory_of_a_run_is_its_worker_s_own_not_its_caller_s(tmp_path,
     cfg, spec = TrainConfig(train_file="x.csv", text_cols=["a"]), PoolerSpec.parse("mean")
     peak = runner._run_one(cfg, spec, 1, run_dir)["peak_rss_bytes"]
     assert 0 < peak < 2**30  # ~0.5 GiB (Python, torch, attnpool); 2 GiB before (the caller's)
-
-
-def test_a_worker_s_own_peak_is_its_high_water_mark_in_bytes_with_or_without_proc(monkeypatch):
-    """VmHWM is read from /proc (kB); without /proc (macOS), ru_maxrss, in bytes there."""
-    from types import SimpleNamespace
-
-    from attnpool.comparison import worker
-
-    _peak_this_process(256 * 2**20)
-    assert worker.own_peak_bytes() >= 256 * 2**20
-
-    def no_proc(path):
-        raise FileNotFoundError(path)
-
-    monkeypatch.setattr(worker, "Path", no_proc)
-    monkeypatch.setattr(worker.resource, "getrusage", lambda who: SimpleNamespace(ru_maxrss=2048))
-    for platform, expected in (("linux", 2048 * 1024), ("darwin", 2048)):
-        monkeypatch.setattr(worker.sys, "platform", platform)
-        assert worker.own_peak_bytes() == expected

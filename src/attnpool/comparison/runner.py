@@ -181,7 +181,7 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     """Train one (pooler, seed) run in a process of its own; returns its wall time and peak RSS.
 
     The process is :mod:`attnpool.comparison.worker`, which calls :func:`attnpool.train` (not the console script)
-    and writes its own peak memory to ``seed_<S>.peak`` (its ``VmHWM``: see :func:`worker.own_peak_bytes`).
+    and writes its own peak memory to ``seed_<S>.peak`` (its ``VmHWM``: see :func:`~attnpool.allocator.own_peak_bytes`).
     """
     values = cfg.to_dict()
     values.update({"pooling": spec.pooling, "pooling_options": spec.options, "seed": seed,
