@@ -20,6 +20,7 @@ from attnpool.data.pppm import PPPM_TEMPLATE
 from attnpool.data.readers import table_columns
 from attnpool.options import ConfigError
 from attnpool.pooling import Pooler, build_pooler, check_pooler_options, get_pooler_class
+from attnpool.pooling.base import user_module
 
 TrainConfig = Any  # attnpool.config.TrainConfig: that module imports this one
 
@@ -249,7 +250,7 @@ def _raised_in_outside_pooler(err: BaseException) -> bool:
     trace = err.__traceback__
     while trace is not None:
         owner = trace.tb_frame.f_locals.get("self")
-        if isinstance(owner, Pooler) and not type(owner).__module__.startswith("attnpool."):
+        if isinstance(owner, Pooler) and user_module(type(owner)) is not None:
             return True
         trace = trace.tb_next
     return False

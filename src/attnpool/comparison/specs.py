@@ -11,6 +11,7 @@ from typing import Any
 
 from attnpool.options import parse_options
 from attnpool.pooling import available_poolers, get_pooler_class
+from attnpool.pooling.base import user_module
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ def worker_imports(spec: PoolerSpec) -> tuple[list[str], dict[str, str]]:
         ValueError: A pooler defined in ``__main__`` (a script, a notebook), which no other process can import:
             said before anything trains.
     """
-    classes = {get_pooler_class(name) for name in [spec.pooling, *_names_in(spec.options)]}
-    modules = sorted({c.__module__ for c in classes if c.__module__.partition(".")[0] != "attnpool"})
+    classes = {get_pooler_class(name) for name in [spec.pooling, *_names_in(spec.options, set(available_poolers()))]}
+    modules = sorted({module for c in classes if (module := user_module(c))})
     if "__main__" in modules:
         defined = ", ".join(sorted(c.__name__ for c in classes if c.__module__ == "__main__"))
         raise ValueError(f"--poolings {spec.label}: {defined} is defined in __main__ (this script or notebook), which "
@@ -88,13 +89,12 @@ def worker_imports(spec: PoolerSpec) -> tuple[list[str], dict[str, str]]:
     return [arg for module in modules for arg in ("--import", module)], env
 
 
-def _names_in(options: Any) -> list[str]:
-    """The registered pooler names among the strings of (nested) options: the poolers a pooler builds."""
+def _names_in(options: Any, registered: set[str]) -> list[str]:
+    """The ``registered`` pooler names among the strings of (nested) options: the poolers a pooler builds."""
     if isinstance(options, dict):
-        return [name for value in options.values() for name in _names_in(value)]
+        return [name for value in options.values() for name in _names_in(value, registered)]
     if isinstance(options, list | tuple):
-        return [name for value in options for name in _names_in(value)]
-    registered = set(available_poolers())
+        return [name for value in options for name in _names_in(value, registered)]
     return [options] if isinstance(options, str) and options in registered else []
 
 

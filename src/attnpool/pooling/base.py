@@ -193,8 +193,8 @@ class Pooler(nn.Module):
         config: dict[str, Any] = {"type": self.name, "hidden_size": self.hidden_size}
         for key in self.config_keys:
             config[key] = getattr(self, key)
-        module = type(self).__module__
-        if module.split(".")[0] != "attnpool":
+        module = user_module(type(self))
+        if module is not None:
             config["module"] = module
         return config
 
@@ -278,3 +278,9 @@ class Pooler(nn.Module):
                     f"{cls_name}: attentions[{index}] of shape {tuple(layer.shape)} does not fit hidden_states of "
                     f"shape {tuple(hidden_states.shape)}; expected ({batch}, heads, {seq_len}, {seq_len})"
                 )
+
+
+def user_module(cls: type) -> str | None:
+    """The module defining ``cls`` when it is defined outside attnpool (a user's pooler), else ``None``."""
+    module = cls.__module__
+    return None if module.partition(".")[0] == "attnpool" else module

@@ -55,9 +55,8 @@ def register_pooler(cls: P) -> P:
                          f"{' '.join(_SPEC_SEPARATORS)} (pooler specs split on them) and need a letter or digit; "
                          "use e.g. 'my_pooler'")
     unsaved = set(_UNSAVED_OPTIONS.get(cls.name, ()))
-    params = inspect.signature(cls.__init__).parameters
-    missing = [option for option in _constructor_options(cls) if option not in cls.config_keys
-               and option not in unsaved and params[option].kind != inspect.Parameter.VAR_POSITIONAL]
+    missing = [option for option in _constructor_options(cls)
+               if option not in cls.config_keys and option not in unsaved]
     if missing:
         raise ValueError(
             f"{cls.__name__}: constructor option(s) {', '.join(missing)} are not in its config_keys "
@@ -143,8 +142,10 @@ def inner_spec(pooler: Pooler) -> dict[str, Any]:
 
 
 def _constructor_options(cls: type[Pooler]) -> list[str]:
+    """The options a pooler's constructor takes by name: all its parameters but self, hidden_size, *args, **kwargs."""
     params = inspect.signature(cls.__init__).parameters
-    return [p for p in params if p not in ("self", "hidden_size") and params[p].kind != inspect.Parameter.VAR_KEYWORD]
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [p for p in params if p not in ("self", "hidden_size") and params[p].kind not in variadic]
 
 
 def build_pooler(spec: str | Mapping[str, Any] | Pooler, hidden_size: int | None = None, **options: Any) -> Pooler:
