@@ -30,7 +30,8 @@ class UserScoredPooling(Pooler):
         self.score = torch.nn.Linear(hidden_size, 1)
 
     def pool(self, hidden_states, mask):
-        scores = self.score(hidden_states).squeeze(-1).masked_fill(~mask, torch.finfo(hidden_states.dtype).min)
+        scores = self.score(hidden_states).squeeze(-1)  # bf16 under a bf16 autocast: its own dtype's minimum
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         weights = torch.softmax(scores.float(), dim=-1).to(hidden_states.dtype) * mask
         return torch.einsum("bt,bth->bh", weights, hidden_states), weights
 '''
