@@ -102,3 +102,39 @@ def test_one_class_spelled_two_ways_in_a_jsonl_file_names_the_file(tmp_path):
 ])
 def test_distinct_classes_and_one_spelling_are_accepted(values, classes):
     assert validate_labels(pd.DataFrame({"label": values}), "label", "multiclass").classes == classes
+
+
+@pytest.mark.parametrize("values", [
+    [True, 1, 0, False, 2],  # JSONL's true and 1: int(True) == 1 made them one class, predict reads two
+    [True, False, 1.0],
+])
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_true_false_beside_numbers_is_refused_not_merged_into_1_0(values, task):
+    flags = sorted({v for v in values if isinstance(v, bool)})
+    numbers = sorted({v for v in values if not isinstance(v, bool)})
+    message = (f"column 'label' writes classes both as true/false ({', '.join(map(repr, flags))}) and as numbers "
+               f"({', '.join(map(repr, numbers))}); predict reads true and 1 as two classes")
+    with pytest.raises(DataError, match="^" + re.escape(message)):
+        validate_labels(pd.DataFrame({"label": values}, dtype=object), "label", task)
+
+
+def test_the_labels_of_a_csv_of_0_1_joined_to_a_jsonl_of_true_false_are_refused(tmp_path):
+    """The joined label column holds 0, 1, True and False: it trained as the two classes 0 and 1 without a word."""
+    from attnpool.data import read_table
+
+    (tmp_path / "train.csv").write_text("text,label\na,0\nb,1\nc,1\n")
+    (tmp_path / "valid.jsonl").write_text('{"text": "d", "label": true}\n{"text": "e", "label": false}\n')
+    joined = pd.concat([read_table(tmp_path / name)["label"] for name in ("train.csv", "valid.jsonl")])
+    with pytest.raises(DataError, match=re.escape("writes classes both as true/false (False, True) and as numbers "
+                                                  "(0, 1)")):
+        validate_labels(joined.to_frame(), "label", "binary")
+
+
+def test_a_column_of_true_false_is_a_binary_task_with_the_classes_predict_reads():
+    """JSONL/Parquet booleans train as False/True; predict knows them by the same names, as text or as booleans."""
+    from attnpool.data.numbers import class_key
+
+    labels = validate_labels(pd.DataFrame({"label": [True, False, True]}), "label", "binary")
+    assert labels.classes == [False, True] and labels.values.tolist() == [1, 0, 1]
+    assert [class_key(c) for c in labels.classes] == [class_key("False"), class_key("True")] == ["False", "True"]
+    assert validate_labels(pd.DataFrame({"label": ["True", "False"]}), "label", "binary").classes == ["False", "True"]

@@ -410,3 +410,55 @@ def test_a_jsonl_escape_of_a_lone_surrogate_names_the_line_and_key(tmp_path):
         read_table(path)
     path.write_text('{"id": 1, "text": "ok \\ud83d\\ude00"}\n', encoding="utf-8")  # a whole pair: one emoji
     assert read_table(path)["text"].tolist() == ["ok \U0001f600"]
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    (b"text,label\ra,1\rb\xff,0\r", 3),  # carriage returns only (classic Mac, some exports)
+    (b"text,label\r\na,1\r\nb\xff,0\r\n", 3),
+    (b"text,label\ra,1\r\nb,0\nc\xff,1\n", 4),  # all three breaks in one file
+])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_bad_byte_is_on_the_line_the_csv_reader_counts(tmp_path, data, line, chunked):
+    """Only line feeds were counted: the bad byte of a CR-only file was said to be on line 1."""
+    path = tmp_path / "cr.csv"
+    path.write_bytes(data)
+    offset = data.index(b"\xff")
+    message = f"cr.csv: not valid UTF-8: byte(s) ff at byte offset {offset} (line {line})"
+    with pytest.raises(DataError, match=re.escape(message)):
+        list(iter_table(path, 1, text_columns=["text"])) if chunked else read_table(path, text_columns=["text"])
+
+
+def test_a_crlf_cut_by_a_block_is_one_line_break(tmp_path):
+    """Blocks of every size: the \\r of a \\r\\n at the end of one block and the \\n at the start of the next."""
+    from attnpool.data.text_files import Utf8Stream
+
+    data = b"text,label\r\na,1\r\n\r\nb\r\nc\xff,0\r\n"
+    path = tmp_path / "crlf.csv"
+    path.write_bytes(data)
+    for block in range(1, len(data) + 1):
+        with Utf8Stream(path, block=block) as stream, pytest.raises(DataError, match=r"\(line 5\)"):
+            stream.read()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_jsonl_numbers_in_text_columns_are_kept_as_written(tmp_path, chunked):
+    """Ids 1e5 and 0.10 became "100000.0" and "0.1": predictions could not be joined back on them."""
+    written = ["1e5", "0.10", "-0", "1E+3", "4112", "12345678901234567890123", "NaN"]
+    lines = [f'{{"id": {v}, "text": {v}, "score": {v}, "label": {i}}}' for i, v in enumerate(written)]
+    path = tmp_path / "ids.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    read = pd.concat(iter_table(path, 2, text_columns=["id", "text"])) if chunked else read_table(
+        path, text_columns=["id", "text"])
+    assert read["id"].tolist() == read["text"].tolist() == written
+    expected = [json.loads(v) for v in written]  # the other columns: the numbers JSON reads
+    assert read["score"].tolist()[:-1] == expected[:-1] and np.isnan(read["score"].iloc[-1])
+    assert read["label"].tolist() == list(range(len(written)))
+
+
+def test_a_jsonl_bad_byte_is_on_the_same_line_read_whole_or_in_chunks(tmp_path):
+    """JSONL lines end at line feeds only (a carriage return is JSON whitespace): both readers count them so."""
+    path = tmp_path / "cr.jsonl"
+    path.write_bytes(b'{"text":\r"a"}\n{"text": "b\xff"}\n')
+    for read in (lambda: read_table(path), lambda: list(iter_table(path, 1))):
+        with pytest.raises(DataError, match=re.escape("(line 2)")):
+            read()

@@ -221,7 +221,8 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
     - ``regression``: numbers; missing, non-numeric or infinite values are errors.
     - ``binary`` / ``multiclass``: any values (numbers or strings); classes are the sorted distinct values
       (integral floats such as ``1.0`` become ints; a column mixing numbers and strings is compared as strings;
-      two spellings of one class, ``1`` and ``"1.0"``, are refused: predict would read them as one).
+      two spellings of one class, ``1`` and ``"1.0"``, are refused: predict would read them as one; so are
+      JSON's ``true``/``false`` beside numbers, which predict reads as other classes than ``1``/``0``).
       Binary needs exactly two classes, multiclass at least two. Missing values are errors.
     - ``multilabel``: each cell a ``delimiter``-separated string (``"a|b"``), a list (JSONL, Parquet) or a list
       written as text (``"['a', 'b']"`` as pandas writes a list column to CSV, or ``'["a", "b"]'``); classes are
@@ -257,7 +258,14 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
             f"column {label_col!r} has missing labels in data rows {_rows(missing)}; every row of a {task} task "
             "needs a class: fill them in or drop those rows"
         )
-    classes, codes = _classes(column.tolist())
+    values = [v.item() if isinstance(v, np.generic) else v for v in column.tolist()]
+    flags = sorted({v for v in values if isinstance(v, bool)})
+    numbers = sorted({v for v in values if isinstance(v, int | float) and not isinstance(v, bool)})
+    if flags and numbers:  # JSONL's true and 1: one class to the writer, two to predict ("True" and "1")
+        raise DataError(f"column {label_col!r} writes classes both as true/false ({_values(flags)}) and as numbers "
+                        f"({_values(numbers)}); predict reads true and 1 as two classes: write each class one way, "
+                        "all true/false or all numbers")
+    classes, codes = _classes(values)
     spellings: dict[str, list[Any]] = {}
     for c in classes:
         spellings.setdefault(class_key(c), []).append(c)
@@ -302,12 +310,11 @@ def _regression_values(column: pd.Series, name: str) -> np.ndarray:
     return numbers
 
 
-def _classes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
-    """Sorted distinct values as plain Python scalars, and each value's index among them."""
-    plain = [v.item() if isinstance(v, np.generic) else v for v in values]
+def _classes(plain: list[Any]) -> tuple[list[Any], np.ndarray]:
+    """Sorted distinct values (plain Python scalars, not numpy's), and each value's index among them."""
     if all(isinstance(v, bool) for v in plain):
         pass
-    elif all(isinstance(v, (int, float)) for v in plain):
+    elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in plain):  # int(True) would be the class 1
         if all(float(v).is_integer() for v in plain):
             plain = [int(v) for v in plain]  # 0.0/1.0 (a column pandas read as float) -> 0/1
     elif not all(isinstance(v, str) for v in plain):

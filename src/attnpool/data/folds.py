@@ -44,6 +44,11 @@ def make_folds(
     Groups (e.g. PPPM's ``anchor``): all rows of a group land in the same fold, so no group is seen in training
     and validation at once.
 
+    The folds depend on the order of the rows, not only on the rows: the splitters shuffle positions, and groups
+    are numbered in the order they first appear. The same file and seed always give the same folds, but the same
+    rows in another order (a sorted or re-exported file) get other folds; keep the file as it was to reproduce a
+    run's folds, or save them.
+
     Args:
         data: The number of rows, or the table (then ``labels`` and ``groups`` may be column names).
         k: Number of folds, at least 2.

@@ -358,6 +358,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)  # one for every line: json.loads(hook=) makes one a call
+# numbers as the text they are written as (1e5, 0.10, -0): the values of text columns, e.g. ids to join on
+_AS_WRITTEN = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_float=str, parse_int=str, parse_constant=str)
 
 
 def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) -> dict | None:
@@ -384,8 +386,12 @@ def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) ->
         )
     if _SURROGATE_ESCAPE.search(line):
         _check_surrogates(record, lineno, path)
+    written = None
     for name in text_columns.intersection(record):
         value = record[name]
-        if value is not None and not isinstance(value, str):
-            record[name] = json.dumps(value, ensure_ascii=False)  # 4112 -> "4112", as written in the file
+        if isinstance(value, int | float) and not isinstance(value, bool):  # 1e5 -> "1e5", not "100000.0"
+            written = written or _AS_WRITTEN.decode(line)
+            record[name] = written[name]
+        elif value is not None and not isinstance(value, str):
+            record[name] = json.dumps(value, ensure_ascii=False)  # true -> "true", [1, 2] -> "[1, 2]"
     return record

@@ -10,7 +10,11 @@ from attnpool.data.errors import DataError
 
 
 def read_utf8(path: Path) -> str:
-    """The file's text; a UTF-8 byte-order mark is dropped."""
+    """The file's text; a UTF-8 byte-order mark is dropped.
+
+    A bad byte's line counts line feeds only, as the JSONL reader numbers its lines (a carriage return is JSON
+    whitespace there, not a line break), so that its messages and this one name the same line.
+    """
     raw = path.read_bytes()
     bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
     try:
@@ -95,10 +99,16 @@ def _read_at(f, start: int, end: int) -> bytes:
     return f.read(end - start)
 
 
-class Utf8Stream(io.TextIOBase):
-    """A UTF-8 file's text, decoded block by block, for pandas' chunked CSV parser.
+def _line_breaks(data: bytes, start: int, end: int) -> int:
+    r"""Line breaks in ``data[start:end]``: ``\n``, ``\r`` and ``\r\n`` each end a line, as the CSV parser reads."""
+    return data.count(b"\n", start, end) + data.count(b"\r", start, end) - data.count(b"\r\n", start, end)
 
-    Bad bytes raise the error of :func:`read_utf8`, file offset and line included; a byte-order mark is dropped.
+
+class Utf8Stream(io.TextIOBase):
+    r"""A UTF-8 file's text, decoded block by block, for pandas' chunked CSV parser.
+
+    Bad bytes raise the error of :func:`read_utf8`, file offset and line included (lines end at ``\n``, ``\r`` or
+    ``\r\n``, as the CSV parser and its messages count them); a byte-order mark is dropped.
     """
 
     def __init__(self, path: Path, block: int = 1 << 20, *, start: int = 0, end: int | None = None) -> None:
@@ -111,8 +121,10 @@ class Utf8Stream(io.TextIOBase):
         self._pending = b""  # bytes of a character cut by the end of the last block
         self._offset = start  # file offset of self._pending
         self._lines = 0  # line breaks before self._offset
+        self._after_cr = False  # the byte before self._offset is a "\r": a "\n" next ends no other line
         if start:
-            self._lines = self._file.read(start).count(b"\n")  # blank lines only (see blank_edges): no bad bytes
+            head = self._file.read(start)  # blank lines only (see blank_edges): no bad bytes
+            self._lines, self._after_cr = _line_breaks(head, 0, start), head.endswith(b"\r")
         self._text = ""  # decoded, not yet returned
         self._eof = False
 
@@ -149,10 +161,17 @@ class Utf8Stream(io.TextIOBase):
                 text, keep = data[skip:start].decode("utf-8"), data[start:]
             else:
                 offset = self._offset + start
-                line = self._lines + data.count(b"\n", 0, start) + 1
+                line = self._lines + self._breaks(data, start) + 1
                 raise not_utf8(self._path, data[start : skip + e.end], offset, line) from None
         done = len(data) - len(keep)
-        self._lines += data.count(b"\n", 0, done)
+        self._lines += self._breaks(data, done)
+        if done:
+            self._after_cr = data.endswith(b"\r", 0, done)
         self._offset += done
         self._pending = keep
         self._text += text
+
+    def _breaks(self, data: bytes, end: int) -> int:
+        r"""Line breaks in ``data[:end]``, the bytes from ``self._offset``: a ``\r\n`` cut by a block counts once."""
+        split = self._after_cr and data.startswith(b"\n")  # its "\r" ended the line, in the last block
+        return _line_breaks(data, 0, end) - int(split and end > 0)
