@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ from attnpool.data.readers import table_columns
 from attnpool.options import ConfigError
 from attnpool.pooling import Pooler, build_pooler, check_pooler_options, get_pooler_class
 from attnpool.pooling.base import user_module
+from attnpool.runs.lock import RunError
 
 TrainConfig = Any  # attnpool.config.TrainConfig: that module imports this one
 
@@ -158,6 +161,25 @@ def check_output_flags(cfg: TrainConfig) -> None:
                          "--no-resume undoes a config file's)")
 
 
+def check_overwrite_inputs(cfg: TrainConfig) -> None:
+    """With ``overwrite``, none of this call's inputs may lie in the run folder, which is emptied before they are read.
+
+    Raises:
+        RunError: ``train_file``, ``valid_file``, ``data_dir`` or a local ``model`` inside ``output_dir`` (reached
+            through a link too; a link inside the folder counts, since deleting it loses the path).
+    """
+    if not cfg.overwrite:
+        return
+    run_dir = Path(cfg.output_dir).resolve()
+    inputs = {"--train-file": cfg.train_file, "--valid-file": cfg.valid_file, "--data-dir": cfg.data_dir,
+              "--model": cfg.model}
+    for option, value in inputs.items():
+        path = Path(os.path.abspath(Path(value or "").expanduser()))  # a link in the run: deleted, not its target
+        if value and path.exists() and (path.parent.resolve() / path.name).is_relative_to(run_dir):  # not a hub name
+            raise RunError(f"--overwrite would delete {option} {value} (in the run folder {cfg.output_dir}) before "
+                           f"reading it; move it out of {cfg.output_dir} first or choose another --output-dir")
+
+
 def check_pearson_loss(cfg: TrainConfig) -> None:
     """The Pearson loss: a regression's, over batches of 2 rows or more.
 
@@ -256,5 +278,6 @@ def _raised_in_outside_pooler(err: BaseException) -> bool:
     return False
 
 
-__all__ = ["PRESETS", "SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags", "check_pooler",
-           "check_preset", "check_preset_resets", "checked_lists", "columns_hint"]
+__all__ = ["PRESETS", "SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags",
+           "check_overwrite_inputs", "check_pooler", "check_preset", "check_preset_resets", "checked_lists",
+           "columns_hint"]

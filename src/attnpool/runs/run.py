@@ -239,8 +239,8 @@ class Run:
         return self.fold_dir(fold) / "model"
 
     def checkpoints_dir(self, fold: int) -> Path:
-        """``fold_K/checkpoints/``, the Trainer's checkpoints while the fold trains."""
-        return self.fold_dir(fold) / CHECKPOINTS_DIR
+        """``fold_K/checkpoints/``, absolute: the Trainer records its best checkpoint's path, read from anywhere."""
+        return (self.fold_dir(fold) / CHECKPOINTS_DIR).absolute()
 
     def onnx_file(self, fold: int, quantize: str = "none") -> Path:
         """``fold_K/onnx/model.onnx`` (``model.int8.onnx`` quantized), exported once for the ONNX backend."""

@@ -27,12 +27,12 @@ from transformers import AutoConfig, AutoModel
 
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.config_checks import check_output_flags
+from attnpool.config_checks import check_output_flags, check_overwrite_inputs
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.model.encoders import check_encoder_reachable, encoder_layers, encoder_position_limit, is_decoder_only
 from attnpool.precision import precision_reason, training_precision
-from attnpool.runs.run import CONTEXT_TITLES, Run, RunError
+from attnpool.runs.run import CONTEXT_TITLES, FOLDS_FILE, Run, RunError
 from attnpool.runs.tables import oof_scores
 from attnpool.runs.titles import keep_titles
 from attnpool.tasks import primary_metric
@@ -108,8 +108,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
 
     Raises:
         attnpool.data.DataError: Bad input data (missing file or column, bad labels...), before any training.
-        RunError: The run directory exists (without resume/overwrite), is not resumable, or another process is
-            writing it.
+        RunError: The run directory exists (without resume/overwrite), holds this call's data (overwrite), is not
+            resumable (its data changed), or another process is writing it.
         ValueError: A bad option (:meth:`TrainConfig.validate`), or overwrite and resume together, before the run
             directory is made.
     """
@@ -123,6 +123,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
         check_output_flags(cfg)  # resume too: --resume --overwrite resumed, though the overwrite was asked for
         if not cfg.resume:  # a bad option stops here, before the folder is made or an old run overwritten
             check_encoder_fit(cfg.validate())
+        check_overwrite_inputs(cfg)  # --overwrite empties the old run first: none of this call's inputs may lie in it
         run = Run.create(cfg.output_dir, overwrite=cfg.overwrite, resume=cfg.resume)
         lock = run.lock("train --resume" if cfg.resume else "train").acquire()
         try:
@@ -311,8 +312,9 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
         folds = data.make_folds(cfg)
         run.write_fold_assignment(folds)
     elif len(folds) != data.num_rows:
-        raise ValueError(f"the run's saved folds have {len(folds)} rows but the data has {data.num_rows}; the data "
-                         "changed since the run started: start a new run")
+        raise RunError(f"--resume: the run's saved folds ({run.path / FOLDS_FILE}) have {len(folds)} rows but the "
+                       f"data ({cfg.train_file or cfg.data_dir}) has {data.num_rows}: the data changed since the run "
+                       "started. Put the data back, or start a new run (another --output-dir, or --overwrite)")
     info = {"task": cfg.task, "classes": data.classes, "label": data.label_name, "id_col": data.id_col,
             "num_folds": int(folds.max()) + 1 if len(folds) else 0, "data_sha256": data.fingerprint(),
             "precision": training_precision(cfg.precision, "cpu" if use_cpu() else "cuda")}

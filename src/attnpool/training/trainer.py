@@ -47,8 +47,8 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
     ``ema.safetensors`` with the weights, before it; checkpoints of earlier versions got it after): a run killed
     in the middle of a save leaves a folder without them, which the Trainer cannot resume from; a machine that lost
     power may leave ``trainer_state.json`` cut short. Such a folder is passed over (and rewritten when training
-    reaches its step again). The best checkpoint the state names is pointed back into ``folder`` when the run was
-    moved or is resumed from another working directory (the Trainer would ignore it and keep the last weights).
+    reaches its step again). The best checkpoint the state names is pointed at ``folder``'s of that name, whatever
+    path was recorded (a moved or copied run's old one, a relative one), or cleared when ``folder`` has none.
     """
     if not folder.is_dir():
         return None
@@ -76,12 +76,19 @@ def _read_state(path: Path) -> dict | None:
 
 
 def _relocate_best(checkpoint: Path, state: dict) -> None:
-    """Point the state's best checkpoint at the folder of that name beside ``checkpoint``, when it moved."""
+    """Point the state's best checkpoint at the folder of that name beside ``checkpoint`` (absolute), or clear it.
+
+    The path recorded may be another run's (a copied run: loading it would put that run's weights in this fold) or
+    relative to another working directory: only this run's checkpoints count, wherever the recorded path leads.
+    """
     best = state.get("best_model_checkpoint")
-    here = checkpoint.parent / Path(best).name if best else None
-    if here is not None and not Path(best).is_dir() and here.is_dir():
-        state["best_model_checkpoint"] = str(here)
-        atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
+    here = checkpoint.parent.absolute() / Path(best).name if best else None
+    if here is None or best == str(here):
+        return
+    if not here.is_dir():  # the Trainer then keeps the last weights unless a later evaluation does better
+        logger.warning("%s names the best checkpoint %s, not in %s; ignoring it", checkpoint, best, here.parent)
+    state["best_model_checkpoint"] = str(here) if here.is_dir() else None
+    atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
 
 
 class TrainingClock(transformers.TrainerCallback, ExportableState):
