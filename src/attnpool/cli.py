@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -298,7 +299,7 @@ def _add_verbosity(parser: argparse.ArgumentParser, default: Any, command: str |
             **dict.fromkeys(_LOGGED_COMMANDS, " (train.log keeps everything)")}.get(command, "")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const="quiet", default=default,
-                       help=help_line(f"print only the summary and errors{kept}", "off"))
+                       help=help_line(f"print only the summary, warnings and errors{kept}", "off"))
     group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const="verbose", default=default,
                        help=help_line("also print the Trainer's bars and log dicts and the libraries' messages", "off"))
 
@@ -335,6 +336,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """For an interrupted ``train`` whose run directory exists: how to go on from its last checkpoint."""
+    if args.command != "train":
+        return ""
+    try:
+        output_dir = _train_config(args).output_dir
+    except Exception:  # noqa: BLE001 - a config that cannot be read now: no hint rather than a second error
+        return ""
+    if not Path(output_dir).is_dir():  # stopped before the run was made: nothing to resume
+        return ""
+    return f"; to continue from its last checkpoint: attnpool train ... --output-dir {shlex.quote(str(output_dir))} " \
+           "--resume"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
     parser = build_parser()
@@ -352,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, OSError, ImportError) as err:  # ImportError: an optional extra missing
         print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of wherever it landed; 128 + SIGINT
+        print(f"attnpool {args.command}: interrupted{_resume_hint(args)}", file=sys.stderr)
+        return 130
     finally:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
 

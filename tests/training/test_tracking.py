@@ -116,7 +116,7 @@ def test_a_tracker_that_is_not_installed_is_refused_before_anything_is_written(r
         attnpool.train(values, output_dir=str(folder / "none"), report_to="comet")
 
 
-def test_the_integrations_of_each_choice(monkeypatch):
+def test_the_integrations_of_each_choice(monkeypatch, mlflow_store):  # a store MLflow can open
     for name in tracking.TRACKERS:
         monkeypatch.setitem(tracking._INSTALLED, name, lambda: True)
     assert tracking.integrations("none") == []

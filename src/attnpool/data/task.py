@@ -322,6 +322,15 @@ def _refuse_validation_only_classes(frame: pd.DataFrame, valid_rows: np.ndarray,
             "would have an output it never trains on. Add training rows of those classes, or drop these rows")
 
 
+def _tokenize_files(tokenizer, frame: pd.DataFrame, valid_rows: np.ndarray | None, cfg: TrainConfig,
+                    log: logging.Logger, where: str) -> dict[str, list]:
+    """:func:`tokenize` of the training rows, then of the validation file's: each file's counts under its name."""
+    split = len(frame) - (0 if valid_rows is None else len(valid_rows))
+    parts = [(frame.iloc[:split], where), *([(frame.iloc[split:], str(cfg.valid_file))] if split < len(frame) else [])]
+    encoded = [tokenize(tokenizer, part.reset_index(drop=True), cfg, log, name) for part, name in parts]
+    return {key: [row for part in encoded for row in part[key]] for key in encoded[0]}
+
+
 def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     """Read, validate and tokenise the training (and validation) data of ``cfg``."""
     cfg = apply_preset(cfg)
@@ -352,7 +361,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     id_col = cfg.id_col if cfg.id_col and cfg.id_col in frame.columns else None
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     # with group_context the texts depend on the fold: each fold tokenises its rows (TaskData.fold_encodings)
-    encodings = {} if cfg.group_context else tokenize(tokenizer, frame, cfg, log, str(where))
+    encodings = {} if cfg.group_context else _tokenize_files(tokenizer, frame, valid_rows, cfg, log, str(where))
     # stripped, as the group context compares its keys: "ga" and "ga " are one group on both counts
     groups = frame[cfg.group_col].astype(str).str.strip().to_numpy() if cfg.group_col else None
     values = np.asarray(labels.values)

@@ -15,7 +15,7 @@ from attnpool.precision import trainer_flags
 from attnpool.tasks import primary_metric
 from attnpool.training.distributed import ddp_backend, use_cpu
 from attnpool.training.progress import get_verbosity
-from attnpool.training.tracking import integrations
+from attnpool.training.trackers import integrations
 
 
 def unused_parameters(model: nn.Module) -> list[str]:
@@ -58,6 +58,22 @@ def accelerate_precision_note(cfg: TrainConfig) -> str | None:
             f"{cfg.precision} ({wanted}); pass --precision to choose")
 
 
+def logging_steps(steps_per_epoch: int, eval_steps: int | None = None) -> int:
+    """The training-loss log interval: about a quarter epoch (at most 50 steps), a divisor of the save interval.
+
+    Every checkpoint (``eval_steps``, else each epoch) also logs (``LogAtCheckpoints``): an interval that does not
+    divide the saving one made the log before each checkpoint average a window of a few steps, the curve jagged and
+    the tracker's points uneven. The largest divisor not above a quarter epoch keeps every window equal; where that
+    is under a quarter of the interval wanted (a prime save interval: every step), the quarter epoch is kept, and
+    one short window per save (the progress line weighs it by its length).
+    """
+    interval = max(1, int(eval_steps or steps_per_epoch))
+    wanted = max(1, min(50, steps_per_epoch // 4))
+    cap = min(wanted, interval)
+    best = max(d for d in range(1, cap + 1) if interval % d == 0)
+    return best if 4 * best >= cap else wanted
+
+
 def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *, run_name: str | None = None,
                        seed: int | None = None, model: nn.Module | None = None):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
@@ -92,7 +108,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "save_strategy": strategy,
         "eval_steps": cfg.eval_steps,
         "save_steps": cfg.eval_steps,
-        "logging_steps": max(1, min(50, steps_per_epoch // 4 or 1)),
+        "logging_steps": logging_steps(steps_per_epoch, cfg.eval_steps),
         "load_best_model_at_end": True,
         "metric_for_best_model": metric,
         "greater_is_better": greater,

@@ -10,7 +10,7 @@ libraries' log lines and known-harmless deprecation warnings of the libraries un
 to ``train.log`` with every raw ``Trainer`` log, through :data:`DETAIL_LOGGER`. Everything it changes is restored
 afterwards, so a Python caller's own transformers and logging settings survive :func:`attnpool.train`.
 
-The verbosity (:func:`set_verbosity`): ``quiet`` (the summary and errors), ``normal``, or ``verbose`` (the
+The verbosity (:func:`set_verbosity`): ``quiet`` (the summary, warnings and errors), ``normal``, or ``verbose`` (the
 ``Trainer``'s own bars and log dicts, transformers' messages, as without attnpool). The command line sets it from
 ``--quiet`` / ``--verbose`` with :func:`console`.
 """

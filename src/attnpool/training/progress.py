@@ -108,7 +108,8 @@ class FoldProgress(transformers.TrainerCallback):
             lines otherwise.
         stream: Where to draw (default: ``sys.stderr`` at the start of training).
         interval: In ``lines`` mode, the longest wait in seconds between two lines (there is also one per evaluation).
-        smoothing: Weight of the newest logged loss in the exponential moving average shown.
+        smoothing: Weight of the newest logged loss in the exponential moving average shown, for a log of
+            ``logging_steps`` steps (a shorter one, as at a checkpoint or the end, weighs less).
     """
 
     def __init__(self, label: str = "training", *, mode: str | None = None, stream: TextIO | None = None,
@@ -123,7 +124,8 @@ class FoldProgress(transformers.TrainerCallback):
     def _reset(self, args: Any, step: int) -> None:
         self._stream = self.stream or sys.stderr
         self._started = self._last_line = time.perf_counter()
-        self._first_step, self._epochs = step, args.num_train_epochs
+        self._first_step = self._logged_step = step
+        self._epochs = args.num_train_epochs
         self._metric = (args.metric_for_best_model or "loss").removeprefix("eval_")
         self._greater = bool(args.greater_is_better)
         self._loss = self._metric_value = self._best = None
@@ -229,7 +231,12 @@ class FoldProgress(transformers.TrainerCallback):
         _detail.info("%s: step %d: %s", self.label, state.global_step, _compact(logs))
         loss = logs.get("loss")
         if isinstance(loss, int | float) and "train_runtime" not in logs:
-            self._loss = loss if self._loss is None else (1 - self.smoothing) * self._loss + self.smoothing * loss
+            # the loss averages the steps since the last log: a window of 1 step weighs less than one of 37
+            every = getattr(args, "logging_steps", None)  # unknown: every log a full window
+            share = (state.global_step - self._logged_step) / every if isinstance(every, int) and every > 0 else 1
+            weight = 1 - (1 - self.smoothing) ** max(share, 0.0)
+            self._loss = loss if self._loss is None else (1 - weight) * self._loss + weight * loss
+            self._logged_step = state.global_step
         if self._drawing == "bar":
             self._show(state)
 

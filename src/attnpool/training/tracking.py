@@ -41,36 +41,15 @@ from transformers.trainer_callback import ExportableState
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.run import SUMMARY_RUN, Run
 from attnpool.training.progress import get_verbosity
+from attnpool.training.trackers import _INSTALLED, TRACKERS, integrations, mlflow_store_error  # noqa: F401
 
 logger = logging.getLogger("attnpool.train")
-TRACKERS = ("tensorboard", "mlflow", "wandb")
-_INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
-              "mlflow": hf_integrations.is_mlflow_available,
-              "wandb": hf_integrations.is_wandb_available}
 # Environment variables a run sets for the integrations, restored afterwards (MLflow sets MLFLOW_EXPERIMENT_ID).
 _SCOPED_ENV = ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID", "WANDB_PROJECT", "WANDB_RUN_GROUP", "WANDB_SILENT",
                "TENSORBOARD_LOGGING_DIR")
 # What a resumed fold sets for the integrations (the tracker runs it goes on in), restored after its training.
 _RESUME_ENV = ("MLFLOW_RUN_ID", "WANDB_RUN_ID", "WANDB_RESUME")
 _Folds = list[tuple[int, dict[str, float]]]  # each fold's final validation metrics, for the cv entry
-
-
-def integrations(report_to: str) -> list[str]:
-    """The ``Trainer`` integrations of ``--report-to``: ``[]`` for none, every installed tracker for ``all``.
-
-    Raises:
-        ValueError: An unknown tracker, or one that is not installed (with the command that installs it).
-    """
-    if report_to in (None, "none"):
-        return []
-    if report_to == "all":
-        return [name for name in TRACKERS if _INSTALLED[name]()]
-    if report_to not in TRACKERS:
-        raise ValueError(f"report_to must be one of none, {', '.join(TRACKERS)}, all; got {report_to!r}")
-    if not _INSTALLED[report_to]():
-        raise ValueError(f"--report-to {report_to}: {report_to} is not installed; pip install "
-                         f"'attnpool[{report_to}]'")  # each tracker's extra is named after it
-    return [report_to]
 
 
 def experiment_name(run: Run) -> str:
