@@ -148,7 +148,7 @@ def model_card(config: AttnPoolConfig, *, architecture: str | None = None, num_p
         "",
         *description_section(config, architecture, num_parameters, with_head, training),
         "",
-        *usage_section(with_head, training, export, weighted=weighted),
+        *usage_section(with_head, training, export, weighted=weighted, recurrent=getattr(config, "recurrent", None)),
         *export_section(export),
         *evaluation_section(training),
         *training_section(training),

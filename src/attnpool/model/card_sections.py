@@ -140,9 +140,13 @@ _CLI_USAGE = """### attnpool
 
 ```bash
 {commands}
-attnpool export --model {folder} --output serve/model.onnx  # ONNX, verified against PyTorch
+{export}
 ```
 """
+_EXPORT_LINE = "attnpool export --model {folder} --output serve/model.onnx  # ONNX, verified against PyTorch"
+# attnpool export refuses recurrent= (exporters.models._check_recurrent): its packed LSTM/GRU does not trace to ONNX.
+_NO_EXPORT_LINE = ("# no ONNX export: the recurrent={cell!r} layer (a packed sequence) does not trace to a graph; "
+                   "serve it with attnpool serve --backend torch")
 
 
 def tokenizer_location(export: ExportFacts) -> str:
@@ -182,10 +186,11 @@ def _is_pair(training: TrainingFacts | None) -> bool:
 
 
 def usage_section(with_head: bool, training: TrainingFacts | None, export: ExportFacts | None, *,
-                  weighted: bool = True) -> list[str]:
+                  weighted: bool = True, recurrent: str | None = None) -> list[str]:
     """How to load and run the model: Auto classes, pipeline, the attnpool commands; ONNX Runtime for an export.
 
     ``weighted``: whether the pooler gives token weights (without them ``pooling_weights`` is ``None``).
+    ``recurrent``: the config's ``recurrent`` cell; such a model has no ONNX export, so no ``attnpool export`` line.
     """
     max_length = (training.recipe.get("max_length") if training is not None else None) or 128
     pair = _is_pair(training)
@@ -214,7 +219,9 @@ def usage_section(with_head: bool, training: TrainingFacts | None, export: Expor
     else:
         commands = ("# attnpool predict ensembles the fold models of an `attnpool train` run (--run RUN_DIR)\n"
                     f"attnpool explain --run {PLACEHOLDER} --text-cols text --input texts.csv --output report.html")
-    parts.append(_CLI_USAGE.format(commands=commands, folder=PLACEHOLDER))
+    export_line = (_NO_EXPORT_LINE.format(cell=recurrent) if recurrent is not None
+                   else _EXPORT_LINE.format(folder=PLACEHOLDER))
+    parts.append(_CLI_USAGE.format(commands=commands, export=export_line))
     return ["## Usage", "", *"\n".join(parts).splitlines(), ""]
 
 

@@ -69,6 +69,25 @@ def encoder_hidden_size(config: PretrainedConfig) -> int:
     )
 
 
+def check_not_attnpool(config: PretrainedConfig, given: str) -> None:
+    """Refuse an attnpool model (its folder, name, config or instance) given to ``from_encoder`` as the encoder.
+
+    ``AutoModel`` builds an ``AttnPoolModel`` from such a folder: it became the encoder of a second attnpool model
+    (its pooler nested, its head dropped), which trained and saved but did not load back.
+    """
+    if getattr(config, "model_type", None) != AttnPoolConfig.model_type:
+        return
+    folder = getattr(config, "_name_or_path", "") or "FOLDER"
+    raise ValueError(
+        f"from_encoder: {given} is a saved attnpool model (model_type 'attnpool'), not an encoder: it would become "
+        "the encoder of a second attnpool model (its pooler nested, its head dropped) that does not load back. To "
+        f"give it a new head (another num_labels), load it: AttnPoolForSequenceClassification.from_pretrained("
+        f"{folder!r}, num_labels=N, ignore_mismatched_sizes=True) keeps its encoder and pooler; to put a new pooler "
+        "and head on its encoder, pass that encoder: from_encoder(model.attnpool.encoder, ...) of the loaded model "
+        "(model.encoder of an AttnPoolModel)"
+    )
+
+
 class AttnPoolConfig(PretrainedConfig):
     r"""Configuration of an attnpool model: encoder + pooler + task head, saved as one ``config.json``.
 

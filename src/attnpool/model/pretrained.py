@@ -19,7 +19,7 @@ from transformers.utils import hub as transformers_hub
 
 from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_model_card
 from attnpool.model.card import model_card as config_card
-from attnpool.model.configuration import AttnPoolConfig, check_option_names, encoder_hidden_size
+from attnpool.model.configuration import AttnPoolConfig, check_not_attnpool, check_option_names, encoder_hidden_size
 from attnpool.model.encoders import (
     check_encoder_reachable,
     encoder_layers,
@@ -32,7 +32,7 @@ from attnpool.model.encoders import (
 )
 from attnpool.model.heads import PredictionHead
 from attnpool.model.loading import align_cpu_tensors, check_safetensors_only, init_unloaded
-from attnpool.model.sources import check_hub_source, hub_error
+from attnpool.model.sources import adapter_advice, check_hub_source, hub_error, missing_subfolder
 from attnpool.pooling import Pooler, build_pooler
 from attnpool.pooling.registry import check_rebuildable
 
@@ -73,18 +73,21 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         :func:`_align_cpu_tensors`), so that the loaded model predicts exactly what the saved one did.
 
         Raises:
-            FileNotFoundError: The folder does not exist or holds no ``*.safetensors`` weights.
+            FileNotFoundError: The folder does not exist, is a file, has no such ``subfolder``, is a peft adapter, or
+                holds no ``*.safetensors`` weights.
         """
         if kwargs.get("use_safetensors") is False:
             raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")
         path = Path(os.fspath(pretrained_model_name_or_path)).expanduser()
         if path.is_dir():  # a local folder: given on (~ expanded: transformers takes "~/m" for a hub name)
             pretrained_model_name_or_path = path
-            path = path / kwargs.get("subfolder", "")  # where config.json and the weights are
+            if kwargs.get("subfolder") and not (path / kwargs["subfolder"]).is_dir():
+                raise missing_subfolder(path, kwargs["subfolder"])
+            path = path / (kwargs.get("subfolder") or "")  # where config.json and the weights are
         if path.is_dir():
             if not (path / "config.json").is_file():
                 raise FileNotFoundError(f"{path} has no config.json: it is not a saved attnpool model folder"
-                                        f"{where_the_model_is(path)}")
+                                        f"{where_the_model_is(path)}{adapter_advice(path)}")
             if not any(path.glob("*.safetensors")):
                 present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
                 raise FileNotFoundError(
@@ -273,9 +276,10 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             option: ``attention`` starts from uniform weights, or its ``cls_share`` on ``[CLS]`` when ``paired``).
 
         Raises:
-            FileNotFoundError: A local encoder path that does not exist.
+            FileNotFoundError: A local encoder path that does not exist, or a file (give its folder).
             OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
-            ValueError: A pooler instance whose hidden size does not match the encoder or whose class is not the one
+            ValueError: An attnpool model given as the encoder (load it with ``from_pretrained`` instead), a pooler
+                instance whose hidden size does not match the encoder or whose class is not the one
                 registered under its ``name`` (it would not reload), or an ``encoder_dropout`` that
                 cannot be applied (out of [0, 1), a built encoder, a config without dropout fields).
             TypeError: A ``config_kwargs`` name that is neither :class:`AttnPoolConfig`'s nor ``PretrainedConfig``'s
@@ -284,12 +288,14 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         check_option_names(config_kwargs, "from_encoder", also=list(inspect.signature(cls.from_encoder).parameters))
         pooler_instance = pooling if isinstance(pooling, Pooler) else None
         if isinstance(encoder, PreTrainedModel):
+            check_not_attnpool(encoder.config, f"the {type(encoder).__name__} given")
             if encoder_dropout is not None:
                 raise ValueError("encoder_dropout needs the encoder as a name, path or config: a built encoder's "
                                  "dropout modules already hold their probabilities; set them in its config instead")
             _check_reloadable(encoder)
             encoder_model, encoder_config = encoder, encoder.config
         elif isinstance(encoder, PretrainedConfig):
+            check_not_attnpool(encoder, f"the {type(encoder).__name__} given")
             # A copy: the model changes its encoder's config (attention implementation, vocab_size on a resize,
             # dropout), which must not reach the caller's, nor other models built from it.
             encoder_config = copy.deepcopy(encoder)
@@ -322,6 +328,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                     "model.safetensors, or a hub name reachable from this machine (set HF_HUB_OFFLINE=0)."
                 ) from err
             encoder_config = encoder_model.config
+            check_not_attnpool(encoder_config, repr(name))
         if pooler_instance is not None:
             build_pooler(pooler_instance, encoder_hidden_size(encoder_config))  # raises on a hidden size mismatch
             check_rebuildable(pooler_instance)  # rebuilt from its config below, as it will be when the model is loaded

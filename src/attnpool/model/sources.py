@@ -9,9 +9,11 @@ that says what to give instead.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import huggingface_hub
@@ -29,6 +31,8 @@ from huggingface_hub.errors import (
 # 23 s per file with no route to the Hub, but none at all failed a load on a brief network blip.
 LOOKUP_ATTEMPTS = 2
 RETRY_DELAY_S = 1.0
+# How many of a folder's entries an error lists (a folder of checkpoints can hold hundreds).
+SHOWN_ENTRIES = 8
 
 # What the hint to leave the encoder out says: the CLI's and ``attnpool.train``'s default (attnpool.config).
 DEFAULT_HINT = "or leave the model out of attnpool train (--model / model=) for the bundled all-MiniLM-L6-v2"
@@ -62,7 +66,42 @@ def _not_found(name: str, what: str, default_hint: bool) -> OSError:
     )
 
 
+def file_given(name: str, what: str) -> FileNotFoundError:
+    """The error for a file given where a model folder goes (``.../model.safetensors``, ``.../config.json``)."""
+    path = os.path.abspath(os.path.expanduser(name))
+    return FileNotFoundError(
+        f"the {what} {name!r} is a file; give the folder that holds config.json and model.safetensors: "
+        f"{os.path.dirname(path)}"
+    )
+
+
+def missing_subfolder(folder: Path, subfolder: str) -> FileNotFoundError:
+    """The error for ``subfolder=`` naming no folder inside ``folder`` (which exists): what it holds instead."""
+    entries = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+    shown = ", ".join(entries[:SHOWN_ENTRIES]) + (f" and {len(entries) - SHOWN_ENTRIES} more"
+                                                  if len(entries) > SHOWN_ENTRIES else "")
+    return FileNotFoundError(f"subfolder {subfolder!r} is not in {folder} (it contains: {shown or 'nothing'}); give "
+                             "the subfolder that holds config.json and model.safetensors, or leave subfolder out")
+
+
+def adapter_advice(folder: Path) -> str:
+    """What to do with a peft adapter folder (``adapter_config.json``, no ``config.json``); ``""`` for another."""
+    if not (folder / "adapter_config.json").is_file():
+        return ""
+    try:
+        base = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, not an object: the placeholder
+        base = None
+    base = base if isinstance(base, str) and base else "BASE"
+    return (f"; it is a LoRA (peft) adapter, not a whole model: load its base model and put the adapter on it: "
+            f"model = peft.PeftModel.from_pretrained(attnpool.AttnPoolForSequenceClassification.from_pretrained("
+            f"{base!r}), {str(folder)!r}), then model.merge_and_unload().save_pretrained(\"my-model\", "
+            "tokenizer=tokenizer) for one plain attnpool folder (README: Fine-tuning with LoRA)")
+
+
 def _invalid(name: str, what: str, err: Exception, default_hint: bool) -> FileNotFoundError:
+    if os.path.isfile(os.path.expanduser(name)):
+        return file_given(name, what)
     leave_out = f", {DEFAULT_HINT}" if default_hint else ""
     return FileNotFoundError(
         f"the {what} {name!r} is neither a folder (resolved to {os.path.abspath(os.path.expanduser(name))}: it does "
@@ -137,8 +176,10 @@ def check_hub_source(name: str, options: dict[str, Any], *, what: str = "encoder
     Raises:
         OSError: The Hub cannot be reached (offline, no network) and the name is not cached, or it has no such
             repository.
-        FileNotFoundError: The name is no folder and not a valid hub name.
+        FileNotFoundError: The name is a file, or no folder and not a valid hub name.
     """
+    if os.path.isfile(os.path.expanduser(name)):
+        raise file_given(name, what)
     if os.path.exists(name):
         return
     try:
