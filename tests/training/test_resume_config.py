@@ -10,7 +10,7 @@ import attnpool
 from attnpool.cli import main
 from attnpool.config import TrainConfig
 from attnpool.runs import Run, RunError
-from attnpool.training import tracking
+from attnpool.training import trackers, tracking
 from attnpool.training.recipe import PER_CALL_SAVED
 from model_helpers import save_tiny_encoder, write_toy_csv
 
@@ -41,11 +41,25 @@ def test_resuming_a_run_whose_saved_tracker_is_not_installed_names_the_saved_con
     assert main(["train", "--output-dir", str(run.path), "--resume"]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error == (f"attnpool train: error: --resume: the run's saved config {run.config_file} has report_to: "
-                     "tensorboard, and tensorboard is not installed here; pip install 'attnpool[tensorboard]', or "
-                     "resume without it: --resume --report-to none")
+                     "tensorboard, and tensorboard is not installed; pip install 'attnpool[tensorboard]'; or resume "
+                     "without it: --resume --report-to none")
     with pytest.raises(ValueError, match=r"--report-to tensorboard: tensorboard is not installed; pip install"):
         attnpool.train(output_dir=str(run.path), resume=True, report_to="tensorboard")  # given: the call's own
     assert not run.fold_dir(0).exists()  # refused before any training
+
+
+def test_resuming_a_run_whose_mlflow_store_cannot_open_says_so_not_that_mlflow_is_not_installed(recipe, tmp_path,
+                                                                                                  monkeypatch):
+    """integrations' refusal of a shut MLflow store was reported as 'mlflow is not installed here'."""
+    run = _started_run(tmp_path / "run", recipe | {"report_to": "mlflow"})
+    monkeypatch.setitem(trackers._INSTALLED, "mlflow", lambda: True)
+    monkeypatch.setattr(trackers, "mlflow_store_error", lambda: "MLflow cannot open its tracking store sqlite:///x.db")
+    with pytest.raises(ValueError) as error:
+        attnpool.train(output_dir=str(run.path), resume=True)
+    assert str(error.value) == (f"--resume: the run's saved config {run.config_file} has report_to: mlflow, and MLflow "
+                                "cannot open its tracking store sqlite:///x.db; or resume without it: --resume "
+                                "--report-to none")
+    assert not run.fold_dir(0).exists()
 
 
 def test_resuming_a_run_without_its_config_is_refused_instead_of_training_with_this_calls_options(recipe, tmp_path):

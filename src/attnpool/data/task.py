@@ -298,6 +298,25 @@ def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
                         f"{', '.join(str(r + 1) for r in missing[:10])}; every validation row needs its label")
 
 
+def _refuse_flags_beside_numbers(train: pd.DataFrame, valid: pd.DataFrame, cfg: TrainConfig, train_name: str) -> None:
+    """True/false classes in one file, numbers in the other: pandas would join them as int64, making True the 1."""
+    if cfg.task not in ("binary", "multiclass"):
+        return
+    written = {}  # file -> ("true/false" or "numbers", its values); a file mixing both is left to its own check
+    for name, frame in ((train_name, train), (str(cfg.valid_file), valid)):
+        values = {v.item() if isinstance(v, np.generic) else v for v in frame[cfg.label].dropna().tolist()}
+        flags = sorted(v for v in values if isinstance(v, bool))
+        numbers = sorted(v for v in values if isinstance(v, int | float) and not isinstance(v, bool))
+        if bool(flags) != bool(numbers):
+            written[name] = ("true/false", flags) if flags else ("numbers", numbers)
+    if len({kind for kind, _ in written.values()}) == 2:
+        (a, (kind_a, values_a)), (b, (kind_b, values_b)) = written.items()
+        raise DataError(
+            f"column {cfg.label!r} writes classes as {kind_a} in {a} ({', '.join(map(repr, values_a[:5]))}) but as "
+            f"{kind_b} in {b} ({', '.join(map(repr, values_b[:5]))}); predict reads true and 1 as two classes: "
+            "write each class one way in both files, all true/false or all numbers")
+
+
 def _refuse_validation_only_classes(frame: pd.DataFrame, valid_rows: np.ndarray, cfg: TrainConfig) -> None:
     """A class that only the validation file has would be an output the model never trains on."""
     if cfg.task == "regression":
@@ -350,6 +369,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
         check_columns(valid_frame, needed, str(cfg.valid_file))
         _check_valid_labels(valid_frame, cfg)
+        _refuse_flags_beside_numbers(frame, valid_frame, cfg, label_file)
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
         _refuse_validation_only_classes(frame, valid_rows, cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,7 +12,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as hf_init
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from attnpool.model.sources import DEFAULT_HINT, check_hub_source
+from attnpool.model.sources import DEFAULT_HINT, check_hub_source, missing_subfolder
 from attnpool.pooling import get_pooler_class
 
 
@@ -32,8 +33,13 @@ def check_encoder_reachable(name: str, options: dict[str, Any] | None = None) ->
     What ``from_encoder`` and, before it, ``attnpool train`` and ``demo`` check first: a mistyped folder read as a hub
     name, or a name the Hub cannot be reached for, failed in the tokenizer with the hub's message (after a minute and
     a half of retries). ``options``: the ``from_pretrained`` options that say where the files are (``revision``...).
+    A ``subfolder`` that a local folder lacks is named with what the folder holds (transformers said "Unrecognized
+    model ... Should have a `model_type` key").
     """
     check_encoder_source(name)
+    folder, subfolder = Path(os.path.expanduser(name)), (options or {}).get("subfolder")
+    if subfolder and folder.is_dir() and not (folder / subfolder).is_dir():
+        raise missing_subfolder(folder, subfolder)
     check_hub_source(name, options or {})
 
 

@@ -269,15 +269,15 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
 
 
 def _check_saved_trackers(run: Run, report_to: Any) -> None:
-    """Refuse a tracker of the saved config that is not installed here, naming the file it comes from."""
+    """Refuse a tracker of the saved config that cannot be used here, naming the file it comes from and the reason."""
     try:
         integrations(report_to)
-    except ValueError:
+    except ValueError as err:
         if report_to not in TRACKERS:
             raise  # not a tracker at all: the config's own check says so
+        reason = str(err).removeprefix(f"--report-to {report_to}: ")  # not installed, MLflow's store shut...
         raise ValueError(f"--resume: the run's saved config {run.config_file} has report_to: {report_to}, and "
-                         f"{report_to} is not installed here; pip install 'attnpool[{report_to}]', or resume without "
-                         "it: --resume --report-to none") from None
+                         f"{reason}; or resume without it: --resume --report-to none") from None
 
 
 def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any]) -> None:
