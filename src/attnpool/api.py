@@ -11,12 +11,15 @@ are ``attnpool train --config recipe.yaml --epochs 1 --output-dir runs/x`` and
 ``attnpool predict --run runs/x --input test.csv --output predictions.csv``.
 
 ``explain_file`` is ``attnpool explain`` (a run or model folder and a data file -> an HTML report); ``explain`` is
-the same analysis on a model and texts in memory. ``serve`` is ``attnpool serve``: a run or a model folder over
-HTTP until SIGTERM.
+the same analysis on a model and texts in memory. As ``train``, ``predict``, ``explain_file`` and ``export`` keep
+transformers' loading bars and its log lines below errors off the console (outside ``set_verbosity("verbose")``),
+for the call only: the caller's settings are as they were afterwards. ``serve`` is ``attnpool serve``: a run or a
+model folder over HTTP until SIGTERM.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +28,8 @@ from typing import Any
 from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
 from attnpool.config import TrainConfig, load_yaml, make_config
-from attnpool.explanations import Explanation, explain, explain_file
+from attnpool.explanations import Explanation, explain
+from attnpool.explanations import explain_file as _explain_file
 from attnpool.exporters import OnnxExport, export_onnx
 from attnpool.pooling import available_poolers, build_pooler
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE
@@ -35,6 +39,7 @@ from attnpool.runs.run import Run
 from attnpool.serving import ServeSummary
 from attnpool.serving import serve as _serve
 from attnpool.training.demo import run_demo
+from attnpool.training.progress import quiet_third_party
 from attnpool.training.recipe import PER_CALL_SAVED, TrainResult
 from attnpool.training.recipe import train as _train
 
@@ -90,7 +95,15 @@ def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, outp
     | ``both``, for a run trained with a group context), ``backend`` (``torch`` | ``onnx``), ``quantize``
     (``none`` | ``int8``, with ``onnx``), ``int8_tolerance``, ``threads``.
     """
-    return _predict(run, input_file, output_file, **options)
+    with quiet_third_party():  # no "Loading weights" bars, as the CLI; the caller's settings restored after
+        return _predict(run, input_file, output_file, **options)
+
+
+@functools.wraps(_explain_file)
+def explain_file(*args: Any, **kwargs: Any) -> Explanation:
+    """:func:`attnpool.explanations.explain_file` (``attnpool explain``) without the libraries' loading bars."""
+    with quiet_third_party():
+        return _explain_file(*args, **kwargs)
 
 
 def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: int | Sequence[int] = 3,
@@ -120,7 +133,8 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
     """Export a saved model, or one fold of a run, to a serving format (``attnpool export``); ``format``: onnx."""
     if format != "onnx":
         raise ValueError(f"export format must be 'onnx', got {format!r}")
-    return export_onnx(model, output, **options)
+    with quiet_third_party():
+        return export_onnx(model, output, **options)
 
 
 def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,

@@ -66,7 +66,7 @@ def read_titles(path: str | os.PathLike[str]) -> dict[str, str]:
 
 def load_pppm(
     data_dir: str | os.PathLike[str], split: str = "train", *, frame: pd.DataFrame | None = None,
-    titles: Mapping[str, str] | None = None,
+    titles: Mapping[str, str] | None = None, titles_name: str | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """Read a PPPM split and add the title of each row's CPC context.
 
@@ -77,6 +77,9 @@ def load_pppm(
             ``cpc_texts.csv`` is read from ``data_dir`` then.
         titles: The context titles (:func:`cpc_titles`) when already read: ``cpc_texts.csv`` is not read again
             (predict's chunks, serve's requests).
+        titles_name: What ``titles`` are, for the error on codes they lack (a run's: ``"the CPC titles this run
+            was trained with (PATH)"``): those rows are to be corrected or dropped. Default: ``data_dir``'s
+            ``cpc_texts.csv``, to which lines for the codes are to be added (a data folder to train on).
 
     Returns:
         ``(frame, template)``: a copy of the rows with a ``context_text`` column, and :data:`PPPM_TEMPLATE`
@@ -108,7 +111,7 @@ def load_pppm(
     titles = {str(code).strip(): title for code, title in titles.items()}
     unknown = sorted(set(codes) - set(titles))
     if unknown:
-        raise DataError(_unknown_codes(root, unknown, int(codes.isin(unknown).sum()), titles))
+        raise DataError(_unknown_codes(root, unknown, int(codes.isin(unknown).sum()), titles, titles_name))
     out = frame.copy()
     out["context_text"] = codes.map(titles)
     return out, PPPM_TEMPLATE
@@ -138,10 +141,13 @@ def _rows(positions) -> str:
     return ", ".join(str(int(i) + 1) for i in positions[:10]) + (", ..." if len(positions) > 10 else "")
 
 
-def _unknown_codes(root: Path, unknown: list[str], rows: int, titles: Mapping[str, str]) -> str:
+def _unknown_codes(root: Path, unknown: list[str], rows: int, titles: Mapping[str, str],
+                   titles_name: str | None = None) -> str:
     """The error for context codes without a title: a known code in another case is told apart.
 
     CPC codes are upper case, and the group keys and folds compare codes as written (a47 and A47 would be two).
+    With ``titles_name`` (a trained model's titles) a code new to them is not added: the model learned those titles,
+    and a run reads its own copy once the data folder's file differs from it (:meth:`attnpool.runs.Run.config`).
     """
     known = {code.upper(): code for code in titles}
     cased = [code for code in unknown if code.upper() in known]
@@ -150,6 +156,12 @@ def _unknown_codes(root: Path, unknown: list[str], rows: int, titles: Mapping[st
     if cased:
         fixes.append("CPC codes are upper case: write " + ", ".join(
             f"{code!r} as {known[code.upper()]!r}" for code in cased[:10]) + " in the rows")
+    if titles_name is not None:
+        if len(cased) < len(unknown):
+            fixes.append(f"correct or drop the rows with {'the other' if cased else 'those'} code(s): a code new to "
+                         "the model needs a model trained with its title")
+        return (f"{len(unknown)} context code(s) used by {rows} rows are unknown to {titles_name}: {shown}; "
+                + "; ".join(fixes))
     if len(cased) < len(unknown):
         fixes.append(f"add a line 'code,title' for each{' other' if cased else ''} to cpc_texts.csv")
     return (f"{root / 'cpc_texts.csv'}: no text for {len(unknown)} context code(s) used by {rows} rows: {shown}; "

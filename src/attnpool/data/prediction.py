@@ -102,7 +102,7 @@ class PredictionInputs:
 
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
                  log: logging.Logger, context_from: str = "file", with_context: bool = True,
-                 typed_ids: bool = False) -> None:
+                 typed_ids: bool = False, titles_name: str | None = None) -> None:
         """Inputs of ``path`` with the run's ``cfg`` and ``info``.
 
         ``context_from``: with ``group_context``, the rows a context comes from: ``file``, every row of ``path``
@@ -110,6 +110,8 @@ class PredictionInputs:
         ``with_context=False``: with ``group_context``, every row's context is left empty (the view of the rows
         ``--group-context-dropout`` trained without it).
         ``typed_ids``: integer ids of a Parquet or JSONL file are read as integers, not text (see :meth:`chunks`).
+        ``titles_name``: PPPM: what its errors call the CPC titles that lack a row's code; default: the file read, as
+        the titles the run was trained with (a served request's caller cannot see the server's files).
         """
         self.typed_ids = typed_ids
         self._integer_ids: list[str] | None = None  # with typed_ids: the id columns read as integers, found once
@@ -122,6 +124,8 @@ class PredictionInputs:
         self.context_from = context_from
         self._pool = None  # the whole file's context columns, read on first use
         self._titles: dict[str, str] | None = None  # PPPM: the CPC titles, read once
+        self.titles_name = titles_name or (
+            f"the CPC titles this run was trained with ({Path(self.cfg.data_dir or '', 'cpc_texts.csv')})")
 
     @property
     def text_columns(self) -> list[str]:
@@ -180,7 +184,8 @@ class PredictionInputs:
         """A chunk's rows (with the preset's added columns) and their token lists, after the checks."""
         frame = chunk
         if self.cfg.preset == "pppm":
-            frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles())
+            frame, template = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles(),
+                                        titles_name=self.titles_name)
             self.cfg.template = self.cfg.template or template
         if self.cfg.group_context:
             if not self.with_context:
@@ -214,7 +219,8 @@ class PredictionInputs:
             for chunk in iter_table(self.path, POOL_CHUNK_ROWS, text_columns=self.text_columns,
                                     columns=self.text_columns):
                 if self.cfg.preset == "pppm":  # a key may be a column the preset adds (context_text), as in encode
-                    chunk, _ = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles())
+                    chunk, _ = load_pppm(self.cfg.data_dir, split="test", frame=chunk, titles=self.titles(),
+                                         titles_name=self.titles_name)
                 check_columns(chunk, columns, str(self.path))
                 parts.append(chunk[columns])
             self._pool = pd.concat(parts, ignore_index=True)

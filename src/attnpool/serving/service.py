@@ -174,8 +174,9 @@ class Service:
         views = context_views(context_view, bool(cfg.group_context), str(run.path))
         ensemble = FoldEnsemble.load(run, folds, how)
         # group_context: a row's context comes from the other rows of its request, as predict takes it from the file
+        # titles_name: a client is told its codes are unknown to the model, not the path of the server's titles file
         inputs = [PredictionInputs(run.config(), info, "request", ensemble.tokenizer, log=logger, context_from="chunk",
-                                   with_context=view) for view in views]
+                                   with_context=view, titles_name="the model") for view in views]
         max_length = run_max_length(inputs[0].cfg.max_length, ensemble.models[0], run.path)
         for view in inputs:  # PPPM: the CPC titles now, so a missing data folder fails start-up, not each request
             view.titles()
