@@ -380,7 +380,8 @@ def test_a_module_that_fails_to_import_is_one_line_naming_it(monkeypatch, capsys
     assert main(["--import", "no_such_module_here", "train", "--train-file", "a.csv"]) == 2
     err = capsys.readouterr().err
     assert err == ("attnpool train: error: --import no_such_module_here: ModuleNotFoundError: No module named "
-                   "'no_such_module_here'\n")
+                   "'no_such_module_here' (run from the folder holding no_such_module_here.py, or add that folder "
+                   "to PYTHONPATH)\n")
     # the module's name is not taken for the command: a misspelt flag after it is still named
     assert unknown_flags(build_parser(), ["--import", "mine", "train", "--max-lenght", "3"]) == (
         "train", ["--max-lenght", "3"])

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from attnpool.config import GROUPS, ConfigError, TrainConfig, parse_options
+from attnpool.pooling.registry import import_hint
 
 _TYPES = typing.get_type_hints(TrainConfig)
 
@@ -218,7 +219,7 @@ def import_modules(names: Sequence[str]) -> None:
     ``attnpool --import mine`` would not find the ``mine.py`` beside the user.
 
     Raises:
-        ImportError: One line naming the module and the error.
+        ImportError: One line naming the module and the error; for a module not found, where it is looked for.
     """
     if names and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -226,7 +227,11 @@ def import_modules(names: Sequence[str]) -> None:
         try:
             importlib.import_module(name)
         except ImportError as err:
-            raise ImportError(f"--import {name}: {type(err).__name__}: {err}") from err
+            # the module itself not found (not one that it imports): say where it is looked for
+            missing = isinstance(err, ModuleNotFoundError) and err.name is not None and (
+                name == err.name or name.startswith(err.name + "."))
+            hint = f" ({import_hint(name)})" if missing else ""
+            raise ImportError(f"--import {name}: {type(err).__name__}: {err}{hint}") from err
 
 
 def commands_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -85,7 +85,8 @@ def test_the_worker_imports_its_modules_before_training_and_names_one_that_fails
     assert worker.main([str(request), "--import", "no_such_user_module"]) == runner.BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert err == ("attnpool train: error: --import no_such_user_module: ModuleNotFoundError: No module named "
-                   "'no_such_user_module'")
+                   "'no_such_user_module' (run from the folder holding no_such_user_module.py, or add that folder to "
+                   "PYTHONPATH)")
 
 
 def test_a_pooler_defined_in_main_is_refused_before_anything_trains(tmp_path, monkeypatch):

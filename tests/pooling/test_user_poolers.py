@@ -143,7 +143,8 @@ def test_a_saved_users_pooler_says_which_module_to_import_and_reloads_once_impor
     module = TemperatureMean.__module__
     with pytest.raises(ValueError, match=rf"^Unknown pooler 'test_user_temperature': this model's pooler "
                        rf"'test_user_temperature' is defined in module '{module}' \(see its config\); import it "
-                       rf"before loading \(CLI: --import {module}\)$"):
+                       rf"before loading \(CLI: --import {module}; run from the folder holding "
+                       rf"{module.replace('.', '/')}\.py, or add that folder to PYTHONPATH\)$"):
         AttnPoolForSequenceClassification.from_pretrained(tmp_path)
     with registered(TemperatureMean):
         loaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path).eval()

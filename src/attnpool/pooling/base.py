@@ -101,6 +101,8 @@ class Pooler(nn.Module):
 
         Raises:
             ValueError: Shapes that do not fit, or missing attention maps for a ``needs_attentions`` pooler.
+            PoolOutputError: :meth:`pool` returned something other than ``(pooled, weights)`` of these shapes (a
+                ``TypeError``; a bug of the pooler, not of its inputs).
         """
         mask = self._validate(hidden_states, attention_mask)
         if self.needs_attentions:
@@ -111,7 +113,7 @@ class Pooler(nn.Module):
             if attention_mask is not None:  # without a mask there is no padding to clear
                 hidden_states = self.clear_padding(hidden_states, mask)
             extra = {"attentions": attentions} if self.needs_attentions else {}
-            pooled, weights = self.pool(hidden_states, mask, **extra)
+            pooled, weights = self._check_pool_output(self.pool(hidden_states, mask, **extra), mask)
         if return_weights:
             return pooled, weights
         return pooled
@@ -142,8 +144,30 @@ class Pooler(nn.Module):
                 extra["attentions"] = attentions.new_zeros(layers, rows, heads, tokens, tokens)
             else:
                 extra["attentions"] = [a.new_zeros(rows, a.shape[1], tokens, tokens) for a in attentions or ()]
-        pooled, weights = self.pool(hidden_states, padding, **extra)
+        pooled, weights = self._check_pool_output(self.pool(hidden_states, padding, **extra), padding)
         return pooled[:batch], None if weights is None else weights[:batch, ..., :seq_len]
+
+    def _check_pool_output(self, result: Any, mask: Tensor) -> tuple[Tensor, Tensor | None]:
+        """What :meth:`pool` returned, checked: ``pooled (B, output_dim)`` and ``weights`` None, ``(B, [heads,] T)``.
+
+        A pooler returning the pooled tensor alone would otherwise be unpacked along its batch axis (at B = 2: row 0
+        taken as pooled, row 1 as weights) or fail with "too many values to unpack", naming nothing.
+
+        Raises:
+            PoolOutputError: Naming the class, what its ``pool`` returned and what is expected.
+        """
+        batch, seq_len = mask.shape
+        if isinstance(result, tuple | list) and len(result) == 2:
+            pooled, weights = result
+            if isinstance(pooled, Tensor) and tuple(pooled.shape) == (batch, self.output_dim) and (
+                    weights is None or isinstance(weights, Tensor) and weights.dim() in (2, 3)
+                    and weights.shape[0] == batch and weights.shape[-1] == seq_len):
+                return pooled, weights
+        raise PoolOutputError(
+            f"{type(self).__name__}.pool returned {_describe(result)}; expected a pair (pooled, weights): pooled of "
+            f"shape ({batch}, {self.output_dim}) (batch, output_dim), weights None or of shape ({batch}, {seq_len}) "
+            f"(batch, seq_len) or ({batch}, heads, {seq_len}), e.g. `return pooled, None`"
+        )
 
     def clear_padding(self, hidden_states: Tensor, mask: Tensor) -> Tensor:
         """Hidden states with padded positions replaced by 0, so that no value held there can reach an output.
@@ -178,7 +202,10 @@ class Pooler(nn.Module):
         return None
 
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Pool validated inputs; ``mask`` is boolean ``(B, T)``. Returns ``(pooled, weights or None)``.
+        """Pool validated inputs; ``mask`` is boolean ``(B, T)``. Returns the pair ``(pooled, weights)``.
+
+        ``pooled`` is ``(B, output_dim)``; ``weights`` is ``None`` (no token weights), ``(B, T)`` or
+        ``(B, heads, T)``. :meth:`forward` checks this and raises :class:`PoolOutputError` otherwise.
 
         ``needs_attentions`` poolers receive ``attentions=`` as a further keyword argument.
         """
@@ -278,6 +305,20 @@ class Pooler(nn.Module):
                     f"{cls_name}: attentions[{index}] of shape {tuple(layer.shape)} does not fit hidden_states of "
                     f"shape {tuple(hidden_states.shape)}; expected ({batch}, heads, {seq_len}, {seq_len})"
                 )
+
+
+class PoolOutputError(TypeError):
+    """A pooler's :meth:`Pooler.pool` returned something other than ``(pooled, weights)`` of the expected shapes."""
+
+
+def _describe(value: Any) -> str:
+    """A returned value as an error names it: a tensor by its shape, a tuple or list by its items."""
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, tuple | list):
+        items = ", ".join(_describe(item) for item in value[:4]) + (", ..." if len(value) > 4 else "")
+        return f"a {type(value).__name__} of {len(value)} ({items})"
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 def user_module(cls: type) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnpool.pooling.base import Pooler
+from attnpool.pooling.base import Pooler, PoolOutputError
 from attnpool.pooling.functional import masked_softmax
 from attnpool.pooling.registry import build_pooler
 
@@ -20,11 +20,12 @@ _HEADS = 2  # of the synthetic attention maps given to a needs_attentions pooler
 def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int = 16, **options: object) -> None:
     """Run the essential pooling contract on a pooler; raise naming the first property it breaks.
 
-    Checked: padded positions, filled with huge values or NaN, change neither the pooled vector nor the weights;
-    weights (where returned) are >= 0, exactly 0 on padding and sum to 1 over the real tokens, per head; a row of
-    padding only pools to finite values; every parameter and the input get finite gradients; ``get_config()`` ->
-    :func:`build_pooler` (then ``load_state_dict``) gives the identical output; fp16 and bf16 give finite outputs,
-    where the CPU runs the pooler in them.
+    Checked: ``pool`` returns ``(pooled, weights)`` of the contract's shapes; padded positions, filled with huge
+    values or NaN, change neither the pooled vector nor the weights; weights (where returned) are >= 0, exactly 0 on
+    padding and sum to 1 over the real tokens, per head; a row of padding only pools to finite values; every
+    parameter and the input get finite gradients; ``get_config()`` -> :func:`build_pooler` (then
+    ``load_state_dict``) gives the identical output; fp16 and bf16 give finite outputs, where the CPU runs the
+    pooler in them.
 
     Args:
         pooler_or_class: A pooler, a :class:`Pooler` subclass (built with ``hidden_size`` and ``options``) or a
@@ -33,7 +34,8 @@ def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int 
         **options: Constructor options of a class or name.
 
     Raises:
-        AssertionError: A broken property, named first in the message (``padding invariance: ...``).
+        AssertionError: A broken property, named first in the message (``padding invariance: ...``,
+            ``pool return value: ...``).
         ValueError: The pooler cannot be built, or its config does not rebuild it.
     """
     if isinstance(pooler_or_class, str):
@@ -44,7 +46,10 @@ def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int 
         pooler = pooler_or_class
     pooler.eval()
     hidden, mask = _batch(pooler, _LENGTHS, seq_len=max(_LENGTHS))
-    pooled, weights = _call(pooler, hidden, mask)
+    try:
+        pooled, weights = _call(pooler, hidden, mask)
+    except PoolOutputError as err:  # the first property of all: what pool returns
+        raise AssertionError(f"pool return value: {err}") from err
     _expect(pooled.shape == (len(_LENGTHS), pooler.output_dim), "output shape",
             f"pooled {tuple(pooled.shape)}, expected {(len(_LENGTHS), pooler.output_dim)} (batch, output_dim)")
     _check_padding(pooler, hidden, mask, pooled, weights)
@@ -113,7 +118,10 @@ def _check_empty_rows_and_gradients(pooler: Pooler) -> None:
     hidden, mask = _batch(pooler, (0, 3), seq_len=4)
     hidden = (hidden + 1e4 * (1 - mask).view(2, *[1] * (hidden.dim() - 3), 4, 1)).requires_grad_(True)
     pooler.zero_grad()
-    pooled, weights = _call(pooler, hidden, mask)
+    try:
+        pooled, weights = _call(pooler, hidden, mask)
+    except PoolOutputError as err:  # the first property of all: what pool returns
+        raise AssertionError(f"pool return value: {err}") from err
     _expect(bool(torch.isfinite(pooled).all()), "fully padded row finite", f"pooled {pooled[0].tolist()}")
     _expect(weights is None or bool(torch.isfinite(weights).all()), "fully padded row finite",
             "non-finite weights for a row of padding only")

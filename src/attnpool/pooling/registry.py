@@ -18,6 +18,19 @@ COMBINED_NAME = "combined"
 P = TypeVar("P", bound=type[Pooler])
 
 
+class UnknownPoolerError(ValueError):
+    """No pooler is registered under a name; a ``ValueError``, whose message says what to do.
+
+    It names the closest valid name, or, for a saved model's pooler defined outside attnpool, the module to import
+    before loading: a loader tells this from its other errors and passes the message on alone.
+    """
+
+
+def import_hint(module: str) -> str:
+    """Where ``--import MODULE`` finds a module: the working directory, or ``PYTHONPATH``."""
+    return f"run from the folder holding {module.replace('.', '/')}.py, or add that folder to PYTHONPATH"
+
+
 def _normalize(name: str) -> str:
     """``"Multi-Head_Attention"``, ``"multihead attention pooling"`` -> ``"multiheadattention"``."""
     key = re.sub(r"[\s_\-]+", "", name.lower())
@@ -99,17 +112,18 @@ def _get_class(name: str, module: str | None = None) -> type[Pooler]:
         return _REGISTRY[key]
     names = available_poolers()
     if module == "__main__":
-        raise ValueError(f"Unknown pooler {name!r}: this model's pooler {name!r} was defined in the script that saved "
-                         "it (module '__main__', see its config); define it in a module and import that before "
-                         f"loading. Available poolers: {', '.join(names)}")
+        raise UnknownPoolerError(f"Unknown pooler {name!r}: this model's pooler {name!r} was defined in the script "
+                                 "that saved it (module '__main__', see its config); define it in a module and import "
+                                 f"that before loading. Available poolers: {', '.join(names)}")
     if module:
-        raise ValueError(f"Unknown pooler {name!r}: this model's pooler {name!r} is defined in module {module!r} "
-                         f"(see its config); import it before loading (CLI: --import {module})")
+        raise UnknownPoolerError(f"Unknown pooler {name!r}: this model's pooler {name!r} is defined in module "
+                                 f"{module!r} (see its config); import it before loading (CLI: --import {module}; "
+                                 f"{import_hint(module)})")
     by_key = {_normalize(n): n for n in names}
     # 0.7: "atention" -> attention and "meen" -> mean, but no hint for an unrelated name ("mine" -> combined)
     close = difflib.get_close_matches(key, list(by_key), n=1, cutoff=0.7)
     hint = f" Did you mean {by_key[close[0]]!r}?" if close else ""
-    raise ValueError(f"Unknown pooler {name!r}.{hint} Available poolers: {', '.join(names)}")
+    raise UnknownPoolerError(f"Unknown pooler {name!r}.{hint} Available poolers: {', '.join(names)}")
 
 
 def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
