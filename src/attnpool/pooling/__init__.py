@@ -2,7 +2,7 @@
 
 from attnpool.pooling.adaptive import AdaptivePooling, SimPooling
 from attnpool.pooling.attention import AttentionPooling, GatedAttentionPooling, MultiHeadAttentionPooling
-from attnpool.pooling.base import Pooler
+from attnpool.pooling.base import Pooler, PoolOutputError
 from attnpool.pooling.basic import ClsPooling, GeMPooling, LastTokenPooling, MaxPooling, MeanMaxPooling, MeanPooling
 from attnpool.pooling.combine import CombinedPooling
 from attnpool.pooling.contract import check_pooler
@@ -40,6 +40,7 @@ __all__ = [
     "MultiHeadAttentionPooling",
     "MultiLayerAttentionPooling",
     "PMAPooling",
+    "PoolOutputError",
     "Pooler",
     "SimPooling",
     "SoftPooling",
