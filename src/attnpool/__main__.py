@@ -1,8 +1,6 @@
 """``python -m attnpool ...``: the ``attnpool`` command (so ``torchrun -m attnpool train ...`` works too)."""
 
-import sys
-
-from attnpool.cli import main
+from attnpool.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +32,7 @@ from attnpool.config import TrainConfig, make_config
 from attnpool.explanations.svg import fmt_number
 from attnpool.precision import PRECISIONS
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, QUANTIZE
+from attnpool.runs import Run
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
 
@@ -337,21 +340,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _resume_hint(args: argparse.Namespace) -> str:
-    """For an interrupted ``train`` whose run directory exists: how to go on from its last checkpoint."""
+    """For an interrupted ``train``: how to go on from its last checkpoint, or to start again (no run recorded yet)."""
     if args.command != "train":
         return ""
     try:
         output_dir = _train_config(args).output_dir
     except Exception:  # noqa: BLE001 - a config that cannot be read now: no hint rather than a second error
         return ""
-    if not Path(output_dir).is_dir():  # stopped before the run was made: nothing to resume
-        return ""
+    if not Run.is_run(Path(output_dir)):  # not recorded yet: --resume would be refused
+        return "; start it again (without --resume): it stopped before its run was recorded"
     return f"; to continue from its last checkpoint: attnpool train ... --output-dir {shlex.quote(str(output_dir))} " \
            "--resume"
 
 
+INTERRUPTED = 130  # 128 + SIGINT: what main returns after Ctrl-C
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2."""
+    """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2.
+
+    Ctrl-C prints one line (for ``train``, the command that resumes the run) and returns :data:`INTERRUPTED`.
+    """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     command, misspelt = unknown_flags(parser, argv)
@@ -369,10 +378,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of wherever it landed; 128 + SIGINT
         print(f"attnpool {args.command}: interrupted{_resume_hint(args)}", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     finally:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
 
 
+def run() -> None:
+    """The console script and ``python -m attnpool``: :func:`main`, ended by SIGINT after Ctrl-C.
+
+    As an uncaught interrupt ends Python: a calling shell loop stops too (a plain exit 130 let it go on).
+    """
+    code = main()
+    if code == INTERRUPTED and os.name == "posix":
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -189,11 +189,11 @@ class TrainConfig:
 
     # --- output
     output_dir: str = _output("runs/attnpool", "the run directory")
-    overwrite: bool = _output(False, "replace an existing run in output_dir (only attnpool runs are deleted)")
+    overwrite: bool = _output(False, "replace the run in output_dir (attnpool runs only; not one holding the data)")
     resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)")
-    report_to: str = _output("none", "experiment tracking: log each fold's curves, the config and the CV scores "
-                             "to TensorBoard (output_dir/tensorboard), MLflow or W&B, one experiment per run; "
-                             "all: every one installed", choices=REPORT_TO)
+    report_to: str = _output("none", "experiment tracking: each fold's curves, the config and the CV scores to "
+                             "TensorBoard (output_dir/tensorboard), MLflow or W&B, one experiment per run; all: every "
+                             "one installed and usable (MLflow's store must open)", choices=REPORT_TO)
 
     def __post_init__(self) -> None:
         self.pooling_layers = parse_pooling_layers(self.pooling_layers)

@@ -828,3 +828,26 @@ def test_the_peak_memory_of_a_run_is_its_worker_s_own_not_its_caller_s(tmp_path,
     cfg, spec = TrainConfig(train_file="x.csv", text_cols=["a"]), PoolerSpec.parse("mean")
     peak = runner._run_one(cfg, spec, 1, run_dir)["peak_rss_bytes"]
     assert 0 < peak < 2**30  # ~0.5 GiB (Python, torch, attnpool); 2 GiB before (the caller's)
+
+
+def test_a_worker_reads_its_request_in_an_output_dir_named_like_an_option(tmp_path, monkeypatch):
+    """--output-dir=-cmp: the worker's parser took the relative request path -cmp/runs/... for an option and every
+    run failed as bad input ("argument --peak-file: expected one argument")."""
+    from attnpool.comparison import worker
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = Path("-cmp") / "runs" / "mean" / "seed_1"
+    Run.create(run_dir).write_metrics({"folds": [], "overall": {}, "complete": True})
+    popen = subprocess.Popen
+    stub = ("import sys, types; from attnpool.comparison import worker; worker.make_config = lambda p, resume: p; "
+            "worker.train = lambda cfg: types.SimpleNamespace(complete=True); sys.exit(worker.main())")
+    seen = []
+
+    def untrained_worker(command, **kwargs):  # [python, -m, worker, REQUEST, ...]: the worker's main, as -c
+        seen.append(worker.parse_args(command[3:]))
+        return popen([command[0], "-c", stub, *command[3:]], **kwargs)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", untrained_worker)
+    cfg, spec = TrainConfig(train_file="x.csv", text_cols=["a"]), PoolerSpec.parse("mean")
+    assert runner._run_one(cfg, spec, 1, run_dir)["peak_rss_bytes"] > 0
+    assert Path(seen[0].request) == (tmp_path / "-cmp" / "runs" / "mean" / "seed_1.yaml").absolute()

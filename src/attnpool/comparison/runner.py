@@ -191,8 +191,9 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
     peak_path = run_dir.parent / f"seed_{seed}.peak"
     peak_path.unlink(missing_ok=True)  # an earlier call's: never this call's peak
     imports, env = worker_imports(spec)  # a user's poolers: their modules, imported by the worker first
-    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request), *imports, "--peak-file",
-               str(peak_path)]
+    # absolute: a relative --output-dir such as "-cmp" would read as an option to the worker's parser
+    command = [sys.executable, "-m", "attnpool.comparison.worker", str(request.absolute()), *imports, "--peak-file",
+               str(peak_path.absolute())]
     if Run.is_run(run_dir):  # not a start that stopped before it recorded its run (bad data): never resumable
         command.append("--resume")
     log_path = run_dir.parent / f"seed_{seed}.log"

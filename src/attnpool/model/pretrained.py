@@ -276,7 +276,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             option: ``attention`` starts from uniform weights, or its ``cls_share`` on ``[CLS]`` when ``paired``).
 
         Raises:
-            FileNotFoundError: A local encoder path that does not exist, or a file (give its folder).
+            FileNotFoundError: A local encoder path that does not exist, a file (give its folder), or a
+                ``subfolder`` it lacks.
             OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
             ValueError: An attnpool model given as the encoder (load it with ``from_pretrained`` instead), a pooler
                 instance whose hidden size does not match the encoder or whose class is not the one
