@@ -50,10 +50,8 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
     reaches its step again). The best checkpoint the state names is pointed at ``folder``'s of that name, whatever
     path was recorded (a moved or copied run's old one, a relative one), or cleared when ``folder`` has none.
     """
-    if not folder.is_dir():
-        return None
     needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
-    found = sorted(((int(m.group(1)), p) for p in folder.iterdir()
+    found = sorted(((int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ())
                     if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
     for _, checkpoint in found:
         missing = [name for name in needed if not (checkpoint / name).is_file()]
@@ -76,11 +74,7 @@ def _read_state(path: Path) -> dict | None:
 
 
 def _relocate_best(checkpoint: Path, state: dict) -> None:
-    """Point the state's best checkpoint at the folder of that name beside ``checkpoint`` (absolute), or clear it.
-
-    The path recorded may be another run's (a copied run: loading it would put that run's weights in this fold) or
-    relative to another working directory: only this run's checkpoints count, wherever the recorded path leads.
-    """
+    """Re-point the best checkpoint at this run's of that name (a copied run's or a relative path), or clear it."""
     best = state.get("best_model_checkpoint")
     here = checkpoint.parent.absolute() / Path(best).name if best else None
     if here is None or best == str(here):
@@ -346,6 +340,11 @@ class RecipeTrainer(transformers.Trainer):
                                                     epoch_lengths=getattr(dataset, "epoch_lengths", None),
                                                     on_epoch=getattr(dataset, "set_epoch", None))
         return self._length_sampler
+
+    def _get_eval_sampler(self, eval_dataset):
+        """In the order given (``fold.eval_order``: the out-of-fold prediction's batches), not length-shuffled."""
+        single = eval_dataset is not None and self.args.world_size <= 1  # else the Trainer shards it in order
+        return torch.utils.data.SequentialSampler(eval_dataset) if single else None
 
     def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
         """The Trainer's loader that skips the batches a resumed epoch already trained, on that epoch's order.
