@@ -13,7 +13,8 @@ are ``attnpool train --config recipe.yaml --epochs 1 --output-dir runs/x`` and
 ``explain_file`` is ``attnpool explain`` (a run or model folder and a data file -> an HTML report); ``explain`` is
 the same analysis on a model and texts in memory. As ``train``, ``predict``, ``explain_file`` and ``export`` keep
 transformers' loading bars and its log lines below errors off the console (outside ``set_verbosity("verbose")``),
-for the call only: the caller's settings are as they were afterwards. ``serve`` is ``attnpool serve``: a run or a
+for the call only: the caller's settings are as they were afterwards, and its warnings reach the caller's
+``warnings.showwarning`` (``logging.captureWarnings``) as without attnpool. ``serve`` is ``attnpool serve``: a run or a
 model folder over HTTP until SIGTERM.
 """
 
@@ -39,7 +40,7 @@ from attnpool.runs.run import Run
 from attnpool.serving import ServeSummary
 from attnpool.serving import serve as _serve
 from attnpool.training.demo import run_demo
-from attnpool.training.progress import quiet_third_party
+from attnpool.training.progress import quiet_library_call
 from attnpool.training.recipe import PER_CALL_SAVED, TrainResult
 from attnpool.training.recipe import train as _train
 
@@ -95,14 +96,14 @@ def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, outp
     | ``both``, for a run trained with a group context), ``backend`` (``torch`` | ``onnx``), ``quantize``
     (``none`` | ``int8``, with ``onnx``), ``int8_tolerance``, ``threads``.
     """
-    with quiet_third_party():  # no "Loading weights" bars, as the CLI; the caller's settings restored after
+    with quiet_library_call():  # no "Loading weights" bars, as the CLI; the caller's settings and warnings kept
         return _predict(run, input_file, output_file, **options)
 
 
 @functools.wraps(_explain_file)
 def explain_file(*args: Any, **kwargs: Any) -> Explanation:
     """:func:`attnpool.explanations.explain_file` (``attnpool explain``) without the libraries' loading bars."""
-    with quiet_third_party():
+    with quiet_library_call():
         return _explain_file(*args, **kwargs)
 
 
@@ -133,7 +134,7 @@ def export(model: str | Path, output: str | Path, *, format: str = "onnx", **opt
     """Export a saved model, or one fold of a run, to a serving format (``attnpool export``); ``format``: onnx."""
     if format != "onnx":
         raise ValueError(f"export format must be 'onnx', got {format!r}")
-    with quiet_third_party():
+    with quiet_library_call():
         return export_onnx(model, output, **options)
 
 

@@ -8,7 +8,10 @@ WARNING (a library's warning may be the one a user needs: accelerate's "the proc
 :func:`quiet_third_party` keeps, for the length of a run, transformers' loading and saving bars, its log lines, other
 libraries' log lines and known-harmless deprecation warnings of the libraries underneath off the console; they go
 to ``train.log`` with every raw ``Trainer`` log, through :data:`DETAIL_LOGGER`. Everything it changes is restored
-afterwards, so a Python caller's own transformers and logging settings survive :func:`attnpool.train`.
+afterwards, so a Python caller's own transformers and logging settings survive :func:`attnpool.train`, and the
+warnings it does not keep back reach a caller's own ``warnings.showwarning`` (``logging.captureWarnings``).
+:func:`quiet_library_call` (``attnpool.predict``, ``explain_file``, ``export``) turns off the bars and log lines only:
+a library call leaves every warning to the caller.
 
 The verbosity (:func:`set_verbosity`): ``quiet`` (the summary, warnings and errors), ``normal``, or ``verbose`` (the
 ``Trainer``'s own bars and log dicts, transformers' messages, as without attnpool). The command line sets it from
@@ -27,9 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-import huggingface_hub.utils
 import transformers
 from tqdm import tqdm
+
+# the module, not the tqdm class that huggingface_hub.utils exports under the same name
+_hub_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")
 
 VERBOSITIES = ("quiet", "normal", "verbose")
 # The level of the lines that --quiet keeps: the end-of-run summary (between INFO and WARNING).
@@ -156,19 +161,39 @@ def _not_propagated(library: logging.Logger) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _no_library_bars() -> Iterator[None]:
-    """No tqdm bars from transformers and huggingface_hub ("Loading weights", "Writing model shards"), then back."""
+    """No tqdm bars from transformers and huggingface_hub ("Loading weights", "Writing model shards"), then back.
+
+    huggingface_hub keeps its switches per group (``disable_progress_bars("huggingface_hub.http_get")``) in one
+    dict, which ``enable_progress_bars()`` clears: the dict itself is put back, so a caller's groups survive.
+    """
     bars = transformers.utils.logging.is_progress_bar_enabled()
-    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
+    hub_states = dict(_hub_tqdm.progress_bar_states)
     transformers.utils.logging.disable_progress_bar()  # also turns huggingface_hub's off
     try:
         yield
     finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
-        if hub_bars:
-            huggingface_hub.utils.enable_progress_bars()
-        else:
-            huggingface_hub.utils.disable_progress_bars()
+        if transformers.utils.logging.is_progress_bar_enabled() != bars:
+            with warnings.catch_warnings():  # HF_HUB_DISABLE_PROGRESS_BARS refuses the switch: said on the way in
+                warnings.simplefilter("ignore")
+                (transformers.utils.logging.enable_progress_bar if bars else
+                 transformers.utils.logging.disable_progress_bar)()
+        _hub_tqdm.progress_bar_states.clear()  # in place: huggingface_hub reads this very dict
+        _hub_tqdm.progress_bar_states.update(hub_states)
+
+
+@contextlib.contextmanager
+def quiet_library_call() -> Iterator[None]:
+    """For one ``predict``, ``explain_file`` or ``export`` call: the libraries' bars and log lines below errors off.
+
+    Unlike :func:`quiet_third_party`, warnings are left alone: they reach the caller's ``warnings.showwarning``
+    (``logging.captureWarnings(True)`` sends them to the caller's logging) as they would without attnpool.
+    """
+    with contextlib.ExitStack() as stack:
+        if get_verbosity() != "verbose":
+            stack.enter_context(_no_library_bars())
+            for name in _QUIET_LOGGERS:
+                stack.enter_context(_logger_to_file(logging.getLogger(name), None))
+        yield
 
 
 def _package_dirs() -> tuple[str, ...]:
@@ -242,20 +267,30 @@ def _logger_to_file(library: logging.Logger, log_handler: logging.Handler | None
             handler.setLevel(level)
 
 
+def _plain(show: Any) -> bool:
+    """Whether ``show`` is the standard library's own ``warnings.showwarning`` (nobody has replaced it)."""
+    return getattr(show, "__module__", None) in ("warnings", "_py_warnings") and show.__name__ == "showwarning"
+
+
 @contextlib.contextmanager
 def _warnings_to_file(package_dirs: tuple[str, ...]) -> Iterator[None]:
+    previous = warnings.showwarning  # a caller's own (logging.captureWarnings) still gets the warnings it would
+
     with warnings.catch_warnings():  # restores showwarning and the filters on exit
         def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
                  line: str | None = None) -> None:
-            text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
             if issubclass(category, FutureWarning | DeprecationWarning) and filename.startswith(package_dirs):
-                _detail.warning("%s", text)
-            else:
+                _detail.warning("%s", warnings.formatwarning(message, category, filename, lineno, line).rstrip())
+            elif _plain(previous):
+                text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
                 tqdm.write(text, file=sys.stderr)  # above a live progress line, not through it
+            else:
+                with tqdm.external_write_mode(file=sys.stderr):
+                    previous(message, category, filename, lineno, file, line)
 
         warnings.showwarning = show
         yield
 
 
-__all__ = ["DETAIL_LOGGER", "SUMMARY", "VERBOSITIES", "console", "get_verbosity", "quiet_third_party",
-           "set_verbosity"]
+__all__ = ["DETAIL_LOGGER", "SUMMARY", "VERBOSITIES", "console", "get_verbosity", "quiet_library_call",
+           "quiet_third_party", "set_verbosity"]

@@ -31,6 +31,7 @@ from attnpool.training.console_logging import (
     VERBOSITIES,
     console,
     get_verbosity,
+    quiet_library_call,
     quiet_third_party,
     set_verbosity,
 )
@@ -267,4 +268,4 @@ class FoldProgress(transformers.TrainerCallback):
 
 
 __all__ = ["DETAIL_LOGGER", "MIN_BAR_COLUMNS", "SUMMARY", "VERBOSITIES", "FoldProgress", "console", "get_verbosity",
-           "quiet_third_party", "set_verbosity"]
+           "quiet_library_call", "quiet_third_party", "set_verbosity"]
