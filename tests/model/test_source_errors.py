@@ -4,12 +4,14 @@ is not there, a file instead of its folder, a peft adapter; and the card of a mo
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.card import CARD_FILE
+from attnpool.model.sources import check_hub_source
 from model_helpers import batch, tiny_config
 
 NEW_HEAD = "AttnPoolForSequenceClassification.from_pretrained("
@@ -115,3 +117,29 @@ def test_the_card_of_a_recurrent_model_offers_no_onnx_export(tmp_path, cell):
 def test_the_card_of_a_model_without_recurrent_offers_the_onnx_export(saved):
     text = (saved / CARD_FILE).read_text(encoding="utf-8")
     assert "attnpool export --model " in text and "no ONNX export" not in text
+
+
+def test_a_file_whose_path_can_be_a_hub_name_stays_a_hub_name(tmp_path, monkeypatch):
+    # transformers loads anything that is not a folder from the Hub: a file that happens to sit at that path is no
+    # reason to refuse the name (an existing path is left to transformers, as before files were refused)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prajjwal1").mkdir()
+    (tmp_path / "prajjwal1" / "bert-tiny").write_text("not a model")
+    (tmp_path / "bert-tiny").write_text("not a model")
+    assert check_hub_source("prajjwal1/bert-tiny", {}) is None
+    assert check_hub_source("bert-tiny", {}, what="model") is None
+
+
+@pytest.mark.parametrize("name", ["enc/config.json", "model.safetensors", "./bert-tiny", "prajjwal1/../bert-tiny",
+                                  "deep/er/bert-tiny"])
+def test_a_relative_file_that_cannot_be_a_hub_name_says_it_is_a_file(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    for path in ("enc/config.json", "model.safetensors", "bert-tiny", "deep/er/bert-tiny"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("{}")
+    (tmp_path / "prajjwal1").mkdir()
+    with pytest.raises(FileNotFoundError) as err:
+        check_hub_source(name, {})
+    folder = os.path.dirname(os.path.abspath(name))
+    assert str(err.value) == (f"the encoder {name!r} is a file; give the folder that holds config.json and "
+                              f"model.safetensors: {folder}")

@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.card import CARD_FILE
 from attnpool.pooling import available_poolers, get_pooler_class
-from attnpool.pooling.registry import UnknownPoolerError
+from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.runs.run import Run
 
 logger = logging.getLogger("attnpool.exporters")
@@ -180,7 +180,7 @@ def load_for_export(model_dir: str | os.PathLike) -> nn.Module:
             "fold folder and running train --resume)"
         ) from err
     except Exception as err:  # noqa: BLE001 - the files read, the model did not build: the environment
-        unknown = _unknown_pooler(err)
+        unknown = unknown_pooler_in(err)
         if unknown is not None:  # its message says what to import; the environment is not at fault
             raise ModelLoadError(f"cannot load the model in {model_dir}: {unknown}") from err
         raise ModelLoadError(
@@ -188,18 +188,6 @@ def load_for_export(model_dir: str | os.PathLike) -> nn.Module:
             f"them: check that this environment can build it (transformers {transformers.__version__} knows its "
             "encoder, the packages it needs are installed, there is memory for it)"
         ) from err
-
-
-def _unknown_pooler(err: BaseException) -> UnknownPoolerError | None:
-    """The registry's unknown-pooler error in ``err`` or the errors it was raised from (transformers may wrap it)."""
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        if isinstance(current, UnknownPoolerError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _load_tokenizer(model_dir: Path) -> Any:

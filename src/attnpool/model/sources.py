@@ -34,6 +34,10 @@ RETRY_DELAY_S = 1.0
 # How many of a folder's entries an error lists (a folder of checkpoints can hold hundreds).
 SHOWN_ENTRIES = 8
 
+# A name ending so is a file given for its folder, not a hub name (which may hold dots: "Foo-BAR_foo.bar123").
+_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf",
+                  ".txt", ".model", ".yaml", ".yml")
+
 # What the hint to leave the encoder out says: the CLI's and ``attnpool.train``'s default (attnpool.config).
 DEFAULT_HINT = "or leave the model out of attnpool train (--model / model=) for the bundled all-MiniLM-L6-v2"
 
@@ -64,6 +68,25 @@ def _not_found(name: str, what: str, default_hint: bool) -> OSError:
         "has no repository of that name (or it is private or gated: log in with `hf auth login`). Check the "
         f"spelling, give a local folder holding its config.json and model.safetensors{leave_out}"
     )
+
+
+def _file_not_hub_name(name: str) -> bool:
+    """Whether ``name`` is a file that cannot be a hub name, so it was given where its folder goes.
+
+    A file whose path could also be a hub name (``prajjwal1/bert-tiny`` in the working directory) is not: transformers
+    loads anything that is not a folder from the Hub, so it stays a hub name.
+    """
+    if not os.path.isfile(os.path.expanduser(name)):
+        return False
+    if os.path.isabs(name) or name.startswith(("./", "../", "~", f".{os.sep}", f"..{os.sep}")):
+        return True
+    if name.lower().endswith(_FILE_SUFFIXES):
+        return True
+    try:
+        huggingface_hub.utils.validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return False
 
 
 def file_given(name: str, what: str) -> FileNotFoundError:
@@ -176,11 +199,12 @@ def check_hub_source(name: str, options: dict[str, Any], *, what: str = "encoder
     Raises:
         OSError: The Hub cannot be reached (offline, no network) and the name is not cached, or it has no such
             repository.
-        FileNotFoundError: The name is a file, or no folder and not a valid hub name.
+        FileNotFoundError: The name is a file that cannot be a hub name (``.../config.json``), or no folder and not
+            a valid hub name.
     """
-    if os.path.isfile(os.path.expanduser(name)):
+    if _file_not_hub_name(name):
         raise file_given(name, what)
-    if os.path.exists(name):
+    if os.path.exists(name):  # a folder; or a file that may be a hub name, left to transformers (which asks the Hub)
         return
     try:
         huggingface_hub.utils.validate_repo_id(name)

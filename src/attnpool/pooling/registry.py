@@ -26,6 +26,21 @@ class UnknownPoolerError(ValueError):
     """
 
 
+def unknown_pooler_in(err: BaseException) -> UnknownPoolerError | None:
+    """The UnknownPoolerError in ``err`` or the errors it was raised from or while handling, or ``None``.
+
+    A loader passes its message on alone (it says what to import): transformers may wrap it in errors of its own.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:  # a cycle of causes ends the search
+        if isinstance(current, UnknownPoolerError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def import_hint(module: str) -> str:
     """Where ``--import MODULE`` finds a module: the working directory, or ``PYTHONPATH``."""
     return f"run from the folder holding {module.replace('.', '/')}.py, or add that folder to PYTHONPATH"

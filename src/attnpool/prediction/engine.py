@@ -24,6 +24,7 @@ from transformers.pytorch_utils import Conv1D
 
 from attnpool.data.batching import padded_batches
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.precision import AUTOCAST_DTYPES, autocast, emulated_on_cpu, inference_device, resolve_precision
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores
@@ -124,6 +125,9 @@ def load_fold_models(run: Run, folds: int | Sequence[int] | None = None
             raise RunError(f"cannot load the fold model in {folder}: {err}. The checkpoint is corrupt or incomplete; "
                            "re-train that fold (delete the fold folder and run train --resume)") from err
         except Exception as err:  # noqa: BLE001 - the files read, the model did not build: the environment
+            unknown = unknown_pooler_in(err)
+            if unknown is not None:  # its message says what to import; the environment is not at fault
+                raise RunError(f"cannot load the fold model in {folder}: {unknown}") from err
             raise RunError(f"cannot load the fold model in {folder}: {type(err).__name__}: {err}. Its files are "
                            f"readable, so keep them: check that this environment can build it (transformers "
                            f"{transformers.__version__} knows its encoder, the packages it needs are installed, "
