@@ -40,6 +40,7 @@ from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.task import context_columns
 from attnpool.model import AttnPoolForSequenceClassification
+from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.engine import FoldEnsemble
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble
@@ -195,8 +196,9 @@ class Service:
             model = AttnPoolForSequenceClassification.from_pretrained(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder)
         except Exception as err:  # noqa: BLE001 - any failure to load: say which folder and stop the start-up
-            raise RunError(f"cannot load the model in {folder}: {err}. Give a folder saved with "
-                           "model.save_pretrained(folder, tokenizer=tokenizer)") from err
+            fix = "" if unknown_pooler_in(err) else (". Give a folder saved with model.save_pretrained(folder, "
+                                                     "tokenizer=tokenizer)")  # else: the module to import, alone
+            raise RunError(f"cannot load the model in {folder}: {err}{fix}") from err
         config, max_length = model.config, model_max_length(max_length, model, folder)
         task = task_of(getattr(config, "problem_type", None) or None, config.num_labels)
         classes = None if task == "regression" else class_names(getattr(config, "id2label", None), config.num_labels)
