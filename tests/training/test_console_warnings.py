@@ -15,7 +15,7 @@ from pathlib import Path
 import huggingface_hub.utils
 import transformers
 
-from attnpool.training.progress import quiet_third_party
+from attnpool.training.progress import quiet_library_call, quiet_third_party
 
 
 def test_a_run_passes_the_warnings_it_shows_to_the_callers_showwarning(capfd):
@@ -61,3 +61,29 @@ def test_a_run_restores_huggingface_hubs_groups_and_transformers_bars():
         (transformers.utils.logging.enable_progress_bar if bars else transformers.utils.logging.disable_progress_bar)()
         states.clear()
         states.update(before)
+
+
+def test_a_handler_shared_with_the_root_logger_keeps_everyone_else_s_records():
+    """Turning transformers' handlers down to ERROR by level also silenced a handler the caller (or pytest's capture)
+    had on the root logger too: attnpool's own warnings during predict vanished from it."""
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.name, record.levelno))
+
+    shared, library, root = Keep(), logging.getLogger("transformers"), logging.getLogger()
+    library.addHandler(shared)
+    root.addHandler(shared)
+    try:
+        with quiet_library_call():
+            logging.getLogger("attnpool.runs.folds").warning("leaving out fold 1")
+            logging.getLogger("transformers.modeling_utils").warning("a library warning")
+            logging.getLogger("transformers.modeling_utils").error("a library error")
+        assert ("attnpool.runs.folds", logging.WARNING) in records
+        assert ("transformers.modeling_utils", logging.WARNING) not in records
+        assert ("transformers.modeling_utils", logging.ERROR) in records
+        assert shared.filters == [] and shared.level == logging.NOTSET  # as it was
+    finally:
+        library.removeHandler(shared)
+        root.removeHandler(shared)

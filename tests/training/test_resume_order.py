@@ -12,6 +12,7 @@ from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
 from torch.utils.data import BatchSampler
 from trainer_helpers import StopAt2, tiny_model, tiny_trainer, weights
 
+from attnpool.training import arguments
 from attnpool.training.trainer import last_complete_checkpoint
 
 
@@ -133,10 +134,12 @@ def test_a_resumed_folds_training_time_counts_the_calls_before_it(tmp_path):
     assert 1000 < resumed.train_seconds() < 1000 + first.train_seconds() + 60
 
 
-def test_a_resumed_folds_logs_cover_the_same_steps_and_its_train_loss_all_of_them(tmp_path):
+def test_a_resumed_folds_logs_cover_the_same_steps_and_its_train_loss_all_of_them(tmp_path, monkeypatch):
     """Logging every 2 steps and saving every 3: the loss summed since the last log is in no checkpoint, so the first
     log after a resume averaged other steps; and train_loss averaged the resumed call's steps only (0.0 for a fold
-    resumed where it had finished)."""
+    resumed where it had finished). The recipe now logs at a divisor of the save interval where one is near a quarter
+    epoch (here every step); a prime interval keeps the quarter epoch, and logs that straddle a save, as here."""
+    monkeypatch.setattr(arguments, "logging_steps", lambda steps_per_epoch, eval_steps=None: 2)
     options = {"epochs": 1.0, "eval_steps": 3}  # 36 training rows in batches of 4: 9 steps, a log every 2
 
     class KillAt3(transformers.TrainerCallback):

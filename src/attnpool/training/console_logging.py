@@ -245,15 +245,18 @@ def _others_to_file(log_handler: logging.Handler) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _logger_to_file(library: logging.Logger, log_handler: logging.Handler | None) -> Iterator[None]:
-    """A library's own (console) handlers turned down to errors, and its records sent to ``log_handler`` only.
+    """A library's own (console) handlers pass only its errors, and its records go to ``log_handler`` only.
 
-    With a ``log_handler`` the library's records stop propagating for the run (transformers' do under CI=true): not
-    to the console's handler on the root logger, nor to ``log_handler`` a second time from there.
+    The handlers get a filter rather than a level: one may be shared with other loggers (a caller's handler also on
+    the root logger, pytest's capture), whose records must still pass. With a ``log_handler`` the library's records
+    stop propagating for the run (transformers' do under CI=true): not to the console's handler on the root logger,
+    nor to ``log_handler`` a second time from there.
     """
-    levels = [(handler, handler.level) for handler in library.handlers]
+    handlers = list(library.handlers)
     propagate = library.propagate
-    for handler, level in levels:
-        handler.setLevel(max(level, logging.ERROR))
+    errors_only = _ErrorsOnly(library.name)
+    for handler in handlers:
+        handler.addFilter(errors_only)
     if log_handler is not None:
         library.addHandler(log_handler)
         library.propagate = False
@@ -263,8 +266,15 @@ def _logger_to_file(library: logging.Logger, log_handler: logging.Handler | None
         if log_handler is not None:
             library.removeHandler(log_handler)
         library.propagate = propagate
-        for handler, level in levels:
-            handler.setLevel(level)
+        for handler in handlers:
+            handler.removeFilter(errors_only)
+
+
+class _ErrorsOnly(logging.Filter):
+    """Drops the records below ERROR of one logger and its children (``name``); passes every other logger's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or not super().filter(record)  # Filter(name): that logger's records
 
 
 def _plain(show: Any) -> bool:
