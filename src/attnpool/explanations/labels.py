@@ -6,7 +6,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from attnpool.data.columns import label_sets
+from attnpool.data.errors import DataError
 from attnpool.data.numbers import class_key
 from attnpool.json_values import is_missing, json_value
 from attnpool.tasks import label_text
@@ -15,13 +18,16 @@ from attnpool.tasks import label_text
 def label_list(labels: Any, texts: list[str], one_text: bool) -> list[Any] | None:
     """One label per text, by position (a Series' index is not), every missing one (:func:`is_missing`) as ``None``.
 
-    With one text (``texts`` given as a string), a single label may be given as it is: ``"c1"``, ``0.5``.
+    With one text (``texts`` given as a string), a single label may be given as it is: ``"c1"``, ``0.5``. A
+    DataFrame gives one label a row (``df[["y1", "y2"]]``: a list of two numbers; a one-column frame: the cells).
 
     Raises:
         ValueError: A single label for several texts, or not one label per text.
     """
     if labels is None:
         return None
+    if isinstance(labels, pd.DataFrame):  # iterating a frame gives its column names, not its rows
+        labels = labels.iloc[:, 0].tolist() if labels.shape[1] == 1 else labels.to_numpy().tolist()
     single = isinstance(labels, str | bytes) or not isinstance(labels, Iterable) or (
         isinstance(labels, np.ndarray) and labels.ndim == 0)
     if single and not one_text:
@@ -62,7 +68,13 @@ def check_numeric(labels: list[Any] | None, num_labels: int) -> None:
 
 def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names: list[str] | None,
                     config: Any) -> tuple[Any, float | None]:
-    """The label as the report shows it and the example's error (``None`` where it has none)."""
+    """The label as the report shows it and the example's error (``None`` where it has none).
+
+    The error is the absolute error (mean over outputs) for regression, 0 or 1 for a single-label class, and for
+    multi-label classification the Hamming loss: the share of the classes (the model's, and any other the label
+    names) that the prediction (probability >= 0.5) gets wrong. It is 0 exactly when the predicted set is the
+    label's (what the metrics' multilabel accuracy counts), so ``error > 0`` marks the example misclassified.
+    """
     if label is None:
         return None, None
     if problem_type == "regression":
@@ -81,7 +93,30 @@ def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names
         if index is None:
             return label_text(label), None
         return (names[index] if names else index), float(index != int(np.argmax(prediction)))
-    return json_value(label.tolist() if isinstance(label, np.ndarray) else label), None
+    shown = json_value(label.tolist() if isinstance(label, np.ndarray) else label)
+    return shown, _hamming(label, prediction, names)
+
+
+def _hamming(label: Any, prediction: np.ndarray, names: list[str] | None) -> float | None:
+    """The share of classes a multi-label prediction gets wrong; ``None`` for a label that is no set of classes.
+
+    The label is read as training reads a multilabel cell (:func:`attnpool.data.columns.label_sets`): ``"a|b"``, a
+    list of class names, or a list written as text; ``""`` is a row without classes. A multi-hot row of 0s and 1s,
+    one per output (``[1, 0, 1]``), names the classes whose value is 1, unless the classes are numbered.
+    """
+    scores = np.asarray(prediction, dtype=np.float64).ravel()
+    classes = [str(n) for n in (names or range(len(scores)))]
+    values = np.asarray(label) if isinstance(label, list | tuple | np.ndarray) else None
+    if (values is not None and values.shape == scores.shape and values.dtype.kind in "biuf"
+            and np.isin(values, (0, 1)).all() and not all(c.lstrip("-").isdigit() for c in classes)):
+        wanted = {c for c, v in zip(classes, values, strict=True) if v == 1}
+    else:
+        try:
+            (wanted,) = label_sets(pd.Series([label], dtype=object, name="labels"))
+        except DataError:
+            return None
+    predicted = {c for c, p in zip(classes, scores, strict=True) if p >= 0.5}
+    return len(predicted ^ wanted) / max(len(set(classes) | wanted), 1)
 
 
 def _as_index(label: Any) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +108,30 @@ def merge_words(
     for word in words:
         if word.kind == WORD:
             _set_text(word, offsets, texts, tokens_to_string)
+    _keep_marks(words, texts)
     return words
+
+
+def _keep_marks(words: list[Word], texts: Sequence[str | None]) -> None:
+    """Extend each word over the combining marks (accents, vowel signs) that follow it, up to the next word.
+
+    BERT's normalizer strips marks (Unicode category ``M*``), so the offsets of ``"Cafe\u0301"`` (NFD), Hindi
+    ``"\u0939\u0948"`` or Thai ``"\u0e14\u0e35"`` end before the last mark: the word showed without it, and the
+    page put a space between the word and what follows it.
+    """
+    ends: dict[int, int] = {}  # segment -> where the word read last (in input order) may extend to
+    for word in reversed(words):
+        if word.kind != WORD or word.start is None or word.end is None or word.segment not in (0, 1):
+            continue
+        text = texts[word.segment] if word.segment < len(texts) else None
+        limit = ends.get(word.segment, len(text or ""))
+        ends[word.segment] = word.start
+        if text is None or word.text != text[word.start:word.end]:  # whitespace shown as marks: leave it
+            continue
+        end = word.end
+        while end < limit and unicodedata.category(text[end]).startswith("M"):
+            end += 1
+        word.end, word.text = end, text[word.start:end]
 
 
 def _starts_word(position: int, tokens: Sequence[str], offsets: Sequence[tuple[int, int]] | None,
