@@ -150,6 +150,23 @@ def make_run(path, encoder, task="regression", classes=None, folds=2, seed=0, **
     return path
 
 
+UNIMPORTED_POOLER_ERROR = (
+    "Unknown pooler 'mine': this model's pooler 'mine' is defined in module 'mypoolers' (see its config); import it "
+    "before loading (CLI: --import mypoolers; run from the folder holding mypoolers.py, or add that folder to "
+    "PYTHONPATH)")
+
+
+def unimported_pooler_run(path):
+    """A one-fold run under ``path`` whose fold model names the pooler ``mine`` of the module ``mypoolers``, which
+    nothing imported (its loading error: :data:`UNIMPORTED_POOLER_ERROR`)."""
+    run = make_run(path / "run", save_tiny_encoder(path / "encoder"), folds=1)
+    config_file = run / "fold_0" / "model" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["pooling"] = {"type": "mine", "module": "mypoolers", "hidden_size": config["pooling"]["hidden_size"]}
+    config_file.write_text(json.dumps(config))
+    return run
+
+
 def add_oof(path, task="regression", classes=None, *, center=0.5, scale=0.1, rows=40, seed=0):
     """Out-of-fold files for each fold of a `make_run` run: fold K validated the rows with row % folds == K."""
     import numpy as np

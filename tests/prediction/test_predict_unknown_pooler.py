@@ -7,35 +7,19 @@ as export did before it found the registry's error in the chain: predict, serve 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import attnpool
 from attnpool.pooling.registry import UnknownPoolerError
 from attnpool.runs.run import RunError
-from model_helpers import make_run, save_tiny_encoder, write_toy_csv
-
-EXPECTED = ("Unknown pooler 'mine': this model's pooler 'mine' is defined in module 'mypoolers' (see its config); "
-            "import it before loading (CLI: --import mypoolers; run from the folder holding mypoolers.py, or add that "
-            "folder to PYTHONPATH)")
-
-
-def user_pooler_run(path):
-    """A run whose fold models name the pooler ``mine`` of the module ``mypoolers``, which nothing imported."""
-    run = make_run(path / "run", save_tiny_encoder(path / "encoder"), folds=1)
-    config_file = run / "fold_0" / "model" / "config.json"
-    config = json.loads(config_file.read_text())
-    config["pooling"] = {"type": "mine", "module": "mypoolers", "hidden_size": config["pooling"]["hidden_size"]}
-    config_file.write_text(json.dumps(config))
-    return run
+from model_helpers import UNIMPORTED_POOLER_ERROR, unimported_pooler_run, write_toy_csv
 
 
 def test_predict_says_only_what_to_import(tmp_path):
-    run = user_pooler_run(tmp_path)
+    run = unimported_pooler_run(tmp_path)
     write_toy_csv(tmp_path / "test.csv", n=4, seed=1)
     with pytest.raises(RunError) as err:
         attnpool.predict(run, tmp_path / "test.csv", tmp_path / "out.csv", progress=False, device="cpu")
-    assert str(err.value) == f"cannot load the fold model in {run / 'fold_0' / 'model'}: {EXPECTED}"
+    assert str(err.value) == f"cannot load the fold model in {run / 'fold_0' / 'model'}: {UNIMPORTED_POOLER_ERROR}"
     assert isinstance(err.value.__cause__, UnknownPoolerError)  # the registry's error stays in the chain
     assert not (tmp_path / "out.csv").exists()
