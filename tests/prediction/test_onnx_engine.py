@@ -373,9 +373,9 @@ def test_predict_checks_int8_at_its_own_batch_size_and_refuses_a_bad_tolerance_b
                 int8_tolerance=float("nan"))
     assert exports == []
     sizes = []
-    real_check = onnx_ensemble.check
-    monkeypatch.setattr(onnx_ensemble, "check",
-                        lambda self, e, **k: sizes.append(k.get("batch_size")) or real_check(self, e, **k))
+    real_compare = onnx_ensemble.compare  # what predict checks: the written scores (check() judges one run's alone)
+    monkeypatch.setattr(onnx_ensemble, "compare",
+                        lambda self, e, **k: sizes.append(k.get("batch_size")) or real_compare(self, e, **k))
     predict(run, folder / "test.csv", tmp_path / "int8.csv", progress=False, backend="onnx", quantize="int8",
             int8_tolerance=1.0, batch_size=3)
     assert sizes == [3]

@@ -218,6 +218,16 @@ class OnnxFoldEnsemble:
             RunError: the largest difference exceeds ``tolerance``, or is not finite (a NaN score).
         """
         check_tolerance(tolerance)
+        reference, quantized = self.compare(encodings, rows=rows, batch_size=batch_size)
+        return check_scores(reference, quantized, tolerance=tolerance, quantize=self.quantize)
+
+    def compare(self, encodings: dict[str, list], *, rows: int = CALIBRATION_ROWS,
+                batch_size: int | None = None) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """The float32 PyTorch scores of the first ``rows`` rows, and this ensemble's at each batch size checked.
+
+        What :meth:`check` judges; a caller that writes something else than these scores (a blend of runs) judges
+        what it writes with :func:`check_scores`. The batch sizes are those of :meth:`check`.
+        """
         if self.quantize == "none":
             raise ValueError("check() compares a quantized ensemble with its float32 models; this one is float32")
         reference = self.reference or FoldEnsemble.load(self.run, self.folds, self.how)
@@ -226,20 +236,30 @@ class OnnxFoldEnsemble:
         theirs = reference.scores(head, batch_size=CHECK_BATCH, device=where, precision="fp32")
         del reference  # before a RunError, whose traceback would hold this frame (and the models) alive
         sizes = sorted({1, CHECK_BATCH, *([int(batch_size)] if batch_size else [])})
-        count = len(theirs)
-        errors = [float(np.max(np.abs(self.scores(head, batch_size=size) - theirs))) for size in sizes] if count else []
-        diff = float("nan") if np.isnan(errors).any() else max(errors, default=0.0)  # a NaN score: refused below
-        measured = f"over the first {count} rows scored in batches of {', '.join(map(str, sizes))}"
-        if not np.isfinite(diff):  # NaN > tolerance is False: a NaN score passed the check
-            raise RunError(f"the {self.quantize} ONNX models' scores differ from the float32 models' by {diff} (a "
-                           f"non-finite score) {measured}; predict with --quantize none")
-        if not diff <= tolerance:
-            raise RunError(f"the {self.quantize} ONNX models depart from the float32 models by up to {diff:.4g} "
-                           f"(largest |difference| of a score {measured}), above the tolerance of {tolerance:g}; "
-                           "predict with --quantize none, or raise --int8-tolerance if that is acceptable for your use")
-        logger.info("%s ONNX models agree with float32 to %.3g (largest |difference| of a score %s; tolerance %g)",
-                    self.quantize, diff, measured, tolerance)
-        return diff
+        return theirs, {size: self.scores(head, batch_size=size) for size in sizes}
+
+
+def check_scores(reference: np.ndarray, quantized: dict[int, np.ndarray], *, tolerance: float,
+                 quantize: str = "int8", what: str = "") -> float:
+    """The largest |quantized - reference| score over the batch sizes; ``RunError`` above ``tolerance`` or not finite.
+
+    ``reference``: the float32 scores of the calibration rows; ``quantized``: the quantized ones, by batch size
+    (:meth:`OnnxFoldEnsemble.compare`, or a blend of them); ``what``: words added after the figure's description.
+    """
+    count = len(reference)
+    errors = [float(np.max(np.abs(np.asarray(s) - reference))) for s in quantized.values()] if count else []
+    diff = float("nan") if np.isnan(errors).any() else max(errors, default=0.0)  # a NaN score: refused below
+    measured = f"over the first {count} rows scored in batches of {', '.join(map(str, sorted(quantized)))}{what}"
+    if not np.isfinite(diff):  # NaN > tolerance is False: a NaN score passed the check
+        raise RunError(f"the {quantize} ONNX models' scores differ from the float32 models' by {diff} (a "
+                       f"non-finite score) {measured}; predict with --quantize none")
+    if not diff <= tolerance:
+        raise RunError(f"the {quantize} ONNX models depart from the float32 models by up to {diff:.4g} "
+                       f"(largest |difference| of a score {measured}), above the tolerance of {tolerance:g}; "
+                       "predict with --quantize none, or raise --int8-tolerance if that is acceptable for your use")
+    logger.info("%s ONNX models agree with float32 to %.3g (largest |difference| of a score %s; tolerance %g)",
+                quantize, diff, measured, tolerance)
+    return diff
 
 
 def check_tolerance(tolerance: float) -> float:

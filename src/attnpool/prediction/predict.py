@@ -27,7 +27,13 @@ from attnpool.options import file_path
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
-from attnpool.prediction.onnx_engine import INT8_TOLERANCE, OnnxFoldEnsemble, check_tolerance
+from attnpool.prediction.onnx_engine import (
+    CALIBRATION_ROWS,
+    INT8_TOLERANCE,
+    OnnxFoldEnsemble,
+    check_scores,
+    check_tolerance,
+)
 from attnpool.prediction.parts import Parts, manifest
 from attnpool.prediction.positions import cap_max_length, saved_position_limit
 from attnpool.runs.lock import RunLock
@@ -113,7 +119,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         backend: ``torch`` (default), or ``onnx``: ONNX Runtime on each fold's graph, exported once into the run
             (``fold_K/onnx/``) and reused (the graphs are float32 or int8: ``precision`` bf16 or fp16 is refused).
         quantize: With ``backend="onnx"``: ``none`` or ``int8`` (dynamic quantization; refused, with the figure,
-            when it departs from the float32 models by more than ``int8_tolerance`` on the first rows).
+            when the scores written (a blend's, blended) depart from float32's by more than ``int8_tolerance`` on
+            the first 128 rows of the input, whatever ``chunk_rows``).
         int8_tolerance: The largest |int8 - float32| difference of a score accepted on the calibration rows.
         threads: CPU threads of the model (PyTorch's or ONNX Runtime's intra-op pool); default: one per physical
             core (:func:`attnpool.threads.set_threads`).
@@ -190,7 +197,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         # the id column, as serve and explain take it: the training file's, else the configured one (default "id")
         id_col = info.get("id_col") or inputs[0][0].cfg.id_col
         forward = {"batch_size": batch_size, "device": device, "precision": precision}
-        tolerance = int8_tolerance if quantize != "none" else None  # checked on the first chunk predicted
+        tolerance = int8_tolerance if quantize != "none" else None  # checked before the first chunk predicted
         bar = _progress_bar(input_file, progress)
         rows = count = 0
         try:
@@ -204,9 +211,11 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                         parts.check(index, chunks[0])
                         bar.update(len(chunks[0]))
                     else:
-                        parts.write(index, _chunk_output(chunks, members, inputs, blend, id_col, tolerance, bar,
-                                                         forward, rows - len(chunks[0])), source=chunks[0])
-                        tolerance = None
+                        if tolerance is not None:  # on the input's first rows, whatever the chunk size
+                            _check_int8(members, inputs, blend, tolerance, batch_size)
+                            tolerance = None
+                        parts.write(index, _chunk_output(chunks, members, inputs, blend, id_col, bar, forward,
+                                                         rows - len(chunks[0])), source=chunks[0])
                     del chunks  # before the next chunk is read: one chunk (of each run) in memory
                 bar.total = bar.n  # the counted lines were an estimate
         except (DataError, ScoresNotFinite):
@@ -268,8 +277,42 @@ def _next_chunks(streams: list) -> list | None:
     return None if chunks[0] is None else chunks
 
 
+def _check_int8(members: list, inputs: list, blend: RunBlend | None, tolerance: float, batch_size: int) -> None:
+    """Refuse int8 whose written scores depart from float32's by more than ``tolerance`` on the input's first rows.
+
+    The first :data:`CALIBRATION_ROWS` rows of the input (read apart from the chunks: whatever ``chunk_rows``), each
+    run's views averaged and the runs blended as :func:`_chunk_output` does: a blend rescales each run's scores, so
+    a run's error that passes alone can be magnified in what is written. Each run's own figure is in the message.
+    """
+    references, quantized = [], []
+    for member, member_inputs in zip(members, inputs, strict=True):
+        calibration = next(iter(member_inputs[0].chunks(CALIBRATION_ROWS)), None)
+        if calibration is None:
+            return
+        views = [member.compare(_encode_apart(v, calibration), batch_size=batch_size) for v in member_inputs]
+        references.append(sum(reference for reference, _ in views) / len(views))
+        quantized.append({size: sum(q[size] for _, q in views) / len(views) for size in views[0][1]})
+    if blend is None:
+        check_scores(references[0], quantized[0], tolerance=tolerance, quantize=members[0].quantize)
+        return
+    alone = ", ".join(f"{max(float(np.max(np.abs(s - r), initial=0.0)) for s in q.values()):.3g}"
+                      for r, q in zip(references, quantized, strict=True))
+    blended = {size: blend.combine([q[size] for q in quantized]) for size in quantized[0]}
+    check_scores(blend.combine(references), blended, tolerance=tolerance, quantize=members[0].quantize,
+                 what=f", blended as written (each of the {len(members)} runs alone: {alone})")
+
+
+def _encode_apart(view_inputs: PredictionInputs, chunk) -> dict[str, list]:
+    """``chunk``'s token lists, left out of the counts the inputs log (its rows are counted when predicted)."""
+    counts = dict(view_inputs.counts)
+    try:
+        return view_inputs.encode(chunk)[1]
+    finally:
+        view_inputs.counts = counts
+
+
 def _chunk_output(chunks: list, members: list, inputs: list, blend: RunBlend | None, id_col: str | None,
-                  tolerance: float | None, bar, forward: dict, offset: int = 0):
+                  bar, forward: dict, offset: int = 0):
     """The written columns of one chunk: every run's fold ensemble over each of its views, blended.
 
     In a function of its own so that the chunk's frames and token lists are freed when it returns. ``offset``: the
@@ -281,8 +324,6 @@ def _chunk_output(chunks: list, members: list, inputs: list, blend: RunBlend | N
         for k, view_inputs in enumerate(member_inputs):
             member_frame, encodings = view_inputs.encode(chunks[j])
             frame = member_frame if frame is None else frame
-            if tolerance is not None:
-                member.check(encodings, tolerance=tolerance, batch_size=forward["batch_size"])
             # the bar counts each row once, when its last run's last view is done
             last = j == len(members) - 1 and k == len(member_inputs) - 1
             seen.append(member.scores(encodings, on_batch=bar.update if last else None, **forward))
