@@ -49,3 +49,11 @@ def test_weights_that_do_not_sum_to_one_fail_naming_it(scratch_registry):
     with pytest.raises(AssertionError, match="^weights sum to 1: "):
         check_pooler(HalfWeights)
 
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_pooler_given_comes_back_in_the_mode_it_was_in(training):
+    """check_pooler left a caller's pooler in eval mode: a model checked mid-training then trained without dropout."""
+    pooler = attnpool.build_pooler("multihead_attention", 16, num_heads=2, dropout=0.1).train(training)
+    check_pooler(pooler)
+    assert pooler.training is training and all(m.training is training for m in pooler.modules())

@@ -44,7 +44,15 @@ def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int 
         pooler = pooler_or_class(hidden_size, **options)
     else:
         pooler = pooler_or_class
+    was_training = pooler.training
     pooler.eval()
+    try:
+        _check_contract(pooler)
+    finally:
+        pooler.train(was_training)  # a caller's pooler goes back in the mode it came in (it stayed in eval)
+
+
+def _check_contract(pooler: Pooler) -> None:
     hidden, mask = _batch(pooler, _LENGTHS, seq_len=max(_LENGTHS))
     try:
         pooled, weights = _call(pooler, hidden, mask)
