@@ -23,3 +23,14 @@ def test_predict_says_only_what_to_import(tmp_path):
     assert str(err.value) == f"cannot load the fold model in {run / 'fold_0' / 'model'}: {UNIMPORTED_POOLER_ERROR}"
     assert isinstance(err.value.__cause__, UnknownPoolerError)  # the registry's error stays in the chain
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_explain_names_the_folder_of_the_model_it_cannot_build(tmp_path):
+    """explain gave the registry's message without the folder (it loads the fold model itself, not through
+    load_fold_models): which model of which run was not said."""
+    run = unimported_pooler_run(tmp_path)
+    write_toy_csv(tmp_path / "test.csv", n=4, seed=1)
+    with pytest.raises(RunError) as err:
+        attnpool.explain_file(run, tmp_path / "test.csv", tmp_path / "report.html")
+    assert str(err.value) == f"cannot load the model in {run / 'fold_0' / 'model'}: {UNIMPORTED_POOLER_ERROR}"
+    assert not (tmp_path / "report.html").exists()

@@ -18,15 +18,21 @@ from attnpool.explanations.page import report_paths, write_report
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.options import file_path
+from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.precision import inference_device
 from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
-from attnpool.runs.run import RUN_FILE, Run
+from attnpool.runs.run import RUN_FILE, Run, RunError
 
 logger = logging.getLogger("attnpool.explain")
 
 
 def _load_model(folder: Path):
-    model = AttnPoolForSequenceClassification.from_pretrained(folder)
+    try:
+        model = AttnPoolForSequenceClassification.from_pretrained(folder)
+    except ValueError as err:  # a user's pooler not imported: the registry's message, with the folder it is in
+        if (unknown := unknown_pooler_in(err)) is None:
+            raise
+        raise RunError(f"cannot load the model in {folder}: {unknown}") from err
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError) as err:
