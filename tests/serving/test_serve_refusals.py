@@ -134,3 +134,10 @@ def test_a_refused_load_leaves_the_thread_settings_as_they_were(classifier, one_
     with pytest.raises((ValueError, RunError)):
         call(classifier)
     assert torch.get_num_threads() == 1 and "TOKENIZERS_PARALLELISM" not in os.environ
+
+
+def test_a_max_length_with_no_room_for_text_is_refused_at_start_up(classifier):
+    """--max-length 2 on a model folder started, then every request failed with the same error."""
+    with pytest.raises(ValueError, match=r"^max_length 2 \(--max-length\) leaves no room for text: the tokenizer "
+                                         r"\w+ adds 2 special tokens to each text; give --max-length 3 or more"):
+        Service.load(classifier, device="cpu", precision="fp32", max_length=2, threads=torch.get_num_threads())

@@ -35,7 +35,7 @@ from attnpool._version import __version__
 from attnpool.config import TrainConfig
 from attnpool.data.batching import ENCODING_KEYS
 from attnpool.data.columns import build_texts, text_fields
-from attnpool.data.context import CONTEXT_FIELD, is_context_pair
+from attnpool.data.context import CONTEXT_FIELD, check_room, is_context_pair
 from attnpool.data.pppm import PPPM_FIELDS
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.task import context_columns
@@ -128,7 +128,8 @@ class Service:
             RunError: Not a run nor a model folder, no such trained fold, a fold model or tokenizer that cannot be
                 loaded; ``max_length`` given for a run (it has its own), or over what a model folder's encoder reads.
             ValueError: A bad ``ensemble``, ``precision`` or ``context_view`` (or one other than ``with`` for a model
-                folder or a run without a group context); a ``max_length`` that is not an integer >= 1.
+                folder or a run without a group context); a ``max_length`` that is not an integer >= 1, or that leaves
+                a model folder's tokenizer no room for text beside its special tokens.
         """
         source = Path(source)
         check_max_length(max_length)
@@ -200,6 +201,7 @@ class Service:
                                                      "tokenizer=tokenizer)")  # else: the module to import, alone
             raise RunError(f"cannot load the model in {folder}: {err}{fix}") from err
         config, max_length = model.config, model_max_length(max_length, model, folder)
+        check_room(tokenizer, max_length, pair=False)  # at start-up, not in each request (a pair needs more: per row)
         task = task_of(getattr(config, "problem_type", None) or None, config.num_labels)
         classes = None if task == "regression" else class_names(getattr(config, "id2label", None), config.num_labels)
         ensemble = FoldEnsemble(task, [], [model], np.array([1.0]), tokenizer)
