@@ -146,3 +146,14 @@ def test_own_peak_is_this_process_s_high_water_mark_in_bytes_with_or_without_pro
     for name, expected in (("linux", 2048 * 1024), ("darwin", 2048)):
         monkeypatch.setattr(allocator.sys, "platform", name)
         assert allocator.own_peak_bytes() == expected
+
+
+def test_own_peak_is_none_where_neither_proc_nor_resource_exists(monkeypatch):
+    """Windows has neither: attnpool still imports, and the peak is unknown rather than an error."""
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(allocator, "Path", no_proc)
+    monkeypatch.setattr(allocator, "resource", None)
+    assert allocator.own_peak_bytes() is None

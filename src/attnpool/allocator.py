@@ -25,11 +25,15 @@ import ctypes.util
 import functools
 import os
 import platform
-import resource
 import sys
 from pathlib import Path
 
 from attnpool.options import switched_off
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 
 # mallopt parameters, from glibc's <malloc.h>
 M_TRIM_THRESHOLD = -1
@@ -109,14 +113,14 @@ def largest_parameter_bytes(model) -> int:
     return max(sizes, default=0)
 
 
-def own_peak_bytes() -> int:
+def own_peak_bytes() -> int | None:
     """This process's peak resident memory in bytes: ``VmHWM``, the high-water mark of its own address space.
 
     Not the ``ru_maxrss`` its parent gets from ``os.wait4``: on Linux that also counts the peak of the process it was
     started from (``exec`` keeps the high-water mark of the memory it replaces), so a child started by a process
     holding models (a compare called by ``benchmarks/quality.py``, a benchmark's memory child) would report at least
     that process's peak. ``VmHWM`` starts anew at ``exec``. Where ``/proc`` is missing (macOS), this process's own
-    ``ru_maxrss`` (bytes on macOS, KiB on Linux), which may carry the same inherited peak.
+    ``ru_maxrss`` (bytes on macOS, KiB on Linux), which may carry the same inherited peak; ``None`` on Windows.
     """
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -124,5 +128,7 @@ def own_peak_bytes() -> int:
                 return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
     except OSError:
         pass
+    if resource is None:
+        return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024

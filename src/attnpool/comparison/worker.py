@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnpool train: error: {err}", file=sys.stderr)
         return BAD_INPUT
     finally:
-        if args.peak_file is not None:  # written last: the peak of the whole run, loading and evaluating included
-            atomic_write_text(args.peak_file, str(own_peak_bytes()))
+        peak = own_peak_bytes() if args.peak_file is not None else None
+        if peak is not None:  # written last: the peak of the whole run, loading and evaluating included
+            atomic_write_text(args.peak_file, str(peak))
     return 0 if result.complete else INCOMPLETE
 
 

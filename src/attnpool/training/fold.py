@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import shutil
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 from safetensors import safe_open
 from transformers import set_seed
 
+from attnpool.allocator import own_peak_bytes
 from attnpool.config import TrainConfig
 from attnpool.data.batching import length_sorted_batches
 from attnpool.data.columns import template_fields
@@ -45,11 +45,6 @@ from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress
 from attnpool.training.tracking import FoldTracking, run_name
 from attnpool.training.trainer import last_complete_checkpoint, make_trainer, weights_sharded
-
-try:
-    import resource
-except ImportError:  # Windows
-    resource = None
 
 logger = logging.getLogger("attnpool.train")
 
@@ -188,14 +183,12 @@ def _peak_memory_start(device: torch.device) -> None:
 def _peak_memory_bytes(device: torch.device) -> int | None:
     """CUDA: the most memory the tensors took since the fold started. CPU: the process's peak RSS so far (all folds).
 
-    The CPU figure cannot be reset: it is the high-water mark of the whole process, fold 0 included.
+    The CPU figure cannot be reset: it is the high-water mark of the whole process, fold 0 included
+    (:func:`~attnpool.allocator.own_peak_bytes`; ``None`` on Windows).
     """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    if resource is None:  # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+    return own_peak_bytes()
 
 
 def eval_order(encodings: dict[str, list], valid_idx: np.ndarray, batch_size: int) -> np.ndarray:
