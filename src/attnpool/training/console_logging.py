@@ -190,10 +190,15 @@ def quiet_library_call() -> Iterator[None]:
     """
     with contextlib.ExitStack() as stack:
         if get_verbosity() != "verbose":
-            stack.enter_context(_no_library_bars())
-            for name in _QUIET_LOGGERS:
-                stack.enter_context(_logger_to_file(logging.getLogger(name), None))
+            _quiet_libraries(stack, None)
         yield
+
+
+def _quiet_libraries(stack: contextlib.ExitStack, log_handler: logging.Handler | None) -> None:
+    """On ``stack``: the libraries' bars off, and transformers' and mlflow's records to ``log_handler`` only."""
+    stack.enter_context(_no_library_bars())
+    for name in _QUIET_LOGGERS:
+        stack.enter_context(_logger_to_file(logging.getLogger(name), log_handler))
 
 
 def _package_dirs() -> tuple[str, ...]:
@@ -223,9 +228,7 @@ def quiet_third_party(log_handler: logging.Handler | None = None) -> Iterator[No
             _detail.addHandler(log_handler)
             stack.callback(_detail.removeHandler, log_handler)
         if get_verbosity() != "verbose":
-            stack.enter_context(_no_library_bars())
-            for name in _QUIET_LOGGERS:
-                stack.enter_context(_logger_to_file(logging.getLogger(name), log_handler))
+            _quiet_libraries(stack, log_handler)
             if log_handler is not None:
                 stack.enter_context(_others_to_file(log_handler))
             stack.enter_context(_warnings_to_file(_package_dirs()))
