@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
-from attnpool.data.numbers import class_key
+from attnpool.data.numbers import class_key, flags_and_numbers
 from attnpool.json_values import is_missing
 from attnpool.tasks import TASKS, label_text
 
@@ -259,8 +259,7 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
             "needs a class: fill them in or drop those rows"
         )
     values = [v.item() if isinstance(v, np.generic) else v for v in column.tolist()]
-    flags = sorted({v for v in values if isinstance(v, bool)})
-    numbers = sorted({v for v in values if isinstance(v, int | float) and not isinstance(v, bool)})
+    flags, numbers = flags_and_numbers(values)
     if flags and numbers:  # JSONL's true and 1: one class to the writer, two to predict ("True" and "1")
         raise DataError(f"column {label_col!r} writes classes both as true/false ({_values(flags)}) and as numbers "
                         f"({_values(numbers)}); predict reads true and 1 as two classes: write each class one way, "

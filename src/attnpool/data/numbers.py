@@ -33,3 +33,14 @@ def class_key(label: Any) -> str:
     if isinstance(number, int | np.integer) and not isinstance(number, bool):
         return str(int(number))
     return label_text(float(number)) if isinstance(number, float | np.floating) else label_text(label)
+
+
+def flags_and_numbers(values: list[Any]) -> tuple[list[bool], list[int | float]]:
+    """The distinct true/false values and the distinct numbers (not bools) among plain labels, each sorted.
+
+    JSON's ``true`` and ``1`` are one class to Python (``True == 1``) but two to predict (``"True"``, ``"1"``): a
+    label column, or the training and validation files together, must write its classes one way or the other.
+    """
+    flags = sorted({v for v in values if isinstance(v, bool)})
+    numbers = sorted({v for v in values if isinstance(v, int | float) and not isinstance(v, bool)})
+    return flags, numbers

@@ -27,6 +27,7 @@ from attnpool.data.context import (
 from attnpool.data.datasets import ContextDropoutDataset, EncodedDataset
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
+from attnpool.data.numbers import flags_and_numbers
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import read_table
 
@@ -304,9 +305,8 @@ def _refuse_flags_beside_numbers(train: pd.DataFrame, valid: pd.DataFrame, cfg: 
         return
     written = {}  # file -> ("true/false" or "numbers", its values); a file mixing both is left to its own check
     for name, frame in ((train_name, train), (str(cfg.valid_file), valid)):
-        values = {v.item() if isinstance(v, np.generic) else v for v in frame[cfg.label].dropna().tolist()}
-        flags = sorted(v for v in values if isinstance(v, bool))
-        numbers = sorted(v for v in values if isinstance(v, int | float) and not isinstance(v, bool))
+        flags, numbers = flags_and_numbers([v.item() if isinstance(v, np.generic) else v
+                                            for v in frame[cfg.label].dropna().tolist()])
         if bool(flags) != bool(numbers):
             written[name] = ("true/false", flags) if flags else ("numbers", numbers)
     if len({kind for kind, _ in written.values()}) == 2:
