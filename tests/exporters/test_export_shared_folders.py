@@ -3,6 +3,7 @@ adapter folder; and the ONNX card's snippet for a model trained on text pairs.""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -15,6 +16,7 @@ from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.model.card import CARD_FILE, model_card
 from attnpool.model.card_facts import TrainingFacts
 from attnpool.model.card_sections import PLACEHOLDER
+from attnpool.model.sources import adapter_advice
 from model_helpers import tiny_config, tiny_tokenizer
 
 ort = pytest.importorskip("onnxruntime")
@@ -106,9 +108,23 @@ def test_a_peft_adapter_folder_is_named_with_how_to_merge_it_for_export(tmp_path
     model = peft.get_peft_model(_model(0), peft.LoraConfig(task_type=None, r=4, target_modules=["query"]))
     model.save_pretrained(tmp_path / "my-lora")
     assert (tmp_path / "my-lora" / "adapter_config.json").is_file()
-    with pytest.raises(FileNotFoundError, match=r"is a LoRA \(peft\) adapter, not a whole model: merge it .*"
-                       r"PeftModel\.from_pretrained\(.*merge_and_unload\(\)\.save_pretrained"):
+    (tmp_path / "my-lora" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/m/base"}))
+    with pytest.raises(FileNotFoundError) as err:
         resolve_model_dir(tmp_path / "my-lora")
+    # the advice from_pretrained gives (model.sources.adapter_advice), with the adapter's own base model filled in
+    assert str(err.value) == (f"{tmp_path / 'my-lora'} has no config.json{adapter_advice(tmp_path / 'my-lora')}; "
+                              "then export that folder: attnpool export --model my-model ...")
+    assert "AttnPoolForSequenceClassification.from_pretrained('/m/base')" in str(err.value)
+
+
+def test_a_model_file_given_for_its_folder_names_the_folder(tmp_path):
+    """export said only "is a file"; the model loaders also name the folder to give instead."""
+    model = _model(0)
+    model.save_pretrained(tmp_path / "model")
+    with pytest.raises(FileNotFoundError) as err:
+        resolve_model_dir(tmp_path / "model" / "config.json")
+    assert str(err.value) == (f"the model '{tmp_path / 'model' / 'config.json'}' is a file; give the folder that "
+                              f"holds config.json and model.safetensors: {tmp_path / 'model'}")
 
 
 def test_the_onnx_cards_snippet_feeds_a_text_pair_for_a_model_trained_on_pairs(tmp_path):

@@ -16,6 +16,7 @@ from transformers import AutoTokenizer
 
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.card import CARD_FILE
+from attnpool.model.sources import adapter_advice, file_given
 from attnpool.pooling import available_poolers, get_pooler_class
 from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.runs.run import Run
@@ -113,7 +114,7 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
             "model.safetensors) or the --output-dir of attnpool train"
         )
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} is a file; give the folder that holds config.json and model.safetensors")
+        raise file_given(os.fspath(path), "model")
     if (path / "config.json").is_file():
         if fold is not None:
             raise ValueError(f"fold={fold} is for a train run, but {path} is a single saved model; drop the fold")
@@ -123,13 +124,9 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
             raise ValueError(f"fold={fold} is for a train run, but {path} is one fold's folder (its model is in "
                              f"{path / 'model'}); drop the fold, or give the run's folder with the fold")
         return path / "model"
-    if (path / "adapter_config.json").is_file():  # a peft save_pretrained: LoRA weights, without the base model's
-        raise FileNotFoundError(
-            f"{path} is a LoRA (peft) adapter, not a whole model: merge it into its base model first, then export "
-            "the merged folder: model = peft.PeftModel.from_pretrained(attnpool.AttnPoolForSequenceClassification"
-            f".from_pretrained(BASE), {str(path)!r}); model.merge_and_unload().save_pretrained(\"my-model\", "
-            "tokenizer=tokenizer); attnpool export --model my-model ... (README: Fine-tuning with LoRA)"
-        )
+    if advice := adapter_advice(path):  # a peft save_pretrained: LoRA weights, without the base model's
+        raise FileNotFoundError(f"{path} has no config.json{advice}; then export that folder: attnpool export "
+                                "--model my-model ...")
     run = Run.open(path) if Run.is_run(path) else Run(path)  # a run of another format: refused, as predict does
     if not run.trained_folds():
         present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
