@@ -97,6 +97,16 @@ def test_a_bf16_encoder_gets_a_bf16_pooler_and_head_as_loading_in_bf16_does(sour
     assert out.logits.dtype == loaded(ids, mask).logits.dtype == torch.float32
 
 
+def test_the_pooler_and_head_go_where_a_built_encoder_is():
+    """A GPU encoder got a CPU pooler and head (the meta device stands in for the GPU here)."""
+    with torch.device("meta"):
+        encoder = AutoModel.from_config(tiny_config("bert"))
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, pooling_options={"attn_size": 16})
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    on_cpu = AttnPoolForSequenceClassification.from_encoder(AutoModel.from_config(tiny_config("bert")))
+    assert {p.device.type for p in on_cpu.parameters()} == {"cpu"}
+
+
 @pytest.mark.parametrize("layers", [[], [5], [-4], [0, 3]])
 def test_pooling_layers_outside_the_hidden_states_are_refused(layers):
     with pytest.raises(ValueError, match="pooling_layers"):

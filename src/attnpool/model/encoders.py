@@ -201,27 +201,29 @@ def set_encoder_dropout(config: PretrainedConfig, p: float) -> list[str]:
     return fields
 
 
-def match_encoder_dtype(model: nn.Module, encoder: PreTrainedModel) -> None:
-    """Cast what surrounds a half-precision (or float64) ``encoder`` in ``model``, pooler and head, to its dtype.
+def match_encoder(model: nn.Module, encoder: PreTrainedModel) -> None:
+    """Move what surrounds ``encoder`` in ``model``, pooler and head, to its device and half (or float64) dtype.
 
     ``from_pretrained(dtype=torch.bfloat16)`` loads them so (their logits are float32 all the same); left float32
-    around a bf16 encoder they failed at the first forward (``mat1 and mat2 must have the same dtype``). The encoder
-    itself is left as it is (modules it keeps in float32 stay so).
+    around a bf16 encoder they failed at the first forward (``mat1 and mat2 must have the same dtype``), and left on
+    the CPU around an encoder already on a GPU (``from_encoder(encoder.cuda())``, ``device_map``), at the pooler's
+    first matrix product. The encoder itself is left as it is (modules it keeps in float32 stay so); one spread
+    over devices (``device_map="auto"``) hands its hidden states over on its last parameter's device.
     """
     dtype = encoder.dtype
-    if not dtype.is_floating_point or dtype == torch.float32:
-        return
+    dtype = dtype if dtype.is_floating_point and dtype != torch.float32 else None
+    device = [*encoder.parameters()][-1].device if getattr(encoder, "hf_device_map", None) else encoder.device
 
-    def cast(module: nn.Module) -> None:
+    def place(module: nn.Module) -> None:
         for child in module.children():
             if child is encoder:
                 continue
             if any(m is encoder for m in child.modules()):
-                cast(child)
+                place(child)
             else:
-                child.to(dtype)
+                child.to(device=device, dtype=dtype)
 
-    cast(model)
+    place(model)
 
 
 def position_limit(model: nn.Module) -> int | None:

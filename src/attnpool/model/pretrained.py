@@ -26,7 +26,7 @@ from attnpool.model.encoders import (
     encoder_pooling_defaults,
     freeze_bottom,
     looks_like_local_path,
-    match_encoder_dtype,
+    match_encoder,
     reinit_top,
     set_encoder_dropout,
 )
@@ -351,7 +351,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         model = cls(config, encoder=encoder_model)
         if pooler_instance is not None:
             model._base().pooler.load_state_dict(pooler_instance.state_dict())
-        match_encoder_dtype(model, encoder_model)
+        match_encoder(model, encoder_model)
         if reinit_layers and freeze_layers is not None:
             count = len(encoder_layers(model._base().encoder))
             if reinit_layers + freeze_layers > count:
