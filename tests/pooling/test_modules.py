@@ -10,6 +10,7 @@ import torch.nn.functional as F_nn
 from pool_helpers import HIDDEN, assert_xavier
 from torch import nn
 
+from attnpool.pooling import build_pooler
 from attnpool.pooling.modules import (
     FeedForward,
     GEGLUFeedForward,
@@ -161,3 +162,32 @@ def test_geglu_feed_forward_is_value_times_gelu_of_the_gate():
     inner = mlp.proj_in(x)
     expected = mlp.proj_out(inner[..., :32] * F_nn.gelu(inner[..., 32:]))
     torch.testing.assert_close(mlp(x), expected)
+
+
+@pytest.mark.parametrize(("name", "option", "example"), [
+    ("latent_attention", "mlp_ratio", "mlp_ratio=4.0"),
+    ("class_attention", "mlp_ratio", "mlp_ratio=4.0"),
+    ("multilayer_attention", "mlp_ratio", "mlp_ratio=4.0"),
+    ("attention", "temperature", "temperature=1.0"),
+    ("multihead_attention", "temperature", "temperature=1.0"),
+    ("gated_attention", "temperature", "temperature=1.0"),
+    ("gem", "p", "p=3.0"),
+    ("ggem", "p", "p=3.0"),
+])
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), True, "2"])
+def test_nonsensical_positive_options_are_refused(name, option, example, value):
+    """mlp_ratio=0 built a 1-wide MLP, temperature=nan gave NaN weights, p=inf NaN output: all built silently."""
+    what = "finite" if value == float("inf") else "positive"
+    with pytest.raises(ValueError, match=rf": {option} must be {what}, got {re.escape(repr(value))}; give a finite "
+                       rf"number > 0 \(e\.g\. {re.escape(example)}"):
+        build_pooler(name, 16, **{option: value})
+
+
+@pytest.mark.parametrize(("name", "option", "value"), [
+    ("latent_attention", "mlp_ratio", 0.5), ("class_attention", "mlp_ratio", 1),
+    ("multilayer_attention", "mlp_ratio", 2.0), ("attention", "temperature", 0.05),
+    ("multihead_attention", "temperature", 10), ("gem", "p", 0.02), ("ggem", "p", 64.0),
+])
+def test_positive_options_in_range_are_kept(name, option, value):
+    pooler = build_pooler(name, 16, **{option: value})
+    assert getattr(pooler, option) == value and isinstance(getattr(pooler, option), float)

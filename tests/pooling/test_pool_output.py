@@ -93,6 +93,7 @@ def test_the_readme_example_returns_the_pair_and_passes_check_pooler(scratch_reg
     namespace: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), namespace)  # runs check_pooler itself
     pooler = attnpool.build_pooler("scaled_mean", 8, scale=2.0)
+    assert pooler.has_weights, "the example returns weights, so it declares has_weights = True"
     hidden, mask = torch.randn(2, 5, 8), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     pooled, weights = pooler(hidden, mask, return_weights=True)
     torch.testing.assert_close(pooled[0], 2 * hidden[0, :3].mean(0))

@@ -90,6 +90,18 @@ def test_check_pooler_options_refuses_what_build_pooler_refuses_without_a_hidden
         assert message in str(checked.value) and str(checked.value) == str(built.value), (name, options)
 
 
+@pytest.mark.parametrize("spec", ["attention+meen", "meen+attention", "cls+mean+atention"])
+def test_check_pooler_options_checks_each_part_of_a_combination(spec):
+    """check_pooler_options accepted 'attention+meen': only the combined class was looked up, not its parts."""
+    typo, fixed = ("atention", "attention") if "atention" in spec else ("meen", "mean")
+    message = f"Unknown pooler {typo!r}. Did you mean {fixed!r}?"
+    with pytest.raises(registry.UnknownPoolerError) as checked:
+        registry.check_pooler_options(spec)
+    with pytest.raises(ValueError) as built:
+        build_pooler(spec, 8)
+    assert message in str(checked.value) and str(checked.value) == str(built.value)
+
+
 def test_instance_passes_through_and_its_hidden_size_is_checked():
     pooler = AttentionPooling(8)
     assert build_pooler(pooler) is pooler

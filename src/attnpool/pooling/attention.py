@@ -11,7 +11,7 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
-from attnpool.pooling.modules import Init, check_count, check_switch, xavier_, xavier_parts_
+from attnpool.pooling.modules import Init, check_count, check_positive, check_switch, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.scoring import default_attn_size, gated_scores, init_scorer_, tanh_projection
 from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
@@ -39,11 +39,9 @@ class _ScoredPooling(Pooler):
                 f"got {normalizer!r}"
             )
         self.normalizer = normalizer
-        if temperature <= 0:
-            raise ValueError(f"{type(self).__name__}: temperature must be positive, got {temperature}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
-        self.temperature = float(temperature)
+        self.temperature = check_positive(type(self).__name__, "temperature", temperature, "temperature=1.0")
         self.dropout = float(dropout)
         self.weight_dropout = nn.Dropout(self.dropout)
         if not 0.0 <= cls_share < 1.0:

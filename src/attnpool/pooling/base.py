@@ -100,7 +100,9 @@ class Pooler(nn.Module):
             ``pooled (B, output_dim)``, or ``(pooled, weights)`` when ``return_weights`` is set.
 
         Raises:
-            ValueError: Shapes that do not fit, or missing attention maps for a ``needs_attentions`` pooler.
+            ValueError: Shapes that do not fit, an ``attention_mask`` that is not a tensor, missing attention maps
+                for a ``needs_attentions`` pooler, or hidden states in another dtype than the pooler's parameters
+                (outside autocast) that its operations cannot mix.
             PoolOutputError: :meth:`pool` returned something other than ``(pooled, weights)`` of these shapes (a
                 ``TypeError``; a bug of the pooler, not of its inputs).
         """
@@ -113,7 +115,7 @@ class Pooler(nn.Module):
             if attention_mask is not None:  # without a mask there is no padding to clear
                 hidden_states = self.clear_padding(hidden_states, mask)
             extra = {"attentions": attentions} if self.needs_attentions else {}
-            pooled, weights = self._check_pool_output(self.pool(hidden_states, mask, **extra), mask)
+            pooled, weights = self._call_pool(hidden_states, mask, extra)
         if return_weights:
             return pooled, weights
         return pooled
@@ -144,8 +146,38 @@ class Pooler(nn.Module):
                 extra["attentions"] = attentions.new_zeros(layers, rows, heads, tokens, tokens)
             else:
                 extra["attentions"] = [a.new_zeros(rows, a.shape[1], tokens, tokens) for a in attentions or ()]
-        pooled, weights = self._check_pool_output(self.pool(hidden_states, padding, **extra), padding)
+        pooled, weights = self._call_pool(hidden_states, padding, extra)
         return pooled[:batch], None if weights is None else weights[:batch, ..., :seq_len]
+
+    def _call_pool(self, hidden_states: Tensor, mask: Tensor, extra: dict[str, Any]) -> tuple[Tensor, Tensor | None]:
+        """:meth:`pool`, its result checked; an error of mixed dtypes names the pooler's and the hidden states'.
+
+        A float32 pooler given bf16 hidden states outside autocast failed with PyTorch's ``mat1 and mat2 must have
+        the same dtype``, naming neither. It is caught rather than refused beforehand: several poolers mix dtypes
+        deliberately (``gem``'s ``p``, ``adaptive``'s float32 query, ``weighted_layer``'s logits) and work so.
+        """
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():  # a graph keeps the plain call
+            return self._check_pool_output(self.pool(hidden_states, mask, **extra), mask)
+        try:
+            result = self.pool(hidden_states, mask, **extra)
+        except RuntimeError as err:
+            mismatch = self._dtype_mismatch(hidden_states)
+            if mismatch is None or "type" not in str(err):
+                raise
+            raise ValueError(f"{mismatch} (PyTorch: {str(err).splitlines()[0]})") from err
+        return self._check_pool_output(result, mask)
+
+    def _dtype_mismatch(self, hidden_states: Tensor) -> str | None:
+        """What is wrong when the parameters' floating dtypes differ from the hidden states' outside autocast."""
+        dtypes = {str(p.dtype) for p in self.parameters() if p.is_floating_point()}
+        device = hidden_states.device.type
+        if not dtypes or dtypes == {str(hidden_states.dtype)} or torch.is_autocast_enabled(device):
+            return None
+        return (
+            f"{type(self).__name__}: hidden_states are {hidden_states.dtype} but the pooler's parameters are "
+            f"{' and '.join(sorted(dtypes))}; cast the pooler to the hidden states' dtype "
+            f"(pooler.to(hidden_states.dtype)) or run it under torch.autocast({device!r}, dtype={hidden_states.dtype})"
+        )
 
     def _check_pool_output(self, result: Any, mask: Tensor) -> tuple[Tensor, Tensor | None]:
         """What :meth:`pool` returned, checked: ``pooled (B, output_dim)`` and ``weights`` None, ``(B, [heads,] T)``.
@@ -268,6 +300,12 @@ class Pooler(nn.Module):
             raise ValueError(f"{cls_name}: hidden_states must be a floating-point tensor, got {hidden_states.dtype}")
         if attention_mask is None:
             return torch.ones(batch, seq_len, dtype=torch.bool, device=hidden_states.device)
+        if not isinstance(attention_mask, Tensor):
+            raise ValueError(
+                f"{cls_name}: expected attention_mask to be a torch tensor of shape ({batch}, {seq_len}) or None, got "
+                f"a {type(attention_mask).__name__}; convert it with torch.as_tensor(attention_mask), or tokenize with "
+                "tokenizer(..., return_tensors='pt')"
+            )
         if tuple(attention_mask.shape) != (batch, seq_len):
             raise ValueError(
                 f"{cls_name}: attention_mask of shape {tuple(attention_mask.shape)} does not match hidden_states "

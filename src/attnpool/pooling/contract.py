@@ -20,12 +20,13 @@ _HEADS = 2  # of the synthetic attention maps given to a needs_attentions pooler
 def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int = 16, **options: object) -> None:
     """Run the essential pooling contract on a pooler; raise naming the first property it breaks.
 
-    Checked: ``pool`` returns ``(pooled, weights)`` of the contract's shapes; padded positions, filled with huge
-    values or NaN, change neither the pooled vector nor the weights; weights (where returned) are >= 0, exactly 0 on
-    padding and sum to 1 over the real tokens, per head; a row of padding only pools to finite values; every
+    Checked: ``pool`` returns ``(pooled, weights)`` of the contract's shapes, weights exactly when
+    ``pooler.has_weights`` is set; padded positions, filled with huge values or NaN, change neither the pooled
+    vector nor the weights; weights (where returned) are >= 0, exactly 0 on padding and sum to 1 over the real
+    tokens, per head; a row of padding only pools to finite values; every
     parameter and the input get finite gradients; ``get_config()`` -> :func:`build_pooler` (then
     ``load_state_dict``) gives the identical output; fp16 and bf16 give finite outputs, where the CPU runs the
-    pooler in them.
+    pooler in them. A pooler given keeps its training mode and its parameters' gradients.
 
     Args:
         pooler_or_class: A pooler, a :class:`Pooler` subclass (built with ``hidden_size`` and ``options``) or a
@@ -35,7 +36,7 @@ def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int 
 
     Raises:
         AssertionError: A broken property, named first in the message (``padding invariance: ...``,
-            ``pool return value: ...``).
+            ``pool return value: ...``, ``has_weights: ...``).
         ValueError: The pooler cannot be built, or its config does not rebuild it.
     """
     if isinstance(pooler_or_class, str):
@@ -45,11 +46,14 @@ def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int 
     else:
         pooler = pooler_or_class
     was_training = pooler.training
+    grads = [(param, param.grad) for param in pooler.parameters()]  # a caller's accumulated gradients
     pooler.eval()
     try:
         _check_contract(pooler)
     finally:
         pooler.train(was_training)  # a caller's pooler goes back in the mode it came in (it stayed in eval)
+        for param, grad in grads:  # and with its gradients (the gradient check had set them to None)
+            param.grad = grad
 
 
 def _check_contract(pooler: Pooler) -> None:
@@ -60,6 +64,10 @@ def _check_contract(pooler: Pooler) -> None:
         raise AssertionError(f"pool return value: {err}") from err
     _expect(pooled.shape == (len(_LENGTHS), pooler.output_dim), "output shape",
             f"pooled {tuple(pooled.shape)}, expected {(len(_LENGTHS), pooler.output_dim)} (batch, output_dim)")
+    _expect((weights is not None) == bool(pooler.has_weights), "has_weights",
+            f"{type(pooler).__name__}.has_weights is {pooler.has_weights} but pool returned "
+            f"{'weights' if weights is not None else 'None for them'}: set the class attribute "
+            f"`has_weights = {weights is not None}` (the model card, PoolingMonitor and explanations read it)")
     _check_padding(pooler, hidden, mask, pooled, weights)
     if weights is not None:
         _check_weights(weights, mask)

@@ -13,6 +13,7 @@ from attnpool.pooling.modules import (
     Init,
     check_count,
     check_heads,
+    check_positive,
     check_switch,
     resolve_heads,
     uniform_start_,
@@ -77,7 +78,7 @@ class LatentAttentionPooling(Pooler):
         super().__init__(hidden_size)
         self.num_latents = check_count("LatentAttentionPooling", "num_latents", num_latents)
         self.num_heads, self.head_dim = resolve_heads("LatentAttentionPooling", hidden_size, num_heads, head_dim)
-        self.mlp_ratio = float(mlp_ratio)
+        self.mlp_ratio = check_positive("LatentAttentionPooling", "mlp_ratio", mlp_ratio, "mlp_ratio=4.0")
         inner = self.num_heads * self.head_dim
         self.latents = nn.Parameter(torch.randn(self.num_latents, hidden_size))
         self.norm = nn.LayerNorm(hidden_size)
@@ -219,7 +220,7 @@ class ClassAttentionPooling(Pooler):
     def __init__(self, hidden_size: int, num_heads: int = 1, mlp_ratio: float = 4.0, init: Init = "xavier") -> None:
         super().__init__(hidden_size)
         self.num_heads = check_heads("ClassAttentionPooling", hidden_size, num_heads)
-        self.mlp_ratio = float(mlp_ratio)
+        self.mlp_ratio = check_positive("ClassAttentionPooling", "mlp_ratio", mlp_ratio, "mlp_ratio=4.0")
         self.cls_token = nn.Parameter(torch.empty(1, 1, hidden_size))
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.norm1 = nn.LayerNorm(hidden_size)

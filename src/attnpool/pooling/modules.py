@@ -89,6 +89,21 @@ def check_count(owner: str, name: str, value: Any, minimum: int | None = 1) -> i
     return int(value)
 
 
+def check_positive(owner: str, name: str, value: Any, example: str) -> float:
+    """The option ``name`` of ``owner`` as a float, a finite number > 0 (``example``: a valid value, for the error).
+
+    Written as ``not value > 0`` rather than ``value <= 0``, so that NaN, which compares False either way, is refused.
+
+    Raises:
+        ValueError: Not a number (a bool or text included), NaN, infinite, zero or negative.
+    """
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+    if number is not None and number > 0 and math.isfinite(number):
+        return number
+    what = "finite" if number is not None and number > 0 else "positive"  # inf: not "must be positive"
+    raise ValueError(f"{owner}: {name} must be {what}, got {value!r}; give a finite number > 0 (e.g. {example})")
+
+
 def check_switch(owner: str, name: str, value: Any) -> bool:
     """The on/off option ``name`` of ``owner`` as a bool: a bool, or a word ``--pooling-opt`` reads as one.
 
@@ -156,7 +171,7 @@ class FeedForward(nn.Sequential):
     """``Linear(H, r*H) -> GELU -> Linear(r*H, H)``, Xavier-initialised: the MLP of a transformer block."""
 
     def __init__(self, hidden_size: int, ratio: float) -> None:
-        inner = max(1, round(hidden_size * ratio))
+        inner = max(1, round(hidden_size * check_positive("FeedForward", "mlp_ratio", ratio, "mlp_ratio=4.0")))
         super().__init__(nn.Linear(hidden_size, inner), nn.GELU(), nn.Linear(inner, hidden_size))
         xavier_(self[0], self[2])
 
@@ -169,7 +184,7 @@ class GEGLUFeedForward(nn.Module):
 
     def __init__(self, hidden_size: int, ratio: float) -> None:
         super().__init__()
-        inner = max(1, round(hidden_size * ratio))
+        inner = max(1, round(hidden_size * check_positive("GEGLUFeedForward", "mlp_ratio", ratio, "mlp_ratio=4.0")))
         self.proj_in = nn.Linear(hidden_size, 2 * inner)
         self.proj_out = nn.Linear(inner, hidden_size)
         xavier_(self.proj_in, self.proj_out)

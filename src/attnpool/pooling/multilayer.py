@@ -17,6 +17,7 @@ from attnpool.pooling.modules import (
     check_count,
     check_heads,
     check_num_layers,
+    check_positive,
     resolve_heads,
     uniform_start_,
     xavier_,
@@ -174,7 +175,7 @@ class MultiLayerAttentionPooling(Pooler):
         self.num_queries = check_count("MultiLayerAttentionPooling", "num_queries", num_queries)
         self.num_heads, self.head_dim = resolve_heads("MultiLayerAttentionPooling", hidden_size, num_heads, head_dim)
         self.token = token
-        self.mlp_ratio = float(mlp_ratio)
+        self.mlp_ratio = check_positive("MultiLayerAttentionPooling", "mlp_ratio", mlp_ratio, "mlp_ratio=4.0")
         self.init = init
         self.permutation_invariant = token == "mean"
         inner = self.num_heads * self.head_dim

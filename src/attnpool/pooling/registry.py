@@ -237,7 +237,8 @@ def check_pooler_options(name: str, options: Mapping[str, Any] | None = None) ->
     ``validate``); the values themselves are checked by the pooler when it is built.
 
     Raises:
-        ValueError: Unknown name (with the closest valid one), unknown option (with the valid ones).
+        ValueError: Unknown name or ``+`` part (:class:`UnknownPoolerError`, with the closest valid one), unknown
+            option (with the valid ones).
     """
     _resolve(name, dict(options or {}))
 
@@ -250,6 +251,8 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Pooler], dict[str
             raise ValueError(f"pooler combination {name!r} has an empty part; expected e.g. 'attention+mean'")
         if "poolers" in options:
             raise ValueError(f"pooler combination {name!r} names its poolers already; drop the 'poolers' option")
+        for part in parts:  # each part a known name, as build_pooler would find (check_pooler_options builds none)
+            _get_class(part)
         options = {"poolers": parts, **options}
         name = COMBINED_NAME
     # which module defined a user's pooler (see Pooler.get_config): for the error only, never imported from here,

@@ -8,7 +8,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import check_count
+from attnpool.pooling.modules import check_count, check_positive
 from attnpool.pooling.registry import register_pooler
 
 
@@ -133,10 +133,9 @@ class GroupGeMPooling(Pooler):
         super().__init__(hidden_size)
         if not check_count("GroupGeMPooling", "num_groups", num_groups) <= hidden_size:
             raise ValueError(f"GroupGeMPooling: num_groups must be in [1, hidden_size={hidden_size}], got {num_groups}")
-        if p <= 0:
-            raise ValueError(f"GroupGeMPooling: p must be positive, got {p}")
         self.num_groups = int(num_groups)
-        self.p = float(p)  # the initial value, saved in the config; the learned ones are in the state dict
+        # the initial value, saved in the config; the learned ones are in the state dict
+        self.p = check_positive("GroupGeMPooling", "p", p, "p=3.0; 1 is the mean, a large p nears the max")
         if not eps > 0:  # the floor of the values raised to p: log(0) gives p a NaN gradient
             raise ValueError(f"GroupGeMPooling: eps must be positive, got {eps}")
         self.eps = float(eps)
