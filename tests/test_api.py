@@ -93,6 +93,11 @@ def test_resume_over_a_config_file_warns_of_the_file_s_values_the_run_ignores(tm
     _warn_of_overridden(Run(tmp_path / "run"), saved, {**calls[0], "pooling_layers": ["last"], "only_folds": [1]})
     assert "these options are ignored: epochs=3 (the run has 1.0), lr=0.001 (the run has 2e-05); to train" in \
         caplog.text
+    caplog.clear()
+    _warn_of_overridden(Run(tmp_path / "run"), {"pooling": "attention"}, {"pooling": "Attention"})
+    assert "ignored" not in caplog.text, "the same pooler, spelled another way, is no option ignored"
+    _warn_of_overridden(Run(tmp_path / "run"), {"pooling": "attention"}, {"pooling": "mean"})
+    assert "these options are ignored: pooling='mean' (the run has 'attention')" in caplog.text
 
 
 def test_a_run_config_saved_by_an_older_version_does_not_carry_its_call_s_overwrite_resume_or_only_folds(

@@ -28,7 +28,7 @@ from typing import Any
 
 from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
-from attnpool.config import TrainConfig, load_yaml, make_config
+from attnpool.config import ConfigError, TrainConfig, load_yaml, make_config
 from attnpool.explanations import Explanation, explain
 from attnpool.explanations import explain_file as _explain_file
 from attnpool.exporters import OnnxExport, export_onnx
@@ -69,8 +69,19 @@ def _saved_call_reset(config: ConfigSource) -> dict[str, Any]:
 
     Older versions saved the call's choices with the recipe: ``--config RUN/config.yaml --output-dir OTHER`` then
     replaced OTHER's run without ``--overwrite``, or trained fold 0 alone. Keywords given still apply over these.
+    Another file in a run folder (a recipe of the user's kept with the run) keeps its own values.
+
+    Raises:
+        ConfigError: ``config`` is a run folder, naming its config file and how to continue the run instead.
     """
-    if isinstance(config, str | Path) and Run.is_run(Path(config).expanduser().parent):
+    if not isinstance(config, str | Path):
+        return {}
+    path = Path(config).expanduser()
+    if path.is_dir() and Run.is_run(path):
+        raise ConfigError(f"{config} is a folder, not a config file: it is a run, whose recipe is "
+                          f"{Run(config).config_file} (--config {Run(config).config_file}); to continue that run, "
+                          f"--output-dir {config} --resume")
+    if Run.is_run(path.parent) and path == Run(path.parent).config_file:
         return dict(PER_CALL_SAVED)
     return {}
 

@@ -162,12 +162,24 @@ def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
     return flag, kwargs
 
 
+class _OneConfig(argparse.Action):
+    """``--config FILE``, refused when given twice: a plain store kept the last file, silently dropping the first."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None:
+            parser.exit(2, f"{parser.prog}: error: {option_string} given twice ({earlier}, {values}): give one file "
+                           "(flags override its options)\n")  # one line, as the command's other errors
+        setattr(namespace, self.dest, values)
+
+
 def add_train_options(parser: argparse.ArgumentParser, skip: Sequence[str] = (), hide: Sequence[str] = ()) -> None:
     """One flag per ``TrainConfig`` field (``text_cols`` -> ``--text-cols``) in the config's groups.
 
     ``skip``: fields without a flag; ``hide``: fields whose flag is parsed (to be refused) but not in ``--help``.
     """
-    parser.add_argument("--config", metavar="FILE", help=help_line(
+    parser.add_argument("--config", metavar="FILE", action=_OneConfig, help=help_line(
         "a YAML (or .json) file of these options, keys as the flags with _ for -; flags override it", "none"))
     if not issubclass(parser.formatter_class, _SwitchHelp):  # the switches' help, in the parser's own style
         parser.formatter_class = type("SwitchHelp", (_SwitchHelp, parser.formatter_class), {})

@@ -377,7 +377,7 @@ def make_config(config: TrainConfig | Mapping[str, Any] | str | Path | None = No
         raise TypeError("config must be a TrainConfig, a mapping of its fields, a config file path (YAML/JSON) or None"
                         f", got {type(config).__name__}")
     pooling = values.get("pooling", TrainConfig.__dataclass_fields__["pooling"].default)
-    if overrides.get("pooling", pooling) != pooling:
+    if not checks.same_pooler(overrides.get("pooling", pooling), pooling):  # Attention is attention: options kept
         values.pop("pooling_options", None)  # the file's options were its pooler's: another pooler starts without
     for given, dependents in (("adversarial", ADVERSARIAL_OPTIONS), ("recurrent", ("recurrent_layers",))):
         # the file's sizes were its own perturbation's (fgm's eps is awp's x1000); with none they are the flag's

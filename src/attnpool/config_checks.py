@@ -130,11 +130,14 @@ PRESETS = ("pppm",)
 def check_preset(cfg: TrainConfig) -> None:
     """The data-free checks of a preset and of ``group_context``: run by validate, before the run folder is made.
 
+    Then :func:`check_comma_names`, which reads the train file's header alone.
+
     :func:`attnpool.data.task.apply_preset` runs them too, for a config that skipped validate.
 
     Raises:
         DataError: An unknown preset, pppm without its data folder, with another task or with text_cols (not a
             template); group_context without its keys (pppm has its own) or on the label column.
+        ConfigError: ``text_cols: first, second``, one name, where the train file has first and second.
     """
     if cfg.preset not in (None, *PRESETS):
         raise DataError(f"unknown preset {cfg.preset!r}; available presets: {', '.join(PRESETS)}")
@@ -152,6 +155,31 @@ def check_preset(cfg: TrainConfig) -> None:
     if cfg.group_context and cfg.group_context == label:
         raise DataError(f"--group-context {cfg.group_context}: that is the label column; the labels of the other "
                         "rows are not there at prediction time. Give a text column, e.g. target")
+    check_comma_names(cfg)
+
+
+def check_comma_names(cfg: TrainConfig) -> None:
+    """Refuse ``text_cols: first, second``: YAML reads it as one column named "first, second", not two.
+
+    The data error then listed first and second as present. Checked on the train file's header: a column that is
+    named with a comma is used as named.
+
+    Raises:
+        ConfigError: One name holding ``,`` that the train file lacks and whose parts it has, showing the list form.
+    """
+    for name in ("text_cols", "group_context_by"):
+        value = getattr(cfg, name)
+        if len(value) != 1 or "," not in value[0] or not cfg.train_file:
+            continue
+        parts = [part.strip() for part in value[0].split(",")]
+        try:
+            columns = table_columns(cfg.train_file)
+        except (DataError, OSError):
+            return  # the file's own error comes when it is read
+        if value[0] not in columns and all(part in columns for part in parts):
+            raise ConfigError(f"{name} {value[0]!r} is one column name, which {cfg.train_file} lacks (YAML reads "
+                              f"{name}: {value[0]} as one text): give the columns as a list, {name}: "
+                              f"[{', '.join(parts)}] (--{name.replace('_', '-')} {' '.join(parts)})")
 
 
 def check_output_flags(cfg: TrainConfig) -> None:
@@ -191,6 +219,26 @@ def check_pearson_loss(cfg: TrainConfig) -> None:
     if cfg.loss == "pearson" and cfg.batch_size < 2:
         raise ValueError(f"loss pearson correlates the rows of each batch, and batch_size {cfg.batch_size} has no "
                          "correlation to learn from (no gradient, with grad_accum too): use batch_size 2 or more")
+
+
+def same_pooler(first: Any, second: Any) -> bool:
+    """Whether two ``pooling`` values name one pooler: ``Attention``, ``attention_pooling`` and ``attention`` do.
+
+    Each part of a combination (``attention+mean``) is compared by its registered class; a name the registry does
+    not know (a user's pooler not imported yet) is compared as written.
+    """
+    def classes(spec: Any) -> tuple[Any, ...]:
+        if not isinstance(spec, str):
+            return (spec,)
+        found: list[Any] = []
+        for name in spec.split("+"):
+            try:
+                found.append(get_pooler_class(name.strip()))
+            except ValueError:
+                found.append(name.strip())
+        return tuple(found)
+
+    return classes(first) == classes(second)
 
 
 def check_pooler(cfg: TrainConfig, spec: str | None = None) -> None:

@@ -100,14 +100,27 @@ def parse_pooling_layers(value: Any) -> Any:
     return layers
 
 
-def _yaml_problem(path: Path, err: Any) -> str:
-    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: problem (context at line L, column C)``."""
+def _yaml_problem(path: Path, err: Any, lines: list[str]) -> str:
+    """One line for a YAML syntax error: ``FILE:LINE:COLUMN: problem (context at line L, column C)``.
+
+    On a ``key: {...`` line (the file's ``lines``), it adds how to quote the text: YAML reads an unquoted ``{`` as
+    the start of a mapping, so ``template: {first} [SEP] {second}`` failed as "expected <block end>" alone.
+    """
     mark = err.problem_mark or err.context_mark
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     text = err.problem or err.context or "invalid YAML"
     if err.context and err.problem and err.context_mark is not None:
         text += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
-    return f"{where}: {' '.join(text.split())}"
+    line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    braced = re.fullmatch(r"\s*([\w-]+)\s*:\s*(\{.*?)\s*", line)
+    hint = f"; {_quote_hint(braced[1], braced[2], 'a mapping')}" if braced else ""
+    return f"{where}: {' '.join(text.split())}{hint}"
+
+
+def _quote_hint(name: str, text: str, kind: str) -> str:
+    """How to write ``text``, which YAML read as ``kind`` (a mapping: ``{first}``), as the text of option ``name``."""
+    quoted = text.replace("'", "''")
+    return f"YAML reads an unquoted {text} as {kind}: quote the text, {name}: '{quoted}'"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -176,14 +189,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: There is no such file.
-        ConfigError: The file is not UTF-8, does not parse (one line, ``FILE:LINE:COLUMN: problem``), holds a key
-            twice in one mapping (``head-lr`` and ``head_lr`` too), or does not hold a mapping of option names.
+        ConfigError: ``path`` is a folder, or the file is not UTF-8 (a byte-order mark is allowed), does not parse
+            (one line, ``FILE:LINE:COLUMN: problem``, saying how to quote a ``{...}`` text), holds a key twice in
+            one mapping (``head-lr`` and ``head_lr`` too), or does not hold a mapping of option names.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"config file {path} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a config file: give the YAML or JSON file of the options")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is no JSON error
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
@@ -192,7 +208,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}:{err.lineno}:{err.colno}: {err.msg}") from None
     except yaml.MarkedYAMLError as err:
-        raise ConfigError(_yaml_problem(path, err)) from None
+        raise ConfigError(_yaml_problem(path, err, text.splitlines())) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: {' '.join(str(err).split())}") from None
     if values is None:
@@ -223,7 +239,7 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
 
     Raises:
         ConfigError: A missing value where one is needed, a string for a number or a switch, a fraction for a count,
-            a switch for text, or no mapping for a dict option.
+            a switch, a mapping or a list for text (saying how to quote it), or no mapping for a dict option.
     """
     value = _builtin(value)
     if (typing.get_origin(kind) or kind) is dict:
@@ -257,7 +273,16 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
     hint = " (unquoted true or false)" if want is bool else _number_text_hint(value) if want is int else ""
     if want is str and isinstance(value, bool):  # the text is lost: YAML 1.1 read `label: no` as false
         hint = "; YAML reads an unquoted yes, no, on, off, true or false as a switch: quote the text ('no')"
+    elif want is str and isinstance(value, Mapping | list):  # YAML read `template: {first}` as {"first": None}
+        hint = "; " + _quote_hint(name, _as_written(value), "a mapping" if isinstance(value, Mapping) else "a list")
     raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {shown(value)}{hint or frame_hint(value)}")
+
+
+def _as_written(value: Mapping | list) -> str:
+    """A mapping or list as YAML's flow form writes it: ``{"first": None}`` -> ``{first}``, ``["a"]`` -> ``[a]``."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}" if v is None else f"{k}: {v}" for k, v in value.items()) + "}"
+    return "[" + ", ".join(map(str, value)) + "]"
 
 
 def shown(value: Any) -> str:

@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModel
 
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.config_checks import check_output_flags, check_overwrite_inputs
+from attnpool.config_checks import check_output_flags, check_overwrite_inputs, same_pooler
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.model.encoders import check_encoder_reachable, encoder_layers, encoder_position_limit, is_decoder_only
@@ -290,6 +290,8 @@ def _warn_of_overridden(run: Run, saved: dict[str, Any], given: Mapping[str, Any
             return value
 
     def same(key: str, value: Any) -> bool:
+        if key == "pooling":  # Attention is attention, as make_config reads it
+            return same_pooler(value, saved.get(key))
         a_path = key in PATH_OPTIONS and value is not None and saved.get(key) is not None
         if a_path and Path(value).expanduser().exists():
             return Path(value).expanduser().resolve() == Path(saved[key]).expanduser().resolve()
