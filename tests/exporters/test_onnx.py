@@ -493,3 +493,13 @@ def test_minilm_export_matches_pytorch_on_padded_sentences(tmp_path):
     torch.testing.assert_close(torch.from_numpy(logits), ref.logits, atol=ATOL, rtol=0)
     torch.testing.assert_close(torch.from_numpy(weights), ref.pooling_weights, atol=ATOL, rtol=0)
     assert weights.shape == tuple(batch_np["input_ids"].shape)
+
+
+def test_an_output_that_is_a_directory_is_refused_before_anything_is_written(saved, tmp_path, monkeypatch):
+    """serve/model.onnx a directory: the graph's rename failed last, leaving the tokenizer and README beside it."""
+    _fake_exporter(monkeypatch)
+    out = tmp_path / "serve" / "model.onnx"
+    out.mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"the output .*model\.onnx is a directory: give a file path, e\.g\. "):
+        export_onnx(saved, out, verify=False)
+    assert [p.name for p in out.parent.iterdir()] == ["model.onnx"] and not any(out.iterdir())

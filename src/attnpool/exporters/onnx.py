@@ -218,9 +218,10 @@ def export_onnx(
     Raises:
         ImportError: onnx or onnxscript (or, with ``verify``, onnxruntime) is not installed.
         FileNotFoundError: A path that is not a model folder or run (see :func:`resolve_model_dir`).
-        ValueError: A bad ``fold``, or one with a model object; :class:`ExportError` (a ``ValueError``): a folder
-            that does not load (another kind of model, damaged files), ``with_weights`` for a pooler without token
-            weights, a model the exporter cannot trace (one with ``recurrent``), or a verification above ``atol``.
+        ValueError: A bad ``fold``, or one with a model object; an ``output`` that is a directory;
+            :class:`ExportError` (a ``ValueError``): a folder that does not load (another kind of model, damaged
+            files), ``with_weights`` for a pooler without token weights, a model the exporter cannot trace (one with
+            ``recurrent``), or a verification above ``atol``.
     """
     needed = ["onnx", "onnxscript", *(["onnxruntime"] if verify else [])]
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
@@ -229,6 +230,8 @@ def export_onnx(
     output = Path(os.fspath(output)).expanduser()
     if output.suffix != ".onnx":
         raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
+    if output.is_dir():  # else the graph's rename fails last, once the tokenizer and README are in its folder
+        raise ValueError(f"the output {output} is a directory: give a file path, e.g. {output / output.name}")
     model_dir = None
     if isinstance(model_or_path, nn.Module):
         if fold is not None:

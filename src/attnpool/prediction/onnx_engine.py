@@ -9,10 +9,13 @@ model files it was made from) or attnpool is upgraded.
 ``quantize="int8"`` adds ONNX Runtime's dynamic quantization: the graph is pre-processed
 (``quant_pre_process``: shape inference and graph optimisation), then its ``MatMul`` weights are stored as int8
 per output channel (``quantize_dynamic(per_channel=True, op_types_to_quantize=["MatMul"])``; the embeddings'
-``Gather`` and the pooler's softmax stay float). Int8 is not assumed to be accurate: :meth:`OnnxFoldEnsemble.check`
-compares it with the float32 PyTorch models on a calibration slice, scored in batches of 1, 64 and the prediction's
-batch size (one activation scale per batch: a row's int8 error depends on its batch), and refuses it, with the
-figure, when the largest difference exceeds a stated tolerance.
+``Gather``, the pooler's softmax, and a ``MatMul`` whose constant weight is not 2-D (``latent_attention``'s
+latents: ONNX Runtime's per-channel int8 ``MatMul`` cannot run one) stay float). A quantized graph is run once on
+one row when it is loaded: one that ONNX Runtime cannot run is deleted (made again next time) and refused. Int8 is
+not assumed to be accurate: :meth:`OnnxFoldEnsemble.check` compares it with the float32 PyTorch models on a
+calibration slice, scored in batches of 1, 64 and the prediction's batch size (one activation scale per batch: a
+row's int8 error depends on its batch), and refuses it, with the figure, when the largest difference exceeds a stated
+tolerance.
 
 ONNX Runtime uses one intra-op thread per physical core by default, which is what a prediction process wants;
 ``threads`` overrides it.
@@ -82,13 +85,28 @@ def _quantize(source: Path, target: Path) -> None:
                           all_tensors_to_one_file=True)
         # the embeddings stay float32: an int8 graph of a 1.5B model passes 2 GB, so it keeps external weights too
         quantize_dynamic(str(prepared), str(quantized), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"], use_external_data_format=external)
+                         op_types_to_quantize=["MatMul"], use_external_data_format=external,
+                         nodes_to_exclude=_not_2d_weights(prepared))
         data = quantized.with_name(quantized.name + ".data")
         if data.is_file():  # the weights first: the graph that names them arrives last
             os.replace(data, target.with_name(data.name))
         os.replace(quantized, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _not_2d_weights(graph: Path) -> list[str]:
+    """The ``MatMul`` nodes of ``graph`` whose constant weight (input B) is not 2-D, which int8 leaves float.
+
+    Per channel, a rank-3 weight (``latent_attention``'s latents, [heads, head size, latents]) gets a zero point per
+    last axis, which ONNX Runtime's ``DynamicQuantizeMatMul`` refuses when it runs.
+    """
+    model = onnx.load(str(graph), load_external_data=False)
+    ranks = {t.name: len(t.dims) for t in model.graph.initializer}
+    ranks.update({n.output[0]: len(a.t.dims) for n in model.graph.node if n.op_type == "Constant"
+                  for a in n.attribute if a.name == "value"})
+    return [n.name for n in model.graph.node
+            if n.op_type == "MatMul" and len(n.input) > 1 and ranks.get(n.input[1], 2) != 2]
 
 
 def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
@@ -127,14 +145,41 @@ def _session(graph: Path, options: Any, fold: int) -> Any:
                        "export it again, or use --backend torch") from err
 
 
-def _run(session: Any, feed: dict[str, np.ndarray], fold: int, shape: tuple[int, ...]) -> np.ndarray:
+def _advice(command: str, quantize: str) -> str:
+    """The way out of a graph ONNX Runtime fails on, for ``command`` (predict, serve): float32, else PyTorch."""
+    return f"{command} with --quantize none" if quantize != "none" else f"{command} with --backend torch"
+
+
+def _run(session: Any, feed: dict[str, np.ndarray], fold: int, shape: tuple[int, ...],
+         advice: str = "predict with --backend torch") -> np.ndarray:
     """A fold's logits of one batch of ``shape`` (rows, tokens); an onnxruntime failure is a RunError naming both."""
     try:
         return session.run(["logits"], feed)[0]
     except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
         rows, tokens = shape
         raise RunError(f"fold {fold}: onnxruntime failed on a batch of {rows} rows x {tokens} tokens "
-                       f"({str(err)[:300]}); predict with --backend torch") from err
+                       f"({str(err)[:300]}); {advice}") from err
+
+
+def _try_quantized(session: Any, graph: Path, fold: int, tokenizer: Any, advice: str) -> RunError | None:
+    """The refusal, with ``advice``, of a fold's quantized ``graph`` that ONNX Runtime cannot score one row with.
+
+    Such a graph is deleted, to be made again at the next try rather than reused broken; ``None`` when it runs.
+    """
+    row = tokenizer("warm up")
+    ids = np.asarray([row["input_ids"]], dtype=np.int64)
+    feed = {i.name: np.asarray([row[i.name]], dtype=np.int64) if i.name in row else np.zeros_like(ids)
+            for i in session.get_inputs()}
+    try:
+        session.run(["logits"], feed)
+    except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
+        for path in (graph, graph.with_name(graph.name + ".data")):
+            path.unlink(missing_ok=True)
+        refusal = RunError(f"fold {fold}: onnxruntime cannot run the quantized graph {graph} ({str(err)[:300]}); "
+                           f"it was deleted (made again at the next try); {advice}")
+        refusal.__cause__ = err
+        return refusal
+    return None
 
 
 @dataclass
@@ -151,21 +196,26 @@ class OnnxFoldEnsemble:
     scales: FoldScales | None = None  # a Pearson-loss run's fold scales (see FoldScales)
     run: Run | None = None  # where check() loads the float32 models from when no reference was given
     how: str = "mean"  # their ensemble weights
+    command: str = "predict"  # who runs it (predict, serve): named in the advice of an error
 
     @classmethod
     def load(cls, run: Run, folds: int | Sequence[int] | None = None, how: str = "mean", quantize: str = "none",
-             *, threads: int | None = None, reference: FoldEnsemble | None = None) -> OnnxFoldEnsemble:
+             *, threads: int | None = None, reference: FoldEnsemble | None = None,
+             command: str = "predict") -> OnnxFoldEnsemble:
         """Sessions for the chosen folds (default: every trained fold), exporting or quantizing graphs as needed.
 
         ``reference``: the same folds' float32 PyTorch ensemble, when the caller has it loaded already (a quantized
         ensemble is checked against it, and keeps it); otherwise :meth:`check` loads it for the check only.
+        ``command``: the caller's (``predict``, ``serve``), named in the advice of its errors. A quantized graph
+        scores one row here: one ONNX Runtime cannot run is deleted, to be made again at the next try.
 
         Raises:
             ImportError: onnx or onnxruntime is not installed (``pip install 'attnpool[onnx]'``).
             ValueError: ``quantize`` is not ``none`` or ``int8``.
+            RunError: A graph ONNX Runtime cannot load, or a quantized one it cannot run.
         """
         if ort is None:
-            raise ImportError(f"predict --backend onnx needs {_MISSING}: pip install 'attnpool[onnx]'")
+            raise ImportError(f"{command} --backend onnx needs {_MISSING}: pip install 'attnpool[onnx]'")
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, got {quantize!r}")
         # The float32 PyTorch models serve check() alone, which loads and frees them: held here, they would stay
@@ -176,9 +226,15 @@ class OnnxFoldEnsemble:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        sessions = [_session(graph_file(run, fold, quantize), options, fold) for fold in fold_ids]
+        graphs = [graph_file(run, fold, quantize) for fold in fold_ids]
+        sessions = [_session(graph, options, fold) for graph, fold in zip(graphs, fold_ids, strict=True)]
+        if quantize != "none":  # every fold tried, so that each broken graph is deleted at once
+            refusals = [_try_quantized(session, graph, fold, tokenizer, _advice(command, quantize))
+                        for graph, fold, session in zip(graphs, fold_ids, sessions, strict=True)]
+            if refusal := next((r for r in refusals if r is not None), None):
+                raise refusal
         return cls(task, fold_ids, sessions, weights, tokenizer, quantize, reference, FoldScales.of_run(run, fold_ids),
-                   run, how)
+                   run, how, command)
 
     def scores(self, encodings: dict[str, list], *, batch_size: int,
                on_batch: Callable[[int], object] | None = None, **_: Any) -> np.ndarray:
@@ -193,7 +249,7 @@ class OnnxFoldEnsemble:
                 # A tokenizer without token types: zeros, as the PyTorch model assumes when they are not given.
                 feed = {name: np.asarray(padded[name], dtype=np.int64) if name in padded else np.zeros_like(ids)
                         for name in inputs}
-                logits.append(_run(session, feed, fold, ids.shape))
+                logits.append(_run(session, feed, fold, ids.shape, _advice(self.command, self.quantize)))
             part = combine_folds(self.task, logits, self.weights, self.scales)
             if total is None:
                 total = np.zeros((rows, *np.shape(part)[1:]), dtype=np.float64)
@@ -219,7 +275,7 @@ class OnnxFoldEnsemble:
         """
         check_tolerance(tolerance)
         reference, quantized = self.compare(encodings, rows=rows, batch_size=batch_size)
-        return check_scores(reference, quantized, tolerance=tolerance, quantize=self.quantize)
+        return check_scores(reference, quantized, tolerance=tolerance, quantize=self.quantize, command=self.command)
 
     def compare(self, encodings: dict[str, list], *, rows: int = CALIBRATION_ROWS,
                 batch_size: int | None = None) -> tuple[np.ndarray, dict[int, np.ndarray]]:
@@ -240,11 +296,12 @@ class OnnxFoldEnsemble:
 
 
 def check_scores(reference: np.ndarray, quantized: dict[int, np.ndarray], *, tolerance: float,
-                 quantize: str = "int8", what: str = "") -> float:
+                 quantize: str = "int8", what: str = "", command: str = "predict") -> float:
     """The largest |quantized - reference| score over the batch sizes; ``RunError`` above ``tolerance`` or not finite.
 
     ``reference``: the float32 scores of the calibration rows; ``quantized``: the quantized ones, by batch size
-    (:meth:`OnnxFoldEnsemble.compare`, or a blend of them); ``what``: words added after the figure's description.
+    (:meth:`OnnxFoldEnsemble.compare`, or a blend of them); ``what``: words added after the figure's description;
+    ``command``: the caller's (``predict``, ``serve``), named in the advice.
     """
     count = len(reference)
     errors = [float(np.max(np.abs(np.asarray(s) - reference))) for s in quantized.values()] if count else []
@@ -252,11 +309,11 @@ def check_scores(reference: np.ndarray, quantized: dict[int, np.ndarray], *, tol
     measured = f"over the first {count} rows scored in batches of {', '.join(map(str, sorted(quantized)))}{what}"
     if not np.isfinite(diff):  # NaN > tolerance is False: a NaN score passed the check
         raise RunError(f"the {quantize} ONNX models' scores differ from the float32 models' by {diff} (a "
-                       f"non-finite score) {measured}; predict with --quantize none")
+                       f"non-finite score) {measured}; {command} with --quantize none")
     if not diff <= tolerance:
         raise RunError(f"the {quantize} ONNX models depart from the float32 models by up to {diff:.4g} "
                        f"(largest |difference| of a score {measured}), above the tolerance of {tolerance:g}; "
-                       "predict with --quantize none, or raise --int8-tolerance if that is acceptable for your use")
+                       f"{command} with --quantize none, or raise --int8-tolerance if that is acceptable for your use")
     logger.info("%s ONNX models agree with float32 to %.3g (largest |difference| of a score %s; tolerance %g)",
                 quantize, diff, measured, tolerance)
     return diff

@@ -166,7 +166,7 @@ class Service:
                 logger.info("--precision %s applies only to the word weights with --backend onnx: the scores are "
                             "computed by ONNX Runtime in %s", precision, "float32" if quantize == "none" else quantize)
             service.scorer = onnx_scorer(run, service.ensemble, ensemble, quantize, threads, int8_tolerance,
-                                         calibration_file, batch_size=max_batch)
+                                         calibration_file, batch_size=max_batch, context_view=context_view)
         return service
 
     @classmethod
