@@ -313,6 +313,30 @@ def test_compare_bad_arguments(setup, tmp_path, capsys):
     assert "is not an attnpool comparison" in capsys.readouterr().err
 
 
+def test_bad_baseline_errors_name_the_baseline_flag(setup, tmp_path, capsys):
+    """--baseline mean:attn_size=3 said "--poolings mean:attn_size=3: ...", --baseline '' "--poolings: empty pooler
+    name"."""
+    _, common = setup
+    assert main(["compare", *common, "--poolings", "max", "--baseline", "mean:attn_size=3",
+                 "--output-dir", str(tmp_path / "a")]) == 2
+    assert "--baseline mean:attn_size=3: pooler 'mean' got unknown option(s) attn_size" in capsys.readouterr().err
+    assert main(["compare", *common, "--poolings", "max", "--baseline", "", "--output-dir", str(tmp_path / "b")]) == 2
+    assert "--baseline: empty pooler name in ''" in capsys.readouterr().err
+
+
+def test_an_output_dir_that_is_a_file_is_said_to_be_one(setup, tmp_path, capsys):
+    """--output-dir naming a file said "[Errno 17] File exists"."""
+    _, common = setup
+    (tmp_path / "notes.txt").write_text("mine")
+    for out, message in [(tmp_path / "notes.txt", f"--output-dir {tmp_path / 'notes.txt'} is a file, not a folder"),
+                         (tmp_path / "notes.txt" / "cmp", f"--output-dir {tmp_path / 'notes.txt' / 'cmp'}: "
+                                                          f"{tmp_path / 'notes.txt'} is a file, not a folder")]:
+        assert main(["compare", *common, "--poolings", "max", "--output-dir", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Errno" not in err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_a_numpy_integer_is_a_number_of_seeds(setup, tmp_path, monkeypatch):
     """api.compare(seeds=np.int64(2)) failed with "'numpy.int64' object is not iterable"."""
     from attnpool import api

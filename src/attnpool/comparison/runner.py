@@ -16,7 +16,6 @@ interrupted or extended comparison only trains what is missing.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import numbers
@@ -32,10 +31,9 @@ import numpy as np
 import yaml
 
 from attnpool.comparison.seeds import seed_list
-from attnpool.comparison.specs import PoolerSpec, worker_imports
+from attnpool.comparison.specs import PoolerSpec, contenders, worker_imports
 from attnpool.comparison.summary import CompareResult, run_score, summarise
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.config_checks import check_pooler
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.run import Run, RunError
@@ -61,7 +59,10 @@ def _shared_recipe(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _refuse_foreign(out: Path) -> None:
-    """Refuse a folder that holds files but no comparison (before anything, the lock included, is written there)."""
+    """Refuse a folder holding files but no comparison, or a file (before anything, the lock included, is written)."""
+    if (file := next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)) is not None:
+        where = f"--output-dir {out}" + (f": {file}" if file != out else "")
+        raise RunError(f"{where} is a file, not a folder; choose another --output-dir")
     if out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()) and not (out / CONFIG_FILE).is_file():
         raise RunError(f"{out} exists and is not an attnpool comparison (no {CONFIG_FILE}); choose another "
                        "--output-dir")
@@ -178,7 +179,7 @@ def _check_folds(out: Path, only_folds: list[int] | None, specs: list[PoolerSpec
 
 
 def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> dict[str, float]:
-    """Train one (pooler, seed) run in a process of its own; returns its wall time and peak RSS.
+    """Train one (pooler, seed) run in a process of its own; returns its wall time and peak RSS (when known).
 
     The process is :mod:`attnpool.comparison.worker`, which calls :func:`attnpool.train` (not the console script)
     and writes its own peak memory to ``seed_<S>.peak`` (its ``VmHWM``: see :func:`~attnpool.allocator.own_peak_bytes`).
@@ -202,21 +203,27 @@ def _run_one(cfg: TrainConfig, spec: PoolerSpec, seed: int, run_dir: Path) -> di
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
+        usage = None
+        if hasattr(os, "wait4"):  # Unix: the process's rusage with its status; elsewhere its peak file alone
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+        else:
+            process.wait()
     seconds = time.perf_counter() - started
     if process.returncode not in (0, INCOMPLETE) or not _wanted_folds(run_dir, cfg.only_folds):
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-8:]
         raise RunError(f"training {spec.label} with seed {seed} failed (exit {process.returncode}); the end of "
                        f"{log_path}:\n  " + "\n  ".join(tail))
     cost_path = run_dir.parent / f"seed_{seed}.cost.json"
-    cost = json.loads(cost_path.read_text()) if cost_path.is_file() else {"wall_seconds": 0.0, "peak_rss_bytes": 0}
+    cost = json.loads(cost_path.read_text()) if cost_path.is_file() else {"wall_seconds": 0.0}
     cost["wall_seconds"] += seconds  # a resumed run adds its calls up
     # Without the worker's own figure, ru_maxrss (bytes on macOS, KiB on Linux), which on Linux also counts this
-    # process's peak before the worker's exec: a caller that trained a model gave every run its memory.
+    # process's peak before the worker's exec: a caller that trained a model gave every run its memory. Without
+    # either (no wait4: Windows) none is recorded: the run's memory reads NaN.
     peak = (int(peak_path.read_text()) if peak_path.is_file()
-            else usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024))
-    cost["peak_rss_bytes"] = max(cost["peak_rss_bytes"], peak)
+            else None if usage is None else usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024))
+    if peak is not None:
+        cost["peak_rss_bytes"] = max(cost.get("peak_rss_bytes", 0), peak)
     atomic_write_json(cost_path, cost)
     return cost
 
@@ -243,7 +250,8 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
             is one spec.
         seeds: The seeds, or their number (that many from ``cfg.seed`` on, at most 20: a larger single number is
             refused, as a seed meant as a count); each pooler is trained once per seed.
-        baseline: The spec every other pooler is compared to; added to ``poolings`` when missing.
+        baseline: The spec every other pooler is compared to; added to ``poolings`` when missing (a spec there of
+            the same pooler and options, spelled otherwise as ``mean_pooling`` for ``mean``, is the baseline).
         output_dir: The comparison folder.
         bootstrap: Replicates of the paired bootstrap over examples (at least 1).
         overwrite: Delete an existing comparison in ``output_dir`` first.
@@ -254,23 +262,11 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     Raises:
         RunError: A run failed (the end of its log is quoted), ``output_dir`` holds another comparison, or another
             process is writing it.
-        ValueError: Bad pooler specs (values included), seeds or bootstrap, before anything trains.
+        ValueError: Bad pooler specs (values included; one pooler listed twice, however spelled), seeds or
+            bootstrap, before anything trains.
     """
     seeds = seed_list(seeds, cfg.seed)
-    specs = [PoolerSpec.parse(p) for p in ([poolings] if isinstance(poolings, str) else poolings)]
-    base = PoolerSpec.parse(baseline)
-    if base.label not in [s.label for s in specs]:
-        specs.insert(0, base)
-    labels = [s.label for s in specs]
-    duplicates = sorted({label for label in labels if labels.count(label) > 1})
-    if duplicates:
-        raise ValueError(f"--poolings names {', '.join(duplicates)} more than once")
-    folders: dict[str, str] = {}
-    for spec in specs:  # two specs that differ in punctuation only would share a run folder, and its runs
-        other = folders.setdefault(spec.slug, spec.label)
-        if other != spec.label:
-            raise ValueError(f"--poolings {other} and {spec.label} would share the run folder {spec.slug}: write "
-                             "one of them differently (they differ only in punctuation)")
+    specs, base = contenders(poolings, baseline)
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, numbers.Integral) or bootstrap < 1:
         raise ValueError(f"--bootstrap is a number of replicates and must be >= 1 (e.g. 1000), got {bootstrap!r}")
     if len(specs) < 2:
@@ -280,7 +276,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
                        cfg.pooling, cfg.pooling_options)
     cfg.validate()
     for spec in specs:  # a bad value fails here, not in its run after the others trained
-        check_pooler(dataclasses.replace(cfg, pooling=spec.pooling, pooling_options=spec.options), spec.label)
+        spec.check(cfg)
         worker_imports(spec)  # a pooler of __main__, which no worker can import, is refused here
     out = Path(output_dir)
     _refuse_foreign(out)

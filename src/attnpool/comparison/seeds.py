@@ -18,7 +18,7 @@ def seed_list(seeds: Any, first: int) -> list[int]:
 
     Raises:
         ValueError: Not integers (``3.0``, ``True``, text), a count below 1 or above :data:`MAX_SEED_COUNT`, seeds
-            repeated or outside ``[0, 2**32 - 1]``.
+            repeated or outside ``[0, 2**32 - 1]`` (listed, or counted from ``first`` on).
     """
     # numbers.Integral: numpy's integers (np.int64 from an array) are counts too, though not subclasses of int.
     if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
@@ -32,7 +32,7 @@ def seed_list(seeds: Any, first: int) -> list[int]:
                 f"{seeds + 2} (or --seed {seeds} --seeds 3, three seeds from {seeds} on); for more than "
                 f"{MAX_SEED_COUNT} seeds give them as a list too (--seeds $(seq {first} {last}); in Python "
                 f"seeds=range({first}, {last + 1})), or a count of at most {MAX_SEED_COUNT}")
-        return list(range(first, first + operator.index(seeds)))
+        return _in_bounds(list(range(first, first + operator.index(seeds))))
     if isinstance(seeds, bool) or isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
         raise ValueError(f"--seeds must be integer seeds (or one count), got {seeds!r}")
     listed = list(seeds)
@@ -41,6 +41,11 @@ def seed_list(seeds: Any, first: int) -> list[int]:
     listed = [operator.index(s) for s in listed]  # ints: np.int64 from np.arange is no YAML for the runs' requests
     if not listed or len(set(listed)) != len(listed):
         raise ValueError(f"--seeds must be distinct seeds (or one count), got {listed}")
-    if not all(0 <= seed < SEED_BOUND for seed in listed):
-        raise ValueError(f"--seeds must be in [0, 2**32 - 1], the seeds numpy and torch take, got {listed}")
-    return listed
+    return _in_bounds(listed)
+
+
+def _in_bounds(seeds: list[int]) -> list[int]:
+    """``seeds``, checked to be seeds numpy and torch take (a count from ``--seed 4294967295`` on runs past them)."""
+    if not all(0 <= seed < SEED_BOUND for seed in seeds):
+        raise ValueError(f"--seeds must be in [0, 2**32 - 1], the seeds numpy and torch take, got {seeds}")
+    return seeds

@@ -78,7 +78,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
                        seed: int | None = None, model: nn.Module | None = None):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
 
-    ``seed``: of the training's random draws (dropout); default ``cfg.seed``. A fold passes ``cfg.seed + fold``,
+    ``seed``: of the training's random draws (dropout); default ``cfg.seed``. A fold passes ``fold_seed``,
     the seed its model is built with: the ``Trainer`` seeds torch again with it, and with one seed for every fold
     each fold drew the same dropout masks. The batches' order stays seeded by ``cfg.seed`` (``data_seed``), so a
     fold resumed mid-epoch from a run started before this skips the very batches it trained.

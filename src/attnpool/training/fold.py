@@ -24,6 +24,7 @@ from transformers import set_seed
 
 from attnpool.allocator import own_peak_bytes
 from attnpool.config import TrainConfig
+from attnpool.config_checks import SEED_BOUND
 from attnpool.data.batching import length_sorted_batches
 from attnpool.data.columns import template_fields
 from attnpool.data.context import own_segments
@@ -56,9 +57,18 @@ def paired_inputs(cfg: TrainConfig) -> bool:
     return len({name for name in template_fields(cfg.template or "") if name}) >= 2
 
 
+def fold_seed(cfg: TrainConfig, fold: int) -> int:
+    """The seed of fold ``fold``: ``seed + fold``, wrapped into ``[0, 2**32 - 1]`` (numpy's and torch's seeds).
+
+    Every valid seed thus seeds every fold (``2**32 - 1`` with 2 folds: 4294967295, then 0); below ``2**32 - folds``
+    nothing wraps, so the folds of earlier runs keep their seeds.
+    """
+    return (cfg.seed + fold) % SEED_BOUND
+
+
 def build_model(cfg: TrainConfig, data: TaskData, fold: int) -> AttnPoolForSequenceClassification:
-    """A fresh model for fold ``fold`` (seeded by ``seed + fold``): the encoder, the pooler and the task head."""
-    set_seed(cfg.seed + fold)
+    """A fresh model for fold ``fold`` (seeded by :func:`fold_seed`): the encoder, the pooler and the task head."""
+    set_seed(fold_seed(cfg, fold))
     extra: dict[str, Any] = {}
     if data.classes is not None and cfg.task != "regression":
         extra["id2label"] = {i: str(c) for i, c in enumerate(data.classes)}
@@ -118,7 +128,7 @@ def training_facts(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.nd
     recipe = {k: v for k, v in recipe.items() if v is not None}
     recipe["freeze_word_embeddings"] = cfg.resolved_freeze_word_embeddings()  # what was trained, "auto" resolved
     recipe["precision"] = resolve_precision(cfg.precision, "cpu" if use_cpu() else "cuda")  # auto: this machine's
-    recipe["seed"] = cfg.seed + fold  # what build_model seeds this fold with
+    recipe["seed"] = fold_seed(cfg, fold)  # what build_model seeds this fold with
     text = f"template `{cfg.template}`" if cfg.template else ", ".join(f"`{c}`" for c in cfg.text_cols) or None
     scores = {k: float(v) for k, v in (scores or {}).items() if math.isfinite(v)}
     return TrainingFacts(  # paths absolute: the card's `attnpool predict --run DIR` works from any folder
@@ -220,7 +230,7 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch, run_name=run_name(run, fold),
-                              seed=cfg.seed + fold, model=model)  # seed as build_model's: each fold its dropout masks
+                              seed=fold_seed(cfg, fold), model=model)  # as build_model's: each fold its dropout masks
     monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
     trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor, run=run, fold=fold)
     _check_engine(trainer)
