@@ -91,7 +91,7 @@ class TrainConfig:
                                choices=checks.PRESETS)
     data_dir: str | None = _data(None, "the preset's data folder")
     limit: int | None = _data(None, "train on a seeded random subset of this many rows (quick runs; a valid_file "
-                              "is read whole)", default_text="every row")
+                              "is read whole; with group_context, whole groups)", default_text="every row")
     group_context: str | None = _data(None, "join the other values of this column among rows sharing "
                                       "group_context_by into the text, e.g. target (PPPM's 'magic', 1st/2nd place "
                                       "write-ups); from the same fold side in training, the predicted file's rows",

@@ -150,6 +150,45 @@ def test_a_pair_truncates_the_context_before_the_rows_own_text():
     assert sum(w.startswith("w0") for w in tokenizer.convert_ids_to_tokens(pair["input_ids"][0])) < 10
 
 
+@pytest.mark.parametrize("layout", ["context-first", "left-truncation"])
+def test_a_single_text_drops_context_values_before_the_rows_own_text(layout, tmp_path):
+    """Context not last, or a tokenizer cutting from the left: truncation cut the row's own anchor and target."""
+    rows = pd.DataFrame({"id": [f"r{i}" for i in range(7)], "anchor": ["wood"] * 6 + ["drum"],
+                         "target": [f"t{i}" for i in range(6)] + ["t0"]})
+    tokenizer = _tokenizer(rows)
+    template = "{anchor} [SEP] {target}"
+    if layout == "left-truncation":
+        tokenizer.truncation_side = "left"
+    else:
+        template = "{group_context} [SEP] " + template
+    cfg = TrainConfig(template=template, group_context="target", group_context_by=["anchor"], max_length=8)
+    encodings, counts = encode_texts(tokenizer, add_group_context(rows, "target", ["anchor"]), cfg)
+    words = [tokenizer.convert_ids_to_tokens(ids) for ids in encodings["input_ids"]]
+    # room for one value of five: the context keeps its first values, the row its own text whole
+    if layout == "left-truncation":
+        assert words[0] == ["[CLS]", "wood", "[SEP]", "t0", "[SEP]", "t1", "[SEP]"]
+    else:
+        assert words[0] == ["[CLS]", "t1", "[SEP]", "wood", "[SEP]", "t0", "[SEP]"]
+    for i in range(6):  # every row of the group: its own anchor and target kept, within max_length
+        assert ["wood", "[SEP]", f"t{i}"] == words[i][words[i].index("wood"):words[i].index("wood") + 3]
+        assert len(words[i]) <= 8
+    assert words[6] == ["[CLS]", *(["drum", "[SEP]", "t0", "[SEP]"] if layout == "left-truncation" else
+                                   ["[SEP]", "drum", "[SEP]", "t0"]), "[SEP]"]  # alone in its group: as it was
+    assert counts["truncated"] == 6
+    if layout == "context-first":  # predict's rows hold the contexts tokenised (explain rebuilds its texts from them)
+        rows.to_csv(tmp_path / "rows.csv", index=False)
+        frame, predicted = load_prediction_inputs(cfg, {}, tmp_path / "rows.csv", tokenizer, LOG)
+        assert predicted["input_ids"] == encodings["input_ids"]
+        assert frame[CONTEXT_FIELD].tolist()[:2] == ["t1", "t0"]
+    # the default layout (context last, cut from the right) is truncated as before: into the context
+    default = TrainConfig(template="{anchor} [SEP] {target}", group_context="target", group_context_by=["anchor"],
+                          max_length=8)
+    tokenizer.truncation_side = "right"
+    encodings, counts = encode_texts(tokenizer, add_group_context(rows, "target", ["anchor"]), default)
+    assert _words(tokenizer, encodings["input_ids"][0]) == ["wood", "[SEP]", "t0", "[SEP]", "t1", ";", "[SEP]"]
+    assert counts["truncated"] == 6
+
+
 def test_a_row_whose_own_text_fills_max_length_still_encodes_with_no_context():
     """"only_second" refuses a row whose context would lose every token: it is tokenised without its context."""
     rows = _pair_rows(4, 30, 17, 5, 16)  # 17 words + [CLS] [SEP] [SEP] = 20: exactly max_length

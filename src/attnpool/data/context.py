@@ -33,6 +33,7 @@ from attnpool.json_values import is_missing
 CONTEXT_FIELD = "group_context"  # the column added to the rows and the template placeholder
 CONTEXT_SEP = "; "  # between the values of one row's context
 CONTEXT_POOLING = ("all", "own")  # what the pooler weighs with a group context: every token, or the row's own text
+_FIT_ROWS = 10_000  # rows tokenised at a time by fit_context
 
 
 def group_context(rows: pd.DataFrame, column: str, by: Sequence[str], *, pool: pd.DataFrame | None = None,
@@ -155,6 +156,90 @@ def tokenize_rows(tokenizer: Any, first: Sequence[str], second: Sequence[str] | 
         parts.append((full, tokenizer([first[i] for i in full], [""] * len(full), truncation=True,
                                       max_length=max_length, **kwargs)))
     return parts[0][1] if len(parts) == 1 else _merged(parts, len(own))
+
+
+def cuts_context_first(tokenizer: Any, text_cols: Sequence[str] | None, template: str | None) -> bool:
+    """Whether truncation alone cuts the group context before the row's own text.
+
+    So it does for the context pair, and for one text that ends with the context, cut from the right
+    (the tokenizer's ``truncation_side``).
+    """
+    text_cols, template = context_text_spec(text_cols, template)
+    if is_context_pair(CONTEXT_FIELD, text_cols, template):
+        return True
+    fields = text_fields(text_cols, template)
+    last = template.rstrip().endswith("{" + CONTEXT_FIELD + "}") if template else fields[-1] == CONTEXT_FIELD
+    single = bool(template) or len(fields) != 2  # two columns are a pair, truncated longest first
+    return last and single and fields.count(CONTEXT_FIELD) == 1 and getattr(tokenizer, "truncation_side",
+                                                                            "right") == "right"
+
+
+def fit_context(tokenizer: Any, rows: pd.DataFrame, text_cols: Sequence[str] | None, template: str | None,
+                max_length: int, *, sep: str) -> tuple[pd.DataFrame, list[int]]:
+    """``rows`` with the group context of each row too long for ``max_length`` cut to the values that fit.
+
+    Where truncation would cut the row's own text first (not :func:`cuts_context_first`): the group context placed
+    before or among the row's own fields, or a tokenizer that cuts from the left.
+    The context keeps its first values (in their sorted order) as long as the whole text fits; a row whose own text
+    alone does not fit gets an empty context (and is truncated as any text). Only the rows too long are rendered
+    again; in the default layout (the context last, cut from the right) ``rows`` come back as they are.
+
+    Returns:
+        ``(rows, positions)``: a copy of ``rows`` with the shortened contexts (``rows`` itself when none is), and the
+        positions of the rows whose context was shortened and that now fit (they count as truncated).
+    """
+    text_cols, template = context_text_spec(text_cols, template)
+    if cuts_context_first(tokenizer, text_cols, template) or not len(rows):
+        return rows, []
+    values = [v.split(CONTEXT_SEP) if v else [] for v in _texts(rows[CONTEXT_FIELD])]
+
+    def fits(positions: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        part = rows.iloc[positions].assign(**{CONTEXT_FIELD: [CONTEXT_SEP.join(values[i][:k])
+                                                              for i, k in zip(positions, counts, strict=True)]})
+        first, second, _ = build_texts(part, text_cols, template, sep_token=sep)
+        lengths = []
+        for start in range(0, len(first), _FIT_ROWS):  # in slices: a whole file's encodings hold much memory
+            end = start + _FIT_ROWS
+            pair = [second[start:end]] if second is not None else []
+            lengths += [len(ids) for ids in tokenizer(first[start:end], *pair, verbose=False)["input_ids"]]
+        return np.asarray(lengths, dtype=int) <= max_length
+
+    sizes = np.asarray([len(v) for v in values], dtype=int)
+    over = np.flatnonzero(sizes > 0)
+    over = over[~fits(over, sizes[over])] if len(over) else over
+    if not len(over):
+        return rows, []
+    low, high = np.zeros(len(over), dtype=int), sizes[over] - 1  # the most values that fit: in [low, high]
+    while (open_ := low < high).any():
+        mid = (low + high + 1) // 2
+        ok = np.ones(len(over), dtype=bool)
+        ok[open_] = fits(over[open_], mid[open_])
+        low, high = np.where(open_ & ok, mid, low), np.where(open_ & ~ok, mid - 1, high)
+    out = rows.copy()
+    column = out.columns.get_loc(CONTEXT_FIELD)
+    out.iloc[over, column] = [CONTEXT_SEP.join(values[i][:k]) for i, k in zip(over, low, strict=True)]
+    fitted = fits(over, low)
+    return out, [int(i) for i in over[fitted]]
+
+
+def sample_groups(frame: pd.DataFrame, by: Sequence[str], limit: int, seed: int) -> pd.DataFrame:
+    """Whole groups of ``frame`` drawn in a seeded random order while their rows total at most ``limit``.
+
+    A group: the rows sharing their ``by`` values, as :func:`group_context` joins them; one group at least is drawn;
+    the rows come in their order in ``frame``.
+    A row with a missing key is a group of its own. ``--limit`` with a group context: each row keeps its group's
+    other values, as prediction gives them from a file of whole groups.
+    """
+    groups: dict[Any, list[int]] = {}
+    for position, key in enumerate(_keys(frame, list(by))):
+        groups.setdefault(key if key is not None else ("", position), []).append(position)
+    members = list(groups.values())
+    taken: list[int] = []
+    for group in np.random.default_rng(seed).permutation(len(members)):
+        if taken and len(taken) + len(members[group]) > limit:
+            break
+        taken += members[group]
+    return frame.iloc[sorted(taken)].reset_index(drop=True)
 
 
 def check_room(tokenizer: Any, max_length: int, *, pair: bool) -> None:

@@ -16,13 +16,13 @@ import pandas as pd
 
 from attnpool.config import TrainConfig
 from attnpool.data.columns import check_columns, text_fields
-from attnpool.data.context import add_group_context, context_text_spec
+from attnpool.data.context import add_group_context, context_text_spec, fit_context
 from attnpool.data.errors import DataError
 from attnpool.data.numbers import class_key
 from attnpool.data.parquet import require_pyarrow
 from attnpool.data.pppm import PPPM_FIELDS, cpc_titles, load_pppm
 from attnpool.data.readers import iter_table
-from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts, tokenize
+from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts
 from attnpool.json_values import is_missing
 from attnpool.tasks import label_text
 
@@ -48,11 +48,34 @@ def load_prediction_inputs(cfg: TrainConfig, info: dict[str, Any], path: str | P
                            log: logging.Logger):
     """Read and tokenise a file to predict, with the run's text construction; check labels it may carry."""
     cfg = apply_preset(cfg)
-    frame, template = frame_and_template(cfg, str(path), split="test")
+    # an unknown PPPM code is named as unknown to the run's titles, as PredictionInputs names it
+    frame, template = frame_and_template(cfg, str(path), split="test", titles_name=run_titles_name(cfg))
     cfg.template = cfg.template or template
     frame = _with_context(cfg, frame, frame, path)
     _check_prediction_rows(cfg, info, frame, path)
-    return frame, tokenize(tokenizer, frame, cfg, log, str(path))
+    frame, shortened = _fit_context(cfg, tokenizer, frame)
+    encodings, counts = encode_texts(tokenizer, frame, cfg)
+    counts["truncated"] += shortened
+    log_counts(log, str(path), counts, cfg.max_length)
+    return frame, encodings
+
+
+def run_titles_name(cfg: TrainConfig) -> str:
+    """What a PPPM error calls the CPC titles of a run (its ``data_dir``'s, the copy it was trained with)."""
+    return f"the CPC titles this run was trained with ({Path(cfg.data_dir or '', 'cpc_texts.csv')})"
+
+
+def _fit_context(cfg: TrainConfig, tokenizer, frame) -> tuple[Any, int]:
+    """``(frame, rows shortened)``: with ``group_context``, the rows' contexts fitted (:func:`fit_context`).
+
+    Fitted in the rows returned, so that whoever rebuilds the texts from them (explain, the served word weights)
+    gets the contexts tokenised.
+    """
+    if not cfg.group_context:
+        return frame, 0
+    frame, shortened = fit_context(tokenizer, frame, cfg.text_cols or None, cfg.template, cfg.max_length,
+                                   sep=tokenizer.sep_token or "[SEP]")
+    return frame, len(shortened)
 
 
 def _with_context(cfg: TrainConfig, frame, pool, path: str | Path):
@@ -124,8 +147,7 @@ class PredictionInputs:
         self.context_from = context_from
         self._pool = None  # the whole file's context columns, read on first use
         self._titles: dict[str, str] | None = None  # PPPM: the CPC titles, read once
-        self.titles_name = titles_name or (
-            f"the CPC titles this run was trained with ({Path(self.cfg.data_dir or '', 'cpc_texts.csv')})")
+        self.titles_name = titles_name or run_titles_name(self.cfg)
 
     @property
     def text_columns(self) -> list[str]:
@@ -194,6 +216,8 @@ class PredictionInputs:
                 pool = frame if self.context_from == "chunk" else self.context_pool()
             frame = _with_context(self.cfg, frame, pool, self.path)
         _check_prediction_rows(self.cfg, self.info, frame, self.path)
+        frame, shortened = _fit_context(self.cfg, self.tokenizer, frame)
+        self.counts["truncated"] += shortened
         encodings: dict[str, list] = {}
         for start in range(0, len(frame), self.encode_rows):
             # In slices: a fast tokenizer's output for a whole chunk holds several times the memory of the token

@@ -20,7 +20,9 @@ from attnpool.data.context import (
     CONTEXT_FIELD,
     add_group_context,
     context_text_spec,
+    fit_context,
     is_context_pair,
+    sample_groups,
     split_groups,
     tokenize_rows,
 )
@@ -125,14 +127,15 @@ class TaskData:
         return ContextDropoutDataset(encodings, bare, self.labels, train_idx, cfg.group_context_dropout, cfg.seed)
 
 
-def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train"):
-    """Read the rows (preset or file) and return ``(frame, template)``: the text columns read as strings."""
+def frame_and_template(cfg: TrainConfig, path: str | None, split: str = "train", titles_name: str | None = None):
+    """``(frame, template)`` of the rows (preset or file), text columns as strings; ``titles_name``: see load_pppm."""
     apply_preset(cfg)
     if cfg.preset == "pppm":
         if path is None:
             return load_pppm(cfg.data_dir, split=split)
         frame, template = load_pppm(cfg.data_dir, split=split,  # its text fields as text, as predict reads them
-                                    frame=read_table(path, text_columns=["id", *PPPM_FIELDS, *context_columns(cfg)]))
+                                    frame=read_table(path, text_columns=["id", *PPPM_FIELDS, *context_columns(cfg)]),
+                                    titles_name=titles_name)
         return frame, template
     if path is None:
         raise DataError("no training file: give --train-file FILE")
@@ -175,9 +178,10 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
     an empty context does not count as an empty text; a text pair with the context loses the context first.
     """
     sep = tokenizer.sep_token or "[SEP]"
-    text_cols, template = cfg.text_cols or None, cfg.template
-    if cfg.group_context:
+    text_cols, template, shortened = cfg.text_cols or None, cfg.template, []
+    if cfg.group_context:  # the context's last values dropped where truncation would cut the row's own text
         text_cols, template = context_text_spec(text_cols, template)
+        texts, shortened = fit_context(tokenizer, texts, text_cols, template, cfg.max_length, sep=sep)
         # The rows' own text fields only: a row alone in its group has an empty context, not an empty text (and
         # ``cfg`` may name the context already: prediction adds it to the template it rebuilds texts from).
         own = [f for f in text_fields(text_cols, template) if f != CONTEXT_FIELD]
@@ -194,7 +198,7 @@ def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], d
     check = [i for i, n in enumerate(lengths) if n >= cfg.max_length and not cut[i]]
     whole = tokenizer([first[i] for i in check], *([[second[i] for i in check]] if second is not None else []),
                       verbose=False)["input_ids"] if check else []
-    truncated = sum(cut) + sum(len(ids) > cfg.max_length for ids in whole)
+    truncated = sum(cut) + sum(len(ids) > cfg.max_length for ids in whole) + len(shortened)
     counts = {"texts": len(first), "empty": empty, "truncated": truncated, "tokens": sum(lengths),
               "max_tokens": max(lengths, default=0)}
     return {k: list(v) for k, v in encodings.items() if k in ENCODING_KEYS}, counts
@@ -363,7 +367,9 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     check_columns(frame, needed, where)
     if cfg.limit and cfg.limit < len(frame):  # of the training rows: a validation file is read whole
         _file_labels(frame, cfg, label_file)  # first on the whole file: a bad label named by its row there
-        frame = frame.sample(n=cfg.limit, random_state=cfg.resolved_split_seed()).reset_index(drop=True)
+        seed = cfg.resolved_split_seed()  # with a group context, whole groups: contexts as predict gives them
+        frame = (sample_groups(frame, cfg.group_context_by, cfg.limit, seed) if cfg.group_context
+                 else frame.sample(n=cfg.limit, random_state=seed).reset_index(drop=True))
     train_frame = frame
     if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
