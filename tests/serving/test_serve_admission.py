@@ -237,6 +237,14 @@ def test_a_refused_host_points_at_allowed_host_not_at_host(service):
     assert "--host" not in message.replace("--allowed-host", "")
 
 
+def test_a_refused_host_that_is_no_host_name_is_not_suggested_for_allowed_host(service):
+    """The 400 suggested --allowed-host 'evil.com<script>', which --allowed-host itself refuses."""
+    app = create_app(service, Settings())
+    status, _, body, _ = asgi(app, "GET", "/info", headers={"host": "evil.com<script>"})
+    message = json.loads(body)["error"]
+    assert status == 400 and "--allowed-host NAME (or make the proxy send Host: localhost)" in message, message
+
+
 def test_a_reverse_proxy_on_this_machine_may_pass_its_public_host(service):
     """Caddy, Traefik and nginx's `proxy_set_header Host $host` pass the public name: every request was a 400."""
     app = create_app(service, Settings(allowed_hosts=["Models.Example.com"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 
 import numpy as np
 from serve_helpers import metric
@@ -20,7 +21,8 @@ def test_health_and_info(server, recipe):
     assert status == 200
     assert info["attnpool_version"] == attnpool.__version__ and info["task"] == "regression"
     assert info["folds"] == [0, 1] and info["max_length"] == 16 and info["fields"] == ["first", "second"]
-    assert info["encoder"] == recipe["encoder"] and info["pooler"]["type"] == "attention"
+    assert info["encoder"] == "encoder" and info["pooler"]["type"] == "attention"  # not the server's path, its name
+    assert str(recipe["folder"].parent) not in json.dumps(info)
     assert info["token_weights"] and info["max_rows"] == 20 and info["max_batch"] == 8 and not info["api_key"]
 
 
@@ -84,6 +86,7 @@ def test_metrics_are_prometheus_text(server):
 def test_openapi_documents_every_field(server):
     status, _, schema = server.request("GET", "/openapi.json")
     assert status == 200 and schema["info"]["version"] == attnpool.__version__
+    assert schema["info"]["description"].startswith("Predictions of 2 fold(s) of run (regression)")
     row = schema["components"]["schemas"]["Row"]
     assert set(row["properties"]) == {"first", "second", "id"} and set(row["required"]) == {"first", "second"}
     assert row["additionalProperties"] is False

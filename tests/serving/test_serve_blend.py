@@ -3,6 +3,8 @@ the word weights are the first run's, and what cannot be blended is refused befo
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from serve_helpers import Server
@@ -12,6 +14,7 @@ from attnpool.prediction import predict
 from attnpool.runs import RunError
 from attnpool.serving import BlendService, Service
 from attnpool.serving.blend import load_service
+from attnpool.serving.page import render_page
 from model_helpers import add_oof, make_run, save_tiny_encoder, write_toy_csv
 
 TEMPLATE = "{first} [SEP] {second} [SEP] {note}"  # the second run reads a field the first does not
@@ -47,10 +50,13 @@ def test_a_blend_answers_what_predict_writes_and_the_first_runs_words(setup):
     assert not np.allclose(answer.scores, first.scores)  # the second run counts
     info = service.info()
     assert info["source"] == "blend" and [r["weight"] for r in info["runs"]] == [0.25, 0.75]
-    assert [r["run"] for r in info["runs"]] == [str(setup["a"]), str(setup["b"])] and info["folds"] == [0, 1]
+    assert [r["run"] for r in info["runs"]] == ["a", "b"] and info["folds"] == [0, 1]  # no server path to clients
+    assert info["encoder"] == "encoder" and {r["encoder"] for r in info["runs"]} == {"encoder"}
     body = service.respond(answer, [row["id"] for row in setup["rows"]])
     assert [p["id"] for p in body["predictions"]] == list(setup["predicted"]["id"])
     assert service.describe().startswith("a blend of 2 runs")
+    assert service.describe(public=True) == "a blend of 2 runs (a, b)"
+    assert str(setup["a"].parent) not in json.dumps(info) + render_page(info)[0]
 
 
 def test_what_cannot_be_blended_is_refused_with_the_reason(setup, tmp_path):

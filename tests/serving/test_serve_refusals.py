@@ -85,6 +85,20 @@ def test_many_unknown_fields_are_one_problem(service):
     assert len(json.loads(asgi(app, "POST", "/predict", json.dumps(few).encode())[2])["details"]) == 2
 
 
+@pytest.mark.parametrize("where", ["body", "row"])
+def test_many_unknown_fields_with_a_lone_surrogate_are_a_422(service, where):
+    """Over 20 unknown keys, one of the first three a lone surrogate (valid JSON), were a 500: the key was copied
+    raw into the error, which FastAPI could not encode; a very long key is cut."""
+    app = create_app(service, Settings())
+    keys = '"\\ud800":0,"' + "y" * 5000 + '":0,' + ",".join(f'"k{i}":0' for i in range(20))
+    body = ('{"rows":[{"text":"a"}],' + keys + "}" if where == "body" else '{"rows":[{"text":"a",' + keys + "}]}")
+    status, _, answer, _ = asgi(app, "POST", "/predict", body.encode())
+    assert status == 422, answer
+    (detail,) = json.loads(answer)["details"]
+    assert detail["where"] == ("body" if where == "body" else "rows[0]") and len(answer) < 1000
+    assert detail["what"].startswith(f"22 unknown fields (\\ud800, {'y' * 40}..., k0...); a ")
+
+
 def test_the_details_of_an_invalid_request_are_capped(service):
     app = create_app(service, Settings())
     status, _, body, _ = asgi(app, "POST", "/predict", json.dumps({"rows": [{"text": 1}] * 250}).encode())
@@ -136,8 +150,12 @@ def test_a_refused_load_leaves_the_thread_settings_as_they_were(classifier, one_
     assert torch.get_num_threads() == 1 and "TOKENIZERS_PARALLELISM" not in os.environ
 
 
-def test_a_max_length_with_no_room_for_text_is_refused_at_start_up(classifier):
-    """--max-length 2 on a model folder started, then every request failed with the same error."""
-    with pytest.raises(ValueError, match=r"^max_length 2 \(--max-length\) leaves no room for text: the tokenizer "
-                                         r"\w+ adds 2 special tokens to each text; give --max-length 3 or more"):
-        Service.load(classifier, device="cpu", precision="fp32", max_length=2, threads=torch.get_num_threads())
+@pytest.mark.parametrize("max_length", [2, 3])
+def test_a_max_length_with_no_room_for_text_is_refused_at_start_up(classifier, max_length):
+    """--max-length 2 on a model folder started, then every request failed with the same error; --max-length 3 left
+    room for a text but not a pair, and every text pair was a bare 500 (a model folder takes text_pair)."""
+    with pytest.raises(ValueError, match=rf"^max_length {max_length} \(--max-length\) leaves no room for text: the "
+                                         r"tokenizer \w+ adds 3 special tokens to each text pair; give --max-length 4 "
+                                         "or more"):
+        Service.load(classifier, device="cpu", precision="fp32", max_length=max_length,
+                     threads=torch.get_num_threads())

@@ -126,7 +126,7 @@ def create_app(service: Service, settings: Settings) -> Any:
         await batcher.stop()
 
     app = web.FastAPI(title="attnpool serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description=f"Predictions of {service.describe()} ({service.task}): rows of "
+                  description=f"Predictions of {service.describe(public=True)} ({service.task}): rows of "
                   f"{', '.join(service.fields)}, as attnpool predict computes them.")
     app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
     app.state.settings, app.state.draining = settings, False

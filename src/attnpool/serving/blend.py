@@ -21,7 +21,7 @@ from attnpool.data.prediction import context_views
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.runs.run import Run, RunError
 from attnpool.serving.process import thread_settings_kept
-from attnpool.serving.service import Answer, Job, Service
+from attnpool.serving.service import Answer, Job, Service, public_name
 
 logger = logging.getLogger("attnpool.serve")
 
@@ -72,16 +72,18 @@ class BlendService(Service):
         """The fold numbers of the runs' models (each run ensembles its own)."""
         return sorted({fold for member in self.members for fold in member.folds})
 
-    def describe(self) -> str:
-        """What is served, in a few words (the start-up log)."""
-        return f"a blend of {len(self.members)} runs ({', '.join(str(m.source) for m in self.members)})"
+    def describe(self, *, public: bool = False) -> str:
+        """What is served, in a few words (the start-up log; ``public``: for clients, without the server's paths)."""
+        runs = ", ".join(public_name(m.source) if public else str(m.source) for m in self.members)
+        return f"a blend of {len(self.members)} runs ({runs})"
 
     def info(self) -> dict[str, Any]:
-        """:meth:`Service.info`, with each run of the blend, its folds and weight."""
-        runs = [{"run": str(member.source), "folds": member.folds, "weight": float(weight),
-                 "encoder": member.encoder, "pooler": member.pooler}
+        """:meth:`Service.info`, with each run of the blend (its folder's name), its folds and weight."""
+        runs = [{"run": public_name(member.source), "folds": member.folds, "weight": float(weight),
+                 "encoder": public_name(member.encoder), "pooler": member.pooler}
                 for member, weight in zip(self.members, self.blend.weights, strict=True)]
-        return {**super().info(), "runs": runs}
+        encoder = ", ".join(dict.fromkeys(run["encoder"] for run in runs))
+        return {**super().info(), "encoder": encoder, "runs": runs}
 
     def encode(self, rows: Sequence[dict[str, str | None]], *, texts: bool = False) -> Job:
         """Every run's tokens of the rows (the word texts only for the first run, whose weights are served)."""

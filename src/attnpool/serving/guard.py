@@ -152,8 +152,8 @@ class Guard:
         if self.loopback_only and not is_loopback(host) and _normal(host) not in self.allowed_hosts:
             return _error(400, f"Host {headers.get('host', '')!r} refused: the server listens on loopback only and "
                           "answers requests to localhost or 127.0.0.1 (no DNS rebinding); behind a reverse proxy on "
-                          f"this machine, start it with --allowed-host {host or 'NAME'} (or make the proxy send "
-                          "Host: localhost)")
+                          f"this machine, start it with --allowed-host {host if _host_name(host) else 'NAME'} (or "
+                          "make the proxy send Host: localhost)")
         if self.api_key is not None and path not in OPEN_PATHS and not self._authorised(headers):
             challenge = 'Basic realm="attnpool serve", charset="UTF-8"' if path == "/" else 'Bearer realm="attnpool"'
             return _error(401, "missing or wrong API key: send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
@@ -219,6 +219,11 @@ class Cors:
         return _error(400, f"CORS preflight refused: {message}", kept)
 
 
+def _host_name(name: Any) -> bool:
+    """Whether ``name`` is a host name or address as clients send it in ``Host`` (what ``--allowed-host`` takes)."""
+    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9._-]+", name) or _address(name))
+
+
 def check_names(allowed_hosts: Sequence[str], cors_headers: Sequence[str], *, host: str, cors: bool) -> None:
     """Check ``--allowed-host`` and ``--cors-header`` values.
 
@@ -228,7 +233,7 @@ def check_names(allowed_hosts: Sequence[str], cors_headers: Sequence[str], *, ho
             ``Host``), ``--cors-header`` without ``--cors-origin``.
     """
     for name in allowed_hosts:
-        if not isinstance(name, str) or not (re.fullmatch(r"[A-Za-z0-9._-]+", name) or _address(name)):
+        if not _host_name(name):
             raise ValueError(f"--allowed-host {name!r}: give a host name or address as clients send it in Host, "
                              "without scheme, port or path (e.g. models.example.com)")
     if allowed_hosts and not is_loopback(host):

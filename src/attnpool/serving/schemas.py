@@ -111,10 +111,16 @@ def _few_unknown_fields(*names: Sequence[str] | str | None) -> Any:
             unknown = [key for key in data if key not in known]
             if len(unknown) > MAX_DETAILS:
                 raise web.PydanticCustomError(_TOO_MANY_FIELDS, "{count} unknown fields",
-                                              {"count": len(unknown), "first": ", ".join(map(str, unknown[:3]))})
+                                              {"count": len(unknown), "first": ", ".join(map(_shown, unknown[:3]))})
         return data
 
     return web.model_validator(mode="before")(check)
+
+
+def _shown(key: Any, limit: int = 40) -> str:
+    """A key as the answer quotes it: a lone surrogate escaped (it cannot be written: a 500), a long one cut."""
+    text = str(key).encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _encodable(value: Any) -> Any:

@@ -201,7 +201,7 @@ class Service:
                                                      "tokenizer=tokenizer)")  # else: the module to import, alone
             raise RunError(f"cannot load the model in {folder}: {err}{fix}") from err
         config, max_length = model.config, model_max_length(max_length, model, folder)
-        check_room(tokenizer, max_length, pair=False)  # at start-up, not in each request (a pair needs more: per row)
+        check_room(tokenizer, max_length, pair=True)  # at start-up, not per request: every row may be a text pair
         task = task_of(getattr(config, "problem_type", None) or None, config.num_labels)
         classes = None if task == "regression" else class_names(getattr(config, "id2label", None), config.num_labels)
         ensemble = FoldEnsemble(task, [], [model], np.array([1.0]), tokenizer)
@@ -219,9 +219,10 @@ class Service:
         """The fold numbers ensembled (empty for one saved model)."""
         return list(self.ensemble.folds)
 
-    def describe(self) -> str:
-        """What is served, in a few words (the start-up log)."""
-        return f"{len(self.folds)} fold(s) of {self.source}" if self.folds else f"one model, {self.source}"
+    def describe(self, *, public: bool = False) -> str:
+        """What is served, in a few words (the start-up log; ``public``: for clients, without the server's paths)."""
+        source = public_name(self.source) if public else self.source
+        return f"{len(self.folds)} fold(s) of {source}" if self.folds else f"one model, {source}"
 
     @property
     def task(self) -> str:
@@ -247,7 +248,7 @@ class Service:
 
     def info(self) -> dict[str, Any]:
         """What ``GET /info`` says about the model."""
-        return {"attnpool_version": __version__, "source": self.kind, "encoder": self.encoder,
+        return {"attnpool_version": __version__, "source": self.kind, "encoder": public_name(self.encoder),
                 "pooler": self.pooler, "token_weights": self.token_weights, "task": self.task,
                 "labels": None if self.classes is None else [str(c) for c in self.classes],
                 "id2label": self.id2label, "folds": self.folds, "ensemble": self.ensemble_how,
@@ -352,6 +353,12 @@ class Service:
         ids = self.ensemble.tokenizer("warm up", truncation=True, max_length=self.max_length)
         encodings = {k: [list(v)] for k, v in ids.items() if k in ENCODING_KEYS}
         (self.scorer or self.ensemble).scores(encodings, batch_size=1, device=self.device, precision=self.precision)
+
+
+def public_name(value: Any) -> str:
+    """``value`` as clients see it: a local path's base name (the server's paths stay on it), else as is (a Hub id)."""
+    text, path = str(value), Path(str(value)).expanduser()
+    return path.name or text if path.is_absolute() or path.exists() else text
 
 
 def run_fields(cfg: TrainConfig) -> list[str]:
