@@ -67,6 +67,15 @@ def test_one_pooler_under_two_spellings_is_refused(tmp_path, data, would_train, 
     assert not (tmp_path / "c").exists()
 
 
+def test_combinations_of_other_poolers_are_other_contenders(tmp_path, data, would_train):
+    """Every combination was one class (the combined pooler): attention+mean and max+mean were refused as one."""
+    with pytest.raises(Trained) as trained:
+        api.compare(poolings=["attention+mean", "max+mean"], seeds=1, output_dir=tmp_path / "c", **data)
+    assert [label for label, _ in trained.value.args[0]] == ["mean", "attention+mean", "max+mean"]
+    with pytest.raises(ValueError, match=r"^--poolings names one pooler twice, as max\+mean and as Max\+Mean_Pooling:"):
+        api.compare(poolings=["max+mean", "Max+Mean_Pooling:"], seeds=1, output_dir=tmp_path / "d", **data)
+
+
 def test_specs_whose_folders_differ_only_in_case_are_refused(tmp_path, data, would_train):
     """Their runs share one folder on macOS and Windows."""
     with pytest.raises(ValueError, match=r"would share the run folder .*differ only in punctuation or case"):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from attnpool.config import TrainConfig
-from attnpool.config_checks import check_pooler
+from attnpool.config_checks import check_pooler, same_pooler
 from attnpool.options import parse_options
 from attnpool.pooling import available_poolers, get_pooler_class
 from attnpool.pooling.base import user_module
@@ -53,9 +53,10 @@ class PoolerSpec:
         """Whether both specs build the same pooler: one registered class, with equal options.
 
         The registry ignores case, ``-``, ``_`` and a ``pooling`` suffix (``mean_pooling`` is ``mean``), and no
-        options are none (``attention:`` is ``attention``).
+        options are none (``attention:`` is ``attention``); a combination is compared part by part
+        (:func:`~attnpool.config_checks.same_pooler`: ``attention+mean`` is not ``max+mean``).
         """
-        return get_pooler_class(self.pooling) is get_pooler_class(other.pooling) and self.options == other.options
+        return same_pooler(self.pooling, other.pooling) and self.options == other.options
 
     def check(self, cfg: TrainConfig) -> None:
         """:func:`~attnpool.config_checks.check_pooler` of the recipe with this pooler, its errors naming :attr:`flag`.
