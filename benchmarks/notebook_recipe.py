@@ -1,6 +1,10 @@
-"""The public notebook's attention-pooling head, transcribed as is: the reference both benchmarks measure against.
+"""The notebook attention-pooling head, transcribed as is: the reference the benchmarks measure against.
 
-Softmax over all positions, then the mask multiplied in and the weights renormalised by ``sum + 1e-8``.
+Softmax over all positions, then, when a mask is given, the mask multiplied in and the weights renormalised by
+``sum + 1e-8``: the seed recipe's ``AttentionPooling``. The public PPPM baseline notebook itself gives its head no
+mask (the softmax spans the padding): ``references.py`` (the quality benchmarks' notebook) calls it so, while
+``pppm_throughput.py``'s ``NotebookModel`` (also ``pppm_gpu.py``'s) and ``pooling_speed.py`` pass the mask, as the
+seed recipe does (the two cost the same to within a multiply and a sum over the tokens).
 """
 
 from __future__ import annotations
