@@ -29,6 +29,7 @@ from typing import Any
 from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
 from attnpool.config import ConfigError, TrainConfig, load_yaml, make_config
+from attnpool.config_checks import check_overwrite_inputs
 from attnpool.explanations import Explanation, explain
 from attnpool.explanations import explain_file as _explain_file
 from attnpool.exporters import OnnxExport, export_onnx
@@ -61,6 +62,8 @@ def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **ov
         A :class:`~attnpool.training.TrainResult`; ``result.complete`` says whether every fold was trained.
     """
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
+    # the recipe file too: --overwrite would delete it with the run folder it sits in
+    check_overwrite_inputs(cfg, config if isinstance(config, str | Path) else None)
     return _train(cfg, callbacks=callbacks, given=_given(config, overrides) if cfg.resume else overrides)
 
 

@@ -34,6 +34,8 @@ TRIAL_HIDDEN_SIZE = 2**10 * 3**2 * 5 * 7
 # The retry's hidden size is at most this many times the stand-in: (H, H) weights of a larger one overflow int64.
 TRIAL_SPLIT_BOUND = 2**10
 SEED_BOUND = 2**32  # numpy's and torch's seeds are in [0, 2**32)
+DATA_PATHS = ("train_file", "valid_file", "data_dir")  # saved absolute with the run's config
+PATH_OPTIONS = (*DATA_PATHS, "model")  # the model too where it is a local folder
 
 
 def check_numbers(cfg: TrainConfig) -> None:
@@ -64,7 +66,8 @@ def checked_lists(cfg: TrainConfig) -> None:
     """The list options' items as their type: column names text (a YAML ``2021`` is the column "2021"), folds ints.
 
     A config file's items went unchecked: ``text_cols: [first, null]`` failed in a traceback, ``[[a, b]]`` too,
-    ``[2021, b]`` as a missing column 2021 the file has, and ``only_folds: [true]`` trained fold 1.
+    ``[2021, b]`` as a missing column 2021 the file has, and ``only_folds: [true]`` trained fold 1. Then the path
+    options' ``~`` is expanded (:func:`expand_home`): this runs as every config is made.
 
     Raises:
         ConfigError: Not a list, or an item that is not a column name (text or a whole number) or a fold number.
@@ -85,6 +88,19 @@ def checked_lists(cfg: TrainConfig) -> None:
                           "only_folds: [0, 2] (--only-folds 0 2)")
     if folds is not None:
         cfg.only_folds = list(folds)
+    expand_home(cfg)
+
+
+def expand_home(cfg: TrainConfig) -> None:
+    """``~`` in the path options (and ``output_dir``) expanded once, so that every reader of the config sees the path.
+
+    ``output_dir: ~/x`` made a folder named ``~`` in the current one, and ``train_file: ~/t.csv`` was looked for
+    there, while the run's saved paths and ``--overwrite``'s checks expanded it.
+    """
+    for name in (*PATH_OPTIONS, "output_dir"):
+        value = getattr(cfg, name)
+        if isinstance(value, str | os.PathLike) and str(value).startswith("~"):
+            setattr(cfg, name, os.path.expanduser(str(value)))
 
 
 def columns_hint(path: Any) -> str:
@@ -189,18 +205,21 @@ def check_output_flags(cfg: TrainConfig) -> None:
                          "--no-resume undoes a config file's)")
 
 
-def check_overwrite_inputs(cfg: TrainConfig) -> None:
+def check_overwrite_inputs(cfg: TrainConfig, config_file: str | os.PathLike | None = None) -> None:
     """With ``overwrite``, none of this call's inputs may lie in the run folder, which is emptied before they are read.
 
+    ``config_file``: the ``--config`` file the options were read from (the caller's recipe, deleted with the run).
+
     Raises:
-        RunError: ``train_file``, ``valid_file``, ``data_dir`` or a local ``model`` inside ``output_dir`` (reached
-            through a link too; a link inside the folder counts, since deleting it loses the path).
+        RunError: ``config_file``, ``train_file``, ``valid_file``, ``data_dir`` or a local ``model`` inside
+            ``output_dir`` (reached through a link too; a link inside the folder counts, since deleting it loses the
+            path).
     """
-    if not cfg.overwrite:
+    if not cfg.overwrite or cfg.resume:  # both: refused by check_output_flags
         return
-    run_dir = Path(cfg.output_dir).resolve()
-    inputs = {"--train-file": cfg.train_file, "--valid-file": cfg.valid_file, "--data-dir": cfg.data_dir,
-              "--model": cfg.model}
+    run_dir = Path(cfg.output_dir).expanduser().resolve()
+    inputs = {"--config": config_file, "--train-file": cfg.train_file, "--valid-file": cfg.valid_file,
+              "--data-dir": cfg.data_dir, "--model": cfg.model}
     for option, value in inputs.items():
         path = Path(os.path.abspath(Path(value or "").expanduser()))  # a link in the run: deleted, not its target
         if value and path.exists() and (path.parent.resolve() / path.name).is_relative_to(run_dir):  # not a hub name
@@ -326,6 +345,6 @@ def _raised_in_outside_pooler(err: BaseException) -> bool:
     return False
 
 
-__all__ = ["PRESETS", "SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers", "check_output_flags",
-           "check_overwrite_inputs", "check_pooler", "check_preset", "check_preset_resets", "checked_lists",
-           "columns_hint"]
+__all__ = ["DATA_PATHS", "PATH_OPTIONS", "PRESETS", "SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers",
+           "check_output_flags", "check_overwrite_inputs", "check_pooler", "check_preset", "check_preset_resets",
+           "checked_lists", "columns_hint", "expand_home"]

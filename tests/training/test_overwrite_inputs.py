@@ -8,8 +8,10 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 import attnpool
+from attnpool.cli import main
 from attnpool.config import TrainConfig
 from attnpool.runs import Run, RunError
 from attnpool.training.recipe import _record_run
@@ -64,3 +66,24 @@ def test_other_rows_than_the_saved_folds_is_a_run_error_naming_the_files(tmp_pat
         f"--resume: the run's saved folds ({run.path / 'folds.csv'}) have 24 rows but the data "
         f"({tmp_path / 'train.csv'}) has 28: the data changed since the run started. Put the data back, or start a new "
         "run (another --output-dir, or --overwrite)")
+
+
+@pytest.mark.parametrize("through_cli", [False, True])
+def test_overwrite_refuses_to_delete_the_calls_config_file(tmp_path, capsys, through_cli):
+    """--overwrite emptied the run folder holding the user's --config recipe: the recipe was lost."""
+    save_tiny_encoder(tmp_path / "encoder")
+    write_toy_csv(tmp_path / "train.csv", n=24, seed=0)
+    run = Run.create(tmp_path / "run")
+    run.write_info({"task": "regression"})
+    recipe = run.path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(_options(tmp_path)))
+    fix = f"move it out of {run.path} first or choose another --output-dir"
+    message = re.escape(f"--overwrite would delete --config {recipe} (in the run folder {run.path}) before reading "
+                        f"it; {fix}")
+    if through_cli:
+        assert main(["train", "--config", str(recipe)]) == 2
+        assert re.search(message, capsys.readouterr().err)
+    else:
+        with pytest.raises(RunError, match=message):
+            attnpool.train(recipe)
+    assert recipe.is_file() and run.has_info()  # nothing deleted

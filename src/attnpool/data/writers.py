@@ -55,6 +55,36 @@ def refuse_input_as_output(input_file: str | Path, output_file: str | Path, opti
                         f"replace; write the {what} to another file")
 
 
+def refuse_output_in_folder(folders, output_file: str | Path, option: str = "--output",
+                            what: str = "predictions", owner: str = "run") -> None:
+    """Refuse to write ``what`` inside one of ``folders`` (a run's): it would replace or add to the run's own files.
+
+    A run's out-of-fold file replaced by predictions, or a file of its own made unreadable, breaks the run (a later
+    ``--resume`` refuses it as damaged). As :func:`refuse_input_as_output`, another spelling of the path
+    (``sub/../run/x.csv``) and links count: a linked folder's target, a linked output's target, and a link inside
+    the folder (which the written file replaces).
+
+    Args:
+        folders: The folders nothing may be written into (each run of a blend).
+        output_file: The file to be written.
+        option: The option that named ``output_file``, for the message.
+        what: What would be written there, for the message.
+        owner: What each folder is, for the message.
+
+    Raises:
+        DataError: ``output_file`` lies inside one of ``folders``.
+    """
+    output_file = Path(output_file)
+    written = Path(os.path.abspath(output_file.expanduser()))
+    places = (written.parent.resolve() / written.name, written.resolve())  # the link itself, and its target
+    for folder in folders:
+        root = Path(folder).expanduser().resolve()
+        if any(place.is_relative_to(root) for place in places):
+            raise DataError(f"{option} {output_file}: is inside the {owner} folder {folder}, whose own files the "
+                            f"{what} would replace or mix with; write the {what} outside it, e.g. "
+                            f"{option} {root.parent / written.name}")
+
+
 def _write_jsonl(frame: pd.DataFrame, path: Path) -> None:
     """Each column encoded at once, then joined per row: pandas' ``to_json`` rounds floats (3e-11 became 0.0)."""
     keys = [json.dumps(str(name), ensure_ascii=False) + ":" for name in frame.columns]

@@ -21,7 +21,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnpool.data import SUPPORTED_EXTENSIONS, DataError
 from attnpool.data.prediction import PredictionInputs, context_views
-from attnpool.data.writers import refuse_input_as_output
+from attnpool.data.writers import refuse_input_as_output, refuse_output_in_folder
 from attnpool.model.encoders import position_limit
 from attnpool.options import file_path
 from attnpool.precision import inference_device, precision_reason, resolve_precision
@@ -140,7 +140,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             the input; another process writing the same output; ``ensemble="score"`` with a fold that has no
             validation metric; :class:`ScoresNotFinite`, rows whose scores are NaN or infinite.
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...), an output
-            extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file.
+            extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file or in a run folder.
         TypeError: ``input_file`` or ``output_file`` is not a path (a DataFrame: write it to a file first).
         ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
             for runs trained without a group context); ``precision`` bf16 or fp16 with ``backend="onnx"``.
@@ -150,6 +150,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     input_file, output_file = file_path(input_file, "input_file"), file_path(output_file, "output_file")
     runs = [Run.open(r) for r in sources]
     refuse_input_as_output(input_file, output_file)  # before the lock and the parts: nothing written
+    refuse_output_in_folder([run.path for run in runs], output_file)  # its oof/folds files replaced: a broken run
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:

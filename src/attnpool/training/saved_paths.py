@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from attnpool.config_checks import DATA_PATHS, PATH_OPTIONS  # also those whose ~ a config expands
 from attnpool.runs.run import Run, RunError
 
 logger = logging.getLogger("attnpool.train")
-DATA_PATHS = ("train_file", "valid_file", "data_dir")  # saved absolute with the run's config
-PATH_OPTIONS = (*DATA_PATHS, "model")  # the model too where it is a local folder
 _ARCHITECTURE = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
