@@ -177,6 +177,21 @@ def test_a_report_that_would_replace_the_input_file_is_refused(run, data, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linked.csv", "rows.csv", "sub"]
 
 
+def test_a_report_inside_the_run_folder_is_refused(run, data, capsys, monkeypatch):
+    """--output RUN/oof.csv wrote the report over the run's out-of-fold file (predict refuses it too)."""
+    from attnpool.explanations import files
+
+    monkeypatch.setattr(files, "explain", lambda *a, **k: pytest.fail("the model ran before the paths were checked"))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    common = ["explain", "--run", str(run), "--input", str(data / "test.csv")]
+    assert main([*common, "--output", str(run / "oof.csv")]) == 2
+    assert f"--output {run / 'oof.csv'}: is inside the run folder {run}, whose own files the HTML report would" \
+        in capsys.readouterr().err
+    assert main([*common, "--output", str(run.parent / "r.html"), "--json", str(run / "fold_0" / "r.json")]) == 2
+    assert f"--json {run / 'fold_0' / 'r.json'}: is inside the run folder {run}" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_max_length_is_checked_against_the_encoders_positions(run, tmp_path, capsys, caplog):
     """The tiny BERT reads 64 positions: a model folder's default 128 and --max-length 100 crashed in torch."""
     long = " ".join(["the big red dog sat on the mat"] * 12)  # 96 words

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from attnpool.data import DataError, build_texts, check_columns, read_table
 from attnpool.data.context import is_context_pair, tokenize_rows
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
-from attnpool.data.writers import refuse_input_as_output
+from attnpool.data.writers import refuse_input_as_output, refuse_output_in_folder
 from attnpool.explanations.core import Explanation, explain
 from attnpool.explanations.page import report_paths, write_report
 from attnpool.json_values import is_missing
@@ -106,7 +106,8 @@ def explain_file(
         ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
             folder, or another fold than a ``fold_K`` folder's), a ``max_length`` below 1 or over what the encoder
             reads, a negative ``erasure_k`` or ``seed``, a ``batch_size`` below 1, a report path that is the input
-            file, bad data (:class:`~attnpool.data.DataError`), or a pooler without token weights.
+            file or lies in the run's folder, bad data (:class:`~attnpool.data.DataError`), or a pooler without
+            token weights.
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
@@ -118,7 +119,10 @@ def explain_file(
     html_path, json_path = report_paths(html_path, json_path)  # a wrong output path fails now, not after the run
     refuse_input_as_output(input_file, html_path, "--output", "HTML report")
     refuse_input_as_output(input_file, json_path, "--json", "JSON report")
-    if Run.is_run(source):
+    if Run.is_run(source):  # a report inside the run could replace its files (--output RUN/oof.csv), as predict's
+        for path, option, what in ((html_path, "--output", "HTML report"), (json_path, "--json", "JSON report")):
+            if path is not None:
+                refuse_output_in_folder([source], path, option, what)
         if text_cols:
             raise ValueError("--text-cols is for a model folder; a run builds its texts as in training (config.yaml)")
         model_dir, frame, first, second, label_col, id_col, length, context_pairs = _run_inputs(
