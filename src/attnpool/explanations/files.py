@@ -119,7 +119,7 @@ def explain_file(
     html_path, json_path = report_paths(html_path, json_path)  # a wrong output path fails now, not after the run
     refuse_input_as_output(input_file, html_path, "--output", "HTML report")
     refuse_input_as_output(input_file, json_path, "--json", "JSON report")
-    if Run.is_run(source):  # a report inside the run could replace its files (--output RUN/oof.csv), as predict's
+    if Run.is_run(source):  # a report inside the run could replace its own files, as predict refuses too
         for path, option, what in ((html_path, "--output", "HTML report"), (json_path, "--json", "JSON report")):
             if path is not None:
                 refuse_output_in_folder([source], path, option, what)
