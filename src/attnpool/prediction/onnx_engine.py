@@ -23,10 +23,12 @@ ONNX Runtime uses one intra-op thread per physical core by default, which is wha
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,13 +111,30 @@ def _not_2d_weights(graph: Path) -> list[str]:
             if n.op_type == "MatMul" and len(n.input) > 1 and ranks.get(n.input[1], 2) != 2]
 
 
+@contextmanager
+def _run_writable(run: Run, fold: int, graph: Path) -> Iterator[None]:
+    """A graph that must be made in a run that cannot be written (read-only, another user's): a RunError, ways out."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise RunError(
+            f"fold {fold}: the ONNX backend makes the graph {graph} once, in the run, but the run folder {run.path} is "
+            f"not writable ({err.strerror}); predict with --backend torch, or from a writable copy of the run (cp -r "
+            f"{run.path} COPY, then --run COPY), or ask whoever can write it to run predict --backend onnx once "
+            f"(the graph is then reused); `attnpool export --model {run.path} --fold {fold} --output FILE.onnx` "
+            "makes the graph elsewhere, to serve with onnxruntime") from err
+
+
 def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
     """The fold's graph for ``quantize``, exported (and quantized) now if missing or older than the model."""
     fp32 = run.onnx_file(fold)
     if _stale(fp32, run.model_dir(fold)):
         logger.info("fold %d: exporting the ONNX graph to %s (once; reused by later predictions)", fold, fp32)
         try:
-            export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
+            with _run_writable(run, fold, fp32):
+                export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
         except VerificationError as err:  # its advice names export's options; say how to get there from predict
             raise VerificationError(
                 f"fold {fold}: {err}. To use the graph anyway, export it yourself: attnpool export --model {run.path} "
@@ -132,7 +151,8 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
     target = run.onnx_file(fold, quantize)
     if _stale(target, run.model_dir(fold)):  # the quantized graph keeps the float32 one's stamp
         logger.info("fold %d: quantizing the ONNX graph to %s into %s", fold, quantize, target)
-        _quantize(fp32, target)
+        with _run_writable(run, fold, target):
+            _quantize(fp32, target)
     return target
 
 

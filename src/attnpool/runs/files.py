@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
+import shlex
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +129,48 @@ def atomic_save_dir(path: str | Path, save: Callable[[Path], None]) -> Path:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+# How a full disk shows in a save: OSError's text, safetensors' (SafetensorError: "... (os error 28)"), and torch's
+# (RuntimeError "[enforce fail at inline_container.cc:672] . unexpected pos N vs M": its zip writer's failed write)
+_FULL_DISK = ("no space left", "os error 28", "unexpected pos")
+
+
+@contextmanager
+def full_disk_hint(what: str, where: str | Path, run: str | Path) -> Iterator[None]:
+    """Re-raise a full disk's error while saving ``what`` in ``where`` as one ``OSError(ENOSPC)`` with the way on.
+
+    torch and safetensors report ENOSPC as errors of their own (``RuntimeError``, ``SafetensorError``), which the CLI
+    would print as a traceback; the run itself is sound (its last complete checkpoint), so ``--resume`` goes on.
+    """
+    try:
+        yield
+    except Exception as err:
+        if getattr(err, "errno", None) != errno.ENOSPC and not any(s in str(err).lower() for s in _FULL_DISK):
+            raise
+        raise OSError(errno.ENOSPC, f"no space left on device while saving {what} in {where}; free space, then "
+                      f"attnpool train --output-dir {shlex.quote(str(run))} --resume") from err
+
+
+def full_disk_checked(save_checkpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``RecipeTrainer._save_checkpoint`` whose full disk says so (:func:`full_disk_hint`).
+
+    The checkpoint goes under the trainer's ``args.output_dir``; the run is its recipe's ``output_dir``.
+    """
+    @functools.wraps(save_checkpoint)
+    def save(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        with full_disk_hint("a checkpoint", trainer.args.output_dir, trainer.recipe.output_dir):
+            return save_checkpoint(trainer, *args, **kwargs)
+    return save
+
+
+def not_a_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be a run's folder (a file there, a symbolic link to nothing), for an error; else ``None``."""
+    if path.is_symlink() and not path.exists():
+        target = Path(os.readlink(path))
+        resolved = "" if target.is_absolute() else f" ({path.parent.absolute() / target})"
+        return (f"output path {path} is a symbolic link to {target}{resolved}, which does not exist; create that "
+                "folder, or remove the link, or choose another --output-dir")
+    if path.exists() and not path.is_dir():
+        return f"output path {path} exists and is a file; choose a folder for the run"
+    return None

@@ -37,7 +37,7 @@ import yaml
 
 from attnpool._version import __version__
 from attnpool.config import TrainConfig, load_yaml
-from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text
+from attnpool.runs.files import atomic_write, atomic_write_json, atomic_write_text, not_a_folder
 from attnpool.runs.folds import choose_folds, read_fold_ids
 from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.tables import read_oof
@@ -96,8 +96,10 @@ class Run:
         any other folder so that a mistyped path cannot wipe unrelated files.
         """
         path = Path(path)
-        if path.exists() and not path.is_dir():
-            raise RunError(f"output path {path} exists and is a file; choose a folder for the run")
+        if problem := not_a_folder(path):
+            raise RunError(problem)
+        if (path / LOCK_NAME).is_file():  # a live holder first: what it has written so far says nothing yet
+            RunLock(path, purpose="train").acquire().release()
         if cls.never_started(path):  # a first start stopped by bad data: start afresh (its log is appended to)
             if resume:
                 raise RunError(f"--resume: {path} holds a run that stopped before it started (no {RUN_FILE}, e.g. "

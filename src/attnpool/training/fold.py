@@ -36,7 +36,7 @@ from attnpool.model.card import CARD_FILE, TrainingFacts, model_card
 from attnpool.model.modeling import keeping_encoder_pooler
 from attnpool.precision import resolve_precision
 from attnpool.prediction.engine import predict_encoded
-from attnpool.runs.files import atomic_save_dir, atomic_write_text
+from attnpool.runs.files import atomic_save_dir, atomic_write_text, full_disk_hint
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_frame
 from attnpool.tasks import num_labels, problem_type, scores_from_logits
@@ -257,7 +257,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     draft = model_card(trainer.model.config, architecture=type(trainer.model).__name__,
                        training=training_facts(cfg, data, fold, train_idx, valid_idx, run),
                        has_weights=trainer.model.base_model.pooler.has_weights)
-    _save_fold_model(trainer, data.tokenizer, run.model_dir(fold), draft)
+    with full_disk_hint(f"the model of fold {fold}", run.model_dir(fold), run.path):
+        _save_fold_model(trainer, data.tokenizer, run.model_dir(fold), draft)
     # load_best_model_at_end restored the best checkpoint's weights; sharded ones are read back whole from the folder.
     best = trainer.model
     if weights_sharded(trainer):

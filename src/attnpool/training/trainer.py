@@ -22,7 +22,7 @@ from attnpool.config import TrainConfig
 from attnpool.data.batching import LengthGroupedSampler, PaddingCollator
 from attnpool.metrics import task_metrics
 from attnpool.model.dropout import use_cpu_dropout
-from attnpool.runs.files import atomic_write_json
+from attnpool.runs.files import atomic_write_json, full_disk_checked
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.adversarial import Adversary, StartReached, make_adversary, perturbed
@@ -188,6 +188,7 @@ class RecipeTrainer(transformers.Trainer):
     Raises:
         ValueError: ``ema`` or ``adversary`` under FSDP or DeepSpeed, where no process holds the whole weights.
     """
+    _save_checkpoint = full_disk_checked(transformers.Trainer._save_checkpoint)  # ENOSPC: one line, --resume
 
     def __init__(self, *args: Any, recipe: TrainConfig, monitor: PoolingMonitor | None = None,
                  ema: WeightEMA | None = None, adversary: Adversary | None = None, **kwargs: Any) -> None:
