@@ -20,7 +20,16 @@ from huggingface_hub import ModelCard
 
 import attnpool
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
-from attnpool.model.card import CARD_FILE, TrainingFacts, model_card, training_facts
+from attnpool.model.card import (
+    CARD_FILE,
+    TrainingFacts,
+    is_attnpool_card,
+    may_rewrite_card,
+    model_card,
+    read_card,
+    stamp_card,
+    training_facts,
+)
 from attnpool.model.card_facts import display_name, hub_name
 from attnpool.model.card_sections import PLACEHOLDER
 from model_helpers import batch, save_tiny_encoder, tiny_config, tiny_tokenizer, users_item_pooler, write_toy_csv
@@ -360,3 +369,35 @@ def test_save_pretrained_pushes_once_the_tokenizer_and_the_card_are_written(hub,
     assert "notes.txt" not in commit.files  # only what this save wrote
     assert commit.files[CARD_FILE] == (folder / CARD_FILE).read_bytes()
     assert ModelCard(commit.files[CARD_FILE].decode()).data.library_name == "attnpool"
+
+
+def test_a_card_the_user_gave_or_edited_is_kept_by_a_later_save(tmp_path):
+    """A card keeping ``library_name: attnpool`` (given with model_card=, or attnpool's edited) was overwritten."""
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=1)
+    mine = "---\nlibrary_name: attnpool\nlicense: mit\n---\n# My PPPM scorer\n\nTrained on our private patents.\n"
+    model.save_pretrained(tmp_path / "given", model_card=mine)
+    model.save_pretrained(tmp_path / "given")
+    assert (tmp_path / "given" / CARD_FILE).read_text() == mine
+
+    model.save_pretrained(tmp_path / "edited")
+    generated = (tmp_path / "edited" / CARD_FILE).read_text()
+    for edited in (generated.replace("library_name: attnpool", "library_name: attnpool\nlicense: mit"),
+                   generated + "Do not use for X.\n"):
+        (tmp_path / "edited" / CARD_FILE).write_text(edited)
+        model.save_pretrained(tmp_path / "edited")
+        assert (tmp_path / "edited" / CARD_FILE).read_text() == edited
+    assert is_attnpool_card(read_card(tmp_path / "edited"))  # still attnpool's for what reads its header
+
+
+def test_a_saved_card_is_kept_unless_save_pretrained_generated_it_unchanged(tmp_path):
+    folder = tmp_path / "m"
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=1)
+    assert may_rewrite_card(folder)  # no card
+    model.save_pretrained(folder)
+    assert may_rewrite_card(folder)  # generated, unchanged
+    (folder / CARD_FILE).write_text(model_card(model.config))  # attnpool's card, given: no fingerprint
+    assert not may_rewrite_card(folder)
+    (folder / CARD_FILE).write_text(stamp_card("# notes\n").replace("# notes", "# my notes"))
+    assert not may_rewrite_card(folder)
+    (folder / CARD_FILE).write_text("---\nlibrary_name: peft\n---\n# Model Card for Model ID\n")
+    assert may_rewrite_card(folder)

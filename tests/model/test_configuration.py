@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from transformers import BertConfig, GPT2Config, PretrainedConfig
 
-from attnpool.model import AttnPoolConfig
+from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification
 from attnpool.model.configuration import encoder_hidden_size
 from attnpool.tasks import LOSSES
 from model_helpers import tiny_config
@@ -63,3 +65,23 @@ def test_encoder_given_as_a_dict_or_a_string_pooling():
     assert isinstance(config.encoder, BertConfig) and config.hidden_size == 32
     assert config.pooling == {"type": "mean"}
     assert config.pooling_layers == [-1, -2]
+
+
+def test_from_encoder_names_its_labels_with_label2id_alone():
+    """``label2id`` alone gave a 1-output regression model: the names dropped, class labels trained with MSE."""
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), label2id={"a": 0, "b": 1, "c": 2})
+    assert model.config.num_labels == 3 and model.config.problem_type is None
+    assert model.config.id2label == {0: "a", 1: "b", 2: "c"} and model.config.label2id == {"a": 0, "b": 1, "c": 2}
+    assert model.head.out.out_features == 3
+
+
+@pytest.mark.parametrize(("given", "refused"), [
+    ({"num_labels": 2, "label2id": {"a": 0, "b": 1, "c": 2}}, "num_labels=2 but 3 labels are named"),
+    ({"num_labels": 3, "id2label": {0: "a", 1: "b"}}, "num_labels=3 but 2 labels are named"),
+    ({"id2label": {0: "a", 1: "b"}, "label2id": {"a": 1, "b": 0}}, "is not the inverse of id2label"),
+    ({"label2id": {"a": 0, "b": 2}}, "must give each label its own id, 0 to 1"),
+    ({"label2id": {"a": 0, "b": 0}}, "must give each label its own id, 0 to 1"),
+])
+def test_from_encoder_refuses_labels_that_disagree(given, refused):
+    with pytest.raises(ValueError, match=f"from_encoder: .*{re.escape(refused)}"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), **given)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, AutoModelForSequenceClassification
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
 from attnpool import AttnPoolConfig, AttnPoolForSequenceClassification
-from model_helpers import tiny_config
+from model_helpers import save_tiny_encoder, tiny_config
 
 
 @pytest.mark.parametrize(("given", "meant"), [
@@ -50,3 +51,27 @@ def test_a_saved_config_with_keys_this_version_does_not_know_still_loads(tmp_pat
     assert type(AutoModelForSequenceClassification.from_pretrained(tmp_path)).__name__ == type(model).__name__
     again = AttnPoolConfig.from_dict(model.config.to_dict())
     assert again.head_dropout == 0.2
+
+
+@pytest.mark.parametrize("key", ["dtype", "torch_dtype"])
+@pytest.mark.parametrize("source", ["config", "folder"])
+def test_from_encoder_loads_the_encoder_in_the_dtype_given(key, source, tmp_path):
+    """``dtype=torch.bfloat16`` was kept in the config, never used: the model was float32."""
+    encoder = tiny_config("bert") if source == "config" else save_tiny_encoder(tmp_path / "encoder")
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, **{key: torch.bfloat16})
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    model.save_pretrained(tmp_path / "m")
+    reloaded = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "m")
+    assert {p.dtype for p in reloaded.parameters()} == {torch.bfloat16}
+
+
+def test_from_encoder_refuses_a_dtype_it_cannot_give():
+    built = AutoModel.from_config(tiny_config("bert"))
+    with pytest.raises(ValueError, match="dtype=torch.bfloat16 cannot change the dtype of the built BertModel given "
+                                         "\\(it is torch.float32\\): cast it first"):
+        AttnPoolForSequenceClassification.from_encoder(built, dtype=torch.bfloat16)
+    assert AttnPoolForSequenceClassification.from_encoder(built, dtype=torch.float32).dtype == torch.float32
+    with pytest.raises(TypeError, match="from_encoder got two dtypes: encoder_kwargs\\['dtype'\\]=torch.float16, "
+                                        "dtype=torch.bfloat16; give one"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), dtype=torch.bfloat16,
+                                                       encoder_kwargs={"dtype": torch.float16})

@@ -65,3 +65,25 @@ def test_lora_trains_the_head_and_pooler_and_reloads_exactly(tmp_path):
     merged = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
     with torch.no_grad():  # W + BA merged into one matrix: equal up to rounding
         torch.testing.assert_close(merged(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+@pytest.mark.parametrize("safe", [True, False])
+def test_a_merged_model_saved_into_its_adapters_folder_is_refused_not_given_the_adapter_twice(tmp_path, safe):
+    """transformers put the adapter beside config.json on the merged weights again: wrong predictions, no warning.
+
+    With ``adapter_model.bin`` alone transformers failed on a missing adapter_model.safetensors instead.
+    """
+    model = lora(base_model())
+    model.save_pretrained(tmp_path / "lora", safe_serialization=safe)
+    assert "library_name: peft" in (tmp_path / "lora" / "README.md").read_text()
+    model.merge_and_unload().save_pretrained(tmp_path / "lora")  # the merged model written into the adapter's folder
+    card = (tmp_path / "lora" / "README.md").read_text()
+    assert "library_name: attnpool" in card and "Model Card for Model ID" not in card  # peft's card is not the user's
+    adapter = "adapter_model.safetensors" if safe else "adapter_model.bin"
+    with pytest.raises(ValueError, match=f"holds a whole model \\(config.json\\) and a LoRA \\(peft\\) adapter "
+                                         f"\\(adapter_config.json, {adapter}\\): .*Move the adapter files out"):
+        AttnPoolForSequenceClassification.from_pretrained(tmp_path / "lora")
+    for name in ("adapter_config.json", adapter):
+        (tmp_path / "lora" / name).unlink()
+    AttnPoolForSequenceClassification.from_pretrained(tmp_path / "lora")  # the merged model alone loads

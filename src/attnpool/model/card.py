@@ -14,6 +14,7 @@ folder (the export's) can repeat them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -50,6 +51,9 @@ from attnpool.tasks import task_of
 
 CARD_FILE = REPOCARD_NAME  # "README.md": the file the Hub reads a model card from
 LIBRARY_NAME = "attnpool"
+# The last line of a card ``save_pretrained`` generated: a hash of the rest of the card, so that an edited one is told
+# from an unchanged one (an HTML comment: the Hub shows nothing of it).
+_STAMP = re.compile(r"^<!-- attnpool generated card, sha256:([0-9a-f]{64}) -->\n?\Z", re.M)
 TASK_METRICS = {"regression": ("pearson", "spearman", "rmse")}
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1", "auc")
 
@@ -182,6 +186,36 @@ def read_card(folder: str | os.PathLike) -> ModelCard | None:
 def is_attnpool_card(card: ModelCard | None) -> bool:
     """Whether a card was written by attnpool (so it may be rewritten without losing a user's text)."""
     return card is not None and card.data.to_dict().get("library_name") == LIBRARY_NAME
+
+
+def stamp_card(text: str) -> str:
+    """``text`` with a fingerprint (a hash of it) as its last line: a card :func:`may_rewrite_card` rewrites."""
+    text = text if text.endswith("\n") else text + "\n"
+    return f"{text}<!-- attnpool generated card, sha256:{hashlib.sha256(text.encode()).hexdigest()} -->\n"
+
+
+def may_rewrite_card(folder: str | os.PathLike) -> bool:
+    """Whether a plain ``save_pretrained`` into ``folder`` may write attnpool's card over its ``README.md``.
+
+    Yes when there is none, when it is the card ``save_pretrained`` generated (its fingerprint line,
+    :func:`stamp_card`, matches the rest of the text: it was not edited since), or when it is peft's generic card
+    ("Model Card for Model ID", ``library_name: peft``: an adapter saved there). Any other is kept: a README of the
+    user's own, a card given with ``model_card=`` (a fold's card with its training facts too), an edited generated
+    card, and cards of attnpool versions that wrote no fingerprint (they cannot be told from a card the user wrote or
+    edited with ``library_name: attnpool`` kept).
+    """
+    path = Path(os.fspath(folder)) / CARD_FILE
+    if not path.exists():
+        return True
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # unreadable: not rewritten blindly
+        return False
+    found = _STAMP.search(text)
+    if found is not None:
+        return hashlib.sha256(text[:found.start()].encode()).hexdigest() == found.group(1)
+    card = read_card(folder)
+    return card is not None and card.data.to_dict().get("library_name") == "peft"
 
 
 def card_graph(card: ModelCard | None) -> str | None:

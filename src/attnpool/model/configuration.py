@@ -10,7 +10,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from transformers import AutoConfig, GenerationConfig, PretrainedConfig
+import torch
+from transformers import AutoConfig, GenerationConfig, PretrainedConfig, PreTrainedModel
 
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.tasks import LOSSES
@@ -55,6 +56,69 @@ def check_option_names(given: Iterable[str], where: str, also: Iterable[str] = (
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TypeError(f"{where} got an unknown option {name!r}{hint} (the options are AttnPoolConfig's and "
                             "PretrainedConfig's)")
+
+
+def encoder_load_options(config_kwargs: dict[str, Any], encoder_kwargs: dict[str, Any] | None,
+                         encoder: object) -> dict[str, Any]:
+    """``from_encoder``'s ``encoder_kwargs`` with its ``dtype=`` (or ``torch_dtype=``), taken out of ``config_kwargs``.
+
+    The encoder is loaded (or built from its config) in that dtype, and the pooler and head follow it
+    (:func:`~attnpool.model.encoders.match_encoder`); given to the config instead, it was saved there and never used:
+    the model was float32.
+
+    Raises:
+        TypeError: Two different dtypes given (``dtype``, ``torch_dtype``, ``encoder_kwargs["dtype"]``).
+        ValueError: A dtype other than a built encoder's own (cast that encoder first).
+    """
+    encoder_kwargs = dict(encoder_kwargs or {})
+    given = {f"encoder_kwargs[{key!r}]": encoder_kwargs.pop(key) for key in ("dtype", "torch_dtype")
+             if key in encoder_kwargs}
+    given |= {key: config_kwargs.pop(key) for key in ("dtype", "torch_dtype") if key in config_kwargs}
+    given = {key: value for key, value in given.items() if value is not None}
+    if len({str(value).removeprefix("torch.") for value in given.values()}) > 1:
+        raise TypeError(f"from_encoder got two dtypes: {', '.join(f'{k}={v}' for k, v in given.items())}; give one, "
+                        "as dtype=")
+    if not given:
+        return encoder_kwargs
+    dtype = next(iter(given.values()))
+    if isinstance(encoder, PreTrainedModel):
+        wanted = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+        if dtype != "auto" and wanted != encoder.dtype:
+            raise ValueError(f"from_encoder: dtype={dtype} cannot change the dtype of the built "
+                             f"{type(encoder).__name__} given (it is {encoder.dtype}): cast it first "
+                             f"(encoder.to({wanted})), or give the encoder's name, folder or config")
+        return encoder_kwargs
+    return {**encoder_kwargs, "dtype": dtype}
+
+
+def label_options(config_kwargs: dict[str, Any], *, has_head: bool) -> None:
+    """Fill in ``from_encoder``'s ``num_labels``, ``id2label`` and ``problem_type`` from what was given, in place.
+
+    ``num_labels`` is the number of labels named (``id2label``, or ``label2id``, whose inverse becomes
+    ``id2label``), else 1; one output on a model with a head is a regression (set now, so that pipelines add no
+    sigmoid or softmax; not on :class:`AttnPoolModel`, whose folder may get a head of 3 labels later).
+
+    Raises:
+        ValueError: ``num_labels``, ``id2label`` and ``label2id`` that disagree, or ids that are not 0..N-1.
+    """
+    id2label, label2id = config_kwargs.get("id2label"), config_kwargs.get("label2id")
+    if id2label:
+        id2label = config_kwargs["id2label"] = {int(key): value for key, value in id2label.items()}
+    if label2id:
+        named = {int(value): key for key, value in label2id.items()}
+        if len(named) != len(label2id) or sorted(named) != list(range(len(named))):
+            raise ValueError(f"from_encoder: label2id={label2id} must give each label its own id, 0 to "
+                             f"{len(label2id) - 1} (the head's outputs)")
+        if id2label and named != id2label:
+            raise ValueError(f"from_encoder: label2id={label2id} is not the inverse of id2label={id2label}; give one "
+                             "of them (the other is made from it)")
+        id2label = config_kwargs["id2label"] = named
+    if id2label and config_kwargs.setdefault("num_labels", len(id2label)) != len(id2label):
+        raise ValueError(f"from_encoder: num_labels={config_kwargs['num_labels']} but {len(id2label)} labels are "
+                         f"named ({id2label}); name every output, or leave num_labels out")
+    config_kwargs.setdefault("num_labels", 1)
+    if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1 and has_head:
+        config_kwargs["problem_type"] = "regression"
 
 
 def encoder_hidden_size(config: PretrainedConfig) -> int:

@@ -17,9 +17,16 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import hub as transformers_hub
 
-from attnpool.model.card import CARD_FILE, is_attnpool_card, read_card, write_model_card
+from attnpool.model.card import may_rewrite_card, stamp_card, write_model_card
 from attnpool.model.card import model_card as config_card
-from attnpool.model.configuration import AttnPoolConfig, check_not_attnpool, check_option_names, encoder_hidden_size
+from attnpool.model.configuration import (
+    AttnPoolConfig,
+    check_not_attnpool,
+    check_option_names,
+    encoder_hidden_size,
+    encoder_load_options,
+    label_options,
+)
 from attnpool.model.encoders import (
     check_encoder_reachable,
     encoder_layers,
@@ -32,7 +39,7 @@ from attnpool.model.encoders import (
 )
 from attnpool.model.heads import PredictionHead
 from attnpool.model.loading import align_cpu_tensors, check_safetensors_only, init_unloaded
-from attnpool.model.sources import adapter_advice, check_hub_source, hub_error, missing_subfolder
+from attnpool.model.sources import adapter_advice, check_hub_source, check_no_adapter, hub_error, missing_subfolder
 from attnpool.pooling import Pooler, build_pooler
 from attnpool.pooling.registry import check_rebuildable
 
@@ -75,6 +82,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         Raises:
             FileNotFoundError: The folder does not exist, is a file, has no such ``subfolder``, is a peft adapter, or
                 holds no ``*.safetensors`` weights.
+            ValueError: The folder holds a peft adapter beside the model (``adapter_config.json``).
         """
         if kwargs.get("use_safetensors") is False:
             raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")
@@ -88,6 +96,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             if not (path / "config.json").is_file():
                 raise FileNotFoundError(f"{path} has no config.json: it is not a saved attnpool model folder"
                                         f"{where_the_model_is(path)}{adapter_advice(path)}")
+            check_no_adapter(path)
             if not any(path.glob("*.safetensors")):
                 present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
                 raise FileNotFoundError(
@@ -123,7 +132,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             tokenizer: Saved beside the model, so that the folder alone loads with the Auto classes and pipelines.
             model_card: The ``README.md`` to write. By default a card built from the config (encoder, pooler,
                 head, task, how to load it; see :mod:`attnpool.model.card`) is written, unless the folder already
-                has a ``README.md`` of its own, which is kept (attnpool's card of an earlier save is rewritten).
+                has a ``README.md`` of its own, which is kept: only the card an earlier save generated, unedited,
+                and peft's generic card are rewritten (:func:`~attnpool.model.card.may_rewrite_card`).
             push_to_hub: Upload the files this save wrote (weights, tokenizer, card) to the Hub once all are written,
                 to ``repo_id`` (default: the folder's name), with transformers' options ``commit_message``,
                 ``commit_description``, ``create_pr``, ``private``, ``revision`` and ``token``; ``tags`` are added to
@@ -155,12 +165,12 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             return None
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
-        # a card of attnpool's own describes the model saved before: rewritten; a README of the user's is kept
-        if model_card is None and (not (folder / CARD_FILE).exists() or is_attnpool_card(read_card(folder))):
-            model_card = config_card(self.config, architecture=type(self).__name__,
-                                     num_parameters=self.num_parameters(),
-                                     tags=[*(self.model_tags or []), *extra_tags],
-                                     has_weights=self._base().pooler.has_weights)
+        # the card a save generated describes the model saved before: rewritten; a README of the user's is kept
+        if model_card is None and may_rewrite_card(folder):
+            model_card = stamp_card(config_card(self.config, architecture=type(self).__name__,
+                                                num_parameters=self.num_parameters(),
+                                                tags=[*(self.model_tags or []), *extra_tags],
+                                                has_weights=self._base().pooler.has_weights))
         if model_card is not None:
             write_model_card(save_directory, model_card)
         return self._upload_modified_files(folder, repo_id, before, **hub) if upload else None
@@ -268,8 +278,9 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             freeze_word_embeddings: Freeze the input word embeddings (:meth:`freeze_word_embeddings`); the
                 recipe's default (:meth:`attnpool.TrainConfig.resolved_freeze_word_embeddings`) does, this
                 method's does not.
-            **config_kwargs: :class:`AttnPoolConfig` options: ``num_labels`` (default 1), ``problem_type``
-                (default: regression for one label, on a model with a head), ``head_dropout``, ``pooling_layers``...
+            **config_kwargs: :class:`AttnPoolConfig` options: ``num_labels`` (default: as many as ``id2label`` or
+                ``label2id`` name, else 1), ``problem_type`` (regression for 1 label, with a head), ``head_dropout``...
+                ``dtype`` / ``torch_dtype``: the encoder's, loaded so (:func:`.configuration.encoder_load_options`).
 
         Returns:
             The model, with the pooler and head initialised by their ``reset_parameters`` (the pooler's ``init``
@@ -282,11 +293,13 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             ValueError: An attnpool model given as the encoder (load it with ``from_pretrained`` instead), a pooler
                 instance whose hidden size does not match the encoder or whose class is not the one
                 registered under its ``name`` (it would not reload), or an ``encoder_dropout`` that
-                cannot be applied (out of [0, 1), a built encoder, a config without dropout fields).
+                cannot be applied (out of [0, 1), a built encoder, a config without dropout fields), labels that
+                disagree (``num_labels``, ``id2label``, ``label2id``), a ``dtype`` other than a built encoder's.
             TypeError: A ``config_kwargs`` name that is neither :class:`AttnPoolConfig`'s nor ``PretrainedConfig``'s
                 (``num_label``), with the name meant.
         """
         check_option_names(config_kwargs, "from_encoder", also=list(inspect.signature(cls.from_encoder).parameters))
+        encoder_kwargs = encoder_load_options(config_kwargs, encoder_kwargs, encoder)  # with dtype= moved in
         pooler_instance = pooling if isinstance(pooling, Pooler) else None
         if isinstance(encoder, PreTrainedModel):
             check_not_attnpool(encoder.config, f"the {type(encoder).__name__} given")
@@ -340,13 +353,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             pooling_spec = {**dict(pooling), **(pooling_options or {})}
         if pooler_instance is None:
             pooling_spec = encoder_pooling_defaults(pooling_spec, encoder_config, paired=paired)
-        # one output unless the labels are named (transformers' own rule: id2label gives num_labels)
-        config_kwargs.setdefault("num_labels", len(config_kwargs["id2label"]) if config_kwargs.get("id2label") else 1)
-        has_head = hasattr(cls, "_build_head")  # AttnPoolForSequenceClassification, not AttnPoolModel
-        if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1 and has_head:
-            # Set now rather than at the first loss, so that pipelines know not to add a sigmoid or softmax. Not for
-            # AttnPoolModel: it has no head, and a head put on its folder later (num_labels=3) would inherit it.
-            config_kwargs["problem_type"] = "regression"
+        label_options(config_kwargs, has_head=hasattr(cls, "_build_head"))  # AttnPoolModel has no head
         config = AttnPoolConfig(encoder=encoder_config, pooling=pooling_spec, **config_kwargs)
         model = cls(config, encoder=encoder_model)
         if pooler_instance is not None:

@@ -122,6 +122,27 @@ def adapter_advice(folder: Path) -> str:
             "tokenizer=tokenizer) for one plain attnpool folder (README: Fine-tuning with LoRA)")
 
 
+def check_no_adapter(folder: Path) -> None:
+    """Refuse a model folder (``config.json``) that also holds a peft adapter (``adapter_config.json``).
+
+    transformers loads such a folder's weights and puts the adapter on them again: a merged model saved into its
+    adapter's folder (``merge_and_unload().save_pretrained("my-lora")``) predicted wrongly, without a warning.
+
+    Raises:
+        ValueError: The folder holds both, with the files to move out.
+    """
+    if not (folder / "adapter_config.json").is_file():
+        return
+    adapter = sorted(p.name for p in folder.glob("adapter_*") if p.is_file())
+    raise ValueError(
+        f"{folder} holds a whole model (config.json) and a LoRA (peft) adapter ({', '.join(adapter)}): transformers "
+        "would put the adapter on weights that may already hold it (a merged model saved into its adapter's folder) "
+        "and predict wrongly. Move the adapter files out of the folder (to load the adapter on its base model, see "
+        "README: Fine-tuning with LoRA), or save the merged model to a folder of its own: "
+        'model.merge_and_unload().save_pretrained("my-model", tokenizer=tokenizer)'
+    )
+
+
 def _invalid(name: str, what: str, err: Exception, default_hint: bool) -> FileNotFoundError:
     if os.path.isfile(os.path.expanduser(name)):
         return file_given(name, what)
