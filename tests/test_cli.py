@@ -26,6 +26,26 @@ def test_poolers_lists_every_pooler_with_its_parameter_count(capsys):
     assert "multihead_attention" in out and "gem" in out
 
 
+def test_poolers_lists_the_poolers_it_cannot_build_at_that_size_with_the_reason(capsys):
+    """--hidden-size 100 stopped the whole listing at latent_attention (8 heads); 0 named a random pooler."""
+    assert main(["poolers", "--hidden-size", "100"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split() == ["pooler", "parameters", "output_dim", "perm-invariant", "token", "weights",
+                                           "note"]
+    line = next(row for row in out.splitlines() if row.startswith("latent_attention "))
+    assert line.split()[1:3] == ["–", "–"] and "hidden_size 100 is not divisible by num_heads=8" in line
+    assert next(row for row in out.splitlines() if row.startswith("attention ")).split()[1:3] == ["5,100", "100"]
+    rows = {row["pooler"]: row for row in api.poolers(100)}
+    assert rows["latent_attention"]["parameters"] is None and "num_heads=8" in rows["latent_attention"]["note"]
+    assert rows["attention"]["note"] is None and rows["attention"]["parameters"] == 5100
+    assert main(["poolers", "--hidden-size", "1024"]) == 0  # every pooler built: no note column
+    assert capsys.readouterr().out.splitlines()[1].split()[-1] == "weights"
+    assert main(["poolers", "--hidden-size", "0"]) == 2
+    assert "attnpool poolers: error: --hidden-size must be >= 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--hidden-size must be >= 1"):
+        api.poolers(-3)
+
+
 def test_console_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "attnpool.cli", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("attnpool ")

@@ -116,3 +116,24 @@ def test_a_device_this_machine_lacks_is_said_at_once(monkeypatch):
     with pytest.raises(ValueError, match=r"--device cuda:2: this machine has 2 CUDA device\(s\), cuda:0 to cuda:1"):
         inference_device("cuda:2")
     assert inference_device("cuda:1") == torch.device("cuda:1")
+
+
+def test_an_unknown_device_keeps_torch_s_reason_whole(monkeypatch):
+    """--device foo cut torch's message mid-word at 160 characters: '... privateuseone device type at s); use ...'."""
+    from attnpool.precision import inference_device
+
+    with pytest.raises(RuntimeError) as torch_error:
+        torch.device("foo")
+    reason = " ".join(str(torch_error.value).split())
+    with pytest.raises(ValueError) as error:
+        inference_device("foo")
+    assert str(error.value) == f"--device foo: not a device torch knows ({reason}); use cpu, cuda or cuda:N"
+    long_reason = "Expected one of " + ", ".join(f"type{i}" for i in range(60)) + "\ndevice type at start: foo"
+
+    def refuse(name):
+        raise RuntimeError(long_reason)
+
+    monkeypatch.setattr(torch, "device", refuse)
+    with pytest.raises(ValueError) as error:
+        inference_device("foo")
+    assert f"({long_reason.replace(chr(10), ' ')}); use cpu, cuda or cuda:N" in str(error.value)

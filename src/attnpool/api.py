@@ -33,10 +33,11 @@ from attnpool.config_checks import check_overwrite_inputs
 from attnpool.explanations import Explanation, explain
 from attnpool.explanations import explain_file as _explain_file
 from attnpool.exporters import OnnxExport, export_onnx
-from attnpool.pooling import available_poolers, build_pooler
+from attnpool.pooling import available_poolers, build_pooler, get_pooler_class
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE
 from attnpool.prediction.predict import PredictionSummary
 from attnpool.prediction.predict import predict as _predict
+from attnpool.runs.files import check_writable
 from attnpool.runs.run import Run
 from attnpool.serving import ServeSummary
 from attnpool.serving import serve as _serve
@@ -64,6 +65,7 @@ def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **ov
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
     # the recipe file too: --overwrite would delete it with the run folder it sits in
     check_overwrite_inputs(cfg, config if isinstance(config, str | Path) else None)
+    check_writable(cfg.output_dir, "--output-dir", folder=True)  # before the data and the encoder load
     return _train(cfg, callbacks=callbacks, given=_given(config, overrides) if cfg.resume else overrides)
 
 
@@ -140,6 +142,7 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
     """
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
     specs = [poolings] if isinstance(poolings, str) else list(poolings)  # one string: one spec, not its letters
+    check_writable(output_dir, "--output-dir", folder=True)  # before any run trains
     return _compare(cfg, specs, seeds, baseline=baseline, output_dir=output_dir, bootstrap=bootstrap,
                     overwrite=overwrite)
 
@@ -238,13 +241,29 @@ def demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model: str
 
 
 def poolers(hidden_size: int = 1024) -> list[dict[str, Any]]:
-    """Every registered pooler with its parameter count, output size and properties (``attnpool poolers``)."""
+    """Every registered pooler with its parameter count, output size and properties (``attnpool poolers``).
+
+    A pooler that cannot be built at ``hidden_size`` with its default options (``hidden_size`` 100 and 8 heads) is
+    listed all the same: ``parameters`` and ``output_dim`` ``None``, and ``note`` saying why (``None`` otherwise).
+
+    Raises:
+        ValueError: ``hidden_size`` below 1.
+    """
+    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
+        raise ValueError(f"--hidden-size must be >= 1 (an encoder's hidden size, e.g. 768), got {hidden_size!r}")
     rows = []
     for name in available_poolers():
-        pooler = build_pooler(name, hidden_size)
-        rows.append({"pooler": name, "parameters": sum(p.numel() for p in pooler.parameters()),
-                     "output_dim": pooler.output_dim, "permutation_invariant": pooler.permutation_invariant,
-                     "token_weights": pooler.has_weights})
+        cls = get_pooler_class(name)
+        row = {"pooler": name, "parameters": None, "output_dim": None, "permutation_invariant":
+               cls.permutation_invariant, "token_weights": cls.has_weights, "note": None}
+        try:
+            pooler = build_pooler(name, hidden_size)
+        except ValueError as err:  # e.g. heads that do not divide hidden_size: said in the row, the others listed
+            row["note"] = f"cannot be built with its default options: {err}"
+        else:
+            row.update(parameters=sum(p.numel() for p in pooler.parameters()), output_dim=pooler.output_dim,
+                       permutation_invariant=pooler.permutation_invariant, token_weights=pooler.has_weights)
+        rows.append(row)
     return rows
 
 

@@ -62,9 +62,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_predict(args: argparse.Namespace) -> int:
     keys = ("batch_size", "ensemble", "device", "chunk_rows", "resume", "precision", "folds", "backend", "quantize",
             "int8_tolerance", "threads", "blend_weights", "context_view")
-    summary = api.predict(args.run[0] if len(args.run) == 1 else args.run, args.input, args.output,
-                          progress=args.verbosity != "quiet", **{k: getattr(args, k) for k in keys})
-    print(f"wrote {summary.rows} predictions to {args.output}")
+    api.predict(args.run[0] if len(args.run) == 1 else args.run, args.input, args.output,  # it logs what it wrote
+                progress=args.verbosity != "quiet", **{k: getattr(args, k) for k in keys})
     return 0
 
 
@@ -86,14 +85,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     keys = ("limit", "erasure_k", "text_cols", "label", "max_length", "fold", "seed", "batch_size", "device")
-    explanation = api.explain_file(args.run, args.input, args.output, json_path=args.json,
+    explanation = api.explain_file(args.run, args.input, args.output, json_path=args.json,  # logs what it wrote
                                    **{k: getattr(args, k) for k in keys})
     aopc = [explanation.erasure.aopc[k] for k in ("top", "random", "bottom")]
     top, shuffled, bottom = (fmt_number(value, 4) for value in aopc)
     missing = " (–: no erasure test ran for it)" if "–" in (top, shuffled, bottom) else ""
-    print(f"explained {len(explanation.examples)} examples; erasure AOPC: most-weighted {top}, random {shuffled}, "
+    print(f"erasure AOPC of {len(explanation.examples)} examples: most-weighted {top}, random {shuffled}, "
           f"least-weighted {bottom}{missing}")
-    print(f"wrote {args.output} and {args.json or Path(args.output).with_suffix('.json')}")
     return 0
 
 
@@ -126,14 +124,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_poolers(args: argparse.Namespace) -> int:
     rows = api.poolers(args.hidden_size)
-    header = ("pooler", "parameters", "output_dim", "perm-invariant", "token weights")
-    cells = [(r["pooler"], f"{r['parameters']:,}", str(r["output_dim"]), "yes" if r["permutation_invariant"] else "no",
-              "yes" if r["token_weights"] else "no") for r in rows]
-    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
+    header = ("pooler", "parameters", "output_dim", "perm-invariant", "token weights", "note")
+    cells = [(r["pooler"], "–" if r["parameters"] is None else f"{r['parameters']:,}", str(r["output_dim"] or "–"),
+              "yes" if r["permutation_invariant"] else "no", "yes" if r["token_weights"] else "no", r.get("note") or "")
+             for r in rows]
+    shown = len(header) if any(r[-1] for r in cells) else len(header) - 1  # the note column only when one says why
+    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(shown)]
     print(f"attnpool {__version__}: poolers at hidden_size={args.hidden_size} (default options)")
-    for row in [header, *cells]:
-        first, *rest = zip(row, widths, strict=True)
-        print("  ".join([first[0].ljust(first[1]), *(cell.rjust(w) for cell, w in rest)]))
+    for row in [header, *cells]:  # the name and the note left-aligned, the numbers and properties right-aligned
+        middle = (cell.rjust(w) for cell, w in zip(row[1:5], widths[1:5], strict=True))
+        print("  ".join([row[0].ljust(widths[0]), *middle, *row[5:shown]]).rstrip())
     return 0
 
 

@@ -70,8 +70,8 @@ def inference_device(device: str | torch.device | None = None) -> torch.device:
     try:
         chosen = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(f"--device {device}: not a device torch knows ({str(err).splitlines()[0][:160]}); use cpu, "
-                         "cuda or cuda:N") from None
+        reason = " ".join(str(err).split())  # whole (its list of device types), on one line
+        raise ValueError(f"--device {device}: not a device torch knows ({reason}); use cpu, cuda or cuda:N") from None
     if chosen.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:

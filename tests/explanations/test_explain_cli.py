@@ -47,8 +47,12 @@ def test_explain_a_run(run, data, tmp_path, capsys):
     code = main(["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(out),
                  "--limit", "5", "--erasure-k", "3"])
     assert code == 0
-    said = capsys.readouterr().out
-    assert "wrote" in said and "erasure AOPC: most-weighted " in said and "–" not in said  # the dash's legend: none
+    captured = capsys.readouterr()
+    said = captured.out
+    assert "erasure AOPC of 5 examples: most-weighted " in said and "–" not in said  # the dash's legend: none
+    # what it wrote: the API's logged line alone (the command printed it a second time)
+    assert (captured.out + captured.err).count("wrote") == 1 and f"wrote {out} and {out.with_suffix('.json')}" in \
+        captured.err
     assert main(["explain", "--run", str(run), "--input", str(data / "test.csv"), "--output", str(tmp_path / "0.html"),
                  "--limit", "2", "--erasure-k", "0"]) == 0
     assert "most-weighted –, random –, least-weighted – (–: no erasure test ran for it)" in capsys.readouterr().out

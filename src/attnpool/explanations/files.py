@@ -22,6 +22,7 @@ from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.precision import inference_device
 from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length
 from attnpool.runs.run import RUN_FILE, Run, RunError
+from attnpool.training.console_logging import SUMMARY  # the line --quiet keeps
 
 logger = logging.getLogger("attnpool.explain")
 
@@ -163,7 +164,7 @@ def explain_file(
     for example, row_id in zip(explanation.examples, ids or [None] * n, strict=True):
         example.id = None if row_id is None else str(row_id)
     html_path, json_path = write_report(explanation, html_path, json_path)
-    logger.info("explained %d examples with %s: wrote %s and %s", n, model_dir, html_path, json_path)
+    logger.log(SUMMARY, "explained %d examples with %s: wrote %s and %s", n, model_dir, html_path, json_path)
     return explanation
 
 

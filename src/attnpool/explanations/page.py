@@ -16,6 +16,7 @@ from attnpool.explanations.layers import layer_section
 from attnpool.explanations.result import ExampleExplanation, Explanation
 from attnpool.explanations.svg import COLORS, LABELS, esc, fmt_number, svg_curves
 from attnpool.explanations.words import SPECIAL, Word
+from attnpool.runs.files import check_writable
 
 WORD_RGB = "234, 88, 12"  # orange: dark text stays readable on its strongest shade
 SPECIAL_RGB = "75, 85, 99"
@@ -51,8 +52,8 @@ def report_paths(html_path: str | Path, json_path: str | Path | None = None) -> 
     """The two report files, checked before anything runs: distinct, not folders, each where a folder is or can be.
 
     Raises:
-        ValueError: Both would be one file, a path names a folder, or a file stands where a folder above a path
-            would be (saying which option to change).
+        ValueError: Both would be one file, a path names a folder, a file stands where a folder above a path
+            would be, or that folder is not writable (saying which option to change).
     """
     html_path = Path(html_path)
     json_path = Path(json_path) if json_path is not None else html_path.with_suffix(".json")
@@ -62,10 +63,7 @@ def report_paths(html_path: str | Path, json_path: str | Path | None = None) -> 
     for option, path, suffix in (("--output", html_path, ".html"), ("--json", json_path, ".json")):
         if path.is_dir():
             raise ValueError(f"{option} {path} is a folder; give a file name, e.g. {path / ('report' + suffix)}")
-        above = next((folder for folder in path.parents if folder.exists()), None)  # the folder it would go in
-        if above is not None and not above.is_dir():
-            raise ValueError(f"{option} {path}: {above} is a file, not a folder, so nothing can be written under it; "
-                             f"give a path in a folder, e.g. {above.parent / path.name}")
+        check_writable(path, option)  # not under a file, in a folder that takes files
     return html_path, json_path
 
 

@@ -53,6 +53,7 @@ from attnpool.model.card import (
 )
 from attnpool.model.card_facts import encoder_source
 from attnpool.model.encoders import looks_like_local_path
+from attnpool.runs.files import check_writable
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ def export_onnx(
         raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
     if output.is_dir():  # else the graph's rename fails last, once the tokenizer and README are in its folder
         raise ValueError(f"the output {output} is a directory: give a file path, e.g. {output / output.name}")
+    check_writable(output)  # before the model loads and exports: not at the staging folder, last
     model_dir = None
     if isinstance(model_or_path, nn.Module):
         if fold is not None:

@@ -36,10 +36,12 @@ from attnpool.prediction.onnx_engine import (
 )
 from attnpool.prediction.parts import Parts, manifest
 from attnpool.prediction.positions import cap_max_length, saved_position_limit
+from attnpool.runs.files import check_writable
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.threads import restores_threads, set_threads
+from attnpool.training.console_logging import SUMMARY  # the line --quiet keeps
 
 logger = logging.getLogger("attnpool.predict")
 
@@ -151,6 +153,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     runs = [Run.open(r) for r in sources]
     refuse_input_as_output(input_file, output_file)  # before the lock and the parts: nothing written
     refuse_output_in_folder([run.path for run in runs], output_file)  # its oof/folds files replaced: a broken run
+    check_writable(output_file)  # under a file, or a folder not writable: now, not at the lock or the end
     if not runs:
         raise ValueError("give a run to predict with (or several to blend)")
     if blend_weights is not None and not blended:
@@ -230,7 +233,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     resumed = len([i for i in finished if i < count])
     how = precision if backend == "torch" else f"onnxruntime, {'float32' if quantize == 'none' else quantize}"
     models = sum(len(m.folds) for m in members)
-    logger.info("wrote %d predictions of %d fold models%s (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
+    logger.log(SUMMARY, "wrote %d predictions of %d fold models%s (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
                 models, f" of {len(runs)} runs, blended" if blended else "", ensemble, how, output_file, count,
                 f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)

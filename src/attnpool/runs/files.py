@@ -174,3 +174,36 @@ def not_a_folder(path: Path) -> str | None:
     if path.exists() and not path.is_dir():
         return f"output path {path} exists and is a file; choose a folder for the run"
     return None
+
+
+def check_writable(path: str | Path, option: str = "--output", *, folder: bool = False) -> None:
+    """Refuse, before any work, an output that cannot be written: under a file, or in a folder not writable.
+
+    ``path`` is a file to be written (its temporary and lock files go beside it) or, with ``folder``, a folder to be
+    made or filled (an existing one must be writable itself). Else the nearest existing folder above it must be a
+    folder, writable (``os.access``), and take a file (tried: a read-only mount, or ``/proc``, which ``os.access``
+    passes for root).
+
+    Raises:
+        ValueError: Saying which ``option`` to change, and why.
+    """
+    path = Path(path).expanduser()
+    if folder and path.is_dir():
+        above = path
+    else:
+        above = next((parent for parent in path.parents if parent.exists()), Path("."))
+    if not above.is_dir():
+        raise ValueError(f"{option} {path}: {above} is a file, not a folder, so nothing can be written under it; give "
+                         f"a path in a folder, e.g. {above.parent / path.name}")
+    if not os.access(above, os.W_OK | os.X_OK) or not _takes_a_file(above):
+        raise ValueError(f"cannot write {option} {path}: folder {above} is not writable (read-only or no "
+                         f"permission); choose another {option}")
+
+
+def _takes_a_file(folder: Path) -> bool:
+    """Whether a file can be made in ``folder`` (made and deleted at once)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
