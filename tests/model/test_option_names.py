@@ -75,3 +75,15 @@ def test_from_encoder_refuses_a_dtype_it_cannot_give():
                                         "dtype=torch.bfloat16; give one"):
         AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), dtype=torch.bfloat16,
                                                        encoder_kwargs={"dtype": torch.float16})
+
+
+def test_from_encoder_reads_dtype_names_and_auto():
+    """dtype="auto" on a config raised "module 'torch' has no attribute 'auto'" (from_config takes no "auto")."""
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), dtype="auto")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), dtype="torch.bfloat16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    built = AutoModel.from_config(tiny_config("bert"))
+    assert AttnPoolForSequenceClassification.from_encoder(built, dtype="torch.float32").dtype == torch.float32
+    with pytest.raises(ValueError, match=r"dtype='bf16' is not a torch dtype; give e\.g\. torch\.bfloat16"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), dtype="bf16")

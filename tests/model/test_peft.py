@@ -87,3 +87,14 @@ def test_a_merged_model_saved_into_its_adapters_folder_is_refused_not_given_the_
     for name in ("adapter_config.json", adapter):
         (tmp_path / "lora" / name).unlink()
     AttnPoolForSequenceClassification.from_pretrained(tmp_path / "lora")  # the merged model alone loads
+
+
+def test_without_peft_a_model_folder_beside_an_adapter_is_not_refused(tmp_path, monkeypatch):
+    """transformers applies adapter_config.json only with peft installed: without it the folder loads as saved."""
+    from attnpool.model import sources
+
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds a whole model"):
+        sources.check_no_adapter(tmp_path)
+    monkeypatch.setattr(sources, "is_peft_available", lambda: False)
+    sources.check_no_adapter(tmp_path)

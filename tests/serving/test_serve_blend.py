@@ -92,3 +92,13 @@ def test_serve_cli_blends_over_http(setup):
         assert "a blend of 2 runs" in server.output
     finally:
         server.stop()
+
+
+def test_a_run_given_as_dot_is_named_by_its_folder(tmp_path, monkeypatch):
+    """serve --run . (started inside the run) described itself as "2 fold(s) of ."."""
+    from attnpool.serving.service import public_name
+
+    (tmp_path / "my-run").mkdir()
+    monkeypatch.chdir(tmp_path / "my-run")
+    assert public_name(".") == public_name(tmp_path / "my-run" / "sub" / "..") == "my-run"
+    assert public_name("microsoft/deberta-v3-large") == "microsoft/deberta-v3-large"  # a hub name, as it is

@@ -80,13 +80,20 @@ def encoder_load_options(config_kwargs: dict[str, Any], encoder_kwargs: dict[str
                         "as dtype=")
     if not given:
         return encoder_kwargs
-    dtype = next(iter(given.values()))
+    dtype = written = next(iter(given.values()))
+    if isinstance(dtype, str):  # "bfloat16", "torch.bfloat16" or "auto" (the checkpoint's own)
+        name = dtype.removeprefix("torch.")
+        dtype = name if name == "auto" else getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype | str):
+            raise ValueError(f"from_encoder: dtype={written!r} is not a torch dtype; give e.g. torch.bfloat16, "
+                             "'bfloat16' or 'auto'")
     if isinstance(encoder, PreTrainedModel):
-        wanted = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-        if dtype != "auto" and wanted != encoder.dtype:
-            raise ValueError(f"from_encoder: dtype={dtype} cannot change the dtype of the built "
+        if dtype != "auto" and dtype != encoder.dtype:
+            raise ValueError(f"from_encoder: dtype={written} cannot change the dtype of the built "
                              f"{type(encoder).__name__} given (it is {encoder.dtype}): cast it first "
-                             f"(encoder.to({wanted})), or give the encoder's name, folder or config")
+                             f"(encoder.to({dtype})), or give the encoder's name, folder or config")
+        return encoder_kwargs
+    if dtype == "auto" and isinstance(encoder, PretrainedConfig):  # a random encoder has no checkpoint dtype
         return encoder_kwargs
     return {**encoder_kwargs, "dtype": dtype}
 

@@ -26,6 +26,7 @@ from huggingface_hub.errors import (
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
 )
+from transformers.utils import is_peft_available
 
 # A lookup that fails on the connection itself is tried once more after a pause: huggingface_hub's own retries took
 # 23 s per file with no route to the Hub, but none at all failed a load on a brief network blip.
@@ -127,11 +128,12 @@ def check_no_adapter(folder: Path) -> None:
 
     transformers loads such a folder's weights and puts the adapter on them again: a merged model saved into its
     adapter's folder (``merge_and_unload().save_pretrained("my-lora")``) predicted wrongly, without a warning.
+    Without peft installed transformers leaves the adapter alone, and so does this check.
 
     Raises:
-        ValueError: The folder holds both, with the files to move out.
+        ValueError: The folder holds both (and peft is installed), with the files to move out.
     """
-    if not (folder / "adapter_config.json").is_file():
+    if not (folder / "adapter_config.json").is_file() or not is_peft_available():
         return
     adapter = sorted(p.name for p in folder.glob("adapter_*") if p.is_file())
     raise ValueError(

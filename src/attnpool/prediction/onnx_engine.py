@@ -112,28 +112,36 @@ def _not_2d_weights(graph: Path) -> list[str]:
 
 
 @contextmanager
-def _run_writable(run: Run, fold: int, graph: Path) -> Iterator[None]:
-    """A graph that must be made in a run that cannot be written (read-only, another user's): a RunError, ways out."""
+def _run_writable(run: Run, fold: int, graph: Path, quantize: str, command: str) -> Iterator[None]:
+    """A graph that must be made in a run that cannot be written (read-only, another user's): a RunError, ways out.
+
+    ``quantize``, ``command``: the graph's and the caller's (``predict``, ``serve``), as the ways out name them.
+    """
     try:
         yield
     except OSError as err:
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
+        asked = "--backend onnx" + (f" --quantize {quantize}" if quantize != "none" else "")
+        export = ("" if quantize != "none" else f"; `attnpool export --model {run.path} --fold {fold} --output "
+                  "FILE.onnx` makes the graph elsewhere, to serve with onnxruntime")
         raise RunError(
             f"fold {fold}: the ONNX backend makes the graph {graph} once, in the run, but the run folder {run.path} is "
-            f"not writable ({err.strerror}); predict with --backend torch, or from a writable copy of the run (cp -r "
-            f"{run.path} COPY, then --run COPY), or ask whoever can write it to run predict --backend onnx once "
-            f"(the graph is then reused); `attnpool export --model {run.path} --fold {fold} --output FILE.onnx` "
-            "makes the graph elsewhere, to serve with onnxruntime") from err
+            f"not writable ({err.strerror}); {command} with --backend torch, or from a writable copy of the run (cp "
+            f"-r {run.path} COPY, then --run COPY), or ask whoever can write it to run {command} {asked} once (the "
+            f"graph is then reused){export}") from err
 
 
-def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
-    """The fold's graph for ``quantize``, exported (and quantized) now if missing or older than the model."""
+def graph_file(run: Run, fold: int, quantize: str = "none", command: str = "predict") -> Path:
+    """The fold's graph for ``quantize``, exported (and quantized) now if missing or older than the model.
+
+    ``command``: the caller's (``predict``, ``serve``), named in the ways out of a run that cannot be written.
+    """
     fp32 = run.onnx_file(fold)
     if _stale(fp32, run.model_dir(fold)):
         logger.info("fold %d: exporting the ONNX graph to %s (once; reused by later predictions)", fold, fp32)
         try:
-            with _run_writable(run, fold, fp32):
+            with _run_writable(run, fold, fp32, quantize, command):
                 export_onnx(run.model_dir(fold), fp32, save_tokenizer=False)
         except VerificationError as err:  # its advice names export's options; say how to get there from predict
             raise VerificationError(
@@ -151,7 +159,7 @@ def graph_file(run: Run, fold: int, quantize: str = "none") -> Path:
     target = run.onnx_file(fold, quantize)
     if _stale(target, run.model_dir(fold)):  # the quantized graph keeps the float32 one's stamp
         logger.info("fold %d: quantizing the ONNX graph to %s into %s", fold, quantize, target)
-        with _run_writable(run, fold, target):
+        with _run_writable(run, fold, target, quantize, command):
             _quantize(fp32, target)
     return target
 
@@ -193,10 +201,14 @@ def _try_quantized(session: Any, graph: Path, fold: int, tokenizer: Any, advice:
     try:
         session.run(["logits"], feed)
     except Exception as err:  # noqa: BLE001 - onnxruntime's errors derive from Exception only
-        for path in (graph, graph.with_name(graph.name + ".data")):
-            path.unlink(missing_ok=True)
+        try:
+            for path in (graph, graph.with_name(graph.name + ".data")):
+                path.unlink(missing_ok=True)
+            fate = "it was deleted (made again at the next try)"
+        except OSError as gone:  # a run this process cannot write: the refusal all the same
+            fate = f"it could not be deleted ({gone.strerror}: delete it where the run can be written)"
         refusal = RunError(f"fold {fold}: onnxruntime cannot run the quantized graph {graph} ({str(err)[:300]}); "
-                           f"it was deleted (made again at the next try); {advice}")
+                           f"{fate}; {advice}")
         refusal.__cause__ = err
         return refusal
     return None
@@ -246,7 +258,7 @@ class OnnxFoldEnsemble:
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
-        graphs = [graph_file(run, fold, quantize) for fold in fold_ids]
+        graphs = [graph_file(run, fold, quantize, command) for fold in fold_ids]
         sessions = [_session(graph, options, fold) for graph, fold in zip(graphs, fold_ids, strict=True)]
         if quantize != "none":  # every fold tried, so that each broken graph is deleted at once
             refusals = [_try_quantized(session, graph, fold, tokenizer, _advice(command, quantize))

@@ -20,6 +20,7 @@ Nothing a request holds names a file or a model: what is loaded is decided once,
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -358,7 +359,8 @@ class Service:
 def public_name(value: Any) -> str:
     """``value`` as clients see it: a local path's base name (the server's paths stay on it), else as is (a Hub id)."""
     text, path = str(value), Path(str(value)).expanduser()
-    return path.name or text if path.is_absolute() or path.exists() else text
+    local = path.is_absolute() or path.exists()  # "." and "x/..": the folder they name (os.path.abspath folds them)
+    return Path(os.path.abspath(path)).name or text if local else text
 
 
 def run_fields(cfg: TrainConfig) -> list[str]:
