@@ -149,7 +149,7 @@ def _add_predict(commands: Any) -> None:
     predict = commands.add_parser("predict", help="predict a file with a run's fold models, or blend several runs")
     _arg(predict, "--run", "the --output-dir of attnpool train; several are blended", required=True, nargs="+")
     _arg(predict, "--input", "CSV, TSV, JSONL or Parquet to predict", required=True)
-    _arg(predict, "--output", "where to write the predictions (format by extension)", required=True)
+    _arg(predict, "--output", "where to write the predictions (format by extension; not in a --run)", required=True)
     _arg(predict, "--batch-size", "rows per forward pass", default=128, type=int)
     _arg(predict, "--device", "cpu, cuda...", shown="cuda when available")
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
@@ -213,7 +213,7 @@ def _add_explain(commands: Any) -> None:
     _arg(explain, "--run", "the --output-dir of attnpool train (or its fold_K folder: that fold), or a model folder "
          "saved with save_pretrained", required=True, metavar="RUN_DIR_OR_MODEL")
     _arg(explain, "--input", "CSV, TSV, JSONL or Parquet with the texts (and labels)", required=True)
-    _arg(explain, "--output", "the HTML report", required=True)
+    _arg(explain, "--output", "the HTML report (not in the --run)", required=True)
     _arg(explain, "--json", "the JSON file", shown="the HTML path with .json")
     _arg(explain, "--limit", "explain only the first N rows", shown="every row", type=int)
     _arg(explain, "--erasure-k", "remove up to K tokens in the erasure test", default=5, type=int)
@@ -315,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     poolers = commands.add_parser("poolers", help="list the available poolers with their parameter counts")
-    _arg(poolers, "--hidden-size", "encoder hidden size", default=_API_DEFAULTS["poolers"]["hidden_size"], type=int)
+    _arg(poolers, "--hidden-size", "encoder hidden size (a pooler not built at it: the reason)",
+         default=_API_DEFAULTS["poolers"]["hidden_size"], type=int)
     poolers.set_defaults(func=_cmd_poolers)
 
     train = commands.add_parser("train", help="fine-tune an encoder + pooler by k-fold cross-validation",

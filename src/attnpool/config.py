@@ -189,7 +189,7 @@ class TrainConfig:
 
     # --- output
     output_dir: str = _output("runs/attnpool", "the run directory")
-    overwrite: bool = _output(False, "replace the run in output_dir (attnpool runs only; not one holding the data)")
+    overwrite: bool = _output(False, "replace output_dir's run (attnpool runs only; not one holding data or --config)")
     resume: bool = _output(False, "continue an interrupted run in output_dir (its saved config wins)")
     report_to: str = _output("none", "experiment tracking: each fold's curves, the config and the CV scores to "
                              "TensorBoard (output_dir/tensorboard), MLflow or W&B, one experiment per run; all: every "
