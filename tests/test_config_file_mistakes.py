@@ -34,6 +34,15 @@ def test_an_unquoted_template_in_yaml_says_to_quote_it(tmp_path):
         make_config(path)
 
 
+def test_a_broken_pooling_options_mapping_is_not_told_to_be_quoted(tmp_path):
+    """pooling_options is a mapping: quoting it, as the hint said, failed next as "must be a mapping"."""
+    path = tmp_path / "t.yaml"
+    path.write_text("train_file: train.csv\npooling_options: {attn_size: 64}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(path)
+    assert str(err.value).startswith(f"{path}:2:") and "quote" not in str(err.value)
+
+
 def test_a_quoted_template_still_loads(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("train_file: train.csv\ntemplate: '{first} [SEP] {second}'\n")

@@ -112,8 +112,10 @@ def _yaml_problem(path: Path, err: Any, lines: list[str]) -> str:
     if err.context and err.problem and err.context_mark is not None:
         text += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
     line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
-    braced = re.fullmatch(r"\s*([\w-]+)\s*:\s*(\{.*?)\s*", line)
-    hint = f"; {_quote_hint(braced[1], braced[2], 'a mapping')}" if braced else ""
+    # a top-level option's text (a template): not pooling_options, the one option that is a mapping, nor its items
+    braced = re.fullmatch(r"([\w-]+)\s*:\s*(\{.*?)\s*", line)
+    text_option = braced is not None and braced[1].replace("-", "_") != "pooling_options"
+    hint = f"; {_quote_hint(braced[1], braced[2], 'a mapping')}" if text_option else ""
     return f"{where}: {' '.join(text.split())}{hint}"
 
 

@@ -59,3 +59,16 @@ def test_seeds_draw_other_groups_and_without_a_group_context_rows_are_drawn_as_b
     rows = _load(folder, limit=20, split_seed=5)
     expected = pd.read_csv(folder / "rows.csv", dtype=str, keep_default_na=False).sample(n=20, random_state=5)
     assert rows["id"].tolist() == expected["id"].tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_group_too_large_for_the_room_left_is_passed_over_not_the_end_of_the_draw(seed):
+    """The first group that did not fit stopped the draw (17 of 100 rows asked), and a group of 900 was drawn whole
+    when it came first."""
+    from attnpool.data.context import sample_groups
+
+    frame = pd.DataFrame({"anchor": ["big"] * 900 + [f"s{i}" for i in range(100)], "context": "B27"})
+    drawn = sample_groups(frame, ["anchor", "context"], 100, seed)
+    assert len(drawn) == 100 and "big" not in set(drawn["anchor"])
+    alone = sample_groups(frame.iloc[:900], ["anchor", "context"], 100, seed)
+    assert len(alone) == 900  # none fits: the smallest group, whole

@@ -107,6 +107,19 @@ def test_the_pooler_and_head_go_where_a_built_encoder_is():
     assert {p.device.type for p in on_cpu.parameters()} == {"cpu"}
 
 
+def test_an_encoder_placed_by_accelerate_leaves_the_pooler_and_head_where_they_are(tmp_path):
+    """An offloaded encoder (device_map, its last layer on disk: parameters on meta) took the pooler and head to meta,
+    their weights lost: its hook hands the hidden states back on the inputs' device."""
+    AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path / "encoder")
+    device_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "pooler": "cpu"}
+    encoder = AutoModel.from_pretrained(tmp_path / "encoder", device_map=device_map,
+                                        offload_folder=str(tmp_path / "offload"))
+    model = AttnPoolForSequenceClassification.from_encoder(encoder, num_labels=2).eval()
+    assert {p.device.type for p in [*model.attnpool.pooler.parameters(), *model.head.parameters()]} == {"cpu"}
+    ids, mask = batch([5, 3])
+    assert torch.isfinite(model(ids, mask).logits).all()
+
+
 @pytest.mark.parametrize("layers", [[], [5], [-4], [0, 3]])
 def test_pooling_layers_outside_the_hidden_states_are_refused(layers):
     with pytest.raises(ValueError, match="pooling_layers"):

@@ -177,7 +177,7 @@ def test_geglu_feed_forward_is_value_times_gelu_of_the_gate():
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), True, "2"])
 def test_nonsensical_positive_options_are_refused(name, option, example, value):
     """mlp_ratio=0 built a 1-wide MLP, temperature=nan gave NaN weights, p=inf NaN output: all built silently."""
-    what = "finite" if value == float("inf") else "positive"
+    what = "finite" if value == float("inf") else "a number" if isinstance(value, bool | str) else "positive"
     with pytest.raises(ValueError, match=rf": {option} must be {what}, got {re.escape(repr(value))}; give a finite "
                        rf"number > 0 \(e\.g\. {re.escape(example)}"):
         build_pooler(name, 16, **{option: value})

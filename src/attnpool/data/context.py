@@ -223,10 +223,12 @@ def fit_context(tokenizer: Any, rows: pd.DataFrame, text_cols: Sequence[str] | N
 
 
 def sample_groups(frame: pd.DataFrame, by: Sequence[str], limit: int, seed: int) -> pd.DataFrame:
-    """Whole groups of ``frame`` drawn in a seeded random order while their rows total at most ``limit``.
+    """Whole groups of ``frame`` drawn in a seeded random order, each taken if the rows stay at most ``limit``.
 
-    A group: the rows sharing their ``by`` values, as :func:`group_context` joins them; one group at least is drawn;
-    the rows come in their order in ``frame``.
+    A group: the rows sharing their ``by`` values, as :func:`group_context` joins them. A group too large for the
+    room left is passed over, not the end of the draw (the first one that did not fit stopped it: 17 rows of 100
+    asked, or a group of 900 drawn whole); when none fits, the smallest group is drawn alone. The rows come in their
+    order in ``frame``.
     A row with a missing key is a group of its own. ``--limit`` with a group context: each row keeps its group's
     other values, as prediction gives them from a file of whole groups.
     """
@@ -236,9 +238,11 @@ def sample_groups(frame: pd.DataFrame, by: Sequence[str], limit: int, seed: int)
     members = list(groups.values())
     taken: list[int] = []
     for group in np.random.default_rng(seed).permutation(len(members)):
-        if taken and len(taken) + len(members[group]) > limit:
+        if len(taken) + len(members[group]) <= limit:
+            taken += members[group]
+        if len(taken) == limit:
             break
-        taken += members[group]
+    taken = taken or min(members, key=len)
     return frame.iloc[sorted(taken)].reset_index(drop=True)
 
 

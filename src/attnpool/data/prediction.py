@@ -54,7 +54,7 @@ def load_prediction_inputs(cfg: TrainConfig, info: dict[str, Any], path: str | P
     frame = _with_context(cfg, frame, frame, path)
     _check_prediction_rows(cfg, info, frame, path)
     frame, shortened = _fit_context(cfg, tokenizer, frame)
-    encodings, counts = encode_texts(tokenizer, frame, cfg)
+    encodings, counts = encode_texts(tokenizer, frame, cfg, fitted=True)
     counts["truncated"] += shortened
     log_counts(log, str(path), counts, cfg.max_length)
     return frame, encodings
@@ -222,7 +222,8 @@ class PredictionInputs:
         for start in range(0, len(frame), self.encode_rows):
             # In slices: a fast tokenizer's output for a whole chunk holds several times the memory of the token
             # lists kept from it (measured: 100k PPPM rows at once peak at +730 MB, in 10k slices at +145 MB).
-            part, counts = encode_texts(self.tokenizer, frame.iloc[start : start + self.encode_rows], self.cfg)
+            part, counts = encode_texts(self.tokenizer, frame.iloc[start : start + self.encode_rows], self.cfg,
+                                        fitted=True)
             for key, values in part.items():
                 encodings.setdefault(key, []).extend(values)
             for key, value in counts.items():

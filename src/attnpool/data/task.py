@@ -171,17 +171,19 @@ def tokenize(tokenizer, texts, cfg: TrainConfig, log: logging.Logger, where: str
     return encodings
 
 
-def encode_texts(tokenizer, texts, cfg: TrainConfig) -> tuple[dict[str, list], dict[str, int]]:
+def encode_texts(tokenizer, texts, cfg: TrainConfig, *, fitted: bool = False) -> tuple[dict[str, list], dict[str, int]]:
     """The rows' token lists (truncated to ``max_length``) and counts: texts, empty, truncated, tokens, max_tokens.
 
     With ``group_context`` the rows must hold the context column (:func:`attnpool.data.context.add_group_context`);
     an empty context does not count as an empty text; a text pair with the context loses the context first.
+    ``fitted``: the contexts were fitted to ``max_length`` already (:func:`~attnpool.data.context.fit_context`).
     """
     sep = tokenizer.sep_token or "[SEP]"
     text_cols, template, shortened = cfg.text_cols or None, cfg.template, []
     if cfg.group_context:  # the context's last values dropped where truncation would cut the row's own text
         text_cols, template = context_text_spec(text_cols, template)
-        texts, shortened = fit_context(tokenizer, texts, text_cols, template, cfg.max_length, sep=sep)
+        if not fitted:
+            texts, shortened = fit_context(tokenizer, texts, text_cols, template, cfg.max_length, sep=sep)
         # The rows' own text fields only: a row alone in its group has an empty context, not an empty text (and
         # ``cfg`` may name the context already: prediction adds it to the template it rebuilds texts from).
         own = [f for f in text_fields(text_cols, template) if f != CONTEXT_FIELD]

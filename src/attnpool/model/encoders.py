@@ -206,13 +206,16 @@ def match_encoder(model: nn.Module, encoder: PreTrainedModel) -> None:
 
     ``from_pretrained(dtype=torch.bfloat16)`` loads them so (their logits are float32 all the same); left float32
     around a bf16 encoder they failed at the first forward (``mat1 and mat2 must have the same dtype``), and left on
-    the CPU around an encoder already on a GPU (``from_encoder(encoder.cuda())``, ``device_map``), at the pooler's
-    first matrix product. The encoder itself is left as it is (modules it keeps in float32 stay so); one spread
-    over devices (``device_map="auto"``) hands its hidden states over on its last parameter's device.
+    the CPU around an encoder already on a GPU (``from_encoder(encoder.cuda())``), at the pooler's first matrix
+    product. The encoder itself is left as it is (modules it keeps in float32 stay so). One placed by accelerate
+    (``device_map``: spread over devices, or offloaded, its parameters partly on ``meta``) leaves the pooler and head
+    where they are: its hook hands the hidden states back on the inputs' device, which is the caller's to choose.
     """
     dtype = encoder.dtype
     dtype = dtype if dtype.is_floating_point and dtype != torch.float32 else None
-    device = [*encoder.parameters()][-1].device if getattr(encoder, "hf_device_map", None) else encoder.device
+    device = None if getattr(encoder, "hf_device_map", None) else encoder.device
+    if device is None and dtype is None:
+        return
 
     def place(module: nn.Module) -> None:
         for child in module.children():

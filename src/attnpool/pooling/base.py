@@ -173,10 +173,13 @@ class Pooler(nn.Module):
         device = hidden_states.device.type
         if not dtypes or dtypes == {str(hidden_states.dtype)} or torch.is_autocast_enabled(device):
             return None
+        # autocast runs in half precision only: float32 or float64 states need the pooler cast
+        autocast = (f" or run it under torch.autocast({device!r}, dtype={hidden_states.dtype})"
+                    if hidden_states.dtype in (torch.float16, torch.bfloat16) else "")
         return (
             f"{type(self).__name__}: hidden_states are {hidden_states.dtype} but the pooler's parameters are "
             f"{' and '.join(sorted(dtypes))}; cast the pooler to the hidden states' dtype "
-            f"(pooler.to(hidden_states.dtype)) or run it under torch.autocast({device!r}, dtype={hidden_states.dtype})"
+            f"(pooler.to(hidden_states.dtype)){autocast}"
         )
 
     def _check_pool_output(self, result: Any, mask: Tensor) -> tuple[Tensor, Tensor | None]:

@@ -100,7 +100,7 @@ def check_positive(owner: str, name: str, value: Any, example: str) -> float:
     number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
     if number is not None and number > 0 and math.isfinite(number):
         return number
-    what = "finite" if number is not None and number > 0 else "positive"  # inf: not "must be positive"
+    what = ("a number" if number is None else "finite" if number > 0 else "positive")  # inf: not "must be positive"
     raise ValueError(f"{owner}: {name} must be {what}, got {value!r}; give a finite number > 0 (e.g. {example})")
 
 
