@@ -40,7 +40,8 @@ def int8_off_by(monkeypatch):
     """The 'int8' sessions run the float32 graphs (no quantization error of their own), plus ``offset(self, scores,
     encodings)``: a known int8 error, in the check and in what is written alike."""
     real_graph, real_scores = onnx_engine.graph_file, OnnxFoldEnsemble.scores
-    monkeypatch.setattr(onnx_engine, "graph_file", lambda run, fold, quantize="none": real_graph(run, fold))
+    monkeypatch.setattr(onnx_engine, "graph_file", lambda run, fold, quantize="none", command="predict":
+                        real_graph(run, fold))
 
     def apply(offset):
         def scores(self, encodings, **options):
