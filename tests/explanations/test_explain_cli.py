@@ -99,8 +99,8 @@ def test_limit_reads_and_tokenises_only_the_first_rows(run, data, tmp_path, monk
     big.to_csv(tmp_path / "big.csv", index=False)
     encoded = []
     real_encode = inputs.encode_texts
-    monkeypatch.setattr(inputs, "encode_texts",
-                        lambda tok, frame, cfg: (encoded.append(len(frame)), real_encode(tok, frame, cfg))[1])
+    monkeypatch.setattr(inputs, "encode_texts", lambda tok, frame, cfg, **kw: (
+        encoded.append(len(frame)), real_encode(tok, frame, cfg, **kw))[1])
     assert main(["explain", "--run", str(run), "--input", str(tmp_path / "big.csv"), "--output",
                  str(tmp_path / "r.html"), "--limit", "3", "--erasure-k", "1"]) == 0
     assert sum(encoded) == 3
