@@ -136,3 +136,21 @@ def test_a_folder_that_passes_os_access_but_takes_no_file_is_refused(tmp_path, m
                        "writable"):
         files.check_writable(tmp_path / "p.csv")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_dir_that_is_a_file_or_a_link_to_nothing_is_refused_before_anything_runs(
+        run, data, tmp_path, capsys, nothing_runs):
+    """Was: train loaded the data and the encoder before Run.create refused the file; compare followed the dangling
+    link into `[Errno 17] File exists` at its lock."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("x", encoding="utf-8")
+    link = tmp_path / "dangling"
+    os.symlink("gone/run", link)
+    for folder, said in [(notes, f"--output-dir {notes} is a file, not a folder; choose another --output-dir"),
+                         (link, f"output path {link} is a symbolic link to gone/run ({tmp_path / 'gone/run'}), which "
+                                "does not exist; create that folder, or remove the link")]:
+        for argv, _, _ in _commands(run, data, tmp_path / "p.csv", folder)[-2:]:
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert said in err and "Errno" not in err, (argv, err)
+    assert notes.read_text(encoding="utf-8") == "x" and not (tmp_path / "gone").exists()

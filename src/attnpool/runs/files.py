@@ -180,7 +180,8 @@ def check_writable(path: str | Path, option: str = "--output", *, folder: bool =
     """Refuse, before any work, an output that cannot be written: under a file, or in a folder not writable.
 
     ``path`` is a file to be written (its temporary and lock files go beside it) or, with ``folder``, a folder to be
-    made or filled (an existing one must be writable itself). Else the nearest existing folder above it must be a
+    made or filled (an existing one must be writable itself; a file or a symbolic link to nothing there is refused).
+    Else the nearest existing folder above it must be a
     folder, writable (``os.access``), and take a file (tried: a read-only mount, or ``/proc``, which ``os.access``
     passes for root).
 
@@ -188,6 +189,10 @@ def check_writable(path: str | Path, option: str = "--output", *, folder: bool =
         ValueError: Saying which ``option`` to change, and why.
     """
     path = Path(path).expanduser()
+    if folder and path.is_symlink() and not path.exists():
+        raise ValueError(not_a_folder(path))
+    if folder and path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file, not a folder; choose another {option}")
     if folder and path.is_dir():
         above = path
     else:
