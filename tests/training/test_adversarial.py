@@ -157,7 +157,8 @@ def test_a_start_that_no_step_reaches_is_refused_and_the_last_step_s_start_train
                             grad_accum=grad_accum)
     with pytest.raises(ValueError, match=rf"adversarial_start {last_start + 0.1:g} is never reached: the last of "
                                          rf"the {4 // grad_accum * 2} training steps starts at epoch {last_start:g}.*"
-                                         rf"--adversarial-start {last_start:g} or less"):
+                                         rf"--adversarial-start {last_start:g} or less \(the run folder is made "
+                                         r"by now: rerun with --overwrite, as --resume keeps the saved value\)"):
         too_late.train()
     trainer = tiny_trainer(tmp_path / "last", adversarial="fgm", adversarial_start=last_start, grad_accum=grad_accum)
     calls = []

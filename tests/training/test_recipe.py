@@ -517,6 +517,8 @@ def test_a_saved_config_reused_for_another_run_carries_no_overwrite_resume_or_on
     (["--reinit-layers", "1", "--freeze-layers", "2"], "reinit_layers 1 and freeze_layers 2 overlap on the 2 layers"),
     (["--pooling-layers", "7"], "pooling_layers [7]: [7] outside [-3, 2], the indices into the 3 hidden states of "
      "the encoder {enc}"),
+    (["--adversarial", "awp", "--freeze-layers", "2"], "adversarial=awp perturbs the weights of the encoder layers "
+     "being trained, and freeze_layers 2 freezes all 2 layers of the encoder {enc}; give --freeze-layers 1 or less"),
 ])
 def test_options_the_encoder_cannot_take_are_refused_before_the_run_folder_is_written(encoder, data, tmp_path, capsys,
                                                                                      options, message):

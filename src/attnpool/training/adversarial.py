@@ -186,5 +186,6 @@ class StartReached(transformers.TrainerCallback):
         if epoch < self.start:
             raise ValueError(f"adversarial_start {self.start:g} is never reached: the last of the {state.max_steps} "
                              f"training steps starts at epoch {epoch:.4g}, so no step would train adversarially; "
-                             f"give --adversarial-start {math.floor(epoch * 1000) / 1000:g} or less")
+                             f"give --adversarial-start {math.floor(epoch * 1000) / 1000:g} or less (the run "
+                             "folder is made by now: rerun with --overwrite, as --resume keeps the saved value)")
 

@@ -215,6 +215,10 @@ def check_encoder_fit(cfg: TrainConfig) -> None:
         raise ValueError(f"reinit_layers {cfg.reinit_layers} and freeze_layers {cfg.freeze_layers} overlap on the "
                          f"{count} layers of {where}: a re-initialised layer would stay random, frozen; keep "
                          f"reinit_layers + freeze_layers <= {count}")
+    if cfg.adversarial == "awp" and count is not None and (cfg.freeze_layers or 0) >= count:
+        raise ValueError(f"adversarial=awp perturbs the weights of the encoder layers being trained, and freeze_layers "
+                         f"{cfg.freeze_layers} freezes all {count} layers of {where}; give --freeze-layers "
+                         f"{count - 1} or less, or train without --adversarial")
     depth = getattr(config, "num_hidden_layers", None)
     if isinstance(cfg.pooling_layers, list) and isinstance(depth, int) and (
             outside := [i for i in cfg.pooling_layers if not -(depth + 1) <= i <= depth]):
