@@ -152,7 +152,7 @@ class TrainConfig:
         default_text="on, except with adversarial fgm, which perturbs them along their gradient")
 
     # --- recipe
-    epochs: float = _recipe(3.0, "training epochs (fractions allowed)")
+    epochs: float = _recipe(3.0, "training epochs (fractions allowed, rounded up to whole optimizer steps)")
     batch_size: int = _recipe(16, "training batch size per process (GPU)")
     eval_batch_size: int = _recipe(64, "batch size of evaluation and out-of-fold prediction")
     grad_accum: int = _recipe(1, "gradient accumulation steps per optimizer step")

@@ -74,6 +74,25 @@ def test_parquet_integer_ids_with_missing_values_stay_integers(run, frame, tmp_p
     assert [line.split(",")[0] for line in csv[1:3]] == ["", "1007"]  # not 1007.0
 
 
+def test_parquet_float_ids_of_whole_numbers_stay_integers(run, frame, tmp_path):
+    """pandas writes an integer id column with a NaN as float64: predict wrote "1007.0" in every output format, ids
+    that no longer joined back to the input; fractions stay as they were (text)."""
+    data = tmp_path / "in.parquet"
+    ids = [None, *map(float, frame["id"][1:])]
+    frame.assign(id=ids).to_parquet(data, index=False)
+    assert str(pq.read_schema(data).field("id").type) == "double"
+    parquet = predict(run, data, tmp_path / "pred.parquet", chunk_rows=CHUNK).output
+    assert str(pq.read_schema(parquet).field("id").type) == "int64"
+    assert pd.read_parquet(parquet)["id"][1:].astype(int).tolist() == frame["id"][1:].tolist()
+    csv = predict(run, data, tmp_path / "pred.csv", chunk_rows=CHUNK).output.read_text().splitlines()
+    assert [line.split(",")[0] for line in csv[1:4]] == ["", "1007", "1014"]
+    jsonl = predict(run, data, tmp_path / "pred.jsonl", chunk_rows=CHUNK).output.read_text().splitlines()
+    assert [json.loads(line)["id"] for line in jsonl[:3]] == [None, 1007, 1014]
+    frame.assign(id=[0.5, *ids[1:]]).to_parquet(data, index=False)  # a fraction: no integer column
+    csv = predict(run, data, tmp_path / "pred.csv", chunk_rows=CHUNK).output.read_text().splitlines()
+    assert [line.split(",")[0] for line in csv[1:3]] == ["0.5", "1007.0"]
+
+
 @pytest.mark.parametrize("chunk_rows", [CHUNK, 100])
 def test_jsonl_integer_ids_stay_integers(run, frame, tmp_path, chunk_rows):
     """JSONL `"id": 1000` came back as `"id":"1000"`."""

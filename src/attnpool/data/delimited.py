@@ -208,6 +208,7 @@ class RowShapes:
         """``open_text``: the text pandas parses, whose first line is the file's line ``first_line``."""
         self._path, self._sep, self._fields, self._open_text = path, sep, len(header), open_text
         self._first_line, self._one_column = first_line, one_column
+        self._unnamed_last = len(header) > 1 and not str(header[-1]).strip()  # `id,text,label,`: a delimiter ends it
         self._checked = False
 
     def _records(self, strict: bool = False) -> Iterator[tuple[int, int | None, list[str]]]:
@@ -272,6 +273,11 @@ class RowShapes:
         self._checked = True
         for line, row, record in self._records():
             if row is not None and len(record) < self._fields:
+                if self._unnamed_last and len(record) == self._fields - 1:
+                    raise DataError(
+                        f"{self._path}: the header ends with a delimiter ({self._sep!r}): an unnamed last column, "
+                        f"{self._fields} fields, while data row {row} (line {line}) has {len(record)}. Remove the "
+                        "delimiter ending the header line")
                 raise DataError(
                     f"{self._path}: data row {row} (line {line}) has {len(record)} field(s) and the header "
                     f"{self._fields}; its last column(s) would be read as missing (starting {record[0][:40]!r}). A "

@@ -6,9 +6,11 @@ The Parquet side of :mod:`attnpool.data.readers`, whose :func:`~attnpool.data.re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from attnpool.data.errors import DataError
@@ -75,8 +77,43 @@ def read_parquet(path: Path) -> pd.DataFrame:
         raise _parquet_error(path, e) from e
 
 
+def range_index(schema) -> tuple[str, int, int] | None:
+    """``(name, start, step)`` of a named pandas ``RangeIndex`` that a Parquet schema stores only in its metadata.
+
+    ``df.set_index("id")`` with consecutive integer ids gives a ``RangeIndex``, which pandas writes as no column,
+    only as its start, stop and step in the schema's ``pandas`` metadata; ``None`` when there is no such index (or
+    it is unnamed, or a column holds it already).
+    """
+    try:
+        stored = json.loads((schema.metadata or {}).get(b"pandas", b"{}"))
+        for level in stored.get("index_columns", ()):
+            if isinstance(level, dict) and level.get("kind") == "range":
+                name = level.get("name")
+                if name is not None and name not in schema.names:
+                    return str(name), int(level.get("start", 0)), int(level.get("step", 1))
+    except (ValueError, TypeError, AttributeError):
+        return None  # metadata written by something else than pandas: no index to rebuild
+    return None
+
+
+def _with_range(frame: pd.DataFrame, index: tuple[str, int, int] | None, offset: int) -> pd.DataFrame:
+    """The chunk of rows from ``offset`` on with the range index's column (pyarrow drops it from a slice)."""
+    if index is not None:
+        name, start, step = index
+        values = start + step * (offset + np.arange(len(frame), dtype=np.int64))
+        if name in frame.columns:  # the whole file in one chunk: pandas rebuilt it
+            frame[name] = values
+        else:
+            frame.insert(0, name, values)
+    return frame
+
+
 def iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
-    """Batches regrouped into chunks of exactly ``chunk_rows`` rows (pyarrow's batches may stop at row groups)."""
+    """Batches regrouped into chunks of exactly ``chunk_rows`` rows (pyarrow's batches may stop at row groups).
+
+    A named pandas ``RangeIndex`` (see :func:`range_index`) becomes the first column of every chunk, with the
+    values it holds for those rows, as :func:`read_parquet` gives it for the whole file.
+    """
     import pyarrow as pa
 
     try:
@@ -85,20 +122,22 @@ def iter_parquet(path: Path, chunk_rows: int, pq) -> Iterator[pd.DataFrame]:
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
         raise _parquet_error(path, e) from e
     _check_names(path, schema)
+    index = range_index(schema)
     try:
         if file.metadata.num_rows == 0:
-            yield _frame(schema.empty_table())
+            yield _with_range(_frame(schema.empty_table()), index, 0)
             return
         pending: list = []
-        rows = 0
+        rows = offset = 0
         for batch in file.iter_batches(batch_size=chunk_rows):
             pending.append(batch)
             rows += batch.num_rows
             while rows >= chunk_rows:
                 table = pa.Table.from_batches(pending, schema=batch.schema)
-                yield _frame(table.slice(0, chunk_rows))
+                yield _with_range(_frame(table.slice(0, chunk_rows)), index, offset)
+                offset += chunk_rows
                 pending, rows = table.slice(chunk_rows).to_batches(), rows - chunk_rows
         if rows:
-            yield _frame(pa.Table.from_batches(pending, schema=schema))
+            yield _with_range(_frame(pa.Table.from_batches(pending, schema=schema)), index, offset)
     except Exception as e:  # pyarrow raises several types for a corrupt or non-Parquet file
         raise _parquet_error(path, e) from e

@@ -19,7 +19,7 @@ from attnpool.data.columns import check_columns, text_fields
 from attnpool.data.context import add_group_context, context_text_spec, fit_context
 from attnpool.data.errors import DataError
 from attnpool.data.numbers import class_key
-from attnpool.data.parquet import require_pyarrow
+from attnpool.data.parquet import range_index, require_pyarrow
 from attnpool.data.pppm import PPPM_FIELDS, cpc_titles, load_pppm
 from attnpool.data.readers import iter_table
 from attnpool.data.task import apply_preset, context_columns, encode_texts, frame_and_template, log_counts
@@ -45,14 +45,18 @@ def context_views(context_view: str, has_context: bool, where: str) -> tuple[boo
 
 
 def load_prediction_inputs(cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
-                           log: logging.Logger):
-    """Read and tokenise a file to predict, with the run's text construction; check labels it may carry."""
+                           log: logging.Logger, label: str | None = None, command: str = "predict"):
+    """Read and tokenise a file to predict, with the run's text construction; check labels it may carry.
+
+    ``label``: the column of labels to check (default: the run's); ``command``: who reads the file (``predict``,
+    ``explain``), for the error's advice.
+    """
     cfg = apply_preset(cfg)
     # an unknown PPPM code is named as unknown to the run's titles, as PredictionInputs names it
     frame, template = frame_and_template(cfg, str(path), split="test", titles_name=run_titles_name(cfg))
     cfg.template = cfg.template or template
     frame = _with_context(cfg, frame, frame, path)
-    _check_prediction_rows(cfg, info, frame, path)
+    _check_prediction_rows(cfg, info, frame, path, label, command)
     frame, shortened = _fit_context(cfg, tokenizer, frame)
     encodings, counts = encode_texts(tokenizer, frame, cfg, fitted=True)
     counts["truncated"] += shortened
@@ -92,19 +96,27 @@ def _with_context(cfg: TrainConfig, frame, pool, path: str | Path):
     return add_group_context(frame, cfg.group_context, cfg.group_context_by, pool=pool)
 
 
-def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: str | Path) -> None:
-    """The text columns are there; labels, if the file has them, are ones the run knows."""
+def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: str | Path,
+                           label: str | None = None, command: str = "predict") -> None:
+    """The text columns are there; labels, if the file has them, are ones the run knows.
+
+    ``label``: the column of labels (default: the run's, ``cfg.label``); ``command``: who reads the rows, for the
+    advice: ``predict`` needs no labels, ``explain`` shows them (another column may be given with ``--label``).
+    """
     check_columns(frame, list(cfg.text_cols or []), str(path))
     classes = info.get("classes")
-    if classes and cfg.task in ("binary", "multiclass") and cfg.label in frame.columns:
+    label = label or cfg.label
+    if classes and cfg.task in ("binary", "multiclass") and label in frame.columns:
         known = {class_key(c) for c in classes}
-        values = {label_text(v): class_key(v) for v in frame[cfg.label].dropna()}
+        values = {label_text(v): class_key(v) for v in frame[label].dropna()}
         unseen = sorted(text for text, key in values.items() if key not in known and text)  # "": a blank label
         if unseen:
-            raise DataError(f"{path}: column {cfg.label!r} has labels the model never saw in training: "
-                            f"{', '.join(unseen[:10])} (data rows {_rows_holding(frame[cfg.label], known)}); "
-                            f"known labels: {', '.join(sorted(map(label_text, classes)))}. predict does not need "
-                            "the label column: remove or rename it, or fix those labels")
+            advice = ("predict does not need the label column: remove or rename it, or fix those labels"
+                      if command == "predict" else f"{command} shows them as the true labels: give the column "
+                      "that holds them with --label, or fix those labels")
+            raise DataError(f"{path}: column {label!r} has labels the model never saw in training: "
+                            f"{', '.join(unseen[:10])} (data rows {_rows_holding(frame[label], known)}); "
+                            f"known labels: {', '.join(sorted(map(label_text, classes)))}. {advice}")
 
 
 def _rows_holding(labels, known: set[str], first: int = 5) -> str:
@@ -125,7 +137,8 @@ class PredictionInputs:
 
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
                  log: logging.Logger, context_from: str = "file", with_context: bool = True,
-                 typed_ids: bool = False, titles_name: str | None = None) -> None:
+                 typed_ids: bool = False, titles_name: str | None = None, label: str | None = None,
+                 command: str = "predict") -> None:
         """Inputs of ``path`` with the run's ``cfg`` and ``info``.
 
         ``context_from``: with ``group_context``, the rows a context comes from: ``file``, every row of ``path``
@@ -135,8 +148,11 @@ class PredictionInputs:
         ``typed_ids``: integer ids of a Parquet or JSONL file are read as integers, not text (see :meth:`chunks`).
         ``titles_name``: PPPM: what its errors call the CPC titles that lack a row's code; default: the file read, as
         the titles the run was trained with (a served request's caller cannot see the server's files).
+        ``label``, ``command``: the column of labels checked against the run's classes (default: the run's) and who
+        reads the rows, for the error's advice (see :func:`load_prediction_inputs`).
         """
         self.typed_ids = typed_ids
+        self.label, self.command = label, command
         self._integer_ids: list[str] | None = None  # with typed_ids: the id columns read as integers, found once
         if context_from not in ("file", "chunk"):
             raise ValueError(f"context_from must be 'file' or 'chunk', got {context_from!r}")
@@ -215,7 +231,7 @@ class PredictionInputs:
             else:
                 pool = frame if self.context_from == "chunk" else self.context_pool()
             frame = _with_context(self.cfg, frame, pool, self.path)
-        _check_prediction_rows(self.cfg, self.info, frame, self.path)
+        _check_prediction_rows(self.cfg, self.info, frame, self.path, self.label, self.command)
         frame, shortened = _fit_context(self.cfg, self.tokenizer, frame)
         self.counts["truncated"] += shortened
         encodings: dict[str, list] = {}
@@ -276,13 +292,25 @@ def _integers_only(values: pd.Series) -> bool:
 
 
 def _parquet_integers(path: Path, ids: list[str]) -> list[str]:
-    """Those of ``ids`` that a Parquet file's schema stores as signed integers or as integers of up to 32 bits."""
+    """Those of ``ids`` that a Parquet file stores as integers, or as floats that are all whole numbers.
+
+    Integers: signed ones, or ones of up to 32 bits, by the schema. Floats: each such column is read once, and kept
+    when its values are all whole and within int64 (pandas writes an integer column with a missing value as
+    ``float64``: 7.0).
+    """
+    parquet = require_pyarrow(path)
     try:
-        schema = require_pyarrow(path).read_schema(path)
+        schema = parquet.read_schema(path)
+        kinds = {name: str(schema.field(name).type) for name in ids if name in schema.names}
+        if (index := range_index(schema)) is not None and index[0] in ids:  # a RangeIndex: no column, integers
+            kinds[index[0]] = "int64"
+        floats = [name for name, kind in kinds.items() if kind in ("halffloat", "float", "double")]
+        whole = [name for name in floats if _integers_only(
+            parquet.read_table(path, columns=[name]).column(name).to_pandas())]
     except Exception:  # noqa: BLE001 - pyarrow's many errors: the reader names a corrupt file when it reads it
         return []
-    kinds = {name: str(schema.field(name).type) for name in ids if name in schema.names}
-    return [name for name, kind in kinds.items() if kind.startswith(("int", "uint")) and kind != "uint64"]
+    return [name for name, kind in kinds.items()
+            if (kind.startswith(("int", "uint")) and kind != "uint64") or name in whole]
 
 
 def _as_integers(names: list[str], chunk: pd.DataFrame) -> pd.DataFrame:

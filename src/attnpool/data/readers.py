@@ -296,7 +296,7 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
         for lineno, raw in enumerate(f, start=1):
             bom = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
             try:
-                line = raw[bom:].decode("utf-8")
+                line = raw[bom:].removesuffix(b"\n").decode("utf-8")  # as split: an error's column the same
             except UnicodeDecodeError as e:
                 raise not_utf8(path, raw[bom + e.start : bom + e.end], offset + bom + e.start, lineno) from None
             offset += len(raw)
@@ -370,9 +370,9 @@ def _jsonl_record(line: str, lineno: int, path: Path, text_columns: set[str]) ->
         record = _DECODER.decode(line)
     except json.JSONDecodeError as e:
         raise DataError(
-            f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno}); a .jsonl file holds one "
-            "JSON object per line (a file holding one JSON array must be converted first, e.g. "
-            "`pd.read_json(path).to_json(out, orient='records', lines=True)`)"
+            f"{path}: line {lineno} is not valid JSON ({e.msg}{'' if e.msg.endswith(' at') else ' at'} column "
+            f"{e.colno}); a .jsonl file holds one JSON object per line (a file holding one JSON array must be "
+            "converted first, e.g. `pd.read_json(path).to_json(out, orient='records', lines=True)`)"
         ) from None
     except _RepeatedKey as e:
         name, first, second = e.args

@@ -22,7 +22,6 @@ from attnpool.data.context import (
     context_text_spec,
     fit_context,
     is_context_pair,
-    sample_groups,
     split_groups,
     tokenize_rows,
 )
@@ -32,6 +31,7 @@ from attnpool.data.folds import make_folds
 from attnpool.data.numbers import flags_and_numbers
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import read_table
+from attnpool.data.sampling import limit_rows
 
 
 @dataclass
@@ -368,10 +368,8 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     label_file = str(cfg.train_file or Path(cfg.data_dir) / "train.csv")  # where a bad training label is
     check_columns(frame, needed, where)
     if cfg.limit and cfg.limit < len(frame):  # of the training rows: a validation file is read whole
-        _file_labels(frame, cfg, label_file)  # first on the whole file: a bad label named by its row there
-        seed = cfg.resolved_split_seed()  # with a group context, whole groups: contexts as predict gives them
-        frame = (sample_groups(frame, cfg.group_context_by, cfg.limit, seed) if cfg.group_context
-                 else frame.sample(n=cfg.limit, random_state=seed).reset_index(drop=True))
+        whole = _file_labels(frame, cfg, label_file)  # first on the whole file: a bad label named by its row there
+        frame = limit_rows(frame, whole, cfg, label_file, log)
     train_frame = frame
     if cfg.valid_file:  # checked on its own, before the join would fill a missing column with blanks
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)

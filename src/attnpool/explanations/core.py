@@ -22,13 +22,12 @@ from attnpool.explanations.faithfulness import (
 )
 from attnpool.explanations.labels import check_numeric, label_and_error, label_list
 from attnpool.explanations.layers import layer_indices, layer_weights
+from attnpool.explanations.numbers import explain_max_length, whole_number
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolModel
-from attnpool.model.encoders import position_limit
 from attnpool.options import shown
-from attnpool.prediction.positions import DEFAULT_MAX_LENGTH
 from attnpool.tasks import class_names, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 
@@ -59,19 +58,6 @@ def _check_head(model: torch.nn.Module) -> None:
         raise ValueError("explain needs a model with a prediction head, got a bare AttnPoolModel (encoder and pooler, "
                          "whose output is the pooled vectors); pass an AttnPoolForSequenceClassification, e.g. "
                          "AttnPoolForSequenceClassification.from_pretrained(folder)")
-
-
-def _max_length(model: torch.nn.Module, max_length: int | None) -> int:
-    """``max_length``, checked against the encoder's position embeddings; ``None``: 128, or less if it reads less."""
-    limit = position_limit(model)
-    if max_length is None:
-        return DEFAULT_MAX_LENGTH if limit is None else min(DEFAULT_MAX_LENGTH, limit)
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"explain: max_length must be an integer >= 1 (tokens per row), got {max_length!r}")
-    if limit is not None and max_length > limit:
-        raise ValueError(f"explain: max_length {max_length} is over what the model's encoder reads: {limit} tokens "
-                         f"(its position embeddings); give max_length={limit} or less")
-    return max_length
 
 
 def _check_pooler(model: torch.nn.Module) -> Any:
@@ -240,12 +226,13 @@ def explain(
             blank one is ``""``.
         text_pairs: The second texts of pairs (one string with one text); they are kept apart from the first ones.
         labels: True labels (class names or indices, or values), one per text, to show errors; a missing one
-            (``None``, NaN, ``pd.NA``) has none. With one text (a string), its label may be given as it is.
+            (``None``, NaN, ``pd.NA``) has none. With one text (a string), its label may be given as it is: ``"c1"``,
+            ``0.5``, or a list for a model of several outputs (``[0.1, 0.2]``, ``["a", "c"]``, ``[1, 0, 1]``).
         max_length: Truncate to this many tokens, as in training; default 128, or less when the encoder reads less
             (its position embeddings).
         erasure_k: ``K``, the most tokens removed; 0 skips the erasure test.
-        seed: Seed of the random erasure (each example draws from ``(seed, index)``).
-        batch_size: Rows per forward pass.
+        seed: Seed of the random erasure (each example draws from ``(seed, index)``), ``>= 0``.
+        batch_size: Rows per forward pass, ``>= 1``.
         context_pairs: The ``text_pairs`` are group contexts (``--group-context``): truncated first, as in training.
 
     Returns:
@@ -254,7 +241,8 @@ def explain(
 
     Raises:
         TypeError: ``model`` is no ``torch.nn.Module`` (a folder path: load it, or use ``explain_file``).
-        ValueError: Inputs of different lengths, no texts, a bad option, a ``max_length`` over what the encoder
+        ValueError: Inputs of different lengths, no texts, a bad option (a number option that is no whole number
+            or out of range), a ``max_length`` over what the encoder
             reads or within the tokenizer's special tokens, a label of a regression model that is not
             ``num_labels`` numbers, a model without a prediction head, or a pooler without token weights.
     """
@@ -272,15 +260,16 @@ def explain(
         raise ValueError("explain: no texts given")
     if pairs is not None and len(pairs) != len(texts):
         raise ValueError(f"explain: {len(texts)} texts but {len(pairs)} text_pairs; give one per text")
-    labels = label_list(labels, texts, one_text)
-    max_length = _max_length(model, max_length)
-    if erasure_k < 0 or batch_size < 1 or seed < 0:
-        raise ValueError(f"explain: need erasure_k >= 0, batch_size >= 1 and seed >= 0, got {erasure_k}, "
-                         f"{batch_size} and {seed}")
-    _check_head(model)
-    pooler = _check_pooler(model)
     config = getattr(model, "config", None)
     problem_type = _problem_type(config)
+    several = problem_type != "single_label_classification" and (getattr(config, "num_labels", 1) or 1) > 1
+    labels = label_list(labels, texts, one_text, several_outputs=several)
+    max_length = explain_max_length(model, max_length)
+    erasure_k = whole_number(erasure_k, "explain: erasure_k", 0, " (0 skips the erasure test)")
+    batch_size = whole_number(batch_size, "explain: batch_size", 1, " (rows per forward pass)")
+    seed = whole_number(seed, "explain: seed", 0)
+    _check_head(model)
+    pooler = _check_pooler(model)
     if problem_type == "regression":
         check_numeric(labels, getattr(config, "num_labels", 1))  # before the forward and erasure passes, not after them
     encoded = _encode(tokenizer, texts, pairs, max_length, context_pairs)

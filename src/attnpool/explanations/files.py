@@ -14,6 +14,7 @@ from attnpool.data.context import is_context_pair, tokenize_rows
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.data.writers import refuse_input_as_output, refuse_output_in_folder
 from attnpool.explanations.core import Explanation, explain
+from attnpool.explanations.numbers import whole_number
 from attnpool.explanations.page import report_paths, write_report
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolForSequenceClassification
@@ -84,10 +85,10 @@ def explain_file(
             folder of it (that fold of the run), or a model folder saved with ``save_pretrained`` together with its
             tokenizer (then ``text_cols`` says where the text is).
         input_file: CSV, TSV, JSONL or Parquet.
-        html_path: The HTML report.
+        html_path: The HTML report (``~`` is the home folder, here and in the other paths).
         json_path: The JSON file; default: ``html_path`` with ``.json``.
-        limit: Explain only the first ``limit`` rows.
-        erasure_k: ``K`` of the erasure test.
+        limit: Explain only the first ``limit`` rows, ``>= 1``.
+        erasure_k: ``K`` of the erasure test, ``>= 0``.
         text_cols: For a model folder: one text column (a name alone is that column), two for a pair, more to
             join with the separator.
         label: The label column (default: the run's; for a model folder ``label`` when present).
@@ -106,17 +107,16 @@ def explain_file(
         TypeError: ``input_file`` is not a path (a DataFrame: write it to a file first).
         ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
             folder, or another fold than a ``fold_K`` folder's), a ``max_length`` below 1 or over what the encoder
-            reads, a negative ``erasure_k`` or ``seed``, a ``batch_size`` below 1, a report path that is the input
-            file or lies in the run's folder, bad data (:class:`~attnpool.data.DataError`), or a pooler without
-            token weights.
+            reads, a ``limit``, ``erasure_k``, ``seed`` or ``batch_size`` that is no whole number or out of range, a
+            report path that is the input file or lies in the run's folder, bad data
+            (:class:`~attnpool.data.DataError`), or a pooler without token weights.
     """
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit}")
-    input_file = file_path(input_file, "input_file")
+    limit = None if limit is None else whole_number(limit, "--limit", 1, " (rows explained)")
+    input_file = file_path(input_file, "input_file").expanduser()  # "~/data.csv": in the home folder, as a shell
     text_cols = [text_cols] if isinstance(text_cols, str) else text_cols  # one column, not its letters
     check_max_length(max_length)
-    _check_options(erasure_k, batch_size, seed)  # before the model loads and the input is read
-    source, fold = _fold_folder(Path(source), fold)
+    erasure_k, batch_size, seed = _check_options(erasure_k, batch_size, seed)  # before the model loads
+    source, fold = _fold_folder(Path(source).expanduser(), fold)
     html_path, json_path = report_paths(html_path, json_path)  # a wrong output path fails now, not after the run
     refuse_input_as_output(input_file, html_path, "--output", "HTML report")
     refuse_input_as_output(input_file, json_path, "--json", "JSON report")
@@ -168,12 +168,10 @@ def explain_file(
     return explanation
 
 
-def _check_options(erasure_k: int, batch_size: int, seed: int) -> None:
-    """Refuse bad numbers by the CLI flags that give them."""
-    for flag, value, least, why in (("--erasure-k", erasure_k, 0, " (0 skips the erasure test)"),
-                                    ("--batch-size", batch_size, 1, ""), ("--seed", seed, 0, "")):
-        if value < least:
-            raise ValueError(f"{flag} must be >= {least}{why}, got {value}")
+def _check_options(erasure_k: int, batch_size: int, seed: int) -> tuple[int, int, int]:
+    """The numbers as ints; bad ones (no whole number, out of range) refused by the CLI flags that give them."""
+    return (whole_number(erasure_k, "--erasure-k", 0, " (0 skips the erasure test)"),
+            whole_number(batch_size, "--batch-size", 1), whole_number(seed, "--seed", 0))
 
 
 def _fold_folder(source: Path, fold: int | None) -> tuple[Path, int | None]:
@@ -205,10 +203,12 @@ def _run_inputs(run_dir: Path, input_file: str | Path, fold: int | None, label: 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # Both read the rows, check them, and apply the run's preset and template to cfg; with a limit only the
     # first `limit` rows are read and tokenised, however large the file.
+    # the labels checked against the run's classes are those explain reads: --label's column, else the run's
     if limit is None:
-        frame, encodings = load_prediction_inputs(cfg, info, input_file, tokenizer, log=logger)
+        frame, encodings = load_prediction_inputs(cfg, info, input_file, tokenizer, log=logger, label=label,
+                                                  command="explain")
     else:
-        inputs = PredictionInputs(cfg, info, input_file, tokenizer, log=logger)
+        inputs = PredictionInputs(cfg, info, input_file, tokenizer, log=logger, label=label, command="explain")
         frame, encodings = inputs.encode(next(iter(inputs.chunks(limit))))
         inputs.log_summary()
         cfg = inputs.cfg

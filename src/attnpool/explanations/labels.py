@@ -15,11 +15,13 @@ from attnpool.json_values import is_missing, json_value
 from attnpool.tasks import label_text
 
 
-def label_list(labels: Any, texts: list[str], one_text: bool) -> list[Any] | None:
+def label_list(labels: Any, texts: list[str], one_text: bool, several_outputs: bool = False) -> list[Any] | None:
     """One label per text, by position (a Series' index is not), every missing one (:func:`is_missing`) as ``None``.
 
-    With one text (``texts`` given as a string), a single label may be given as it is: ``"c1"``, ``0.5``. A
-    DataFrame gives one label a row (``df[["y1", "y2"]]``: a list of two numbers; a one-column frame: the cells).
+    With one text (``texts`` given as a string), a single label may be given as it is: ``"c1"``, ``0.5``; for a
+    model of ``several_outputs`` (regression of several values, multi-label classification) a list is that text's
+    label (``[0.1, 0.2]``, ``["a", "c"]``) unless it holds one item (``[[0.1, 0.2]]``). A DataFrame gives one label
+    a row (``df[["y1", "y2"]]``: a list of two numbers; a one-column frame: the cells).
 
     Raises:
         ValueError: A single label for several texts, or not one label per text.
@@ -34,8 +36,12 @@ def label_list(labels: Any, texts: list[str], one_text: bool) -> list[Any] | Non
         raise ValueError(f"explain: labels={labels!r} is one label, for {len(texts)} texts; give a list with one "
                          "label per text")
     values = [labels] if single else list(labels)
+    if one_text and several_outputs and len(values) != 1:  # [0.1, 0.2]: the one text's label of two outputs
+        values = [labels]
     if len(values) != len(texts):
-        raise ValueError(f"explain: {len(texts)} texts but {len(values)} labels; give one per text")
+        hint = (" (a label of several outputs is a list: labels=[[0.1, 0.2], ...] or [['a', 'c'], ...], one per "
+                "text)" if several_outputs else "")
+        raise ValueError(f"explain: {len(texts)} texts but {len(values)} labels; give one per text{hint}")
     return [None if is_missing(v) else v for v in values]
 
 
@@ -70,7 +76,8 @@ def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names
                     config: Any) -> tuple[Any, float | None]:
     """The label as the report shows it and the example's error (``None`` where it has none).
 
-    The error is the absolute error (mean over outputs) for regression, 0 or 1 for a single-label class, and for
+    The error is the absolute error (mean over the outputs whose value is given: not NaN; ``None`` when none is)
+    for regression, 0 or 1 for a single-label class, and for
     multi-label classification the Hamming loss: the share of the classes (the model's, and any other the label
     names) that the prediction (probability >= 0.5) gets wrong. It is 0 exactly when the predicted set is the
     label's (what the metrics' multilabel accuracy counts), so ``error > 0`` marks the example misclassified.
@@ -79,8 +86,11 @@ def label_and_error(label: Any, problem_type: str, prediction: np.ndarray, names
         return None, None
     if problem_type == "regression":
         target = np.asarray(label, dtype=np.float64).ravel()
-        return (json_value(target.tolist()) if target.size > 1 else float(target[0]),
-                float(np.abs(prediction.ravel() - target).mean()))
+        present = ~np.isnan(target)  # an output whose value is missing (NaN) counts for no error
+        if not present.any():
+            return None, None
+        shown = json_value(target.tolist()) if target.size > 1 else float(target[0])
+        return shown, float(np.abs(prediction.ravel()[present] - target[present]).mean())
     if problem_type == "single_label_classification":
         # one key per class however it is written: 5, 5.0 and "5.0" are the class "5" (data.numbers.class_key)
         label2id = {class_key(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}

@@ -6,6 +6,7 @@ The page needs no network: no external stylesheet, script, font or image. Every 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,12 +52,14 @@ def write_report(explanation: Explanation, html_path: str | Path, json_path: str
 def report_paths(html_path: str | Path, json_path: str | Path | None = None) -> tuple[Path, Path]:
     """The two report files, checked before anything runs: distinct, not folders, each where a folder is or can be.
 
+    ``~`` in a path is the home folder, as a shell reads it.
+
     Raises:
         ValueError: Both would be one file, a path names a folder, a file stands where a folder above a path
             would be, or that folder is not writable (saying which option to change).
     """
-    html_path = Path(html_path)
-    json_path = Path(json_path) if json_path is not None else html_path.with_suffix(".json")
+    html_path = Path(html_path).expanduser()  # "~/r.html" is in the home folder, as a shell would read it
+    json_path = Path(json_path).expanduser() if json_path is not None else html_path.with_suffix(".json")
     if json_path.resolve() == html_path.resolve():
         raise ValueError(f"the JSON and HTML reports would both be written to {html_path}; give another --json "
                          "path, or an --output ending in .html")
@@ -73,8 +76,10 @@ def render_html(explanation: Explanation, *, title: str | None = None) -> str:
     examples = explanation.examples
     errors = [x.error for x in examples if x.error is not None]
     classification = explanation.problem_type != "regression"
-    # the true median (the mean of the middle two of an even count), so half the examples are above it at most
-    median_error = statistics.median(errors) if errors else None
+    # the true median (the mean of the middle two of an even count), so half the examples are above it at most;
+    # of the finite errors: one NaN would make it NaN, and no example would be above it
+    finite = [e for e in errors if math.isfinite(e)]
+    median_error = statistics.median(finite) if finite else None
     parts = [
         "<!DOCTYPE html>", '<html lang="en">',
         '<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -108,11 +113,13 @@ def _summary_card(explanation: Explanation) -> str:
     if not summary.k or not any(c > 0 for c in summary.counts):
         return '<div class="card"><h2>Faithfulness</h2><p>No erasure test was run (erasure_k = 0 or no removable ' \
                "tokens).</p></div>"
+    # shown up to the largest k some example reaches (the JSON keeps every k up to erasure_k)
+    shown = 1 + max(i for i, c in enumerate(summary.counts) if c > 0)
     rows = "".join(
         f"<tr><td>{k}</td>"
         + "".join(f"<td>{fmt_number(getattr(summary, s)[i])}</td>" for s in COLORS)
         + f"<td>{summary.counts[i]}</td></tr>"
-        for i, k in enumerate(summary.k)
+        for i, k in enumerate(summary.k[:shown])
     )
     aopc = "".join(f"<td><b>{fmt_number(summary.aopc[s])}</b></td>" for s in COLORS)
     table = (
@@ -121,7 +128,7 @@ def _summary_card(explanation: Explanation) -> str:
         + f"<th>examples</th></tr></thead><tbody>{rows}</tbody>"
         + f"<tfoot><tr><td>AOPC</td>{aopc}<td></td></tr></tfoot></table>"
     )
-    chart = svg_curves(summary.k, {s: getattr(summary, s) for s in COLORS}, width=460, height=250,
+    chart = svg_curves(summary.k[:shown], {s: getattr(summary, s)[:shown] for s in COLORS}, width=460, height=250,
                        y_label="|Δ prediction|")
     return (
         '<div class="card wide"><h2>Faithfulness: the erasure test</h2>'
@@ -215,7 +222,7 @@ def _controls(classification: bool, *, has_errors: bool) -> str:
 
 def _example(x: ExampleExplanation, explanation: Explanation, median_error: float | None) -> str:
     classification = explanation.problem_type != "regression"
-    if x.error is None:
+    if x.error is None or math.isnan(x.error):
         wrong = ""
     elif classification:
         wrong = "1" if x.error > 0 else "0"

@@ -9,6 +9,7 @@ from typing import Any
 
 COLORS = {"top": "#d62728", "random": "#6b7280", "bottom": "#1f77b4"}
 LABELS = {"top": "most-weighted first", "random": "random", "bottom": "least-weighted first"}
+MAX_TICKS = 12  # the most k labels under a chart's x axis
 
 
 def esc(value: Any) -> str:
@@ -60,8 +61,10 @@ def svg_curves(k: Sequence[int], series: dict[str, Sequence[float | None]], *, w
         out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
         if not compact or i in (0, 4):
             out.append(f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end">{esc(fmt_number(value, 2))}</text>')
-    for v in k:
-        if not compact or v in (x_min, x_max) or len(k) <= 6:
+    step = math.ceil(len(k) / MAX_TICKS) if len(k) > MAX_TICKS else 1  # labels that do not overlap
+    for i, v in enumerate(k):
+        thinned = i % step == 0 and len(k) - 1 - i >= step  # not so near the last one that they overlap
+        if (not compact and thinned) or v in (x_min, x_max) or len(k) <= 6:
             out.append(f'<text x="{x_of(v):.1f}" y="{top_m + plot_h + (12 if compact else 15)}" '
                        f'text-anchor="middle">{v}</text>')
     out.append(f'<line x1="{left}" x2="{left}" y1="{top_m}" y2="{top_m + plot_h}" class="axis"/>')

@@ -1,0 +1,81 @@
+"""The ``--limit`` draw of training rows: at random, keeping a row of each class for a classification task."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from attnpool.config import TrainConfig
+from attnpool.data.columns import Labels
+from attnpool.data.context import sample_groups
+from attnpool.data.errors import DataError
+
+CLASS_TASKS = ("binary", "multiclass", "multilabel")
+
+
+def limit_rows(frame: pd.DataFrame, labels: Labels, cfg: TrainConfig, where: str, log: logging.Logger) -> pd.DataFrame:
+    """The ``--limit`` draw of ``cfg.limit`` training rows (``cfg.limit < len(frame)``), seeded by the split seed.
+
+    With a group context, whole groups (:func:`~attnpool.data.context.sample_groups`): contexts as predict gives
+    them; else :func:`sample_rows`, which keeps a row of each class. ``labels`` are those of ``frame``, ``where``
+    the training file.
+    """
+    seed = cfg.resolved_split_seed()
+    if cfg.group_context:
+        return sample_groups(frame, cfg.group_context_by, cfg.limit, seed)
+    return sample_rows(frame, labels, cfg.task, cfg.limit, seed, label=cfg.label, where=where, log=log)
+
+
+def sample_rows(frame: pd.DataFrame, labels: Labels, task: str, limit: int, seed: int, *, label: str, where: str,
+                log: logging.Logger) -> pd.DataFrame:
+    """``limit`` rows of ``frame`` (``limit < len(frame)``) in a random order, the same for the same ``seed``.
+
+    A regression draws a plain random sample (``DataFrame.sample``). A classification task (binary, multiclass,
+    multilabel) first takes one random row of each class (for multilabel: a row holding it, unless a row taken
+    already does), then the rest at random, so that a rare class is not lost to the draw. When ``limit`` is below
+    the number of classes, some are lost: a warning names them and ``--limit``.
+
+    Args:
+        frame: The training rows.
+        labels: ``validate_labels`` of ``frame``'s rows (class ids, or multi-hot rows for multilabel).
+        task: The task; labels, label and where matter for the classification tasks only.
+        limit: The rows to draw.
+        seed: The draw's seed.
+        label: The label column, for the messages.
+        where: The training file, for the messages.
+        log: Where the warning of lost classes goes.
+
+    Raises:
+        DataError: A binary or multiclass draw of fewer than 2 classes (``limit`` < 2): the task cannot train.
+    """
+    if task not in CLASS_TASKS or not labels.classes:
+        return frame.sample(n=limit, random_state=seed).reset_index(drop=True)
+    rng = np.random.default_rng(seed)
+    values = np.asarray(labels.values)
+    hot = values.astype(bool) if values.ndim == 2 else np.eye(len(labels.classes), dtype=bool)[values]
+    first: list[int] = []
+    covered = np.zeros(hot.shape[1], dtype=bool)
+    for c in rng.permutation(hot.shape[1]):
+        if len(first) == limit:
+            break
+        if not covered[c] and hot[:, c].any():
+            first.append(int(rng.choice(np.flatnonzero(hot[:, c]))))
+            covered |= hot[first[-1]]
+    taken = np.array(first, dtype=np.int64)
+    rest = rng.choice(np.setdiff1d(np.arange(len(frame)), taken), size=limit - len(taken), replace=False)
+    rows = rng.permutation(np.concatenate([taken, rest]))
+    lost = np.flatnonzero(hot.any(axis=0) & ~hot[rows].any(axis=0))
+    if len(lost):
+        classes = len(labels.classes)
+        names = ", ".join(repr(labels.classes[i]) for i in lost[:10]) + (", ..." if len(lost) > 10 else "")
+        if task != "multilabel" and hot[rows].any(axis=0).sum() < 2:
+            need = "both classes" if task == "binary" else "at least 2 classes"
+            raise DataError(
+                f"--limit {limit} draws {limit} row(s) of {where}, too few for the {classes} classes of column "
+                f"{label!r}: a {task} task needs {need} among its training rows. Raise --limit to at least {classes}")
+        log.warning("--limit %d draws fewer rows than the %d classes of column %r in %s: the model trains without "
+                    "class(es) %s; raise --limit to at least %d to keep a row of each", limit, classes, label, where,
+                    names, classes)
+    return frame.iloc[rows].reset_index(drop=True)
