@@ -5,6 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 
+def check_rows(target: np.ndarray, what: str) -> None:
+    """Refuse an empty set of rows: no metric is defined on it (numpy's or sklearn's own error said so obscurely)."""
+    if len(target) == 0:
+        raise ValueError(f"{what}: no rows to score (the targets are empty); score a set with at least one labelled "
+                         "row, e.g. a validation fold that is not empty")
+
+
 def regression_metrics(target: np.ndarray, prediction: np.ndarray) -> dict[str, float]:
     """Pearson (the PPPM metric), Spearman and RMSE.
 
@@ -12,9 +19,13 @@ def regression_metrics(target: np.ndarray, prediction: np.ndarray) -> dict[str, 
     in a fold's validation rows has no correlation to score, and made the whole metric NaN at every evaluation (so
     the best checkpoint was never chosen). A prediction that is constant where its target varies scores NaN
     (undefined, not 0: a model that collapsed), as does a single constant target.
+
+    Raises:
+        ValueError: No rows.
     """
     from scipy import stats
 
+    check_rows(target, "regression_metrics")
     target = np.asarray(target, dtype=np.float64).reshape(len(target), -1)
     prediction = np.asarray(prediction, dtype=np.float64).reshape(len(prediction), -1)
     varying = [j for j in range(target.shape[1]) if len(target) and np.ptp(target[:, j]) > 0]
@@ -38,11 +49,15 @@ def classification_metrics(target: np.ndarray, scores: np.ndarray, task: str) ->
         target: Class ids ``(N,)``, or a multi-hot ``(N, C)`` matrix for ``multilabel``.
         scores: Probabilities ``(N, C)`` (softmax for single-label, sigmoid for multi-label).
         task: ``binary``, ``multiclass`` or ``multilabel``.
+
+    Raises:
+        ValueError: No rows.
     """
     from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
     scores = np.asarray(scores, dtype=np.float64)
     target = np.asarray(target)
+    check_rows(target, f"classification_metrics ({task})")
     if not np.isfinite(scores).all():  # a diverged model: no score, as a regression run's NaN Pearson
         return {"accuracy": float("nan"), "macro_f1": float("nan")}
     if task == "multilabel":

@@ -20,6 +20,7 @@ or hub repository, so pass it only for models you trust, such as those you saved
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 try:
@@ -41,6 +42,7 @@ except ImportError:  # pragma: no cover - earlier versions never pack, so never 
     repad_flattened_features = None
 
 from attnpool.pooling import Pooler, build_pooler
+from attnpool.pooling.registry import check_rebuildable
 
 
 class AttnPooling(Module):
@@ -50,7 +52,8 @@ class AttnPooling(Module):
     ``features["sentence_embedding"]`` and, for poolers with token weights, ``features["token_weights"]``.
 
     Args:
-        pooling: A registered pooler name, a pooler config dict (``get_config()``) or a pooler instance.
+        pooling: A registered pooler name, a pooler config dict (``get_config()``) or a pooler instance (of the
+            class registered under its ``name``: the module saves the pooler by name and rebuilds it from that).
         embedding_dimension: The transformer's hidden size (``transformer.get_embedding_dimension()``);
             optional when ``pooling`` is a config dict or instance that carries it.
         **options: Pooler options, e.g. ``attn_size=128``.
@@ -62,6 +65,12 @@ class AttnPooling(Module):
     def __init__(self, pooling: str | dict[str, Any] | Pooler = "attention", embedding_dimension: int | None = None,
                  **options: Any) -> None:
         super().__init__()
+        if isinstance(pooling, Pooler):  # saved by name: a subclass keeping its parent's name reloaded as the parent
+            check_rebuildable(pooling, "AttnPooling: pooling")
+        elif embedding_dimension is None and not (isinstance(pooling, Mapping) and pooling.get("hidden_size")):
+            raise ValueError(f"AttnPooling(pooling={pooling!r}) needs embedding_dimension, the transformer's hidden "
+                             f"size: AttnPooling({pooling!r}, transformer.get_embedding_dimension()), or a pooler "
+                             "config dict that holds hidden_size")
         self.pooler = build_pooler(pooling, embedding_dimension, **options)
         if self.pooler.needs_all_layers or self.pooler.needs_attentions:  # forward gets the last layer's tokens only
             raise ValueError(f"AttnPooling: pooler {self.pooler.name!r} reads several layers or the encoder's "

@@ -140,6 +140,24 @@ def encoder_hidden_size(config: PretrainedConfig) -> int:
     )
 
 
+def loss_mismatch(problem_type: str, loss: str, output_activation: str | None) -> str | None:
+    """Why ``loss`` does not train ``problem_type`` (with ``output_activation``), for the config and the loss."""
+    if loss == "pearson" and problem_type != "regression":
+        return (f"loss='pearson' needs problem_type='regression' (task regression), not {problem_type!r}: use "
+                "cross_entropy or bce for classification")
+    if problem_type == "single_label_classification" and loss != "cross_entropy":
+        return (f"loss={loss!r} does not train single-label classification (integer class labels), which takes "
+                "cross_entropy: leave loss None (or 'cross_entropy'); for one-hot or multi-hot targets with bce or "
+                "mse use problem_type='multi_label_classification'")
+    if loss == "cross_entropy" and problem_type != "single_label_classification":
+        return (f"loss='cross_entropy' needs problem_type='single_label_classification', not {problem_type!r}: "
+                "leave loss None (the problem type's default) or pick mse, pearson (regression) or bce")
+    if loss == "bce" and problem_type == "regression" and output_activation != "sigmoid":
+        return ("loss='bce' on a regression head needs output_activation='sigmoid': without it the logits are "
+                "fitted to logit(label) and read as the prediction; or use mse or pearson")
+    return None
+
+
 def check_not_attnpool(config: PretrainedConfig, given: str) -> None:
     """Refuse an attnpool model (its folder, name, config or instance) given to ``from_encoder`` as the encoder.
 
@@ -177,9 +195,9 @@ class AttnPoolConfig(PretrainedConfig):
         output_activation: ``"sigmoid"`` for a regression target known to lie in [0, 1] (logits are then the
             sigmoid of the head's output, and the loss defaults to BCE as in the public PPPM recipe); ``None``.
         loss: ``"mse"``, ``"bce"``, ``"cross_entropy"`` or ``"pearson"`` (``1 - r`` of the batch, regression only:
-            :func:`~attnpool.model.losses.pearson_loss`); ``None`` picks it from ``problem_type``. Single-label
-            classification takes ``cross_entropy`` only (a saved config with another loss loads with ``None``:
-            earlier versions trained it with cross_entropy).
+            :func:`~attnpool.model.losses.pearson_loss`); ``None`` picks it from ``problem_type``. One that does not
+            train the ``problem_type`` given is refused (:func:`loss_mismatch`; a saved single-label classifier with
+            another loss loads with ``None``: earlier versions trained it with cross_entropy).
         position_ids_from_mask: Give the encoder ``position_ids = cumsum(attention_mask) - 1``, which makes
             decoder-only encoders correct under left padding. ``None`` (default) turns it on exactly for
             decoder-only architectures.
@@ -283,6 +301,10 @@ class AttnPoolConfig(PretrainedConfig):
             logger.warning("AttnPoolConfig: loss %r was ignored by this single-label classification model (it "
                            "trained cross_entropy); loading it with loss None", self.loss)
             self.loss = None
+        if not saved and self.problem_type is not None and self.loss is not None:  # else checked at the first labels
+            why = loss_mismatch(self.problem_type, self.loss, output_activation)
+            if why:
+                raise ValueError(f"AttnPoolConfig: {why}")
         classes = self.problem_type is None and self.num_labels > 1  # becomes classification at the first labels
         if output_activation is not None and (self.problem_type not in (None, "regression") or classes):
             raise ValueError(f"output_activation {output_activation!r} is for regression targets in [0, 1], got "
@@ -313,21 +335,34 @@ class AttnPoolConfig(PretrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> AttnPoolConfig:
-        """The config from its dict; a saved regression re-headed for classes loads with ``problem_type`` ``None``.
+        """The config from its dict and the options given at load (``from_pretrained(folder, **options)``), checked.
 
-        ``from_encoder`` sets ``problem_type="regression"`` for one output: a folder loaded with another
-        ``num_labels`` above 1 (``from_pretrained(folder, num_labels=3)``) and no ``problem_type`` kept it, and its
-        3-output head refused class labels. With ``problem_type=None`` the labels decide, as for a new model. A
-        regression saved with several outputs (asked for) stays one. Classes named instead (``id2label=...``,
-        transformers' own way to give ``num_labels``) count the same.
+        transformers set such options on the built config, unchecked (``loss="mae"`` trained MSE): this config's own
+        and ``problem_type`` go through ``__init__``. A head of another size (``num_labels=N``, or ``id2label`` of N
+        labels) drops the saved label names and takes the ``problem_type`` given, else a classifier re-headed to one
+        output becomes a regression and a saved regression of one output gets ``None`` (the labels decide, as for a
+        new model; one saved with several outputs stays a regression). When the problem type changes, the old one's
+        ``output_activation`` and ``loss`` are dropped unless given.
         """
-        wanted = kwargs.get("num_labels")
-        if wanted is None and kwargs.get("id2label"):
-            wanted = len(kwargs["id2label"])
+        own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "encoder"} | {"problem_type"}
+        config_dict, given = dict(config_dict), {key: kwargs.pop(key) for key in own if key in kwargs}
+        id2label = kwargs.get("id2label")
+        wanted = len(id2label) if id2label else kwargs.get("num_labels")
         saved = len(config_dict["id2label"]) if config_dict.get("id2label") else config_dict.get("num_labels")
-        if (config_dict.get("problem_type") == "regression" and "problem_type" not in kwargs
-                and isinstance(wanted, int) and wanted > 1 and saved == 1):
-            config_dict = {**config_dict, "problem_type": None}
+        if isinstance(wanted, int) and isinstance(saved, int) and wanted != saved:  # a new head
+            config_dict["id2label"] = names = {int(key): value for key, value in (id2label or {}).items()} or None
+            config_dict["label2id"] = kwargs.get("label2id") or names and {value: key for key, value in names.items()}
+            old = config_dict.get("problem_type")
+            new = "regression" if wanted == 1 else None if saved == 1 and old == "regression" else old
+            if (new := given.get("problem_type", new)) != old:
+                config_dict["problem_type"] = new
+                config_dict.update(dict.fromkeys({"output_activation", "loss"} - given.keys()))
+        config_dict.update(given)
+        loss, problem = config_dict.get("loss"), config_dict.get("problem_type")
+        if given.keys() & {"loss", "problem_type", "output_activation"} and problem and loss in LOSSES:
+            why = loss_mismatch(problem, loss, config_dict.get("output_activation"))  # a saved config is not checked
+            if why:
+                raise ValueError(f"from_pretrained: {why}")
         return super().from_dict(config_dict, **kwargs)
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PretrainedConfig:

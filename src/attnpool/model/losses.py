@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnpool.model.configuration import AttnPoolConfig
+from attnpool.model.configuration import AttnPoolConfig, loss_mismatch
 from attnpool.tasks import PROBLEM_TYPES, default_loss
 
 
@@ -59,14 +59,10 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     shape = tuple(labels.shape)
     where = f"labels of shape {shape} ({labels.dtype}) for problem_type={problem_type!r}, num_labels={num_labels}"
     loss_name = config.loss if config.loss is not None else default_loss(problem_type, config.output_activation)
-    if loss_name == "pearson" and problem_type != "regression":
-        raise ValueError(f"loss='pearson' needs problem_type='regression' (task regression), not {problem_type!r}: "
-                         "use cross_entropy or bce for classification")
+    why = loss_mismatch(problem_type, loss_name, config.output_activation)  # the config checks a problem_type given
+    if why:
+        raise ValueError(why)
     if problem_type == "single_label_classification":
-        if loss_name != "cross_entropy":  # a problem type inferred from the labels (the config could not check it)
-            raise ValueError(f"loss={loss_name!r} does not train single-label classification (integer class "
-                             "labels), which takes cross_entropy: leave loss None (or 'cross_entropy'); for one-hot "
-                             "or multi-hot targets with bce or mse use problem_type='multi_label_classification'")
         if shape not in ((batch,), (batch, 1)) or labels.is_floating_point():
             raise ValueError(
                 f"{where}: expected integer class indices of shape ({batch},); for one-hot or multi-hot targets "
@@ -81,18 +77,14 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
     if shape not in expected:
         raise ValueError(
             f"{where}: expected shape {' or '.join(str(e) for e in expected)}"
-            + ("; class indices need problem_type='single_label_classification'" if num_labels > 1 else "")
+            + ("; class indices need problem_type='single_label_classification'"
+               if num_labels > 1 and config.problem_type is None else "")  # inferred, not the one asked for
         )
     target = labels.to(raw.dtype).view(batch, num_labels)
     if not torch.isfinite(target).all():
         rows = (~torch.isfinite(target)).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(f"{where}: non-finite labels in batch rows {rows}")
-    if loss_name == "cross_entropy":
-        raise ValueError(f"loss='cross_entropy' needs problem_type='single_label_classification', not {problem_type!r}")
     if loss_name == "bce":
-        if problem_type == "regression" and config.output_activation != "sigmoid":
-            raise ValueError("loss='bce' on a regression head needs output_activation='sigmoid': without it the "
-                             "logits are fitted to logit(label) and read as the prediction; or use mse or pearson")
         if ((target < 0) | (target > 1)).any():
             raise ValueError(f"{where}: BCE needs targets in [0, 1], got values in [{target.min()}, {target.max()}]")
         return F.binary_cross_entropy_with_logits(raw, target)
