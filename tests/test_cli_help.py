@@ -61,3 +61,13 @@ def test_a_switch_pair_parses_as_before(capsys):
         err = capsys.readouterr().err
         assert "the switch takes no value, except none after --freeze-word-embeddings" in err
         assert "[--freeze-word-embeddings | --no-freeze-word-embeddings]" in " ".join(err.split())  # its usage too
+
+
+def test_the_help_of_id_col_says_that_none_means_no_id_column(capsys):
+    """``--id-col none`` gives no id column, where its help said none reset it to its default (``id``)."""
+    text = " ".join(_help("train", capsys).split())
+    assert ("--id-col ID_COL the id column, kept in the out-of-fold and prediction files when present (default: id; "
+            "none: no id column, the rows of the out-of-fold and prediction files matched by order)") in text
+    assert "--ema-decay EMA_DECAY" in text and "none resets a config file's value" in text  # a default of none: reset
+    args = build_parser().parse_args(["train", "--train-file", "a.csv", "--id-col", "none"])
+    assert _train_config(args).id_col is None

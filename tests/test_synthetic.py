@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -345,3 +346,48 @@ def test_a_poolers_regulariser_is_added_to_the_sets_training_loss():
                                  pooling_options={"num_heads": 2, "penalty": penalty}) for penalty in (0.0, 10.0)]
     plain, penalised = (dict(fit.pooler.named_parameters()) for fit in fits)
     assert any(not torch.equal(plain[name], penalised[name]) for name in plain)
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """The poolers ``snr_sweep`` trains and the options each got, none trained (a fit of accuracy 0.5)."""
+    fitting = importlib.import_module("attnpool.synthetic.fitting")
+    calls = []
+
+    def fake(name, train, test, *, pooling_options=None, **_):
+        calls.append((name, pooling_options))
+        return fitting.PoolerFit(0.5, 0.5, None, 0.0, None, None)
+
+    monkeypatch.setattr(fitting, "train_pooler_on_sets", fake)
+    return calls
+
+
+SMALL = {"set_sizes": [4], "num_signals": [1], "seeds": [0], "dim": 4, "num_train": 8, "num_test": 8}
+
+
+def test_snr_sweep_takes_one_pooler_name_as_a_list_of_one(trained):
+    """`snr_sweep("mean", ...)` swept its letters: "Unknown pooler 'm'"."""
+    rows = snr_sweep("mean", **SMALL)
+    assert [r["pooler"] for r in rows] == ["mean"] and trained == [("mean", None)]
+
+
+def test_snr_sweep_matches_pooling_options_to_poolers_as_the_registry_does(trained):
+    """'Attention' and 'multihead-attention' got no options: they were looked up by their exact spelling."""
+    snr_sweep(["Attention", "multihead-attention", "mean"], **SMALL,
+              pooling_options={"attention": {"attn_size": 3}, "multihead_attention": {"num_heads": 2}})
+    assert trained == [("Attention", {"attn_size": 3}), ("multihead-attention", {"num_heads": 2}), ("mean", None)]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"atention": {"attn_size": 3}}, r"^snr_sweep: pooling_options key 'atention': Unknown pooler 'atention'\. Did "
+                                     r"you mean 'attention'\?"),
+    ({"attention": {"attn_size": 3}}, r"^snr_sweep: pooling_options key 'attention' names none of the poolers "
+                                      r"swept \(mean, max\): its options would be ignored; key them by a swept "
+                                      r"pooler's name$"),
+    ({"max": {}, "Max_Pooling": {}}, r"^snr_sweep: pooling_options keys 'max' and 'Max_Pooling' name the same pooler "
+                                     r"'max': give its options under one key$"),
+])
+def test_snr_sweep_refuses_pooling_options_of_no_pooler_swept(trained, options, message):
+    with pytest.raises(ValueError, match=message):
+        snr_sweep(["mean", "max"], **SMALL, pooling_options=options)
+    assert trained == []

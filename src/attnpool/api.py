@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import numbers
+import operator
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from transformers import TrainerCallback
 
 from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
@@ -50,23 +54,48 @@ ConfigSource = TrainConfig | Mapping[str, Any] | str | Path | None
 logger = logging.getLogger("attnpool.train")
 
 
-def train(config: ConfigSource = None, /, *, callbacks: list | None = None, **overrides: Any) -> TrainResult:
+def train(config: ConfigSource = None, /, *, callbacks: Any = None, **overrides: Any) -> TrainResult:
     """Train by k-fold cross-validation (``attnpool train``).
 
     Args:
-        config: A :class:`TrainConfig`, a dict of its fields, or the path of a YAML/JSON file of them; ``None``
-            for the defaults.
-        callbacks: Extra ``transformers.TrainerCallback`` objects for every fold's ``Trainer``.
+        config: A :class:`TrainConfig`, a dict of its fields, or the path of a YAML/JSON file of them (``~``: the
+            home folder); ``None`` for the defaults.
+        callbacks: Extra ``transformers.TrainerCallback`` objects (or classes) for every fold's ``Trainer``: a list
+            of them, or one alone.
         **overrides: Any :class:`TrainConfig` field, applied over ``config`` (as flags over ``--config``).
 
     Returns:
         A :class:`~attnpool.training.TrainResult`; ``result.complete`` says whether every fold was trained.
+
+    Raises:
+        TypeError: ``callbacks`` holds anything but ``TrainerCallback`` instances or classes (before anything is
+            read or written).
     """
+    callbacks = _callback_list(callbacks)
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
     # the recipe file too: --overwrite would delete it with the run folder it sits in
     check_overwrite_inputs(cfg, config if isinstance(config, str | Path) else None)
     check_writable(cfg.output_dir, "--output-dir", folder=True)  # before the data and the encoder load
     return _train(cfg, callbacks=callbacks, given=_given(config, overrides) if cfg.resume else overrides)
+
+
+def _callback_list(callbacks: Any) -> list | None:
+    """``callbacks`` as a list of ``TrainerCallback`` instances or classes (one alone: a list of one), else a TypeError.
+
+    Checked before the data loads: a callback the Trainer cannot take failed when fold 0 started, its run begun.
+    """
+    def is_callback(item: Any) -> bool:
+        return isinstance(item, TrainerCallback) or (isinstance(item, type) and issubclass(item, TrainerCallback))
+
+    if callbacks is None or is_callback(callbacks):
+        return None if callbacks is None else [callbacks]
+    wrong = (callbacks if not isinstance(callbacks, list | tuple) else
+             next((item for item in callbacks if not is_callback(item)), None))
+    if wrong is not None:
+        raise TypeError(f"callbacks must be a list of transformers.TrainerCallback instances or classes (or one of "
+                        f"them), got {type(wrong).__name__} {wrong!r:.80}"
+                        f"{' in the list' if wrong is not callbacks else ''}: pass [callback, ...]")
+    return list(callbacks)
 
 
 def _saved_call_reset(config: ConfigSource) -> dict[str, Any]:
@@ -247,8 +276,10 @@ def poolers(hidden_size: int = 1024) -> list[dict[str, Any]]:
     listed all the same: ``parameters`` and ``output_dim`` ``None``, and ``note`` saying why (``None`` otherwise).
 
     Raises:
-        ValueError: ``hidden_size`` below 1.
+        ValueError: ``hidden_size`` below 1, or not a whole number (any integer type, ``numpy.int64`` too; not a bool).
     """
+    if not isinstance(hidden_size, bool) and isinstance(hidden_size, numbers.Integral):
+        hidden_size = operator.index(hidden_size)  # numpy's integers as int: the poolers' layer sizes
     if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
         raise ValueError(f"--hidden-size must be >= 1 (an encoder's hidden size, e.g. 768), got {hidden_size!r}")
     rows = []

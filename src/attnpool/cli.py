@@ -285,7 +285,7 @@ def _add_serve(commands: Any) -> None:
 def _add_demo(commands: Any) -> None:
     api_default = _API_DEFAULTS["demo"]
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
-    _arg(demo, "--output-dir", "where the demo's runs go", default=api_default["output_dir"])
+    _arg(demo, "--output-dir", "new or empty folder or an earlier demo's (replaced)", default=api_default["output_dir"])
     _arg(demo, "--seconds", "sizes the training set: SECONDS / 0.9 steps of 16 texts per pooler (10 to 150)",
          default=api_default["seconds"], type=float)
     _arg(demo, "--model", "encoder", default=api_default["model"], shown="the bundled all-MiniLM-L6-v2")

@@ -3,8 +3,9 @@
 Help, group and choices come from the config, so the flags cannot drift from it. They default to "not given" so
 that a value of ``--config FILE.yaml`` is only replaced by a flag actually given; ``--help`` shows the config's
 defaults, and the word ``none`` resets an optional option, a list of numbers (alone: ``--only-folds none``) or an
-on/off/computed switch (``--freeze-word-embeddings none``) to its default. A list of words takes ``none`` as a word:
-``--text-cols None`` is the column named None.
+on/off/computed switch (``--freeze-word-embeddings none``) to its default; for an optional option whose default is
+not none, ``none`` turns it off (``--id-col none``: no id column, as ``id_col: null`` in a config file; its default
+is ``id``). A list of words takes ``none`` as a word: ``--text-cols None`` is the column named None.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class _NoneWord(str):
 
 
 NONE = _NoneWord("none")
+# What none means for an optional option whose default is not none: it turns the option off, not back to its default.
+_NONE_TURNS_OFF = {"id_col": "none: no id column, the rows of the out-of-fold and prediction files matched by order"}
 
 
 def _or_none(kind: type) -> Callable[[str], Any]:
@@ -156,7 +159,9 @@ def _flag(f: dataclasses.Field) -> tuple[str, dict[str, Any]]:
         kwargs["type"] = _or_none(members[0])
         if "choices" in kwargs:
             kwargs["choices"] = (*kwargs["choices"], NONE)
-        kwargs["help"] = kwargs["help"].removesuffix(")") + "; none resets a config file's value)"
+        none = ("none resets a config file's value" if f.default is None
+                else _NONE_TURNS_OFF.get(f.name, "none: turned off, not the default"))
+        kwargs["help"] = kwargs["help"].removesuffix(")") + f"; {none})"
     else:
         kwargs["type"] = members[0]
     return flag, kwargs

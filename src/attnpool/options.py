@@ -187,7 +187,7 @@ def _unique_pairs(path: Path) -> Any:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options.
+    """Read a YAML (or JSON, by the ``.json`` extension) config file into a dict of options (``~``: the home folder).
 
     Raises:
         FileNotFoundError: There is no such file.
@@ -195,7 +195,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             (one line, ``FILE:LINE:COLUMN: problem``, saying how to quote a ``{...}`` text), holds a key twice in
             one mapping (``head-lr`` and ``head_lr`` too), or does not hold a mapping of option names.
     """
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"config file {path} does not exist")
     if path.is_dir():
@@ -302,13 +302,13 @@ def frame_hint(value: Any) -> str:
 
 
 def file_path(value: Any, name: str) -> Path:
-    """``value``, a file path given as text or ``os.PathLike``, as a :class:`~pathlib.Path`.
+    """``value``, a file path given as text or ``os.PathLike``, as a :class:`~pathlib.Path` (``~`` is the home folder).
 
     Raises:
         TypeError: Anything else (a DataFrame, None), naming ``name`` and the type given.
     """
     if isinstance(value, str | os.PathLike):
-        return Path(value)
+        return Path(value).expanduser()  # "~/data.csv": in the home folder, as a shell reads it
     raise TypeError(f"{name} must be a file path (str or pathlib.Path), got {shown(value)}{frame_hint(value)}")
 
 

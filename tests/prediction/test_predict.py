@@ -30,7 +30,7 @@ from model_helpers import WORDS, make_run, save_tiny_encoder, tiny_config, write
 predict = functools.partial(predict, precision="fp32")
 
 predict_module = importlib.import_module("attnpool.prediction.engine")  # where the ensemble finds it
-predict_module_predict = importlib.import_module("attnpool.prediction.predict")
+predict_progress = importlib.import_module("attnpool.prediction.progress")  # the bar's total
 prediction_inputs = importlib.import_module("attnpool.data.prediction")
 readers = importlib.import_module("attnpool.data.readers")
 parts_module = importlib.import_module("attnpool.prediction.parts")
@@ -157,7 +157,7 @@ def test_cli_flags_progress_and_tsv(run, frame, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "wrote" not in captured.out  # the logged line alone says it (it was printed twice)
     assert "\r" not in captured.err and f"wrote {ROWS} predictions of 2 fold models" in captured.err  # no bar off a TTY
-    assert predict_module_predict._count_rows(data) == ROWS  # the bar's total on a terminal: the counted lines
+    assert predict_progress.count_rows(data) == ROWS  # the bar's total on a terminal: the counted lines
     pred = pd.read_csv(out, sep="\t", dtype={"id": str})
     assert list(pred["id"]) == list(frame["id"]) and out.read_text().count("id\t") == 1  # one header
 

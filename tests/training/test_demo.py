@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from transformers import AutoTokenizer
 
+from attnpool import AttnPoolForSequenceClassification
 from attnpool.config import TrainConfig
 from attnpool.runs import Run
 from attnpool.runs.lock import RunError
@@ -136,3 +138,46 @@ def test_the_demos_first_line_comes_first_in_a_log_of_both_streams(tmp_path):
                        timeout=300)
     lines = (tmp_path / "demo.log").read_text().splitlines()
     assert lines[0].startswith("attnpool demo: 32 training / 16 validation texts"), lines[:3]
+
+
+def test_the_demo_refuses_a_saved_attnpool_model_and_keeps_the_earlier_demo(tmp_path):
+    """`demo --model SAVED_MODEL` cleared the earlier demo, then failed: 'AttnPoolConfig' has no num_hidden_layers."""
+    encoder = save_tiny_encoder(tmp_path / "enc")
+    saved = tmp_path / "saved"
+    AttnPoolForSequenceClassification.from_encoder(encoder, pooling="mean").save_pretrained(
+        saved, tokenizer=AutoTokenizer.from_pretrained(encoder))
+    folder = tmp_path / "demo"
+    _earlier_demo(folder)
+    before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    with pytest.raises(ValueError, match=rf"^demo: --model {saved} is a saved attnpool model \(model_type 'attnpool'"
+                                         r"\), not an encoder: .*leave --model out for the bundled"):
+        run_demo(output_dir=folder, model=str(saved), n_train=32, n_valid=16)
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
+
+
+def test_a_demo_whose_model_is_missing_makes_no_output_folder(tmp_path):
+    """A bad --model left an empty --output-dir behind: the folder was made before the model was looked at."""
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        run_demo(output_dir=tmp_path / "new" / "demo", model=str(tmp_path / "nonexistent"), n_train=32, n_valid=16)
+    assert not (tmp_path / "new").exists()
+
+
+def test_the_demos_output_dir_reads_a_tilde_as_the_home_folder(tmp_path, monkeypatch):
+    """`run_demo(output_dir="~/mydata")` made a folder named "~" in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    (tmp_path / "home" / "mydata").mkdir(parents=True)
+    (tmp_path / "home" / "mydata" / "notes.txt").write_text("mine")
+    with pytest.raises(RunError, match=rf"demo: {tmp_path / 'home' / 'mydata'} holds files that are not the demo's"):
+        run_demo(output_dir="~/mydata", model=str(tmp_path / "nonexistent"), n_train=32, n_valid=16)
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_the_demo_runs_on_an_encoder_whose_positions_are_offset(tmp_path, capsys):
+    """RoBERTa's 70 positions read 68 tokens (2 reserved): the demo passed max_length 70 and was refused, pointed at
+    a --max-length flag the demo does not have."""
+    encoder = save_tiny_encoder(tmp_path / "enc", family="roberta")
+    scores = run_demo(output_dir=tmp_path / "demo", model=encoder, n_train=32, n_valid=16)
+    assert set(scores) == {"mean", "attention"}
+    assert "tokens the attention pooler weighs most" in capsys.readouterr().out

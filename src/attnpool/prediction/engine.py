@@ -153,7 +153,8 @@ def ensemble_weights(fold_metrics: list[dict], metric: str, how: str, folds: Seq
     ``folds`` and ``where`` (the run) name the folds in errors.
 
     A fold whose ``metric`` was saved as null (NaN: constant predictions, or validation targets that do not vary)
-    finished its validation: it gets weight 0, with a warning naming it.
+    finished its validation: it gets weight 0, with a warning naming it. When no fold scored above 0 (every weight
+    clipped or null), the folds are weighed equally, as ``mean``, with a warning saying so.
 
     Raises:
         RunError: With ``score``, a fold whose metrics lack ``metric`` (no metrics file: a fold killed before its
@@ -176,6 +177,9 @@ def ensemble_weights(fold_metrics: list[dict], metric: str, how: str, folds: Seq
                        "); they get weight 0", ", ".join(unscored), f" of {where}" if where is not None else "", metric)
     scores = np.array([max(float(m[metric]), 0.0) if _finite_number(m[metric]) else 0.0 for m in fold_metrics])
     if scores.sum() == 0:
+        logger.warning("--ensemble score: no fold%s scored above 0 on validation (%s): the folds are weighed equally, "
+                       "as --ensemble mean", f" of {where}" if where is not None else "", ", ".join(
+                           f"fold {fold} {m[metric]}" for fold, m in zip(names, fold_metrics, strict=True)))
         return np.full(n, 1.0 / n)
     return scores / scores.sum()
 

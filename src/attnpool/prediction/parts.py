@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from attnpool._version import __version__
+from attnpool.data.parquet import require_pyarrow
 from attnpool.data.writers import write_table
 from attnpool.runs.files import atomic_write, atomic_write_json
 from attnpool.runs.run import Run, RunError
@@ -298,8 +297,10 @@ def _join_parquet(paths: list[Path], out: Path) -> None:
     """One row group per part; column types unified (a part whose id column is all missing has type null).
 
     A part without one of the columns (parts written before every chunk had the id column) gets it empty, rather
-    than failing the join after every chunk was predicted.
+    than failing the join after every chunk was predicted. pyarrow (an optional extra) is imported here only.
     """
+    pq = require_pyarrow(out)
+    import pyarrow as pa  # present: require_pyarrow imported pyarrow.parquet
     schema = pa.unify_schemas([pq.read_schema(p) for p in paths])
     with pq.ParquetWriter(out, schema) as writer:
         for path in paths:

@@ -8,18 +8,15 @@ an interrupted prediction resumes at the first unfinished chunk.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
-from tqdm.auto import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from attnpool.data import SUPPORTED_EXTENSIONS, DataError
+from attnpool.data.parquet import require_pyarrow
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.writers import refuse_input_as_output, refuse_output_in_folder
 from attnpool.model.encoders import position_limit
@@ -36,6 +33,7 @@ from attnpool.prediction.onnx_engine import (
 )
 from attnpool.prediction.parts import Parts, manifest
 from attnpool.prediction.positions import cap_max_length, saved_position_limit
+from attnpool.prediction.progress import progress_bar, redirect_logging
 from attnpool.runs.files import check_writable
 from attnpool.runs.lock import RunLock
 from attnpool.runs.run import Run, RunError
@@ -102,7 +100,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     Args:
         run_dir: The ``--output-dir`` of ``attnpool train``, or several of them to blend (a list of one is that
             run alone).
-        input_file: CSV, TSV, JSONL or Parquet with the text columns the run was trained on.
+        input_file: CSV, TSV, JSONL or Parquet with the text columns the run was trained on (``~``: the home
+            folder, in ``output_file`` too).
         output_file: Where to write (format by extension); written to a temporary name, then renamed.
         batch_size: Rows per forward pass.
         ensemble: ``mean`` or ``score`` (weights proportional to each fold's validation metric).
@@ -142,10 +141,12 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             the input; another process writing the same output; ``ensemble="score"`` with a fold that has no
             validation metric; :class:`ScoresNotFinite`, rows whose scores are NaN or infinite.
         attnpool.data.DataError: A bad input file (missing columns, unseen labels, not UTF-8...), an output
-            extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file or in a run folder.
+            extension other than .csv, .tsv, .jsonl or .parquet, an output that is the input file or in a run folder;
+            a Parquet input or output without pyarrow (``pip install 'attnpool[parquet]'``).
         TypeError: ``input_file`` or ``output_file`` is not a path (a DataFrame: write it to a file first).
-        ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows`` or ``context_view`` (or one other than ``with``
-            for runs trained without a group context); ``precision`` bf16 or fp16 with ``backend="onnx"``.
+        ValueError: Bad ``ensemble``, ``precision``, ``chunk_rows``, ``batch_size`` (a whole number >= 1, checked
+            before the models load) or ``context_view`` (or one other than ``with`` for runs trained without a group
+            context); ``precision`` bf16 or fp16 with ``backend="onnx"``.
     """
     sources = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
     blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
@@ -171,9 +172,14 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     precision = resolve_precision(precision, device)
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:  # before the models load
+        raise ValueError(f"--batch-size must be a whole number of rows >= 1 (rows per forward pass, e.g. 128), got "
+                         f"{batch_size!r}")
     if output_file.suffix.lower() not in SUPPORTED_EXTENSIONS:  # else CSV bytes under another format's name
         raise DataError(f"{output_file}: unsupported output extension {output_file.suffix or '(none)'!r}; the "
                         f"output's format follows its extension: {', '.join(SUPPORTED_EXTENSIONS)}")
+    if output_file.suffix.lower() == ".parquet":  # pyarrow, an optional extra: now, not when the first part is written
+        _require_parquet_writer(output_file)
     if quantize != "none":
         check_tolerance(int8_tolerance)  # now, not after the folds' graphs are exported and quantized
     with RunLock.for_file(output_file, purpose="predict"):  # before anything is read: a second writer stops at once
@@ -202,10 +208,10 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         id_col = info.get("id_col") or inputs[0][0].cfg.id_col
         forward = {"batch_size": batch_size, "device": device, "precision": precision}
         tolerance = int8_tolerance if quantize != "none" else None  # checked before the first chunk predicted
-        bar = _progress_bar(input_file, progress)
+        bar = progress_bar(input_file, progress)
         rows = count = 0
         try:
-            with bar, _redirect_logging(progress):
+            with bar, redirect_logging(progress):
                 while (chunks := _next_chunks(streams)) is not None:
                     index, rows, count = count, rows + len(chunks[0]), count + 1
                     if index == 0:  # every part has the columns of the first (the reader gives every chunk the id)
@@ -237,6 +243,15 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
                 models, f" of {len(runs)} runs, blended" if blended else "", ensemble, how, output_file, count,
                 f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
+
+
+def _require_parquet_writer(output_file: Path) -> None:
+    """Refuse a Parquet output where pyarrow (``attnpool[parquet]``) is not installed, saying how to get it."""
+    try:
+        require_pyarrow(output_file)
+    except DataError:
+        raise DataError(f"{output_file}: writing Parquet needs the pyarrow package; install it (`pip install "
+                        "'attnpool[parquet]'`) or write a .csv, .tsv or .jsonl output") from None
 
 
 def _warn_no_id(input_file: Path, id_col: str | None, columns, trained_with_ids: bool) -> None:
@@ -365,34 +380,3 @@ def _output_frame(task: str, info: dict, id_col: str | None, frame, scores):
     for name, column in prediction_columns(task, info.get("classes"), scores, with_labels=True).items():
         out[name] = column
     return out
-
-
-def _progress_bar(input_file: Path, progress: bool):
-    # disable=None: no bar when stderr is not a terminal (a log file or CI gets the summary line, not redraws).
-    return tqdm(total=_count_rows(input_file) if progress else None, desc="predict", unit="rows",
-                disable=None if progress else True, dynamic_ncols=True)
-
-
-def _redirect_logging(progress: bool):
-    """Log lines printed above the progress bar instead of through it."""
-    if not progress:
-        return contextlib.nullcontext()
-    return logging_redirect_tqdm()
-
-
-def _count_rows(path: Path, sample: int = 1 << 26) -> int | None:
-    """The rows of a file, cheaply: Parquet metadata, else its line breaks (CSV/TSV: less the header).
-
-    Line breaks are counted in the first ``sample`` bytes (64 MiB) and extrapolated to the file's size beyond.
-    """
-    try:
-        if path.suffix.lower() == ".parquet":
-            return pq.ParquetFile(path).metadata.num_rows
-        size, lines, done, last = path.stat().st_size, 0, 0, b"\n"
-        with path.open("rb") as f:
-            while done < sample and (block := f.read(1 << 22)):
-                lines, done, last = lines + block.count(b"\n"), done + len(block), block[-1:]
-        lines = round(lines * size / done) if done < size else lines + (last != b"\n")
-        return max(lines - (path.suffix.lower() != ".jsonl"), 0)
-    except Exception:  # noqa: BLE001 - only a progress bar's total: unknown rather than an error here
-        return None

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F_nn
 from torch import nn
 
-from attnpool.pooling import Pooler, build_pooler
+from attnpool.pooling import Pooler, build_pooler, get_pooler_class
 from attnpool.synthetic.sets import SignalSets, bayes_accuracy, check_int, make_signal_sets
 
 
@@ -199,7 +199,7 @@ def snr_sweep(
     (set size, signal count, seed) see the same data. Signal counts larger than a set size are skipped.
 
     Args:
-        poolers: Pooler names, e.g. ``["mean", "max", "attention"]``.
+        poolers: Pooler names, e.g. ``["mean", "max", "attention"]``; one name alone is a list of one.
         set_sizes: Largest set sizes ``T`` (any iterable of integers: a list, a numpy array, a generator).
         num_signals: Signal vectors per set ``k``.
         seeds: Seeds of the task, the data and the training.
@@ -211,7 +211,8 @@ def snr_sweep(
         epochs: See :func:`train_pooler_on_sets`.
         lr: See :func:`train_pooler_on_sets`.
         batch_size: See :func:`train_pooler_on_sets`.
-        pooling_options: Options per pooler name, e.g. ``{"attention": {"attn_size": 32}}``.
+        pooling_options: Options per pooler name, e.g. ``{"attention": {"attn_size": 32}}``; a name is matched as
+            the registry matches it (``Attention`` and ``attention_pooling`` are ``attention``).
         progress: Called with each row as soon as it is measured.
 
     Returns:
@@ -221,14 +222,16 @@ def snr_sweep(
         the closed-form limits ``mean_bound`` and ``signal_mean_bound`` of :func:`bayes_accuracy`.
 
     Raises:
-        ValueError: A set size, signal count or seed that is not an integer, or bad settings.
+        ValueError: A set size, signal count or seed that is not an integer, or bad settings; an unknown pooler;
+            a ``pooling_options`` key naming no pooler of ``poolers`` (or the same one as another key).
     """
     where = "snr_sweep"
+    poolers = [poolers] if isinstance(poolers, str) else list(poolers)  # one name, not its letters
+    per_pooler = _options_per_pooler(poolers, pooling_options or {})  # before anything trains
     # Tuples, not the iterables themselves: a generator would be used up by the first pass of the outer loop.
     set_sizes = tuple(check_int(where, "a set size", size, 1) for size in set_sizes)
     num_signals = tuple(check_int(where, "a signal count", count, 1) for count in num_signals)
     seeds = tuple(check_int(where, "a seed", seed) for seed in seeds)
-    options = dict(pooling_options or {})
     rows = []
     for set_size in set_sizes:
         for num_signal in num_signals:
@@ -250,7 +253,7 @@ def snr_sweep(
                         lr=lr,
                         batch_size=batch_size,
                         seed=seed,
-                        pooling_options=options.get(name),
+                        pooling_options=per_pooler.get(name),
                     )
                     row = {
                         "pooler": name,
@@ -269,3 +272,32 @@ def snr_sweep(
                     if progress is not None:
                         progress(row)
     return rows
+
+
+def _options_per_pooler(poolers: list[str], options: Mapping[str, Any]) -> dict[str, Any]:
+    """``snr_sweep``'s ``pooling_options`` keyed by the swept names they belong to, matched as the registry matches.
+
+    Raises:
+        ValueError: An unknown pooler in ``poolers``, or an options key that names none of them (a typo, a pooler
+            not swept) or the same one as another key; the options would be left out silently.
+    """
+    def classes(name: str, what: str) -> tuple[type, ...]:
+        try:
+            return tuple(get_pooler_class(part.strip()) for part in str(name).split("+"))
+        except ValueError as err:
+            raise ValueError(f"snr_sweep: {what} {name!r}: {err}") from None
+
+    swept = {name: classes(name, "pooler") for name in poolers}
+    found: dict[str, Any] = {}
+    taken: dict[str, str] = {}
+    for key, value in options.items():
+        names = [name for name in poolers if swept[name] == classes(key, "pooling_options key")]
+        if not names:
+            raise ValueError(f"snr_sweep: pooling_options key {key!r} names none of the poolers swept "
+                             f"({', '.join(poolers)}): its options would be ignored; key them by a swept pooler's name")
+        if names[0] in taken:
+            raise ValueError(f"snr_sweep: pooling_options keys {taken[names[0]]!r} and {key!r} name the same pooler "
+                             f"{names[0]!r}: give its options under one key")
+        for name in names:
+            found[name], taken[name] = value, key
+    return found

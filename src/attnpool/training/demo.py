@@ -73,8 +73,9 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     """Fine-tune with ``mean`` and with ``attention`` pooling, print both Pearson scores and top-weighted tokens.
 
     Args:
-        output_dir: Where the data and the two runs go: a new or empty folder, or an earlier demo's (replaced once
-            the model loads; a folder holding anything else, a ``train.csv`` of the user's too, is refused).
+        output_dir: Where the data and the two runs go (``~``: the home folder): a new or empty folder, or an
+            earlier demo's (replaced once the model loads; a folder holding anything else, a ``train.csv`` of the
+            user's too, is refused).
         seconds: Sizes the training set: ``seconds / 0.9`` steps of 16 texts per pooler (at least 10, at most 150),
             about that many seconds on 2 cores.
         model: Encoder (default: the bundled offline all-MiniLM-L6-v2).
@@ -86,24 +87,42 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
 
     Raises:
         TypeError: ``seconds`` is not a number.
-        ValueError: ``seconds`` is not positive and finite.
+        ValueError: ``seconds`` is not positive and finite; ``model`` is a saved attnpool model or has no
+            transformer layers (``num_hidden_layers``), not an encoder.
+        RunError: ``output_dir`` is a file, or a folder holding anything but an earlier demo's files.
+        FileNotFoundError: ``model`` names a folder that does not exist (no ``output_dir`` is made).
     """
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
         raise TypeError(f"demo: seconds must be a positive number of seconds, got {type(seconds).__name__} "
                         f"{seconds!r}")
     if not 0 < seconds < math.inf:
         raise ValueError(f"demo: seconds must be a positive number of seconds, got {seconds!r}")
-    output_dir = Path(output_dir)
+    output_dir = Path(output_dir).expanduser()  # "~/demo": in the home folder, as a shell reads it
     if output_dir.exists() and not output_dir.is_dir():  # before mkdir, which would raise FileExistsError
         raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")
+    if output_dir.is_dir():
+        _check_demo_folder(output_dir)  # before the model loads: a folder of the user's is refused at once
+    model = model or default_model()
+    encoder_config = _encoder_config(model)  # a model that cannot load: no folder made, nothing deleted
     output_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(output_dir, purpose="demo"):  # two demos in one folder would delete each other's runs
-        _check_demo_folder(output_dir)  # before the model loads: a folder of the user's is refused at once
-        model = model or default_model()
-        check_encoder_reachable(model)
-        encoder_config = AutoConfig.from_pretrained(model)  # a model that cannot load: nothing deleted yet
-        _clear_demo_folder(output_dir)
+        _clear_demo_folder(output_dir)  # checked again, under the lock
         return _run_demo(output_dir, seconds, model, encoder_config, n_train, n_valid)
+
+
+def _encoder_config(model: str) -> Any:
+    """The config of the encoder ``model``; refuse a saved attnpool model or a config without transformer layers."""
+    check_encoder_reachable(model)
+    config = AutoConfig.from_pretrained(model)
+    if getattr(config, "model_type", None) == "attnpool":
+        raise ValueError(f"demo: --model {model} is a saved attnpool model (model_type 'attnpool'), not an encoder: "
+                         "the demo fine-tunes an encoder under a new mean and a new attention pooler. Give the "
+                         "encoder's folder or hub name, or leave --model out for the bundled all-MiniLM-L6-v2")
+    if not isinstance(getattr(config, "num_hidden_layers", None), int):
+        raise ValueError(f"demo: --model {model}: its config ({type(config).__name__}) has no num_hidden_layers, so "
+                         "it is not a transformer encoder the demo can fine-tune. Give an encoder's folder or hub name "
+                         "(BERT, RoBERTa, DeBERTa...), or leave --model out for the bundled all-MiniLM-L6-v2")
+    return config
 
 
 def _clear_demo_folder(output_dir: Path) -> None:
@@ -167,7 +186,6 @@ def _run_demo(output_dir: Path, seconds: float, model: str, encoder_config: Any,
               n_valid: int) -> dict[str, float]:
     # Fine-tune the top layer (plus pooler and head): a few minutes on 2 CPU cores.
     frozen = max(0, encoder_config.num_hidden_layers - 1)
-    max_length = min(128, getattr(encoder_config, "max_position_embeddings", 512))
     # About 0.9 s per step of 16 rows of ~70 tokens for MiniLM on 2 cores with the bottom 5 layers frozen.
     n_train = n_train or int(max(160, min(2400, seconds / 0.9 * 16)))
     for name, rows, seed in (("train.csv", n_train, 0), ("valid.csv", n_valid, 1)):  # whole, or a .tmp the next takes
@@ -180,14 +198,16 @@ def _run_demo(output_dir: Path, seconds: float, model: str, encoder_config: Any,
         cfg = TrainConfig(train_file=str(output_dir / "train.csv"), valid_file=str(output_dir / "valid.csv"),
                           text_cols=["text"], label="label", model=model, pooling=pooling,
                           pooling_options={"attn_size": 128} if pooling == "attention" else {},
-                          output_activation="sigmoid", epochs=1, batch_size=16, max_length=max_length, lr=1e-4,
+                          output_activation="sigmoid", epochs=1, batch_size=16, lr=1e-4,
                           head_lr=2e-3, pooler_lr=POOLER_LR, warmup_ratio=0.06, freeze_layers=frozen,
                           output_dir=str(output_dir / pooling),
                           seed=0)
         result = train(cfg)
         scores[pooling] = result.metrics["overall"]["pearson"]
     print(f"\nvalidation Pearson:  mean pooling {scores['mean']:.3f}   attention pooling {scores['attention']:.3f}")
-    _show_top_tokens(Run(output_dir / "attention").model_dir(0), output_dir / "valid.csv", max_length)
+    run = Run(output_dir / "attention")  # its max_length: the default 128, or what a smaller encoder reads
+    max_length = yaml.safe_load(run.config_file.read_text(encoding="utf-8"))["max_length"]
+    _show_top_tokens(run.model_dir(0), output_dir / "valid.csv", max_length)
     return scores
 
 
