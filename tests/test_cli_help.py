@@ -71,3 +71,25 @@ def test_the_help_of_id_col_says_that_none_means_no_id_column(capsys):
     assert "--ema-decay EMA_DECAY" in text and "none resets a config file's value" in text  # a default of none: reset
     args = build_parser().parse_args(["train", "--train-file", "a.csv", "--id-col", "none"])
     assert _train_config(args).id_col is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--train-file", "t.csv", "--text-cols", "first", "--text-cols", "second"],
+    ["predict", "--run", "a", "--input", "x.csv", "--output", "y.csv", "--folds", "0", "--folds", "1"],
+    ["compare", "--poolings", "mean", "--poolings", "max", "--train-file", "t.csv", "--text-cols", "a"],
+])
+def test_a_list_option_given_twice_is_refused(argv, capsys):
+    """argparse kept the last one: `--text-cols first --text-cols second` trained on `second` alone, silently."""
+    flag = argv[-2] if argv[0] != "compare" else "--poolings"
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    assert (f"error: argument {flag}: given twice; give all its values after one {flag}: {flag} A B"
+            in capsys.readouterr().err)
+
+
+def test_a_list_option_once_and_a_repeatable_one_still_parse():
+    args = build_parser().parse_args(["serve", "--run", "r", "--allowed-host", "a", "--allowed-host", "b"])
+    assert args.allowed_hosts == ["a", "b"] and args.run == ["r"]
+    args = build_parser().parse_args(["train", "--train-file", "t.csv", "--text-cols", "first", "second"])
+    assert list(args.text_cols) == ["first", "second"]

@@ -19,6 +19,7 @@ from typing import Any
 from attnpool import api
 from attnpool._version import __version__
 from attnpool.cli_flags import (
+    Parser,
     add_import_option,
     add_train_options,
     help_line,
@@ -181,8 +182,7 @@ def _add_engine(parser: Any, calibration: str) -> None:
 
 
 def _add_compare(commands: Any) -> None:
-    api_default = _API_DEFAULTS["compare"]
-    compare = commands.add_parser(
+    api_default, compare = _API_DEFAULTS["compare"], commands.add_parser(
         "compare", help="train several poolers over paired seeds and test which beats the baseline",
         description="Train every pooler of --poolings once per seed with the same data, folds, data order and "
         "recipe (attnpool train options), then report each pooler's score with a 95% CI, its difference to the "
@@ -309,8 +309,8 @@ def _add_verbosity(parser: argparse.ArgumentParser, default: Any, command: str |
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``attnpool`` command."""
-    parser = argparse.ArgumentParser(prog="attnpool", description="Learned attention pooling for fine-tuning "
-                                     "transformer encoders. `attnpool COMMAND --help` shows a command's options.")
+    parser = Parser(prog="attnpool", description="Learned attention pooling for fine-tuning transformer encoders. "
+                    "`attnpool COMMAND --help` shows a command's options.")
     parser.add_argument("--version", action="version", version=f"attnpool {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -61,6 +61,28 @@ NONE = _NoneWord("none")
 _NONE_TURNS_OFF = {"id_col": "none: no id column, the rows of the out-of-fold and prediction files matched by order"}
 
 
+class _ListOnce(argparse._StoreAction):
+    """The default action of :class:`Parser`: a list option (``nargs="+"``) given a second time is refused.
+
+    argparse keeps the last one: ``--text-cols first --text-cols second`` trained on ``second`` alone, silently.
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if self.nargs == "+" and getattr(namespace, self.dest, self.default) is not self.default:  # set before
+            raise argparse.ArgumentError(self, f"given twice; give all its values after one {option_string}: "
+                                         f"{option_string} A B (argparse would keep the last one's only)")
+        super().__call__(parser, namespace, values, option_string)
+
+
+class Parser(argparse.ArgumentParser):
+    """The ``attnpool`` parser (its subcommands' too): a list option is given once (:class:`_ListOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _ListOnce)
+
+
 def _or_none(kind: type) -> Callable[[str], Any]:
     """``kind`` of the text, or :data:`NONE` for ``none`` (any case)."""
     def convert(text: str) -> Any:

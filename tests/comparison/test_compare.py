@@ -378,7 +378,7 @@ def test_specs_that_would_share_a_run_folder_are_refused(tmp_path):
 
 def test_a_failed_run_is_reported_with_its_log(setup, tmp_path, capsys):
     _, common = setup
-    bad = [*common, "--text-cols", "first", "nothere"]  # only the training process reads the data
+    bad = [a if a != "second" else "nothere" for a in common]  # only the training process reads the data
     assert main(["compare", *bad, "--poolings", "max", "--seeds", "1", "--output-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "training mean with seed 42 failed (exit 2)" in err and "seed_42.log" in err and "nothere" in err
