@@ -90,8 +90,8 @@ class TrainConfig:
     preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir",
                                choices=checks.PRESETS)
     data_dir: str | None = _data(None, "the preset's data folder")
-    limit: int | None = _data(None, "train on a seeded random subset of this many rows (quick runs; a valid_file "
-                              "is read whole; with group_context, whole groups)", default_text="every row")
+    limit: int | None = _data(None, "train on a seeded random subset of this many rows (quick runs; valid_file read "
+                              "whole; a row per class kept; group_context: whole groups)", default_text="every row")
     group_context: str | None = _data(None, "join the other values of this column among rows sharing "
                                       "group_context_by into the text, e.g. target (PPPM's 'magic', 1st/2nd place "
                                       "write-ups); from the same fold side in training, the predicted file's rows",

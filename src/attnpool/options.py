@@ -301,6 +301,24 @@ def frame_hint(value: Any) -> str:
             "df.to_csv('data.csv', index=False), and pass the path")
 
 
+def whole_number(value: Any, name: str, least: int, why: str = "") -> int:
+    """``value`` as an ``int`` (a Python or numpy integer, not a bool) of at least ``least``.
+
+    ``name``: the option as the caller knows it (``erasure_k``, ``--erasure-k``); ``why``: what the least value
+    means, shown after it (`` (0 skips the erasure test)``).
+
+    Raises:
+        ValueError: Not a whole number (``2.0``, ``"3"``, ``True``), or below ``least``, naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        whole = not isinstance(value, bool) and isinstance(value, numbers.Real) and float(value).is_integer()
+        raise ValueError(f"{name} must be a whole number >= {least}{why}, got {shown(value)}"
+                         + (f"; give {int(value)}" if whole else ""))
+    if value < least:
+        raise ValueError(f"{name} must be >= {least}{why}, got {value}")
+    return operator.index(value)
+
+
 def file_path(value: Any, name: str) -> Path:
     """``value``, a file path given as text or ``os.PathLike``, as a :class:`~pathlib.Path` (``~`` is the home folder).
 

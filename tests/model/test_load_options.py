@@ -133,3 +133,27 @@ def test_the_class_index_hint_is_only_for_an_inferred_problem_type():
     with pytest.raises(ValueError, match="expected shape \\(2, 3\\); class indices need "
                                          "problem_type='single_label_classification'"):
         compute_loss(torch.randn(2, 3), labels, inferred, resolve_problem_type(inferred, labels))
+
+
+def test_a_problem_type_given_for_a_head_of_the_same_size_drops_the_old_loss_and_sigmoid(sigmoid_folder, tmp_path):
+    """The drop came only with a new head size: the same call with num_labels=4 loaded, this one was refused with
+    advice about options never given ("leave loss None")."""
+    torch.manual_seed(0)
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=3, loss="bce",
+                                                   problem_type="multi_label_classification").save_pretrained(
+        tmp_path / "multi")
+    single = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "multi",
+                                                               problem_type="single_label_classification")
+    assert (single.config.problem_type, single.config.loss, single.config.num_labels) == (
+        "single_label_classification", None, 3)
+    multi = AttnPoolForSequenceClassification.from_pretrained(sigmoid_folder, problem_type="multi_label_classification",
+                                                              num_labels=1)
+    assert (multi.config.problem_type, multi.config.output_activation) == ("multi_label_classification", None)
+
+
+def test_names_given_for_a_head_of_the_same_size_bring_their_label2id(tmp_path):
+    AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), num_labels=3, id2label=CLASSES).save_pretrained(
+        tmp_path / "abc")
+    renamed = AttnPoolForSequenceClassification.from_pretrained(tmp_path / "abc", id2label={0: "x", 1: "y", 2: "z"})
+    assert renamed.config.id2label == {0: "x", 1: "y", 2: "z"}
+    assert renamed.config.label2id == {"x": 0, "y": 1, "z": 2}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -26,16 +27,21 @@ def run(tmp_path_factory):
     return make_run(root / "run", save_tiny_encoder(root / "encoder"))
 
 
-@pytest.mark.parametrize("batch_size", [0, -5, True, 2.0])
-def test_a_bad_batch_size_is_refused_before_any_model_loads(run, tmp_path, monkeypatch, batch_size):
+@pytest.mark.parametrize(("batch_size", "said"), [
+    (0, "must be >= 1 (rows per forward pass, e.g. 128), got 0"),
+    (-5, "must be >= 1 (rows per forward pass, e.g. 128), got -5"),
+    (True, "must be a whole number >= 1 (rows per forward pass, e.g. 128), got True"),
+    (2.0, "must be a whole number >= 1 (rows per forward pass, e.g. 128), got 2.0; give 2"),
+])
+def test_a_bad_batch_size_is_refused_before_any_model_loads(run, tmp_path, monkeypatch, batch_size, said):
     def load(*args, **kwargs):
         raise AssertionError("the fold models loaded before --batch-size was checked")
 
     monkeypatch.setattr(FoldEnsemble, "load", load)
     write_toy_csv(tmp_path / "in.csv", n=4)
-    with pytest.raises(ValueError, match=rf"^--batch-size must be a whole number of rows >= 1 \(rows per forward "
-                                         rf"pass, e\.g\. 128\), got {batch_size!r}$"):
+    with pytest.raises(ValueError) as caught:
         predict(run, tmp_path / "in.csv", tmp_path / "out.csv", batch_size=batch_size)
+    assert str(caught.value) == f"--batch-size {said}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
@@ -57,3 +63,10 @@ def test_a_score_ensemble_of_no_fold_above_zero_weighs_equally_and_says_so(caplo
     assert weights.tolist() == [0.5, 0.5]
     assert ("--ensemble score: no fold of RUN scored above 0 on validation (fold 0 -0.2, fold 1 0.0): the folds are "
             "weighed equally, as --ensemble mean") in caplog.text
+
+
+def test_numpy_integers_are_a_batch_size_and_a_chunk_size(run, tmp_path):
+    """The up-front check refused `batch_size=np.int64(4)`, which predicted before it."""
+    write_toy_csv(tmp_path / "in.csv", n=5)
+    summary = predict(run, tmp_path / "in.csv", tmp_path / "out.csv", batch_size=np.int64(4), chunk_rows=np.int32(3))
+    assert summary.rows == 5 and summary.chunks == 2 and len(pd.read_csv(tmp_path / "out.csv")) == 5

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -181,3 +182,13 @@ def test_the_demo_runs_on_an_encoder_whose_positions_are_offset(tmp_path, capsys
     scores = run_demo(output_dir=tmp_path / "demo", model=encoder, n_train=32, n_valid=16)
     assert set(scores) == {"mean", "attention"}
     assert "tokens the attention pooler weighs most" in capsys.readouterr().out
+
+
+def test_the_demo_refuses_an_output_dir_that_links_to_nothing(tmp_path):
+    """Was: `[Errno 17] File exists` from mkdir."""
+    link = tmp_path / "dangling"
+    os.symlink("gone/demo", link)
+    with pytest.raises(RunError, match=rf"demo: output path {link} is a symbolic link to gone/demo .*which does not "
+                                       "exist; create that folder, or remove the link"):
+        run_demo(output_dir=link, model="unused", n_train=32, n_valid=16)
+    assert not (tmp_path / "gone").exists()

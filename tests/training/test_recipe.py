@@ -265,6 +265,24 @@ def test_resume_refuses_data_changed_under_the_same_row_count(encoder, data, tmp
     assert not (out / "fold_1" / "oof.csv").exists()
 
 
+def test_resuming_a_class_run_whose_limit_drew_other_rows_says_the_draw_changed(encoder, data, tmp_path, capsys):
+    """A binary run begun with --limit before the draw kept a row of each class: its data read as changed, and the
+    error said to put the data back (the file was untouched)."""
+    out = tmp_path / "run"
+    frame = pd.read_csv(data / "train.csv")
+    frame.assign(label=["pos" if v >= 0.25 else "neg" for v in frame["label"]]).to_csv(tmp_path / "c.csv", index=False)
+    args = ["train", "--train-file", str(tmp_path / "c.csv"), "--text-cols", "first", "second", "--task", "binary",
+            "--limit", "30", "--folds", "2", "--model", encoder, "--output-dir", str(out), *FAST]
+    assert main([*args, "--only-folds", "0"]) == 3
+    info = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**info, "data_sha256": "0" * 64}))  # the earlier draw's rows
+    capsys.readouterr()
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 2
+    assert ("start a new run; a run of a classification task started with --limit before --limit kept a row of each "
+            "class (December 2026) draws other rows now, so its data reads as changed: start it anew (--overwrite)"
+            in capsys.readouterr().err)
+
+
 def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(encoder, data, tmp_path):
     import yaml
 

@@ -13,6 +13,9 @@ from attnpool.data.context import sample_groups
 from attnpool.data.errors import DataError
 
 CLASS_TASKS = ("binary", "multiclass", "multilabel")
+# A run of a class task begun with --limit before its draw kept a row of each class draws other rows on --resume.
+EARLIER_DRAW = ("; a run of a classification task started with --limit before --limit kept a row of each class "
+                "(December 2026) draws other rows now, so its data reads as changed: start it anew (--overwrite)")
 
 
 def limit_rows(frame: pd.DataFrame, labels: Labels, cfg: TrainConfig, where: str, log: logging.Logger) -> pd.DataFrame:

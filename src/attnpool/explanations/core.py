@@ -22,12 +22,12 @@ from attnpool.explanations.faithfulness import (
 )
 from attnpool.explanations.labels import check_numeric, label_and_error, label_list
 from attnpool.explanations.layers import layer_indices, layer_weights
-from attnpool.explanations.numbers import explain_max_length, whole_number
+from attnpool.explanations.numbers import explain_max_length
 from attnpool.explanations.result import MEASURES, ExampleExplanation, Explanation
 from attnpool.explanations.words import entropy, merge_words, special_token_ids
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolModel
-from attnpool.options import shown
+from attnpool.options import shown, whole_number
 from attnpool.tasks import class_names, scores_from_logits, task_of
 from attnpool.tasks import problem_type as problem_type_of
 

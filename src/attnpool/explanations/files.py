@@ -14,11 +14,10 @@ from attnpool.data.context import is_context_pair, tokenize_rows
 from attnpool.data.prediction import PredictionInputs, load_prediction_inputs
 from attnpool.data.writers import refuse_input_as_output, refuse_output_in_folder
 from attnpool.explanations.core import Explanation, explain
-from attnpool.explanations.numbers import whole_number
 from attnpool.explanations.page import report_paths, write_report
 from attnpool.json_values import is_missing
 from attnpool.model import AttnPoolForSequenceClassification
-from attnpool.options import file_path
+from attnpool.options import file_path, whole_number
 from attnpool.pooling.registry import unknown_pooler_in
 from attnpool.precision import inference_device
 from attnpool.prediction.positions import check_max_length, model_max_length, run_max_length

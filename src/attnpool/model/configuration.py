@@ -341,22 +341,24 @@ class AttnPoolConfig(PretrainedConfig):
         and ``problem_type`` go through ``__init__``. A head of another size (``num_labels=N``, or ``id2label`` of N
         labels) drops the saved label names and takes the ``problem_type`` given, else a classifier re-headed to one
         output becomes a regression and a saved regression of one output gets ``None`` (the labels decide, as for a
-        new model; one saved with several outputs stays a regression). When the problem type changes, the old one's
-        ``output_activation`` and ``loss`` are dropped unless given.
+        new model; one saved with several outputs stays a regression). When the problem type changes (a new head's, or
+        one given), the old one's ``output_activation`` and ``loss`` go unless given; ``id2label`` brings its label2id.
         """
         own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "encoder"} | {"problem_type"}
         config_dict, given = dict(config_dict), {key: kwargs.pop(key) for key in own if key in kwargs}
         id2label = kwargs.get("id2label")
         wanted = len(id2label) if id2label else kwargs.get("num_labels")
         saved = len(config_dict["id2label"]) if config_dict.get("id2label") else config_dict.get("num_labels")
+        old = new = config_dict.get("problem_type")
+        names = {int(key): value for key, value in (id2label or {}).items()} or None
         if isinstance(wanted, int) and isinstance(saved, int) and wanted != saved:  # a new head
-            config_dict["id2label"] = names = {int(key): value for key, value in (id2label or {}).items()} or None
-            config_dict["label2id"] = kwargs.get("label2id") or names and {value: key for key, value in names.items()}
-            old = config_dict.get("problem_type")
+            config_dict["id2label"], config_dict["label2id"] = names, kwargs.get("label2id")
             new = "regression" if wanted == 1 else None if saved == 1 and old == "regression" else old
-            if (new := given.get("problem_type", new)) != old:
-                config_dict["problem_type"] = new
-                config_dict.update(dict.fromkeys({"output_activation", "loss"} - given.keys()))
+        if names and not kwargs.get("label2id"):  # the names given, of a new head or the same: their own label2id
+            config_dict["label2id"] = kwargs["label2id"] = {value: key for key, value in names.items()}
+        if (new := given.get("problem_type", new)) != old:
+            config_dict["problem_type"] = new
+            config_dict.update(dict.fromkeys({"output_activation", "loss"} - given.keys()))
         config_dict.update(given)
         loss, problem = config_dict.get("loss"), config_dict.get("problem_type")
         if given.keys() & {"loss", "problem_type", "output_activation"} and problem and loss in LOSSES:

@@ -20,7 +20,7 @@ from attnpool.data.parquet import require_pyarrow
 from attnpool.data.prediction import PredictionInputs, context_views
 from attnpool.data.writers import refuse_input_as_output, refuse_output_in_folder
 from attnpool.model.encoders import position_limit
-from attnpool.options import file_path
+from attnpool.options import file_path, whole_number
 from attnpool.precision import inference_device, precision_reason, resolve_precision
 from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
 from attnpool.prediction.engine import FoldEnsemble
@@ -170,11 +170,8 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         raise ValueError(f"--precision {precision} needs --backend torch (ONNX Runtime runs the float32 graph, or "
                          "the int8 one with --quantize int8); drop --precision or use --backend torch")
     precision = resolve_precision(precision, device)
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:  # before the models load
-        raise ValueError(f"--batch-size must be a whole number of rows >= 1 (rows per forward pass, e.g. 128), got "
-                         f"{batch_size!r}")
+    chunk_rows = whole_number(chunk_rows, "--chunk-rows", 1, " (rows read at a time)")  # numpy's integers too
+    batch_size = whole_number(batch_size, "--batch-size", 1, " (rows per forward pass, e.g. 128)")  # before loading
     if output_file.suffix.lower() not in SUPPORTED_EXTENSIONS:  # else CSV bytes under another format's name
         raise DataError(f"{output_file}: unsupported output extension {output_file.suffix or '(none)'!r}; the "
                         f"output's format follows its extension: {', '.join(SUPPORTED_EXTENSIONS)}")

@@ -28,6 +28,7 @@ from transformers import AutoConfig, AutoModel
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.config_checks import check_output_flags, check_overwrite_inputs, same_pooler
+from attnpool.data.sampling import CLASS_TASKS, EARLIER_DRAW
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.model.encoders import check_encoder_reachable, encoder_layers, encoder_position_limit, is_decoder_only
@@ -340,7 +341,7 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
                for key in ("data_sha256", "texts_sha256")):
             raise ValueError("--resume: the training data changed since the run started (same number of rows, "
                              "other texts or labels): its finished folds learned the old rows. Put the data back, "
-                             "or start a new run")
+                             "or start a new run" + EARLIER_DRAW * bool(cfg.limit and cfg.task in CLASS_TASKS))
     run.write_info(info)
     done = [int(f) for f in sorted(set(folds[folds >= 0])) if run.fold_done(int(f))]
     for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again
