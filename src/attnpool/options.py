@@ -275,6 +275,9 @@ def typed_value(name: str, kind: Any, value: Any, where: str) -> Any:
     hint = " (unquoted true or false)" if want is bool else _number_text_hint(value) if want is int else ""
     if want is str and isinstance(value, bool):  # the text is lost: YAML 1.1 read `label: no` as false
         hint = "; YAML reads an unquoted yes, no, on, off, true or false as a switch: quote the text ('no')"
+    elif name == "report_to" and isinstance(value, list):  # not a list quoted: one tracker, or all of them
+        hint = ("; report_to takes one tracker (none, tensorboard, mlflow or wandb), or all for every installed one: "
+                "report_to: all")
     elif want is str and isinstance(value, Mapping | list):  # YAML read `template: {first}` as {"first": None}
         hint = "; " + _quote_hint(name, _as_written(value), "a mapping" if isinstance(value, Mapping) else "a list")
     raise ConfigError(f"{where}: {name} must be {_KINDS[want]}, got {shown(value)}{hint or frame_hint(value)}")

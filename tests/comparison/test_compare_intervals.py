@@ -17,6 +17,7 @@ def _table(tmp_path, monkeypatch, seeds, poolers, scores, predictions, keys=None
         return run_dir.parent.name, int(run_dir.name.removeprefix("seed_"))
 
     monkeypatch.setattr(summary, "run_score", lambda run_dir, task: scores(*key(run_dir)))
+    monkeypatch.setattr(summary, "_standardised", lambda run_dir: False)
     monkeypatch.setattr(summary, "run_predictions", lambda run_dir, task: predictions(*key(run_dir)))
     monkeypatch.setattr(summary, "_cost", lambda run_dir: (1.0, 1.0))
     monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})

@@ -148,6 +148,7 @@ def two_seeds(tmp_path, monkeypatch):
     monkeypatch.setattr(summary, "run_score", lambda run_dir, task: correct[key(run_dir)] / N)
     monkeypatch.setattr(summary, "run_predictions", lambda run_dir, task: _predictions(correct[key(run_dir)], 0))
     monkeypatch.setattr(summary, "_cost", lambda run_dir: (10.0, 1e9))
+    monkeypatch.setattr(summary, "_standardised", lambda run_dir: False)
     monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})
     monkeypatch.setattr(summary, "_parameter_count", lambda run_dir: 1000)
     monkeypatch.setattr(summary, "shared_bootstrap_keys",  # ungrouped folds: the rows are drawn
@@ -369,6 +370,7 @@ def _summarise(tmp_path, monkeypatch, correct: dict, seeds: list[int], *, bootst
                         lambda run_dir, task: math.nan if key(run_dir) == diverged else correct[key(run_dir)] / N)
     monkeypatch.setattr(summary, "run_predictions", predictions)
     monkeypatch.setattr(summary, "_cost", lambda run_dir: (10.0, 1e9))
+    monkeypatch.setattr(summary, "_standardised", lambda run_dir: False)
     monkeypatch.setattr(summary, "_pooling_stats", lambda run_dir: {})
     monkeypatch.setattr(summary, "_parameter_count", lambda run_dir: 1000)
     monkeypatch.setattr(summary, "shared_bootstrap_keys",

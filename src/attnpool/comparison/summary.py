@@ -59,6 +59,11 @@ def run_score(run_dir: Path, task: str) -> float:
     return float("nan") if value is None else float(value)
 
 
+def _standardised(run_dir: Path) -> bool:
+    """Whether :func:`run_score` is the run's ``pearson_folds_standardised``, not its primary metric."""
+    return "pearson_folds_standardised" in Run(run_dir).metrics()["overall"]
+
+
 def run_predictions(run_dir: Path, task: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(rows, target, scores)`` of a finished run's out-of-fold file, sorted by row.
 
@@ -185,8 +190,9 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     for key in ("p_ttest", "p_signflip", "p_bootstrap"):  # every pooler in the family, an untested one as p = 1
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
+    standardised = any(map(_standardised, runs.values()))
     markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group, valid_file,
-                         per_seed_keys=per_seed_keys)
+                         per_seed_keys=per_seed_keys, standardised=standardised)
     _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds, by_group)
     return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
 
@@ -256,7 +262,9 @@ def _bootstrap(r: dict[str, Any]) -> str:
 
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
               split_seed: int | None = None, by_group: bool = False, valid_file: bool = False, *,
-              per_seed_keys: bool = False) -> str:
+              per_seed_keys: bool = False, standardised: bool = False) -> str:
+    """The text of ``compare.md``; ``standardised``: the scores are ``pearson_folds_standardised`` (``run_score``)."""
+    shown = f"{metric} (each fold's predictions standardised, as --loss pearson needs)" if standardised else metric
     n, family = len(seeds), sum(not r["baseline"] for r in rows)  # family: the poolers Holm corrects over
     confidence = family_confidence(family)
     lvl, alpha = level(confidence), f"{1 - confidence:.3g}"
@@ -266,7 +274,7 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
     lines = [
         f"# Pooler comparison: {metric}, {n} seed(s) ({', '.join(map(str, seeds))}), baseline `{baseline}`",
         "",
-        f"| pooler | {metric} mean ± std | 95% CI | Δ vs baseline over seeds [{lvl} CI] | p over seeds ({exactness}, "
+        f"| pooler | {shown} mean ± std | 95% CI | Δ vs baseline over seeds [{lvl} CI] | p over seeds ({exactness}, "
         f"Holm) | Δ bootstrap [{lvl} CI] | p (bootstrap, Holm) | weight entropy | on special tokens | params added "
         "| time | memory |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",

@@ -9,7 +9,8 @@ WARNING (a library's warning may be the one a user needs: accelerate's "the proc
 libraries' log lines and known-harmless deprecation warnings of the libraries underneath off the console; they go
 to ``train.log`` with every raw ``Trainer`` log, through :data:`DETAIL_LOGGER`. Everything it changes is restored
 afterwards, so a Python caller's own transformers and logging settings survive :func:`attnpool.train`, and the
-warnings it does not keep back reach a caller's own ``warnings.showwarning`` (``logging.captureWarnings``).
+warnings it does not keep back reach a caller's own ``warnings.showwarning`` (``logging.captureWarnings``), and
+``train.log`` too.
 :func:`quiet_library_call` (``attnpool.predict``, ``explain_file``, ``export``) turns off the bars and log lines only:
 a library call leaves every warning to the caller.
 
@@ -292,10 +293,13 @@ def _warnings_to_file(package_dirs: tuple[str, ...]) -> Iterator[None]:
     with warnings.catch_warnings():  # restores showwarning and the filters on exit
         def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
                  line: str | None = None) -> None:
-            if issubclass(category, FutureWarning | DeprecationWarning) and filename.startswith(package_dirs):
-                _detail.warning("%s", warnings.formatwarning(message, category, filename, lineno, line).rstrip())
-            elif _plain(previous):
-                text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+            text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+            kept_back = issubclass(category, FutureWarning | DeprecationWarning) and filename.startswith(package_dirs)
+            if kept_back or getattr(previous, "__module__", None) != "logging":  # captureWarnings': logged to it
+                _detail.warning("%s", text)  # train.log has every warning, those the console shows too
+            if kept_back:
+                return
+            if _plain(previous):
                 tqdm.write(text, file=sys.stderr)  # above a live progress line, not through it
             else:
                 with tqdm.external_write_mode(file=sys.stderr):

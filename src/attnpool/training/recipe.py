@@ -42,6 +42,7 @@ from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
 from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
+from attnpool.training.run_log import EarlyRecords, attach_log_file, log_ending
 from attnpool.training.saved_paths import PATH_OPTIONS, absolute_paths, find_moved_paths
 from attnpool.training.tracking import TRACKERS, integrations, log_summary, run_environment
 
@@ -115,9 +116,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             directory is made.
     """
     started = time.perf_counter()
-    integrations(cfg.report_to)  # a tracker that is not installed: refused before anything is written
-    main = process_state().is_main_process  # joins the launcher's process group, as the Trainer will
-    lock = None
+    lock, early = None, EarlyRecords()  # early: what is logged before train.log is attached, written into it then
 
     def open_run() -> tuple[Run, TrainConfig]:
         nonlocal lock
@@ -133,12 +132,18 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             lock.release()
             raise
 
-    run, cfg = on_main(open_run)  # the other processes get the main one's config, or its error
+    try:  # a tracker not installed, an MLflow experiment it cannot log to: refused before anything is written
+        integrations(cfg.report_to, experiment=Path(cfg.output_dir).resolve().as_posix())
+        main = process_state().is_main_process  # joins the launcher's process group, as the Trainer will
+        run, cfg = on_main(open_run)  # the other processes get the main one's config, or its error
+    except BaseException:
+        early.close()
+        raise
     package_logger = logging.getLogger("attnpool")
     level = package_logger.level
     handler = None
     try:  # from here on the lock is released and the logger restored whatever fails (train.log unwritable too)
-        handler = _attach_log_file(run.log_file) if main else None
+        handler = attach_log_file(run.log_file, early) if main else None
         if not main:  # the progress lines and warnings once, the main process's (each process reads the same data)
             package_logger.setLevel(logging.ERROR)
         # the trackers' experiment (restored after); then third-party bars and messages (the trackers' too: imported
@@ -168,11 +173,15 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             result = on_main(lambda: _summarise(cfg, data, run, fold_ids, time.perf_counter() - started))
             for line in on_main(lambda: log_summary(cfg, run, result.metrics)):
                 logger.info("tracking: %s", line)
+    except BaseException as err:
+        log_ending(handler, err)  # train.log's last record: the console prints the error once, the caller's
+        raise
     finally:
+        early.close()
         if handler is not None:
             package_logger.removeHandler(handler)
             handler.close()
-        package_logger.setLevel(level)  # the caller's level: _attach_log_file raised it to INFO
+        package_logger.setLevel(level)  # the caller's level: attach_log_file raised it to INFO
         if lock is not None:
             lock.release()
     return result
@@ -386,15 +395,6 @@ def _summarise(cfg: TrainConfig, data: TaskData, run: Run, fold_ids: list[int], 
     plot_learning_curves(run, fold_ids, primary_metric(cfg.task)[0])
     logger.log(SUMMARY, "\n%s", summary_table(cfg, run, metrics, seconds))  # what --quiet keeps
     return TrainResult(run_dir=run.path, metrics=metrics, oof=oof, seconds=seconds)
-
-
-def _attach_log_file(path: Path) -> logging.Handler:
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("attnpool")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    return handler
 
 
 __all__ = ["RunError", "TrainResult", "train"]

@@ -11,8 +11,8 @@ fold that fails ends its tracker runs as failed.
   RUN_DIR/tensorboard`` shows the folds side by side.
 - MLflow: one experiment per run directory, ``DIR``, unless ``MLFLOW_EXPERIMENT_NAME`` or ``MLFLOW_EXPERIMENT_ID``
   picks one (``mlflow.set_experiment()`` sets the latter); runs ``DIR/fold_K`` and ``DIR/cv``; ``MLFLOW_TRACKING_URI``
-  says where (MLflow's default otherwise). Called inside an MLflow run of the caller's, the folds are runs nested
-  in it (``MLFLOW_NESTED_RUN``), and it stays open.
+  says where (MLflow's default otherwise). Called inside an MLflow run of the caller's, the folds and the ``cv`` entry
+  are runs nested in it (``MLFLOW_NESTED_RUN``), in its experiment unless one is picked, and it stays open.
 - Weights & Biases: project ``WANDB_PROJECT`` (default ``attnpool``), one group per run directory
   (``WANDB_RUN_GROUP``), one run per fold plus the ``cv`` run.
 
@@ -41,7 +41,13 @@ from transformers.trainer_callback import ExportableState
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.runs.run import SUMMARY_RUN, Run
 from attnpool.training.progress import get_verbosity
-from attnpool.training.trackers import _INSTALLED, TRACKERS, integrations, mlflow_store_error  # noqa: F401
+from attnpool.training.trackers import (  # noqa: F401
+    _INSTALLED,
+    TRACKERS,
+    integrations,
+    mlflow_experiment,
+    mlflow_store_error,  # noqa: F401
+)
 
 logger = logging.getLogger("attnpool.train")
 # Environment variables a run sets for the integrations, restored afterwards (MLflow sets MLFLOW_EXPERIMENT_ID).
@@ -95,7 +101,7 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
     if "mlflow" in used:
         import mlflow  # imported now: its loggers exist before the run quiets them
 
-        values["MLFLOW_EXPERIMENT_NAME"] = _chosen_mlflow_experiment() or name
+        values["MLFLOW_EXPERIMENT_NAME"] = mlflow_experiment(name)  # nested in the caller's run: its experiment
         if mlflow.active_run() is not None:  # the caller's run: each fold a run nested in it, not all folds in it
             values["MLFLOW_NESTED_RUN"] = os.environ.get("MLFLOW_NESTED_RUN") or "TRUE"
     if "wandb" in used:
@@ -111,21 +117,6 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
             values["WANDB_SILENT"] = os.environ.get("WANDB_SILENT") or "true"
     with _environ(values), _mlflow_experiment("mlflow" in used):
         yield used
-
-
-def _chosen_mlflow_experiment() -> str | None:
-    """The MLflow experiment the user picked: ``MLFLOW_EXPERIMENT_NAME``, else the one ``MLFLOW_EXPERIMENT_ID`` names.
-
-    The id is turned into its experiment's name: transformers' callback picks an experiment by name only, and its
-    ``set_experiment(name)`` would otherwise send the folds to the run's own experiment, the id silently ignored.
-    """
-    if os.environ.get("MLFLOW_EXPERIMENT_NAME"):
-        return os.environ["MLFLOW_EXPERIMENT_NAME"]
-    if not os.environ.get("MLFLOW_EXPERIMENT_ID"):
-        return None
-    import mlflow
-
-    return mlflow.MlflowClient().get_experiment(os.environ["MLFLOW_EXPERIMENT_ID"]).name
 
 
 @contextlib.contextmanager
@@ -342,10 +333,13 @@ def _mlflow(config: dict[str, Any], run: Run, name: str, folds: _Folds, overall:
     from mlflow.entities import Metric, Param
 
     client = mlflow.MlflowClient()
-    experiment = _chosen_mlflow_experiment() or experiment_name(run)
+    experiment = mlflow_experiment(experiment_name(run))
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
-    entry = client.create_run(experiment_id, run_name=name, tags={"attnpool.run_dir": experiment_name(run)})
+    tags = {"attnpool.run_dir": experiment_name(run)}
+    if (parent := mlflow.active_run()) is not None:  # the caller's run, the folds nested in it: the entry too
+        tags["mlflow.parentRunId"] = parent.info.run_id
+    entry = client.create_run(experiment_id, run_name=name, tags=tags)
     run_id, now = entry.info.run_id, int(time.time() * 1000)
     limit = mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
     params = [Param(f"attnpool.{k}", str(v)[:limit]) for k, v in config.items()]
