@@ -211,7 +211,9 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         host: The address to listen on; the default answers this machine only.
         port: The port; 0 for any free one (the log says which).
         folds: Which trained folds to ensemble; default: all of them.
-        ensemble: ``mean``, or ``score`` (weights proportional to each fold's validation metric), as ``predict``.
+        ensemble: ``mean``, or ``score`` (weights proportional to each fold's validation metric,
+            clipped at 0; a fold without one weighs 0, and the folds weigh equally, with a warning, when none
+            scored above 0), as ``predict``.
         max_batch: Rows per forward pass at most: concurrent requests are run together up to this many rows.
         max_wait_ms: How long a request may wait for others to join its batch.
         max_rows: Rows per request at most (more: 422).

@@ -281,6 +281,13 @@ def test_resuming_a_class_run_whose_limit_drew_other_rows_says_the_draw_changed(
     assert ("start a new run; a run of a classification task started with --limit before --limit kept a row of each "
             "class (December 2026) draws other rows now, so its data reads as changed: start it anew (--overwrite)"
             in capsys.readouterr().err)
+    from attnpool.config import TrainConfig
+    from attnpool.data.sampling import earlier_draw
+
+    cfg = TrainConfig(train_file="c.csv", text_cols=["first"], task="binary", limit=1000)
+    assert earlier_draw(cfg, 48) == "", "a --limit at or above the rows drew nothing: the data did change"
+    cfg.limit, cfg.group_context = 48, "first"
+    assert earlier_draw(cfg, 48) == "", "the group draw did not change"
 
 
 def test_resuming_a_run_saved_before_freeze_word_embeddings_keeps_training_them(encoder, data, tmp_path):

@@ -40,6 +40,24 @@ def test_a_deleted_mlflow_experiment_is_refused_before_overwrite_empties_the_old
     assert sorted(p.relative_to(old) for p in old.rglob("*")) == kept
 
 
+def test_report_to_all_leaves_a_deleted_experiment_out_of_every_fold_and_a_resume_refuses_it(recipe, tmp_path,
+                                                                                              mlflow_store):
+    """`all` warned that MLflow was left out, then the folds asked again without the experiment and fold 0 failed on
+    it; a resume whose saved config names mlflow trained into fold 1 and died on the deleted experiment."""
+    mlflow, client = mlflow_store
+    out = tmp_path / "all"
+    client.delete_experiment(client.create_experiment(out.resolve().as_posix()))
+    result = attnpool.train(recipe, output_dir=str(out), report_to="all", only_folds=[0])
+    assert not result.complete and (out / "fold_0").is_dir()
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+    saved = tmp_path / "saved"
+    attnpool.train(recipe, output_dir=str(saved), report_to="mlflow", only_folds=[0])
+    client.delete_experiment(client.get_experiment_by_name(saved.resolve().as_posix()).experiment_id)
+    with pytest.raises(ValueError, match=r"report_to: mlflow.*is deleted"):
+        attnpool.train(output_dir=str(saved), resume=True)
+    assert not (saved / "fold_1").exists()
+
+
 def test_an_mlflow_experiment_id_that_names_no_experiment_is_refused_before_the_run_folder(recipe, tmp_path,
                                                                                           mlflow_store, monkeypatch):
     monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", "424242")
@@ -97,12 +115,15 @@ def test_an_interrupt_is_the_last_record_of_train_log(tmp_path):
     handler = attach_log_file(tmp_path / "train.log")
     try:
         log_ending(handler, KeyboardInterrupt())
+        log_ending(handler, KeyboardInterrupt(), resumable=False)  # before the run info: --resume is refused
     finally:
         logging.getLogger("attnpool").removeHandler(handler)
         handler.close()
-    assert (tmp_path / "train.log").read_text().rstrip().endswith(
-        "ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; --resume goes on from its last "
-        "checkpoint")
+    last = (tmp_path / "train.log").read_text().rstrip().splitlines()[-2:]
+    assert last[0].endswith("ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; --resume "
+                            "goes on from its last checkpoint")
+    assert last[1].endswith("ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; it had not "
+                            "started (no run info yet): run the command again, without --resume")
 
 
 @pytest.mark.filterwarnings("default::UserWarning")

@@ -14,8 +14,18 @@ from attnpool.data.errors import DataError
 
 CLASS_TASKS = ("binary", "multiclass", "multilabel")
 # A run of a class task begun with --limit before its draw kept a row of each class draws other rows on --resume.
-EARLIER_DRAW = ("; a run of a classification task started with --limit before --limit kept a row of each class "
+_EARLIER_DRAW = ("; a run of a classification task started with --limit before --limit kept a row of each class "
                 "(December 2026) draws other rows now, so its data reads as changed: start it anew (--overwrite)")
+
+
+def earlier_draw(cfg: TrainConfig, rows: int) -> str:
+    """What to add to a ``--resume`` "data changed" error where ``--limit`` drew ``rows`` class rows by another rule.
+
+    Only a plain draw of a classification task changed (December 2026); a group-context draw, or a ``--limit`` that
+    drew nothing (at or above the file's rows, so ``rows`` is fewer), did not.
+    """
+    drawn = bool(cfg.limit) and rows == cfg.limit and not cfg.group_context and cfg.task in CLASS_TASKS
+    return _EARLIER_DRAW if drawn else ""
 
 
 def limit_rows(frame: pd.DataFrame, labels: Labels, cfg: TrainConfig, where: str, log: logging.Logger) -> pd.DataFrame:

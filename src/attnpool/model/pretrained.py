@@ -82,7 +82,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         Raises:
             FileNotFoundError: The folder does not exist, is a file, has no such ``subfolder``, is a peft adapter, or
                 holds no ``*.safetensors`` weights.
-            ValueError: The folder holds a peft adapter beside the model (``adapter_config.json``).
+            ValueError: A peft adapter beside the model (``adapter_config.json``); an option given that a new config
+                refuses, or a ``loss`` that does not train the ``problem_type`` (:meth:`AttnPoolConfig.from_dict`).
         """
         if kwargs.get("use_safetensors") is False:
             raise ValueError("attnpool loads weights from safetensors only; use_safetensors=False is not supported")

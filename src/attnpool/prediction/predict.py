@@ -104,7 +104,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
             folder, in ``output_file`` too).
         output_file: Where to write (format by extension); written to a temporary name, then renamed.
         batch_size: Rows per forward pass.
-        ensemble: ``mean`` or ``score`` (weights proportional to each fold's validation metric).
+        ensemble: ``mean`` or ``score`` (weights proportional to each fold's validation metric,
+            clipped at 0; a fold without one weighs 0, and the folds weigh equally, with a warning, when none
+            scored above 0).
         device: ``cpu``, ``cuda``...; default: CUDA when available.
         progress: Show a progress bar over the rows. Its total is exact for Parquet; for CSV/TSV and JSONL it is
             the count of lines (extrapolated from the first 64 MiB of larger files), an estimate when quoted fields

@@ -15,7 +15,7 @@ from attnpool.precision import trainer_flags
 from attnpool.tasks import primary_metric
 from attnpool.training.distributed import ddp_backend, use_cpu
 from attnpool.training.progress import get_verbosity
-from attnpool.training.trackers import integrations
+from attnpool.training.trackers import cfg_trackers
 
 
 def unused_parameters(model: nn.Module) -> list[str]:
@@ -120,7 +120,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "restore_callback_states_from_checkpoint": True,  # --resume: early stopping's count of evaluations goes on
         "seed": cfg.seed if seed is None else seed,
         "data_seed": cfg.seed,  # the batches' order (a fold's rows are its own anyway): a run from before keeps it
-        "report_to": integrations(cfg.report_to),
+        "report_to": cfg_trackers(cfg),
         "run_name": run_name,  # DIR/fold_K in MLflow, W&B...
         "disable_tqdm": get_verbosity() != "verbose",
         "dataloader_num_workers": 0,

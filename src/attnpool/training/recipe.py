@@ -28,7 +28,7 @@ from transformers import AutoConfig, AutoModel
 from attnpool.allocator import keep_freed_memory
 from attnpool.config import TrainConfig, load_yaml
 from attnpool.config_checks import check_output_flags, check_overwrite_inputs, same_pooler
-from attnpool.data.sampling import CLASS_TASKS, EARLIER_DRAW
+from attnpool.data.sampling import earlier_draw
 from attnpool.data.task import TaskData, load_task
 from attnpool.metrics import standardised_per_group, task_metrics
 from attnpool.model.encoders import check_encoder_reachable, encoder_layers, encoder_position_limit, is_decoder_only
@@ -44,7 +44,7 @@ from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
 from attnpool.training.run_log import EarlyRecords, attach_log_file, log_ending
 from attnpool.training.saved_paths import PATH_OPTIONS, absolute_paths, find_moved_paths
-from attnpool.training.tracking import TRACKERS, integrations, log_summary, run_environment
+from attnpool.training.tracking import TRACKERS, experiment_name, integrations, log_summary, run_environment
 
 logger = logging.getLogger("attnpool.train")
 _THIS_CALL = ("resume", "overwrite", "output_dir", "only_folds", "report_to")  # what a resumed run takes from the call
@@ -174,7 +174,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             for line in on_main(lambda: log_summary(cfg, run, result.metrics)):
                 logger.info("tracking: %s", line)
     except BaseException as err:
-        log_ending(handler, err)  # train.log's last record: the console prints the error once, the caller's
+        log_ending(handler, err, run.has_info())  # train.log's last record: the console says the error once
         raise
     finally:
         early.close()
@@ -285,7 +285,7 @@ def _resumed_config(run: Run, cfg: TrainConfig, given: Mapping[str, Any] | None 
 def _check_saved_trackers(run: Run, report_to: Any) -> None:
     """Refuse a tracker of the saved config that cannot be used here, naming the file it comes from and the reason."""
     try:
-        integrations(report_to)
+        integrations(report_to, experiment=experiment_name(run))  # a deleted experiment: refused now, not in fold 0
     except ValueError as err:
         if report_to not in TRACKERS:
             raise  # not a tracker at all: the config's own check says so
@@ -350,7 +350,7 @@ def _record_run(run: Run, cfg: TrainConfig, data: TaskData) -> tuple[np.ndarray,
                for key in ("data_sha256", "texts_sha256")):
             raise ValueError("--resume: the training data changed since the run started (same number of rows, "
                              "other texts or labels): its finished folds learned the old rows. Put the data back, "
-                             "or start a new run" + EARLIER_DRAW * bool(cfg.limit and cfg.task in CLASS_TASKS))
+                             "or start a new run" + earlier_draw(cfg, data.num_rows))
     run.write_info(info)
     done = [int(f) for f in sorted(set(folds[folds >= 0])) if run.fold_done(int(f))]
     for fold in done:  # a done fold whose checkpoint deletion was cut short: gigabytes nothing will read again

@@ -47,8 +47,10 @@ def attach_log_file(path: Path, early: EarlyRecords | None = None) -> logging.Ha
     return handler
 
 
-def log_ending(handler: logging.Handler | None, error: BaseException) -> None:
+def log_ending(handler: logging.Handler | None, error: BaseException, resumable: bool = True) -> None:
     """Write into the log file alone (``handler``) what stopped the run: the error and its traceback, or an interrupt.
+
+    ``resumable``: the run had started (its info written), so ``--resume`` goes on; else it is run again.
 
     Never raises: the error that stopped the run is the one to see.
     """
@@ -57,8 +59,10 @@ def log_ending(handler: logging.Handler | None, error: BaseException) -> None:
     logger = logging.getLogger(f"{PACKAGE_LOGGER}.train")
     try:
         if isinstance(error, KeyboardInterrupt):
+            then = ("--resume goes on from its last checkpoint" if resumable else
+                    "it had not started (no run info yet): run the command again, without --resume")
             record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "interrupted (KeyboardInterrupt): the "
-                                       "run stopped here; --resume goes on from its last checkpoint", (), None)
+                                       "run stopped here; %s", (then,), None)
         else:
             message = str(error).strip().splitlines()[0] if str(error).strip() else ""
             record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "the run stopped on an error: %s%s",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
+from typing import Any
 
 from transformers import integrations as hf_integrations
 
@@ -18,7 +20,9 @@ _INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
               "wandb": hf_integrations.is_wandb_available}
 _LEFT_OUT: set[str] = set()  # why --report-to all left MLflow out, warned of once per process
 # For the up-front experiment lookup only: a tracking server out of reach is said at once, not after minutes of retries
-_QUICK_LOOKUP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# (two quick retries: one 503 or 429 of a server that works is not a server out of reach)
+_QUICK_LOOKUP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 def integrations(report_to: str, experiment: str | None = None) -> list[str]:
@@ -73,6 +77,15 @@ def mlflow_store_error() -> str | None:
     return None
 
 
+def cfg_trackers(cfg: Any) -> list[str]:
+    """:func:`integrations` of ``cfg.report_to`` for the run in ``cfg.output_dir`` (its MLflow experiment checked).
+
+    Every call of a run asks with its experiment, so ``all`` leaves MLflow out at each as the run's first check did.
+    """
+    folder = getattr(cfg, "output_dir", None)
+    return integrations(cfg.report_to, experiment=Path(folder).resolve().as_posix() if folder else None)
+
+
 def mlflow_experiment(default: str) -> str:
     """The MLflow experiment a run's folds go to (``default``, the run directory's, unless another is picked).
 
@@ -98,7 +111,7 @@ def mlflow_experiment_error(default: str) -> str | None:
 
     ``MLFLOW_EXPERIMENT_ID`` naming no experiment, a deleted experiment (transformers' callback cannot set it), or a
     tracking server that does not answer: each failed inside fold 0, after the run folder was made (or emptied).
-    One lookup, with no retries; an experiment that does not exist yet is fine (the first fold creates it).
+    One lookup, with two quick retries; an experiment that does not exist yet is fine (the first fold creates it).
     """
     import mlflow
 

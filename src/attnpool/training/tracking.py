@@ -44,6 +44,7 @@ from attnpool.training.progress import get_verbosity
 from attnpool.training.trackers import (  # noqa: F401
     _INSTALLED,
     TRACKERS,
+    cfg_trackers,
     integrations,
     mlflow_experiment,
     mlflow_store_error,  # noqa: F401
@@ -95,8 +96,8 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
     Raises:
         ValueError: ``cfg.report_to`` names a tracker that is not installed.
     """
-    used = integrations(cfg.report_to)
     name = experiment_name(run)
+    used = integrations(cfg.report_to, experiment=name)  # --report-to all: MLflow left out as the run's check left it
     values: dict[str, str] = {}
     if "mlflow" in used:
         import mlflow  # imported now: its loggers exist before the run quiets them
@@ -277,7 +278,7 @@ def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[
     on resume: the one line returned says the entry waits for the remaining folds. A tracker that took the entry
     (recorded in the run directory) is not given it again when a complete run is resumed.
     """
-    used = integrations(cfg.report_to)
+    used = integrations(cfg.report_to, experiment=experiment_name(run))
     if used and not metrics.get("complete"):
         return [f"the {SUMMARY_RUN} entry waits for the remaining folds ({len(metrics.get('folds', []))} trained): "
                 "it is logged once --resume has trained them all"]
