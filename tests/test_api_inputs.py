@@ -18,13 +18,10 @@ from attnpool.config import make_config
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / "home").mkdir()
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    (tmp_path / "home" / "recipe.yaml").write_text("epochs: 7\ntrain_file: train.csv\n")
-    return tmp_path / "home"
+def home(home):
+    """conftest's ``home``, holding a recipe."""
+    (home / "recipe.yaml").write_text("epochs: 7\ntrain_file: train.csv\n")
+    return home
 
 
 def test_options_read_a_tilde_as_the_home_folder(home):

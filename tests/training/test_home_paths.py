@@ -3,21 +3,11 @@ current one, and `train_file: ~/...` was looked for there ("no such file (resolv
 
 from __future__ import annotations
 
-import pytest
 import yaml
 
 import attnpool
 from attnpool.config import TrainConfig, make_config
 from model_helpers import save_tiny_encoder, write_toy_csv
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / "home").mkdir()
-    (tmp_path / "cwd").mkdir()
-    monkeypatch.chdir(tmp_path / "cwd")
-    return tmp_path / "home"
 
 
 def test_a_config_file_s_home_paths_train_the_run_there(home, tmp_path):

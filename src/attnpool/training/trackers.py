@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,33 +119,47 @@ def mlflow_experiment_error(default: str) -> str | None:
 
     uri = mlflow.get_tracking_uri()
     wanted = None if os.environ.get("MLFLOW_EXPERIMENT_NAME") else os.environ.get("MLFLOW_EXPERIMENT_ID")
-    saved = {name: os.environ.get(name) for name in _QUICK_LOOKUP}
-    os.environ.update(_QUICK_LOOKUP)
     try:
-        client = mlflow.MlflowClient()
-        if wanted:
-            try:
-                found = client.get_experiment(wanted)
-            except mlflow.exceptions.MlflowException as err:
-                if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                    raise
-                return (f"MLFLOW_EXPERIMENT_ID={wanted} names no experiment at {uri}; set it to the id of an "
-                        "existing experiment, or unset it (each run then has an experiment of its own)")
-        else:
-            found = client.get_experiment_by_name(mlflow_experiment(default))
+        with scoped_environ(_QUICK_LOOKUP):
+            return _experiment_error(mlflow.MlflowClient(), default, wanted, uri)
     except Exception as err:  # noqa: BLE001 - a server out of reach, refusing...: the first fold would fail on it
         return (f"MLflow cannot reach its tracking store {uri} ({type(err).__name__}: "
                 f"{str(err).strip().splitlines()[0][:200]}); start the server, or set MLFLOW_TRACKING_URI to "
                 "one that answers")
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+
+
+def _experiment_error(client: Any, default: str, wanted: str | None, uri: str) -> str | None:
+    """:func:`mlflow_experiment_error`'s lookup; MLflow's errors other than an id naming nothing are raised."""
+    import mlflow
+
+    if wanted:
+        try:
+            found = client.get_experiment(wanted)
+        except mlflow.exceptions.MlflowException as err:
+            if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            return (f"MLFLOW_EXPERIMENT_ID={wanted} names no experiment at {uri}; set it to the id of an "
+                    "existing experiment, or unset it (each run then has an experiment of its own)")
+    else:
+        found = client.get_experiment_by_name(mlflow_experiment(default))
     if found is not None and found.lifecycle_stage == "deleted":
         return (f"the MLflow experiment {found.name!r} (id {found.experiment_id}) at {uri} is deleted, and a "
                 f"deleted experiment takes no runs; restore it (in the MLflow UI, or mlflow experiments restore "
                 f"--experiment-id {found.experiment_id}), delete it for good (mlflow gc --experiment-ids "
                 f"{found.experiment_id}), or set MLFLOW_EXPERIMENT_NAME to another experiment")
     return None
+
+
+@contextlib.contextmanager
+def scoped_environ(values: Mapping[str, str], keep: tuple[str, ...] = ()) -> Iterator[None]:
+    """Set ``values`` in ``os.environ``; on exit put back every variable of ``keep`` (and ``values``) as it was."""
+    saved = {name: os.environ.get(name) for name in {*keep, *values}}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -48,6 +48,7 @@ from attnpool.training.trackers import (  # noqa: F401
     integrations,
     mlflow_experiment,
     mlflow_store_error,  # noqa: F401
+    scoped_environ,
 )
 
 logger = logging.getLogger("attnpool.train")
@@ -70,21 +71,6 @@ def experiment_name(run: Run) -> str:
 def run_name(run: Run, fold: int) -> str:
     """A fold's name in a tracker: ``DIR/fold_K``."""
     return f"{experiment_name(run)}/fold_{fold}"
-
-
-@contextlib.contextmanager
-def _environ(values: Mapping[str, str], keep: tuple[str, ...] = _SCOPED_ENV) -> Iterator[None]:
-    """Set ``values`` in ``os.environ``; on exit put back every variable of ``keep`` (and ``values``) as it was."""
-    saved = {name: os.environ.get(name) for name in {*keep, *values}}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -116,7 +102,7 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
         values["WANDB_RUN_GROUP"] = os.environ.get("WANDB_RUN_GROUP") or name
         if get_verbosity() != "verbose":  # its banners and run summaries, on every fold
             values["WANDB_SILENT"] = os.environ.get("WANDB_SILENT") or "true"
-    with _environ(values), _mlflow_experiment("mlflow" in used):
+    with scoped_environ(values, keep=_SCOPED_ENV), _mlflow_experiment("mlflow" in used):
         yield used
 
 
@@ -144,7 +130,7 @@ def fold_environment(run: Run | None, fold: int | None) -> Iterator[None]:
     Outside a run (``run`` or ``fold`` ``None``) the Trainer's own default stands.
     """
     values = {} if run is None or fold is None else {"TENSORBOARD_LOGGING_DIR": str(run.tensorboard_dir(fold))}
-    with _environ(values, keep=("TENSORBOARD_LOGGING_DIR",)):
+    with scoped_environ(values, keep=("TENSORBOARD_LOGGING_DIR",)):
         yield
 
 
@@ -248,7 +234,7 @@ def resumed_trackers(callbacks: list[transformers.TrainerCallback], saved: Mappi
 
             step = int(saved.get("global_step") or 0)
             callback.tb_writer = SummaryWriter(log_dir=folder, purge_step=step + 1)
-    with _environ(values, keep=_RESUME_ENV):
+    with scoped_environ(values, keep=_RESUME_ENV):
         yield
 
 
