@@ -111,7 +111,7 @@ def test_the_callers_thread_count_is_given_back(run, frame, tmp_path):
     try:
         predict(run, data, tmp_path / "out.csv", progress=False, threads=1)
         assert torch.get_num_threads() == before + 1
-        with pytest.raises(ValueError, match="chunk_rows"):
+        with pytest.raises(ValueError, match=r"--chunk-rows must be >= 1 \(rows read at a time\), got 0"):
             predict(run, data, tmp_path / "bad.csv", progress=False, threads=1, chunk_rows=0)
         assert torch.get_num_threads() == before + 1
     finally:
