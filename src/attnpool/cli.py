@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from attnpool import api
@@ -33,9 +31,9 @@ from attnpool.config import TrainConfig, make_config
 from attnpool.explanations.svg import fmt_number
 from attnpool.precision import PRECISIONS
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE, QUANTIZE
-from attnpool.runs import Run
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
+from attnpool.training.run_log import resume_hint
 
 # compare's own --output-dir and --overwrite (the comparison folder); no --resume: it keeps finished runs by itself
 _COMPARE_OWN = ("output_dir", "overwrite", "resume")
@@ -348,10 +346,7 @@ def _resume_hint(args: argparse.Namespace) -> str:
         output_dir = _train_config(args).output_dir
     except Exception:  # noqa: BLE001 - a config that cannot be read now: no hint rather than a second error
         return ""
-    if not Run.is_run(Path(output_dir)):  # not recorded yet: --resume would be refused
-        return "; start it again (without --resume): it stopped before its run was recorded"
-    return f"; to continue from its last checkpoint: attnpool train ... --output-dir {shlex.quote(str(output_dir))} " \
-           "--resume"
+    return f"; {resume_hint(output_dir)}"
 
 
 INTERRUPTED = 130  # 128 + SIGINT: what main returns after Ctrl-C

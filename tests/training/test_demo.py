@@ -192,3 +192,12 @@ def test_the_demo_refuses_an_output_dir_that_links_to_nothing(tmp_path):
                                        "exist; create that folder, or remove the link"):
         run_demo(output_dir=link, model="unused", n_train=32, n_valid=16)
     assert not (tmp_path / "gone").exists()
+
+
+def test_the_demo_refuses_an_output_dir_it_cannot_write_before_the_model_loads():
+    """Was `[Errno 2] No such file or directory: '/proc/demo'` from mkdir, after the model had loaded."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs /proc, a folder that takes no new files")
+    with pytest.raises(ValueError, match=r"^cannot write --output-dir /proc/attnpool-demo: folder /proc is not "
+                                         r"writable \(read-only or no permission\); choose another --output-dir$"):
+        run_demo(output_dir="/proc/attnpool-demo", model="unused", n_train=32, n_valid=16)

@@ -112,27 +112,33 @@ def test_train_log_keeps_the_early_warnings_the_python_warnings_and_the_error_th
 def test_an_interrupt_is_the_last_record_of_train_log(tmp_path):
     from attnpool.training.run_log import attach_log_file, log_ending
 
-    handler = attach_log_file(tmp_path / "train.log")
+    run = Run.create(tmp_path / "my run")
+    handler = attach_log_file(run.log_file)
     try:
-        log_ending(handler, KeyboardInterrupt())
-        log_ending(handler, KeyboardInterrupt(), resumable=False)  # before the run info: --resume is refused
+        log_ending(handler, KeyboardInterrupt(), run.path)  # before the run info: --resume is refused
+        run.write_info({"task": "regression"})
+        log_ending(handler, KeyboardInterrupt(), run.path)
     finally:
         logging.getLogger("attnpool").removeHandler(handler)
         handler.close()
-    last = (tmp_path / "train.log").read_text().rstrip().splitlines()[-2:]
-    assert last[0].endswith("ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; --resume "
-                            "goes on from its last checkpoint")
-    assert last[1].endswith("ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; it had not "
-                            "started (no run info yet): run the command again, without --resume")
+    last = run.log_file.read_text().rstrip().splitlines()[-2:]  # as the command line says it (cli._resume_hint)
+    assert last[0].endswith("ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; start it "
+                            "again (without --resume): it stopped before its run was recorded")
+    assert last[1].endswith("ERROR attnpool.train: interrupted (KeyboardInterrupt): the run stopped here; to continue "
+                            f"from its last checkpoint: attnpool train ... --output-dir '{run.path}' --resume")
 
 
 @pytest.mark.filterwarnings("default::UserWarning")
-def test_a_warning_shown_on_the_console_during_a_run_is_in_train_log_too(tmp_path, capsys):
+@pytest.mark.parametrize("verbosity", ["normal", "verbose"])  # at verbose they reached the console only
+def test_a_warning_shown_on_the_console_during_a_run_is_in_train_log_too(tmp_path, capsys, verbosity):
     handler = logging.FileHandler(tmp_path / "train.log", encoding="utf-8")
+    before = console_logging.get_verbosity()
+    console_logging.set_verbosity(verbosity)
     try:
         with console_logging.quiet_third_party(handler):
             warnings.warn("SHOWN-AND-LOGGED", UserWarning, stacklevel=1)
     finally:
+        console_logging.set_verbosity(before)
         handler.close()
     assert "UserWarning: SHOWN-AND-LOGGED" in capsys.readouterr().err
     assert "UserWarning: SHOWN-AND-LOGGED" in (tmp_path / "train.log").read_text()
@@ -159,3 +165,19 @@ def test_report_to_as_a_list_in_a_config_file_says_it_takes_one_tracker_or_all(t
     assert str(caught.value) == ("c.yaml: report_to must be text, got ['tensorboard', 'mlflow']; report_to takes one "
                                  "tracker (none, tensorboard, mlflow or wandb), or all for every installed one: "
                                  "report_to: all")
+
+
+def test_the_trackers_are_decided_once_per_run_and_each_run_warns_in_its_own_train_log(recipe, tmp_path,
+                                                                                         monkeypatch):
+    """--report-to all looked MLflow up again at every fold (twice) and for the cv entry; the warning that it was
+    left out came once per process, so a second run in the process had none in its train.log."""
+    lookups = []
+    monkeypatch.setattr(trackers, "_LEFT_OUT", set())
+    monkeypatch.setattr(trackers, "mlflow_store_error", lambda: lookups.append(1) or "MLflow store shut (test)")
+    for name in tracking.TRACKERS:
+        monkeypatch.setitem(tracking._INSTALLED, name, lambda name=name: name == "mlflow")
+    for run in ("first", "second"):
+        attnpool.train(recipe, output_dir=str(tmp_path / run), report_to="all")
+        log = (tmp_path / run / "train.log").read_text()
+        assert log.count("tracking: --report-to all leaves out mlflow: MLflow store shut (test)") == 1, run
+    assert len(lookups) == 4  # per run: the check before its folder is made, and run_environment's for every fold

@@ -75,7 +75,7 @@ def logging_steps(steps_per_epoch: int, eval_steps: int | None = None) -> int:
 
 
 def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *, run_name: str | None = None,
-                       seed: int | None = None, model: nn.Module | None = None):
+                       seed: int | None = None, model: nn.Module | None = None, trackers: list[str] | None = None):
     """``TrainingArguments`` of the recipe, checkpoints under ``out_dir``.
 
     ``seed``: of the training's random draws (dropout); default ``cfg.seed``. A fold passes ``fold_seed``,
@@ -85,7 +85,8 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
 
     Option names differ across transformers 5.x releases; both spellings are handled here. The ``Trainer`` draws no
     bars of its own (:class:`~attnpool.training.progress.FoldProgress` does), except at ``verbose``; it reports to
-    ``cfg.report_to``'s trackers under the fold's name, ``RUN_DIR/fold_K``.
+    ``cfg.report_to``'s trackers under the fold's name, ``RUN_DIR/fold_K``: ``trackers``, as the run decided them
+    once (:func:`~attnpool.training.tracking.run_environment`); by default they are looked up (:func:`cfg_trackers`).
 
     DDP looks for parameters without a gradient at every step (``ddp_find_unused_parameters``) only where ``model``
     has some (:func:`unused_parameters`); without a ``model``, where ``cfg.pooling_layers`` are indices without -1.
@@ -120,7 +121,7 @@ def training_arguments(cfg: TrainConfig, out_dir: Path, steps_per_epoch: int, *,
         "restore_callback_states_from_checkpoint": True,  # --resume: early stopping's count of evaluations goes on
         "seed": cfg.seed if seed is None else seed,
         "data_seed": cfg.seed,  # the batches' order (a fold's rows are its own anyway): a run from before keeps it
-        "report_to": cfg_trackers(cfg),
+        "report_to": cfg_trackers(cfg) if trackers is None else list(trackers),
         "run_name": run_name,  # DIR/fold_K in MLflow, W&B...
         "disable_tqdm": get_verbosity() != "verbose",
         "dataloader_num_workers": 0,

@@ -215,24 +215,27 @@ def _package_dirs() -> tuple[str, ...]:
 def quiet_third_party(log_handler: logging.Handler | None = None) -> Iterator[None]:
     """For one run: third-party bars off, their log lines and deprecation warnings to ``log_handler``, not the console.
 
-    ``log_handler`` (``train.log``) also gets :data:`DETAIL_LOGGER`'s records; at ``verbose`` that is all that
-    changes. Otherwise it also gets what other libraries log to the root logger (the :func:`console` shows only
-    their errors meanwhile), and transformers' and mlflow's records, which stop propagating for the run.
+    ``log_handler`` (``train.log``) also gets :data:`DETAIL_LOGGER`'s records and every Python warning; at
+    ``verbose`` that is all that changes. Otherwise it also gets what other libraries log to the root logger (the
+    :func:`console` shows only their errors meanwhile), and transformers' and mlflow's records, which stop
+    propagating for the run.
 
     A ``FutureWarning`` or ``DeprecationWarning`` raised inside transformers, torch and the other libraries below
-    attnpool is one to their callers' authors (us), not to the user; one raised in attnpool's code or the user's is
-    still shown. Errors that the libraries log still reach the console.
+    attnpool is one to their callers' authors (us), not to the user: it goes to ``train.log`` only (shown at
+    ``verbose``); one raised in attnpool's code or the user's is still shown. Errors that the libraries log still
+    reach the console.
     """
     stack = contextlib.ExitStack()
     with stack:
         if log_handler is not None:
             _detail.addHandler(log_handler)
             stack.callback(_detail.removeHandler, log_handler)
-        if get_verbosity() != "verbose":
+        verbose = get_verbosity() == "verbose"
+        if not verbose:
             _quiet_libraries(stack, log_handler)
             if log_handler is not None:
                 stack.enter_context(_others_to_file(log_handler))
-            stack.enter_context(_warnings_to_file(_package_dirs()))
+        stack.enter_context(_warnings_to_file(() if verbose else _package_dirs()))  # verbose: none kept back
         yield
 
 

@@ -25,7 +25,7 @@ from transformers import AutoConfig, AutoTokenizer
 from attnpool.config import TrainConfig, default_model
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.model.encoders import check_encoder_reachable
-from attnpool.runs.files import atomic_write, not_a_folder
+from attnpool.runs.files import atomic_write, check_writable, not_a_folder
 from attnpool.runs.lock import LOCK_NAME, RunError, RunLock
 from attnpool.runs.run import Run
 from attnpool.training.recipe import train
@@ -88,7 +88,8 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     Raises:
         TypeError: ``seconds`` is not a number.
         ValueError: ``seconds`` is not positive and finite; ``model`` is a saved attnpool model or has no
-            transformer layers (``num_hidden_layers``), not an encoder.
+            transformer layers (``num_hidden_layers``), not an encoder; ``output_dir`` cannot be written (a
+            read-only folder).
         RunError: ``output_dir`` is a file, or a folder holding anything but an earlier demo's files.
         FileNotFoundError: ``model`` names a folder that does not exist (no ``output_dir`` is made).
     """
@@ -100,8 +101,9 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
     output_dir = Path(output_dir).expanduser()  # "~/demo": in the home folder, as a shell reads it
     if output_dir.exists() and not output_dir.is_dir():  # before mkdir, which would raise FileExistsError
         raise RunError(f"demo: --output-dir {output_dir} is a file; give a folder (new, empty, or an earlier demo's)")
-    if output_dir.is_symlink() and not output_dir.exists():  # a link to nothing: mkdir's FileExistsError too
-        raise RunError(f"demo: {not_a_folder(output_dir)}")
+    if reason := not_a_folder(output_dir):  # a link to nothing: mkdir's FileExistsError too
+        raise RunError(f"demo: {reason}")
+    check_writable(output_dir, "--output-dir", folder=True)  # a read-only folder: before the model loads
     if output_dir.is_dir():
         _check_demo_folder(output_dir)  # before the model loads: a folder of the user's is refused at once
     model = model or default_model()

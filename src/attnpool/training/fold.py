@@ -213,8 +213,10 @@ def eval_order(encodings: dict[str, list], valid_idx: np.ndarray, batch_size: in
 
 
 def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarray, valid_idx: np.ndarray,
-               run: Run, callbacks: list | None = None):
+               run: Run, callbacks: list | None = None, trackers: list[str] | None = None):
     """Train one fold, save its best model, and write its out-of-fold predictions; returns them as a frame.
+
+    ``trackers``: the run's ``--report-to`` integrations, decided once for the run; by default looked up.
 
     Under a launcher every process calls this; each predicts a shard of ``valid_idx`` and every process returns the
     whole, gathered frame, while only the main process writes files.
@@ -230,7 +232,8 @@ def train_fold(cfg: TrainConfig, data: TaskData, fold: int, train_idx: np.ndarra
     processes = process_state().num_processes
     steps_per_epoch = max(1, math.ceil(len(train_ds) / (cfg.batch_size * cfg.grad_accum * processes)))
     args = training_arguments(cfg, run.checkpoints_dir(fold), steps_per_epoch, run_name=run_name(run, fold),
-                              seed=fold_seed(cfg, fold), model=model)  # as build_model's: each fold its dropout masks
+                              seed=fold_seed(cfg, fold), model=model,  # as build_model's: each fold its dropout masks
+                              trackers=trackers)
     monitor = PoolingMonitor(model, data.tokenizer.all_special_ids)
     trainer = make_trainer(cfg, model, args, train_ds, eval_ds, data.tokenizer, monitor, run=run, fold=fold)
     _check_engine(trainer)

@@ -148,7 +148,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             package_logger.setLevel(logging.ERROR)
         # the trackers' experiment (restored after); then third-party bars and messages (the trackers' too: imported
         # by now, their own handlers exist to be quieted) to train.log, not the console
-        with run_environment(cfg, run), quiet_third_party(handler):
+        with run_environment(cfg, run) as trackers, quiet_third_party(handler):  # trackers: decided once, for all
             device = "cpu" if use_cpu() else "cuda"
             training_precision(cfg.precision, device)  # fp16 on a CPU: refused before the data loads
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg
@@ -169,12 +169,12 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
                 train_idx, valid_idx = data.split(folds, fold)
                 logger.info("fold %d (%d of %d): %d train / %d valid rows", fold, fold + 1, len(fold_ids),
                             len(train_idx), len(valid_idx))
-                train_fold(cfg, data, fold, train_idx, valid_idx, run, callbacks)
+                train_fold(cfg, data, fold, train_idx, valid_idx, run, callbacks, trackers)
             result = on_main(lambda: _summarise(cfg, data, run, fold_ids, time.perf_counter() - started))
-            for line in on_main(lambda: log_summary(cfg, run, result.metrics)):
+            for line in on_main(lambda: log_summary(cfg, run, result.metrics, trackers)):
                 logger.info("tracking: %s", line)
     except BaseException as err:
-        log_ending(handler, err, run.has_info())  # train.log's last record: the console says the error once
+        log_ending(handler, err, run.path)  # train.log's last record: the console says the error once
         raise
     finally:
         early.close()

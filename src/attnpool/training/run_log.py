@@ -9,7 +9,10 @@ interrupt) into the file alone: the console says it once, as the command line pr
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
+
+from attnpool.runs import Run
 
 PACKAGE_LOGGER = "attnpool"
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -47,10 +50,18 @@ def attach_log_file(path: Path, early: EarlyRecords | None = None) -> logging.Ha
     return handler
 
 
-def log_ending(handler: logging.Handler | None, error: BaseException, resumable: bool = True) -> None:
+def resume_hint(output_dir: str | Path) -> str:
+    """How an interrupted ``train`` into ``output_dir`` goes on: ``--resume``, or started again (no run recorded)."""
+    if not Run.is_run(output_dir):  # not recorded yet: --resume would be refused
+        return "start it again (without --resume): it stopped before its run was recorded"
+    return (f"to continue from its last checkpoint: attnpool train ... --output-dir {shlex.quote(str(output_dir))} "
+            "--resume")
+
+
+def log_ending(handler: logging.Handler | None, error: BaseException, output_dir: str | Path) -> None:
     """Write into the log file alone (``handler``) what stopped the run: the error and its traceback, or an interrupt.
 
-    ``resumable``: the run had started (its info written), so ``--resume`` goes on; else it is run again.
+    An interrupt's record says how the run in ``output_dir`` goes on (:func:`resume_hint`, as the command line says).
 
     Never raises: the error that stopped the run is the one to see.
     """
@@ -59,10 +70,8 @@ def log_ending(handler: logging.Handler | None, error: BaseException, resumable:
     logger = logging.getLogger(f"{PACKAGE_LOGGER}.train")
     try:
         if isinstance(error, KeyboardInterrupt):
-            then = ("--resume goes on from its last checkpoint" if resumable else
-                    "it had not started (no run info yet): run the command again, without --resume")
             record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "interrupted (KeyboardInterrupt): the "
-                                       "run stopped here; %s", (then,), None)
+                                       "run stopped here; %s", (resume_hint(output_dir),), None)
         else:
             message = str(error).strip().splitlines()[0] if str(error).strip() else ""
             record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "the run stopped on an error: %s%s",
@@ -73,4 +82,4 @@ def log_ending(handler: logging.Handler | None, error: BaseException, resumable:
         pass
 
 
-__all__ = ["EarlyRecords", "attach_log_file", "log_ending"]
+__all__ = ["EarlyRecords", "attach_log_file", "log_ending", "resume_hint"]

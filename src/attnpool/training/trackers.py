@@ -20,7 +20,7 @@ TRACKERS = ("tensorboard", "mlflow", "wandb")
 _INSTALLED = {"tensorboard": hf_integrations.is_tensorboard_available,
               "mlflow": hf_integrations.is_mlflow_available,
               "wandb": hf_integrations.is_wandb_available}
-_LEFT_OUT: set[str] = set()  # why --report-to all left MLflow out, warned of once per process
+_LEFT_OUT: set[tuple[str | None, str]] = set()  # (run, why) --report-to all left MLflow out: warned once per run
 # For the up-front experiment lookup only: a tracking server out of reach is said at once, not after minutes of retries
 # (two quick retries: one 503 or 429 of a server that works is not a server out of reach)
 _QUICK_LOOKUP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -48,8 +48,8 @@ def integrations(report_to: str, experiment: str | None = None) -> list[str]:
         used = [name for name in TRACKERS if _INSTALLED[name]()]
         if "mlflow" in used and (error := mlflow_error()):
             used.remove("mlflow")
-            if error not in _LEFT_OUT:  # asked again at every fold
-                _LEFT_OUT.add(error)
+            if (experiment, error) not in _LEFT_OUT:  # asked again as the run opens and resumes
+                _LEFT_OUT.add((experiment, error))
                 logger.warning("tracking: --report-to all leaves out mlflow: %s", error)
         return used
     if report_to not in TRACKERS:
@@ -82,7 +82,8 @@ def mlflow_store_error() -> str | None:
 def cfg_trackers(cfg: Any) -> list[str]:
     """:func:`integrations` of ``cfg.report_to`` for the run in ``cfg.output_dir`` (its MLflow experiment checked).
 
-    Every call of a run asks with its experiment, so ``all`` leaves MLflow out at each as the run's first check did.
+    For a fold trained outside :func:`attnpool.train`; the recipe decides once per run
+    (:func:`attnpool.training.tracking.run_environment`) and hands its folds that list.
     """
     folder = getattr(cfg, "output_dir", None)
     return integrations(cfg.report_to, experiment=Path(folder).resolve().as_posix() if folder else None)

@@ -255,16 +255,17 @@ def _numbers(values: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str,
             if isinstance(v, int | float) and not isinstance(v, bool) and k not in skip and math.isfinite(v)}
 
 
-def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any]) -> list[str]:
+def log_summary(cfg: TrainConfig, run: Run, metrics: Mapping[str, Any], trackers: list[str] | None = None) -> list[str]:
     """Log the run's ``cv`` entry to each tracker of ``cfg.report_to``; returns one line per tracker, where it went.
 
     The entry holds the run's ``config.yaml``, each fold's final validation metrics (``fold/<metric>`` at step K) and
     the out-of-fold scores (``cv/<metric>``). An incomplete run (``metrics["complete"]`` false, as after
     ``--only-folds``) logs nothing, so that no partial score reads as the run's, nor a fold's entry is logged again
     on resume: the one line returned says the entry waits for the remaining folds. A tracker that took the entry
-    (recorded in the run directory) is not given it again when a complete run is resumed.
+    (recorded in the run directory) is not given it again when a complete run is resumed. ``trackers``: the run's,
+    as :func:`run_environment` decided them; by default they are looked up.
     """
-    used = integrations(cfg.report_to, experiment=experiment_name(run))
+    used = integrations(cfg.report_to, experiment=experiment_name(run)) if trackers is None else trackers
     if used and not metrics.get("complete"):
         return [f"the {SUMMARY_RUN} entry waits for the remaining folds ({len(metrics.get('folds', []))} trained): "
                 "it is logged once --resume has trained them all"]

@@ -30,7 +30,7 @@ from attnpool.training.ema import EMA_FILE, WeightEMA
 from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
-from attnpool.training.tracking import FoldTracking, TrackerRuns, cfg_trackers, fold_environment, resumed_trackers
+from attnpool.training.tracking import FoldTracking, TrackerRuns, fold_environment, resumed_trackers
 
 logger = logging.getLogger("attnpool.train")
 
@@ -377,7 +377,7 @@ def make_trainer(cfg: TrainConfig, model: Any, args: transformers.TrainingArgume
         logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
         return task_metrics(cfg.task, eval_pred.label_ids, scores_from_logits(cfg.task, logits))
 
-    tracking = FoldTracking(cfg_trackers(cfg))
+    tracking = FoldTracking(list(args.report_to))  # the run's trackers, as training_arguments decided them
     callbacks: list[transformers.TrainerCallback] = [FoldProgress("training" if fold is None else f"fold {fold}"),
                                                      tracking, TrackerRuns()]
     ema = WeightEMA(cfg.ema_decay) if cfg.ema_decay is not None else None
