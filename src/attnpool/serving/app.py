@@ -6,11 +6,12 @@ scripts from a CDN); each ``GET`` endpoint answers ``HEAD`` too (uptime monitors
 ``{"error": "...", "details": [...]}``: 400 malformed JSON, a refused Host or a refused CORS preflight, 401 a
 missing or wrong API key, 404/405 no such endpoint or method, 408 a body that did not arrive within
 ``--body-timeout``, 413 a body over the limit, 415 a body that is not JSON, 422 an invalid request
-(``rows[3].target: missing``), 503 a full queue, more requests in flight than ``--max-in-flight`` or a batcher that
-is not running; an error inside the model is a 500 that names its type (the server logs the traceback; the client
-does not get the text, which may quote its rows or the server's paths), scores that are not finite a 500 that names
-the rows, and the server goes on serving. A request whose client disconnects before its rows ran, or while it
-sends its body, leaves the queue (counted as 499 in ``/metrics``; nobody reads that answer).
+(``rows[3].target: missing``, or a row of no tokens at all), 503 a full queue, more requests in flight than
+``--max-in-flight`` or a batcher that is not running; an error inside the model is a 500 that names its type (the
+server logs the traceback; the client does not get the text, which may quote its rows or the server's paths),
+scores that are not finite a 500 that names the rows, and the server goes on serving. A request whose client
+disconnects before its rows ran, or while it sends its body, leaves the queue (counted as 499 in ``/metrics``;
+nobody reads that answer).
 
 FastAPI and Starlette come from :mod:`attnpool.serving.web`, at call time. This module does not use ``from
 __future__ import annotations``: FastAPI reads the type of ``/predict``'s body from the handler's annotation, and
@@ -37,13 +38,14 @@ from attnpool.serving.batcher import Batcher, Busy, NotRunning
 from attnpool.serving.guard import Cors, Guard, InFlight, is_loopback
 from attnpool.serving.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from attnpool.serving.page import render_page
-from attnpool.serving.schemas import build_models, describe, row_values
+from attnpool.serving.schemas import build_models, describe, no_tokens, row_values
 from attnpool.serving.service import Answer, Service
 
 logger = logging.getLogger("attnpool.serve")
 
 ENDPOINTS = ("GET /", "POST /predict", "GET /health", "GET /info", "GET /metrics", "GET /openapi.json")
-_ERRORS = {400: "malformed JSON, or a Host refused on a loopback server", 401: "missing or wrong API key",
+_ERRORS = {400: "malformed JSON, a Host refused on a loopback server, or a refused CORS preflight",
+           401: "missing or wrong API key",
            408: "the body did not arrive within --body-timeout", 413: "body over --max-body-bytes",
            415: "body not application/json",
            422: "invalid request: what and where, e.g. rows[3].target: missing",
@@ -125,9 +127,12 @@ def create_app(service: Service, settings: Settings) -> Any:
         watcher.cancel()
         await batcher.stop()
 
+    # redirect_slashes off: "/predict/" got a bare 307 to an http:// Location (wrong behind a TLS proxy) with no body;
+    # now it is the JSON 404 that names the endpoints
     app = web.FastAPI(title="attnpool serve", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description=f"Predictions of {service.describe(public=True)} ({service.task}): rows of "
-                  f"{', '.join(service.fields)}, as attnpool predict computes them.")
+                      redirect_slashes=False,
+                      description=f"Predictions of {service.describe(public=True)} ({service.task}): rows of "
+                      f"{', '.join(service.fields)}, as attnpool predict computes them.")
     app.state.service, app.state.metrics, app.state.batcher = service, metrics, batcher
     app.state.settings, app.state.draining = settings, False
 
@@ -145,6 +150,9 @@ def create_app(service: Service, settings: Settings) -> Any:
             job = await web.run_in_threadpool(service.encode, [texts for texts, _ in values], texts=body.weights)
         except DataError as err:
             return _error(422, f"rows: {err}")
+        refused = no_tokens(job, [texts for texts, _ in values], service)
+        if refused is not None:
+            return _error(422, refused)
         try:
             answer = await unless_client_leaves(batcher.submit(job, job.rows), request.receive)
         except ClientLeft:
@@ -204,7 +212,11 @@ def create_app(service: Service, settings: Settings) -> Any:
     @app.exception_handler(web.HTTPException)
     async def http_error(request: Any, exc: Any) -> Any:
         if exc.status_code == 404:
-            message = f"no such endpoint: {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
+            path = request.url.path
+            bare = path.rstrip("/")  # "/predict/": no redirect (see redirect_slashes), but a hint
+            hint = f" (without the trailing slash: {bare})" if bare != path and any(
+                e.endswith(f" {bare}") for e in ENDPOINTS) else ""
+            message = f"no such endpoint: {path}{hint}; the endpoints are {', '.join(ENDPOINTS)}"
         elif exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}; the endpoints are {', '.join(ENDPOINTS)}"
         elif exc.status_code == 400 and isinstance(exc.__cause__, web.ClientDisconnect):  # FastAPI's "error parsing"

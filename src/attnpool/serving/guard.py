@@ -1,5 +1,9 @@
 """Admission of requests, before any handler runs: the API key, the Host, the body's size and type.
 
+* **CORS off**: without ``--cors-origin`` no :class:`Cors` answers preflights, so a preflight (``OPTIONS`` with
+  ``Origin`` and ``Access-Control-Request-Method``) reaches this layer: it is refused with 400 (as :class:`Cors`
+  refuses a preflight), saying that CORS is off and that ``--cors-origin ORIGIN`` allows that origin, before the
+  API key is asked for (a browser sends no credentials with a preflight) and before the router would answer 405.
 * **API key** (``--api-key-env VAR``): every request but ``GET /health`` must carry the key, as
   ``Authorization: Bearer KEY``, ``X-API-Key: KEY``, or HTTP Basic auth with the key as the password (so that a
   browser can open the page: it asks for the key once, then sends it with the page's own requests). Otherwise
@@ -154,6 +158,11 @@ class Guard:
                           "answers requests to localhost or 127.0.0.1 (no DNS rebinding); behind a reverse proxy on "
                           f"this machine, start it with --allowed-host {host if _host_name(host) else 'NAME'} (or "
                           "make the proxy send Host: localhost)")
+        if scope["method"] == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers:
+            origin = headers["origin"]  # with --cors-origin, Cors (outside this layer) answers every preflight
+            return _error(400, f"CORS preflight refused: CORS is off on this server, so no web page of another "
+                          f"origin ({origin!r} here) may call it; to allow that origin, start the server with "
+                          f"--cors-origin {origin}")
         if self.api_key is not None and path not in OPEN_PATHS and not self._authorised(headers):
             challenge = 'Basic realm="attnpool serve", charset="UTF-8"' if path == "/" else 'Bearer realm="attnpool"'
             return _error(401, "missing or wrong API key: send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from attnpool.serving import web
-from attnpool.serving.service import Service
+from attnpool.serving.service import Job, Service
 
 _JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
                dict: "an object", type(None): "null"}
@@ -157,6 +157,24 @@ def row_values(row: Any, service: Service) -> tuple[dict[str, str | None], Any]:
     values = row.model_dump(by_alias=True)
     texts = {name: values.get(name) for name in (*service.fields, *service.optional_fields)}
     return texts, values.get(service.id_field) if service.id_field else None
+
+
+def no_tokens(job: Job, rows: Sequence[dict[str, str | None]], service: Service) -> str | None:
+    """Why ``job`` cannot be scored: rows that tokenise to no tokens at all, else ``None``.
+
+    An empty text, with a tokenizer that adds no special tokens (a decoder's), leaves a row of zero tokens, which
+    the model would answer with 0 as if it had read something; ``predict`` only logs such rows.
+    """
+    empty = sorted({i for part in (job.parts or [job]) for i, ids in enumerate(part.encodings["input_ids"])
+                    if len(ids) == 0})
+    if not empty:
+        return None
+    first = empty[0]
+    names = [*service.fields, *(f for f in service.optional_fields if rows[first].get(f) is not None)]
+    place = f"rows[{first}].{names[0]}" if len(names) == 1 else f"rows[{first}] ({', '.join(names)})"
+    more = f"; and {len(empty) - 1} more row(s) like it" if len(empty) > 1 else ""
+    return (f"{place}: no tokens after tokenisation: the text is empty (or holds only what the tokenizer drops) and "
+            f"the model's tokenizer adds no special tokens, so the model has nothing to read; send some text{more}")
 
 
 def where(loc: Sequence[Any]) -> str:
