@@ -341,15 +341,26 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.repeats < 1 or args.warmup < 0:
         parser.error("--repeats must be >= 1 and --warmup >= 0")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda requested but CUDA is not available")
+    if args.threads < 1:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"--device {args.device!r} is not a device: give cpu or cuda[:N], e.g. cuda:0")
     if device.type not in ("cpu", "cuda"):
-        parser.error(f"--device must be cpu or cuda, got {args.device!r}")
+        parser.error(f"--device must be cpu or cuda[:N], got {args.device!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda requested but CUDA is not available; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        parser.error(f"--device {args.device!r}: only {torch.cuda.device_count()} CUDA device(s), "
+                     f"give cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     dtype = getattr(torch, args.dtype)
-    torch.set_num_threads(args.threads)
     names = attnpool.available_poolers() if args.poolers is None else args.poolers.split(",")
-    names = [get_pooler_class(name).name for name in names]  # validates and canonicalises the names
+    try:  # validates and canonicalises the names
+        names = [get_pooler_class(name.strip()).name for name in names]
+    except ValueError as err:
+        parser.error(f"--poolers {args.poolers!r}: {err}; give comma-separated registered names, e.g. mean,attention")
+    torch.set_num_threads(args.threads)
     shapes = [min(args.shapes, key=lambda s: s[0] * s[1] * s[2])] if args.quick else args.shapes
 
     print(f"torch {torch.__version__}, attnpool {attnpool.__version__}, poolers: {', '.join(names)}")

@@ -67,7 +67,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the server (default: torch's)")
     p.add_argument("--workdir", default=None, help="where to write the run (default: a temporary folder, deleted)")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args()
+    args = p.parse_args()
+    # Checked before the run is built and the server started: 0 clients failed only then, in the thread pool, and
+    # 0 requests answered nothing and compared nothing (max |served - predict| = nan).
+    if min(args.clients) < 1:
+        p.error(f"--clients must be positive integers (concurrent clients per level), got "
+                f"{' '.join(map(str, args.clients))}; e.g. --clients 1 4 16")
+    if args.requests < 1:
+        p.error(f"--requests must be a positive integer (requests per client), got {args.requests}; e.g. --requests 40")
+    return args
 
 
 def build_run(folder: Path, folds: int) -> Path:

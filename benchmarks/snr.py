@@ -39,8 +39,15 @@ from attnpool.synthetic import snr_sweep
 DEFAULT_POOLERS = ("mean", "max", "attention", "gated_attention", "adaptive")
 DEFAULT_SET_SIZES = (64, 256)
 DEFAULT_NUM_SIGNALS = (1, 4, 16)
+DEFAULT_SEEDS = (0, 1, 2)
+# The sweep's size when neither given nor --quick, and --quick's (a few seconds).
+DEFAULTS: dict[str, Any] = {"set_sizes": list(DEFAULT_SET_SIZES), "num_signals": list(DEFAULT_NUM_SIGNALS),
+                            "seeds": list(DEFAULT_SEEDS), "num_train": 2048, "num_test": 1024, "epochs": 20}
+QUICK: dict[str, Any] = {"set_sizes": [64], "num_signals": [1, 16], "seeds": [0], "num_train": 1024,
+                         "num_test": 512, "epochs": 15}
 # Scorer width of the MLP-scored poolers: the vectors have only --dim channels.
 ATTN_SIZE = 16
+MLP_SCORED = ("attention", "gated_attention", "multihead_attention")
 # What "collapses" and "holds" mean in the verdict: accuracy at the rarest signal.
 COLLAPSED_BELOW = 0.7
 HOLDS_ABOVE = 0.9
@@ -55,6 +62,11 @@ def int_list(text: str) -> list[int]:
     if any(value < 0 for value in values):
         raise argparse.ArgumentTypeError(f"{text!r} holds a negative number")
     return values
+
+
+def list_text(values: Any) -> str:
+    """``[1, 4, 16]`` -> ``"1,4,16"``, as the flag takes it."""
+    return ",".join(str(value) for value in values)
 
 
 def mean_std(values: list[float]) -> str:
@@ -169,35 +181,54 @@ def plot(rows: list[dict[str, Any]], poolers: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--poolers", default=",".join(DEFAULT_POOLERS), help="comma-separated pooler names")
-    parser.add_argument("--set-sizes", type=int_list, default=list(DEFAULT_SET_SIZES), help="largest set sizes N")
-    parser.add_argument("--num-signals", type=int_list, default=list(DEFAULT_NUM_SIGNALS), help="signal vectors k")
-    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2], help="seeds of task, data and training")
+    parser.add_argument("--poolers", default=",".join(DEFAULT_POOLERS),
+                        help=f"comma-separated pooler names (default: {','.join(DEFAULT_POOLERS)})")
+    parser.add_argument("--set-sizes", type=int_list, default=None,
+                        help=f"largest set sizes N (default: {list_text(DEFAULT_SET_SIZES)}; --quick: "
+                        f"{list_text(QUICK['set_sizes'])})")
+    parser.add_argument("--num-signals", type=int_list, default=None,
+                        help=f"signal vectors k (default: {list_text(DEFAULT_NUM_SIGNALS)}; --quick: "
+                        f"{list_text(QUICK['num_signals'])})")
+    parser.add_argument("--seeds", type=int_list, default=None,
+                        help=f"seeds of task, data and training (default: {list_text(DEFAULT_SEEDS)}; --quick: "
+                        f"{list_text(QUICK['seeds'])})")
     parser.add_argument("--dim", type=int, default=16, help="vector size D (default: 16)")
     parser.add_argument("--strength", type=float, default=4.0, help="signal strength in noise std (default: 4)")
-    parser.add_argument("--num-train", type=int, default=2048, help="training sets per task (default: 2048)")
-    parser.add_argument("--num-test", type=int, default=1024, help="test sets per task (default: 1024)")
-    parser.add_argument("--epochs", type=int, default=20, help="training epochs (default: 20)")
+    parser.add_argument("--num-train", type=int, default=None,
+                        help=f"training sets per task (default: {DEFAULTS['num_train']}; --quick: "
+                        f"{QUICK['num_train']})")
+    parser.add_argument("--num-test", type=int, default=None,
+                        help=f"test sets per task (default: {DEFAULTS['num_test']}; --quick: {QUICK['num_test']})")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help=f"training epochs (default: {DEFAULTS['epochs']}; --quick: {QUICK['epochs']})")
     parser.add_argument("--lr", type=float, default=1e-2, help="peak AdamW learning rate (default: 1e-2)")
     parser.add_argument("--batch-size", type=int, default=128, help="sets per step (default: 128)")
-    parser.add_argument("--quick", action="store_true", help="a few seconds: N=64, k=1,16, one seed, fewer sets")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few seconds: --set-sizes, --num-signals, --seeds, --num-train, --num-test and "
+                        "--epochs take their --quick values (each unless given)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/snr"), help="where snr.csv and snr.png go")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1, see the docstring)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    if args.quick:
-        args.set_sizes, args.num_signals, args.seeds = [64], [1, 16], [0]
-        args.num_train, args.num_test, args.epochs = 1024, 512, 15
+    for key, value in (QUICK if args.quick else DEFAULTS).items():  # --quick's values, each unless given
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if not args.set_sizes or min(args.set_sizes) < 1 or not args.num_signals or min(args.num_signals) < 1:
         parser.error("--set-sizes and --num-signals must be positive integers")
     if not any(k <= n for k in args.num_signals for n in args.set_sizes):
         parser.error("every --num-signals value exceeds every --set-sizes value; nothing to run")
-    poolers = [get_pooler_class(name).name for name in args.poolers.split(",")]  # validates, canonicalises
+    try:  # validates and canonicalises the names
+        poolers = [get_pooler_class(name.strip()).name for name in args.poolers.split(",")]
+    except ValueError as err:
+        parser.error(f"--poolers {args.poolers!r}: {err}; give comma-separated registered names, e.g. mean,attention")
+    if args.threads < 1:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
     torch.set_num_threads(args.threads)
-    options = {name: {"attn_size": ATTN_SIZE} for name in ("attention", "gated_attention", "multihead_attention")}
+    # Only the swept poolers: snr_sweep refuses options for a pooler it does not train.
+    options = {name: {"attn_size": ATTN_SIZE} for name in poolers if name in MLP_SCORED}
 
     print(
         f"torch {torch.__version__}, attnpool {attnpool.__version__}, {args.threads} thread(s); poolers: "

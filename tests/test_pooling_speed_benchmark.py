@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -37,3 +38,22 @@ def test_no_padding_gives_full_masks(monkeypatch, capsys):
     ps.main(["--no-padding", "--shapes", "2x8x16", "--poolers", "attention", "--repeats", "1", "--warmup", "0"])
     assert len(seen) == 1 and bool(seen[0].all())
     assert "real tokens 100%" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--poolers", "attention,nosuch"], "--poolers 'attention,nosuch': Unknown pooler 'nosuch'. Available"),
+        (["--poolers", ","], "--poolers ',': Unknown pooler ''. Available poolers:"),
+        (["--device", "cuda:x"], "--device 'cuda:x' is not a device: give cpu or cuda[:N]"),
+        (["--threads", "0"], "--threads must be a positive integer, got 0"),
+    ],
+)
+def test_bad_flags_are_usage_errors(monkeypatch, capsys, argv, message):
+    """An unknown or empty pooler name, a malformed --device and --threads 0 ended in raw tracebacks."""
+    monkeypatch.setattr(ps, "run_shape", lambda *a, **k: pytest.fail("timed a shape"))
+    monkeypatch.setattr(ps.torch, "set_num_threads", lambda n: None)
+    with pytest.raises(SystemExit) as exit_info:
+        ps.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

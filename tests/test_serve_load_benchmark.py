@@ -193,3 +193,22 @@ def test_predict_memory_measures_the_predict_process_s_own_peak_not_this_script_
     peak, wall = pm.measure(run, rows, tmp_path / "pred.csv", 10, args, tmp_path / "log.txt")
     assert len(pd.read_csv(tmp_path / "pred.csv")) == 20 and wall > 0
     assert 0 < peak < 1024  # MiB: the predict process's own, ~570; 2,090 before (the parent's)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--clients", "4", "0"], "--clients must be positive integers (concurrent clients per level), got 4 0"),
+        (["--requests", "0"], "--requests must be a positive integer (requests per client), got 0"),
+    ],
+)
+def test_no_clients_or_requests_are_usage_errors(tmp_path, monkeypatch, capsys, argv, message):
+    """--clients 0 failed in the thread pool only after the run was built and the server started; --requests 0
+    compared nothing and printed "max |served - predict| = nan"."""
+    monkeypatch.setattr(sl, "build_run", lambda folder, folds: pytest.fail("built the run"))
+    monkeypatch.setattr(sl, "Server", lambda *a, **k: pytest.fail("started the server"))
+    monkeypatch.setattr(sys, "argv", ["serve_load.py", *argv, "--workdir", str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_info:
+        sl.main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
