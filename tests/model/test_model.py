@@ -397,6 +397,33 @@ def test_a_pooler_subclass_keeping_its_parents_name_is_refused():
         AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=Unnamed(32))
 
 
+def test_a_pooler_subclass_keeping_its_parents_name_is_refused_inside_a_combination():
+    """Alone it was refused; as a part of combined or weighted_layer it reloaded silently as AttentionPooling."""
+    class ScaledAttention(AttentionPooling):
+        def pool(self, hidden_states, mask, **kwargs):
+            pooled, weights = super().pool(hidden_states, mask, **kwargs)
+            return 3.0 * pooled, weights
+
+    combined = registry.build_pooler({"type": "combined", "poolers": [ScaledAttention(32), "mean"]}, 32)
+    with pytest.raises(ValueError, match=r"^pooling=CombinedPooling\(\.\.\.\) holds parts\.0=ScaledAttention"
+                       r"\(\.\.\.\), which is not the pooler registered as 'attention': a model saves its pooler "
+                       r"by name, and it would reload as AttentionPooling"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=combined)
+
+    class Unnamed(Pooler):
+        name = "test_model_unregistered_part"
+
+        def pool(self, hidden_states, mask):
+            return hidden_states.mean(1), None
+
+    layered = registry.build_pooler({"type": "weighted_layer", "num_layers": 2, "pooler": Unnamed(32)}, 32)
+    with pytest.raises(ValueError, match=r"^pooling=WeightedLayerPooling\(\.\.\.\) holds token_pooler="
+                       r"Unnamed\(\.\.\.\), which is not the pooler registered as 'test_model_unregistered_part': "
+                       r".*a class not in the registry cannot be rebuilt .* decorate it with "
+                       r"@attnpool.register_pooler"):
+        AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), pooling=layered)
+
+
 def test_a_registered_pooler_subclass_is_kept(tmp_path):
     class ScaledAttention(AttentionPooling):
         name = "test_model_scaled_attention"

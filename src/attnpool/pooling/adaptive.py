@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import Init, check_heads, uniform_start_, xavier_
+from attnpool.pooling.modules import Init, check_heads, check_number, uniform_start_, xavier_
 from attnpool.pooling.registry import register_pooler
 
 
@@ -48,12 +48,10 @@ class SimPooling(Pooler):
     def __init__(self, hidden_size: int, num_heads: int = 1, gamma: float | None = None, eps: float = 1e-6) -> None:
         super().__init__(hidden_size)
         self.num_heads = check_heads("SimPooling", hidden_size, num_heads)
-        if gamma is not None and gamma <= 0:
-            raise ValueError(f"SimPooling: gamma must be positive or None, got {gamma}")
-        self.gamma = None if gamma is None else float(gamma)
-        if not eps > 0:  # the floor of the powered values: 0 ** (1 / gamma) has an infinite derivative
-            raise ValueError(f"SimPooling: eps must be positive, got {eps}")
-        self.eps = float(eps)
+        self.gamma = None if gamma is None else check_number(
+            "SimPooling", "gamma", gamma, "gamma=2.0, or gamma=None for no powers", low_open=True)
+        # eps > 0, the floor of the powered values: 0 ** (1 / gamma) has an infinite derivative
+        self.eps = check_number("SimPooling", "eps", eps, "eps=1e-6", low_open=True)
         self.norm = nn.LayerNorm(hidden_size, eps=1e-6)
         self.wq = nn.Linear(hidden_size, hidden_size, bias=False)
         self.wk = nn.Linear(hidden_size, hidden_size, bias=False)

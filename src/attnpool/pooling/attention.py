@@ -11,7 +11,15 @@ from typing_extensions import override
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
 from attnpool.pooling.fused import FusedAttentionPool
-from attnpool.pooling.modules import Init, check_count, check_positive, check_switch, xavier_, xavier_parts_
+from attnpool.pooling.modules import (
+    Init,
+    check_count,
+    check_number,
+    check_positive,
+    check_switch,
+    xavier_,
+    xavier_parts_,
+)
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.scoring import default_attn_size, gated_scores, init_scorer_, tanh_projection
 from attnpool.pooling.sparse import NORMALIZERS, Normalizer, normalize
@@ -39,14 +47,11 @@ class _ScoredPooling(Pooler):
                 f"got {normalizer!r}"
             )
         self.normalizer = normalizer
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
-        self.temperature = check_positive(type(self).__name__, "temperature", temperature, "temperature=1.0")
-        self.dropout = float(dropout)
+        owner = type(self).__name__
+        self.dropout = check_number(owner, "dropout", dropout, "dropout=0.1", 0.0, 1.0)
+        self.temperature = check_positive(owner, "temperature", temperature, "temperature=1.0")
         self.weight_dropout = nn.Dropout(self.dropout)
-        if not 0.0 <= cls_share < 1.0:
-            raise ValueError(f"{type(self).__name__}: cls_share must be in [0, 1), got {cls_share}")
-        self.cls_share = float(cls_share)
+        self.cls_share = check_number(owner, "cls_share", cls_share, "cls_share=0.5", 0.0, 1.0)
         self.permutation_invariant = self.cls_share == 0  # the prior singles out the first token
 
     def _count(self, name: str, value: int) -> int:
@@ -65,15 +70,17 @@ class _ScoredPooling(Pooler):
     def pool(self, hidden_states: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Weighted sums and token weights: ``(B, H)``/``(B, T)``, or ``(B, K, H)``/``(B, K, T)`` with heads."""
         scores = self.scores(hidden_states)
+        dtype = scores.dtype
+        # Divided in float32 (float64: float64): in fp16 a small temperature overflows the scores to inf (NaN weights).
+        scores = scores.to(F.compute_dtype(dtype))
         if self.temperature != 1.0:
             scores = scores / self.temperature
         token_mask = mask if scores.dim() == 2 else mask.unsqueeze(1)  # (B, T) or (B, 1, T)
-        dtype = scores.dtype
         prior = self.score_prior(mask)
         if prior is not None:  # added in float32 (a bf16 prior would move the share), the weights back in dtype
             scores = scores + prior.view(token_mask.shape)
         # Unrounded weights (float32 for half precision) go into the sum: fp16 turns weights near 1/T into subnormals.
-        weights = normalize(scores.to(F.compute_dtype(dtype)), token_mask, self.normalizer)
+        weights = normalize(scores, token_mask, self.normalizer)
         dropped = self.weight_dropout(weights)  # zeros and 1/(1-p) scaling: no longer a distribution
         return F.weighted_sum(dropped, hidden_states), weights.to(dtype)
 
@@ -251,9 +258,7 @@ class MultiHeadAttentionPooling(_ScoredPooling):
         cls_share: float = 0.0,
     ) -> None:
         super().__init__(hidden_size, temperature, dropout, normalizer, cls_share)
-        if not penalty >= 0:
-            raise ValueError(f"MultiHeadAttentionPooling: penalty must be >= 0, got {penalty}")
-        self.penalty = float(penalty)
+        self.penalty = check_number("MultiHeadAttentionPooling", "penalty", penalty, "penalty=1.0")
         self.has_auxiliary_loss = self.penalty != 0
         if combine not in ("concat", "project", "mean"):
             raise ValueError(

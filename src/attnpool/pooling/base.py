@@ -40,7 +40,9 @@ class Pooler(nn.Module):
 
     The contract, checked for every registered pooler by ``tests/pooling/test_contract.py``:
 
-    * ``attention_mask`` holds 1/``True`` for real tokens (bool, int or float accepted); ``None`` means all real.
+    * ``attention_mask`` holds 1/``True`` for real tokens (bool, int or float accepted; any nonzero value is real)
+      and 0/``False`` for padding; ``None`` means all real. A float mask holding negative or non-finite values, an
+      additive mask (0 for real tokens, ``-inf`` for padding), is refused: read as nonzero, it would be inverted.
     * Padded positions never reach the output or any gradient, whatever values they hold (NaN, ``inf`` and
       ``1e30`` included): :meth:`forward` replaces them by 0 (see :meth:`clear_padding`) before :meth:`pool` sees
       them, and their gradient is exactly 0. Left and right padding agree. Real tokens holding NaN or ``inf``
@@ -100,7 +102,8 @@ class Pooler(nn.Module):
             ``pooled (B, output_dim)``, or ``(pooled, weights)`` when ``return_weights`` is set.
 
         Raises:
-            ValueError: Shapes that do not fit, an ``attention_mask`` that is not a tensor, missing attention maps
+            ValueError: Shapes that do not fit, an ``attention_mask`` that is not a tensor or is an additive float
+                mask (negative or non-finite values), missing attention maps
                 for a ``needs_attentions`` pooler, or hidden states in another dtype than the pooler's parameters
                 (outside autocast) that its operations cannot mix.
             PoolOutputError: :meth:`pool` returned something other than ``(pooled, weights)`` of these shapes (a
@@ -271,7 +274,7 @@ class Pooler(nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.get_config().items() if k != "type")
 
     def _validate(self, hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
-        """Check shapes once for every pooler and return the mask as a boolean ``(B, T)`` tensor."""
+        """Check shapes (and that a float mask is not additive) for every pooler; the mask as a boolean ``(B, T)``."""
         cls_name = type(self).__name__
         if self.needs_all_layers:
             expected_dim, layout = 4, "(batch, num_layers, seq_len, hidden_size)"
@@ -316,6 +319,17 @@ class Pooler(nn.Module):
             )
         if attention_mask.dtype == torch.bool:
             return attention_mask
+        if attention_mask.is_floating_point() and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+            # an additive mask (0 for real tokens, -inf or -1e4 for padding) read as != 0 would pool the padding only
+            ok = torch.isfinite(attention_mask) & (attention_mask >= 0)
+            if not bool(ok.all()):
+                bad = attention_mask[~ok][0].item()
+                raise ValueError(
+                    f"{cls_name}: attention_mask holds {bad} (dtype {attention_mask.dtype}); it must be 1 (or True) "
+                    "for real tokens and 0 (or False) for padding, not an additive mask (0 for real tokens, a large "
+                    "negative value or -inf for padding): pass the tokenizer's attention_mask, or convert an "
+                    "additive one with (additive_mask == 0)"
+                )
         return attention_mask != 0
 
     def _validate_attentions(self, attentions: Sequence[Tensor] | Tensor | None, hidden_states: Tensor) -> None:

@@ -8,7 +8,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import check_positive, check_switch
+from attnpool.pooling.modules import check_number, check_positive, check_switch
 from attnpool.pooling.registry import register_pooler
 
 
@@ -149,9 +149,8 @@ class GeMPooling(Pooler):
         # The initial value, saved in the config: a plain number, so that get_config never reads a tensor (a model
         # loaded with from_pretrained is built on the meta device first). The learned value is in the state dict.
         self.p = check_positive("GeMPooling", "p", p, "p=3.0; 1 is the mean, a large p nears the max")
-        if not eps > 0:  # the floor of the values raised to p: log(0) gives p a NaN gradient
-            raise ValueError(f"GeMPooling: eps must be positive, got {eps}")
-        self.eps = float(eps)
+        # eps > 0, the floor of the values raised to p: log(0) gives p a NaN gradient
+        self.eps = check_number("GeMPooling", "eps", eps, "eps=1e-6", low_open=True)
         self.learnable_p = check_switch("GeMPooling", "learnable_p", learnable_p)
         p_tensor = torch.tensor(self.p)
         if self.learnable_p:

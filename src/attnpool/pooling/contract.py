@@ -11,7 +11,7 @@ from torch import Tensor
 
 from attnpool.pooling.base import Pooler, PoolOutputError
 from attnpool.pooling.functional import masked_softmax
-from attnpool.pooling.registry import build_pooler
+from attnpool.pooling.registry import build_pooler, check_rebuildable
 
 _LENGTHS = (4, 6, 1)  # a ragged batch: a full row, a shorter one, a single token
 _HEADS = 2  # of the synthetic attention maps given to a needs_attentions pooler
@@ -37,7 +37,8 @@ def check_pooler(pooler_or_class: Pooler | type[Pooler] | str, hidden_size: int 
     Raises:
         AssertionError: A broken property, named first in the message (``padding invariance: ...``,
             ``pool return value: ...``, ``has_weights: ...``).
-        ValueError: The pooler cannot be built, or its config does not rebuild it.
+        ValueError: The pooler cannot be built, or its config does not rebuild it (its class, or that of a pooler
+            it holds, is not the one registered under its ``name``: decorate it with ``@register_pooler``).
     """
     if isinstance(pooler_or_class, str):
         pooler = build_pooler(pooler_or_class, hidden_size, **options)
@@ -151,6 +152,10 @@ def _check_empty_rows_and_gradients(pooler: Pooler) -> None:
 
 def _check_round_trip(pooler: Pooler, hidden: Tensor, mask: Tensor, pooled: Tensor) -> None:
     """``get_config()`` rebuilds the same pooler through the registry; with its state dict, the same output."""
+    try:  # an unregistered class (or a subclass keeping its parent's name): say to register it
+        check_rebuildable(pooler, "pooler")
+    except ValueError as err:
+        raise ValueError(f"config round trip: {err}") from err
     config = pooler.get_config()
     try:
         rebuilt = build_pooler(config)

@@ -168,7 +168,9 @@ class FusedAttentionPool(torch.autograd.Function):
             scores = row_scores.new_zeros(batch * seq_len).index_copy_(0, packing.real, row_scores)
         else:
             scores = row_scores
-        scores = scores.view(batch, seq_len)  # (B, T); padded scores are masked below
+        # (B, T), padded scores masked below; in float32 (float64: float64) before the temperature: divided by a small
+        # one in fp16 they overflowed to inf, and the softmax gave NaN
+        scores = scores.view(batch, seq_len).to(compute_dtype(dtype))
         if temperature != 1.0:
             scores = scores / temperature
         if prior is not None:
@@ -176,7 +178,7 @@ class FusedAttentionPool(torch.autograd.Function):
         # The softmax in float32 (float64: float64), as in the plain path. Its backward needs these exact weights:
         # rounded to half precision they no longer sum to 1, and the softmax gradient loses its cancellation. The
         # returned weights and the weighted sum use them rounded to dtype, as the plain path's do.
-        exact = masked_softmax(scores.to(compute_dtype(scores.dtype)), mask)  # (B, T), exactly 0 on padding
+        exact = masked_softmax(scores, mask)  # (B, T), exactly 0 on padding
         weights = exact.to(dtype)
         if long_half:
             pooled = weighted_sum(exact, buffer)  # (B, H)

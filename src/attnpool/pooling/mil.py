@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import Init, check_count, uniform_start_, xavier_, xavier_parts_
+from attnpool.pooling.modules import Init, check_count, check_number, uniform_start_, xavier_, xavier_parts_
 from attnpool.pooling.registry import register_pooler
 from attnpool.pooling.scoring import gated_scores
 
@@ -77,8 +77,7 @@ class ACMILPooling(Pooler):
         self.num_branches = check_count("ACMILPooling", "num_branches", num_branches)
         self.attn_size = check_count("ACMILPooling", "attn_size", attn_size)
         self.top_k = check_count("ACMILPooling", "top_k", top_k, minimum=0)
-        if not 0.0 <= mask_rate < 1.0:
-            raise ValueError(f"ACMILPooling: mask_rate must be in [0, 1), got {mask_rate}")
+        mask_rate = check_number("ACMILPooling", "mask_rate", mask_rate, "mask_rate=0.6", 0.0, 1.0)
         if combine not in ("mean", "concat"):
             raise ValueError(f"ACMILPooling: combine must be 'mean' or 'concat', got {combine!r}")
         self.mask_rate, self.combine = float(mask_rate), combine

@@ -104,6 +104,51 @@ def check_positive(owner: str, name: str, value: Any, example: str) -> float:
     raise ValueError(f"{owner}: {name} must be {what}, got {value!r}; give a finite number > 0 (e.g. {example})")
 
 
+def check_number(owner: str, name: str, value: Any, example: str, low: float = 0.0, high: float | None = None, *,
+                 low_open: bool = False, high_open: bool = True) -> float:
+    """The option ``name`` of ``owner`` as a float, a finite number from ``low`` to ``high`` (``None``: no bound).
+
+    ``low_open`` / ``high_open`` leave the bound itself out: ``low=0, low_open=True`` is "positive", ``low=0,
+    high=1`` is ``[0, 1)``. ``example`` is a valid setting, for the error (``"dropout=0.1"``). Comparisons are
+    written so that NaN, which compares False either way, is refused.
+
+    Raises:
+        ValueError: Not a number (a bool or text included), NaN, infinite or out of range, naming the option, the
+            value and the range.
+    """
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+    if number is not None and math.isfinite(number):
+        above = number > low if low_open else number >= low
+        below = high is None or (number < high if high_open else number <= high)
+        if above and below:
+            return number
+    if high is not None:
+        span = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        wanted = f"a finite number {span}"
+    elif low_open and low == 0:
+        span, wanted = "positive", "a finite number > 0"
+    else:
+        span = f"{'>' if low_open else '>='} {low:g}"
+        wanted = f"a finite number {span}"
+    if number is None:  # text, a bool, None: "must be a number"
+        got = f"{value!r} ({type(value).__name__})"
+        span = wanted.replace("finite ", "")
+        as_text = _float_or_none(value) if isinstance(value, str) else None
+        if as_text is not None:  # --pooling-opt reads a value as JSON, where ".1" is text
+            example += f"; --pooling-opt reads values as JSON, where {value!r} is text: write {name}={as_text!r}"
+    else:
+        got = str(value)
+        span = span if math.isfinite(number) else wanted
+    raise ValueError(f"{owner}: {name} must be {span}, got {got}; give {wanted} (e.g. {example})")
+
+
+def _float_or_none(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def check_switch(owner: str, name: str, value: Any) -> bool:
     """The on/off option ``name`` of ``owner`` as a bool: a bool, or a word ``--pooling-opt`` reads as one.
 

@@ -144,10 +144,23 @@ def _get_class(name: str, module: str | None = None) -> type[Pooler]:
 def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
     """Refuse a pooler instance that its config would not rebuild: a model saves its pooler by name.
 
+    The poolers it holds (a ``combined`` pooler's parts, a ``weighted_layer``'s token pooler) are saved by name
+    too, and checked the same way.
+
     Raises:
-        ValueError: ``type(pooler)`` is not the class registered under its ``name`` (an unregistered class, or a
-            subclass keeping its parent's ``name``, which would reload as the parent and lose its changes).
+        ValueError: ``type(pooler)``, or the type of a pooler it holds, is not the class registered under its
+            ``name`` (an unregistered class, or a subclass keeping its parent's ``name``, which would reload as the
+            parent and lose its changes).
     """
+    _check_registered(pooler, f"{what}={type(pooler).__name__}(...)")
+    for path, module in pooler.named_modules():
+        if module is not pooler and isinstance(module, Pooler):
+            _check_registered(module, f"{what}={type(pooler).__name__}(...) holds {path}={type(module).__name__}(...), "
+                                      "which")
+
+
+def _check_registered(pooler: Pooler, subject: str) -> None:
+    """:func:`check_rebuildable` for one pooler; ``subject`` names it in the error."""
     cls = type(pooler)
     key = _normalize(cls.name) if cls.name else ""
     registered = _REGISTRY.get(key) if key and "+" not in cls.name else None
@@ -156,7 +169,7 @@ def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
     why = (f"it would reload as {registered.__name__}, registered under that name, without {cls.__name__}'s changes"
            if registered is not None else "a class not in the registry cannot be rebuilt when the model is loaded")
     raise ValueError(
-        f"{what}={cls.__name__}(...) is not the pooler registered as {cls.name!r}: a model saves its pooler by name, "
+        f"{subject} is not the pooler registered as {cls.name!r}: a model saves its pooler by name, "
         f"and {why}. Give {cls.__name__} its own `name` and decorate it with @attnpool.register_pooler, so that it "
         "saves and reloads"
     )

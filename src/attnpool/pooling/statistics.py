@@ -8,7 +8,7 @@ from typing_extensions import override
 
 from attnpool.pooling import functional as F
 from attnpool.pooling.base import Pooler
-from attnpool.pooling.modules import check_count, check_positive
+from attnpool.pooling.modules import check_count, check_number, check_positive
 from attnpool.pooling.registry import register_pooler
 
 
@@ -43,9 +43,7 @@ class StatisticsPooling(Pooler):
 
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
         super().__init__(hidden_size)
-        if eps <= 0:
-            raise ValueError(f"StatisticsPooling: eps must be positive, got {eps}")
-        self.eps = float(eps)
+        self.eps = check_number("StatisticsPooling", "eps", eps, "eps=1e-6", low_open=True)
 
     @property
     def output_dim(self) -> int:
@@ -136,9 +134,8 @@ class GroupGeMPooling(Pooler):
         self.num_groups = int(num_groups)
         # the initial value, saved in the config; the learned ones are in the state dict
         self.p = check_positive("GroupGeMPooling", "p", p, "p=3.0; 1 is the mean, a large p nears the max")
-        if not eps > 0:  # the floor of the values raised to p: log(0) gives p a NaN gradient
-            raise ValueError(f"GroupGeMPooling: eps must be positive, got {eps}")
-        self.eps = float(eps)
+        # eps > 0, the floor of the values raised to p: log(0) gives p a NaN gradient
+        self.eps = check_number("GroupGeMPooling", "eps", eps, "eps=1e-6", low_open=True)
         self.p_param = nn.Parameter(torch.full((self.num_groups,), self.p))
 
     def channel_groups(self, device: torch.device | None = None) -> Tensor:
