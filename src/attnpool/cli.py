@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +32,7 @@ from attnpool.prediction.onnx_engine import INT8_TOLERANCE, QUANTIZE
 from attnpool.training.distributed import shutdown
 from attnpool.training.progress import console
 from attnpool.training.run_log import resume_hint
+from attnpool.training.stop_signals import INTERRUPTED, TERMINATED, Terminated, end_by_signal, sigterm_interrupts
 
 # compare's own --output-dir and --overwrite (the comparison folder); no --resume: it keeps finished runs by itself
 _COMPARE_OWN = ("output_dir", "overwrite", "resume")
@@ -349,13 +348,12 @@ def _resume_hint(args: argparse.Namespace) -> str:
     return f"; {resume_hint(output_dir)}"
 
 
-INTERRUPTED = 130  # 128 + SIGINT: what main returns after Ctrl-C
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2.
 
-    Ctrl-C prints one line (for ``train``, the command that resumes the run) and returns :data:`INTERRUPTED`.
+    Ctrl-C prints one line (for ``train``, the command that resumes the run) and returns :data:`INTERRUPTED` (130);
+    SIGTERM (a preemption) stops the command the same way (``train`` logs it and releases its run) and returns
+    :data:`TERMINATED` (143).
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -367,27 +365,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_unknown(parser, args.command, unknown)
     try:
         import_modules([*args.imports, *args.imports_after])  # the user's poolers, registered before the command
-        with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
+        with sigterm_interrupts(), console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level
             return args.func(args)
     except (ValueError, FileNotFoundError, OSError, ImportError) as err:  # ImportError: an optional extra missing
         print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of wherever it landed; 128 + SIGINT
-        print(f"attnpool {args.command}: interrupted{_resume_hint(args)}", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: one line, not the traceback of wherever it landed
+        stopped = isinstance(err, Terminated)
+        print(f"attnpool {args.command}: {'terminated (SIGTERM)' if stopped else 'interrupted'}{_resume_hint(args)}",
+              file=sys.stderr)
+        return TERMINATED if stopped else INTERRUPTED
     finally:
         shutdown()  # under torchrun: leave the process group before the interpreter exits
 
 
 def run() -> None:
-    """The console script and ``python -m attnpool``: :func:`main`, ended by SIGINT after Ctrl-C.
+    """The console script and ``python -m attnpool``: :func:`main`, ended by SIGINT after Ctrl-C (SIGTERM after it).
 
     As an uncaught interrupt ends Python: a calling shell loop stops too (a plain exit 130 let it go on).
     """
     code = main()
-    if code == INTERRUPTED and os.name == "posix":
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+    end_by_signal(code)
     sys.exit(code)
 
 

@@ -8,7 +8,9 @@ an interrupted prediction resumes at the first unfinished chunk.
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,7 @@ from attnpool.prediction.parts import Parts, manifest
 from attnpool.prediction.positions import cap_max_length, saved_position_limit
 from attnpool.prediction.progress import progress_bar, redirect_logging
 from attnpool.runs.files import check_writable
-from attnpool.runs.lock import RunLock
+from attnpool.runs.lock import LOCK_NAME, RunLock, process_alive
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.threads import restores_threads, set_threads
@@ -238,9 +240,9 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     resumed = len([i for i in finished if i < count])
     how = precision if backend == "torch" else f"onnxruntime, {'float32' if quantize == 'none' else quantize}"
     models = sum(len(m.folds) for m in members)
-    logger.log(SUMMARY, "wrote %d predictions of %d fold models%s (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
-                models, f" of {len(runs)} runs, blended" if blended else "", ensemble, how, output_file, count,
-                f", {resumed} of them resumed from {parts.folder}" if resumed else "")
+    logger.log(SUMMARY, "wrote %d predictions of %d fold model%s%s (%s ensemble, %s) to %s in %d chunk(s)%s", rows,
+                models, "s" * (models != 1), f" of {len(runs)} runs, blended" if blended else "", ensemble, how,
+                output_file, count, f", {resumed} of them resumed from {parts.folder}" if resumed else "")
     return PredictionSummary(output=output_file, rows=rows, chunks=count, resumed_chunks=resumed)
 
 
@@ -279,10 +281,27 @@ def _load_ensemble(run: Run, folds: int | Sequence[int] | None, how: str, backen
         member = OnnxFoldEnsemble.load(run, folds, how, quantize, threads=threads)
     else:
         raise ValueError(f"backend must be 'torch' or 'onnx', got {backend!r}")
+    if folds is None:
+        _warn_incomplete(run, member.folds)
     if how == "score":
         logger.info("--ensemble score: fold weights of %s: %s", run.path,
                     ", ".join(f"fold {f} {w:.3f}" for f, w in zip(member.folds, member.weights, strict=True)))
     return member
+
+
+def _warn_incomplete(run: Run, used: list[int]) -> None:
+    """Warn that ``run`` has fewer fold models than folds (no ``folds`` given): one still training, or partial."""
+    if not (missing := [str(f) for f in range(run.info().get("num_folds") or 0) if f not in used]):
+        return
+    try:  # the train writing it, as its lock file names it: on this host while its PID lives; another host's, as said
+        holder = json.loads((run.path / LOCK_NAME).read_text())
+        live = holder.get("host") != socket.gethostname() or process_alive(holder.get("pid"))
+        now = f"; a {holder['purpose']} holds its lock: PID {holder['pid']} on host {holder['host']}" if live else ""
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):  # no lock file: nothing writes the run
+        now = ""
+    logger.warning("%s: using %d of its %d folds: the run is incomplete (fold(s) %s not trained yet%s); predict "
+                   "again once they are (attnpool train --output-dir %s --resume), or choose folds with --folds",
+                   run.path, len(used), len(used) + len(missing), ", ".join(missing), now, run.path)
 
 
 def _next_chunks(streams: list) -> list | None:

@@ -189,8 +189,8 @@ def check_writable(path: str | Path, option: str = "--output", *, folder: bool =
         ValueError: Saying which ``option`` to change, and why.
     """
     path = Path(path).expanduser()
-    if folder and (reason := not_a_folder(path)):
-        raise ValueError(reason)
+    if folder and path.is_symlink() and not path.exists():
+        raise ValueError(not_a_folder(path))
     if folder and path.exists() and not path.is_dir():
         raise ValueError(f"{option} {path} is a file, not a folder; choose another {option}")
     if folder and path.is_dir():

@@ -192,14 +192,23 @@ class RunLock:
             if _same_file(fd, self._file):
                 break
             os.close(fd)  # the holder deleted this file between our open and our flock: lock the new one
+        return self._write_holder(fd, read_first=True)
+
+    def _write_holder(self, fd: int, read_first: bool = False) -> int:
+        """Write this process into the held lock file ``fd``, returned; failing, delete the file and close ``fd``."""
         try:
-            if previous := _read(fd):  # a normal release deletes the file, so its writer died holding it
+            if read_first and (previous := _read(fd)):  # a normal release deletes the file: its writer died holding it
                 self._log_takeover(previous)
             _write(fd, self._holder())
-        except BaseException:
+            return fd
+        except BaseException as err:
+            if _same_file(fd, self._file):  # ours (flocked, or made with O_EXCL): not left behind empty
+                self._file.unlink(missing_ok=True)
             os.close(fd)
+            if getattr(err, "errno", None) in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # disk, quota
+                raise OSError(err.errno, f"no space left on device while writing the lock file {self.lock_file} (of "
+                              f"{self.path}); free space on that disk, then run the command again") from err
             raise
-        return fd
 
     def _flock(self, fd: int) -> None:
         """Lock ``fd`` now, or close it and raise :class:`LockedError` naming the holder (other errors leave it)."""
@@ -262,8 +271,7 @@ class RunLock:
                 self._log_takeover(info)
                 self._file.unlink(missing_ok=True)
                 continue
-            _write(fd, self._holder())
-            return fd
+            return self._write_holder(fd)
 
     def _holder(self) -> dict[str, Any]:
         started = datetime.now().astimezone().isoformat(timespec="seconds")
@@ -311,8 +319,7 @@ def _same_file(fd: int, path: Path) -> bool:
         on_disk = os.stat(path)
     except FileNotFoundError:
         return False
-    mine = os.fstat(fd)
-    return (on_disk.st_dev, on_disk.st_ino) == (mine.st_dev, mine.st_ino)
+    return os.path.samestat(on_disk, os.fstat(fd))
 
 
 def _parse(data: bytes) -> dict[str, Any] | None:
@@ -325,10 +332,7 @@ def _parse(data: bytes) -> dict[str, Any] | None:
 
 def _read(fd: int) -> dict[str, Any] | None:
     os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 65536):
-        chunks.append(chunk)
-    return _parse(b"".join(chunks))
+    return _parse(b"".join(iter(lambda: os.read(fd, 65536), b"")))
 
 
 def _write(fd: int, info: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ from attnpool.training.curves import plot_learning_curves, summary_table
 from attnpool.training.distributed import on_every, on_main, process_state, use_cpu
 from attnpool.training.fold import train_fold
 from attnpool.training.progress import SUMMARY, quiet_third_party
-from attnpool.training.run_log import EarlyRecords, attach_log_file, log_ending
+from attnpool.training.run_log import EarlyRecords, attach_log_file, detach_log_file, log_ending
 from attnpool.training.saved_paths import PATH_OPTIONS, absolute_paths, find_moved_paths
 from attnpool.training.tracking import TRACKERS, experiment_name, integrations, log_summary, run_environment
 
@@ -177,13 +177,12 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
         log_ending(handler, err, run.path)  # train.log's last record: the console says the error once
         raise
     finally:
-        early.close()
-        if handler is not None:
-            package_logger.removeHandler(handler)
-            handler.close()
-        package_logger.setLevel(level)  # the caller's level: attach_log_file raised it to INFO
-        if lock is not None:
-            lock.release()
+        try:
+            detach_log_file(handler, early)  # never raises: a full disk's last flush would hide the run's error
+        finally:
+            package_logger.setLevel(level)  # the caller's level: attach_log_file raised it to INFO
+            if lock is not None:
+                lock.release()
     return result
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import sys
 from pathlib import Path
 
 from attnpool.runs import Run
@@ -36,9 +37,43 @@ class EarlyRecords(logging.Handler):
         super().close()
 
 
+class LogFile(logging.FileHandler):
+    """``train.log``'s handler: a write that fails (a full disk) never raises nor prints logging's traceback.
+
+    The first failure is noted in one line on stderr (the records from then on are missing from the file); the
+    error that stops the run on that disk (a checkpoint's, with the way on) is the one the caller sees.
+    """
+
+    failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        """Note the first failed write on stderr, in one line; then stay quiet."""
+        self._note(sys.exc_info()[1])
+
+    def close(self) -> None:
+        """Close the file; its last flush failing (a full disk) is noted, not raised."""
+        try:
+            super().close()
+        except OSError as err:
+            self._note(err)
+
+    def _note(self, err: BaseException | None) -> None:
+        if self.failed:
+            return
+        self.failed = True
+        try:
+            sys.stderr.write(f"attnpool: warning: could not write {self.baseFilename} ({err}); the run's records "
+                             "from here on are missing from it (free space on its disk for the next runs)\n")
+        except Exception:  # noqa: BLE001, S110 - no stderr either: nothing more to say
+            pass
+
+
 def attach_log_file(path: Path, early: EarlyRecords | None = None) -> logging.Handler:
-    """Attach ``path`` to the package logger (at INFO), writing into it first the records ``early`` kept."""
-    handler = logging.FileHandler(path, encoding="utf-8")
+    """Attach ``path`` to the package logger (at INFO), writing into it first the records ``early`` kept.
+
+    The handler (:class:`LogFile`) never raises on a failed write; take it off with :func:`detach_log_file`.
+    """
+    handler = LogFile(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(_FORMAT))
     if early is not None:
         early.close()
@@ -48,6 +83,22 @@ def attach_log_file(path: Path, early: EarlyRecords | None = None) -> logging.Ha
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     return handler
+
+
+def detach_log_file(handler: logging.Handler | None, early: EarlyRecords | None = None) -> None:
+    """Take ``handler`` (of :func:`attach_log_file`) off the package logger and close it, and ``early``; never raises.
+
+    A full disk's last flush is noted once on stderr (:class:`LogFile`), so the error that stopped the run stays
+    the one raised, and what the caller restores after this (the logger's level, the run's lock) is restored.
+    """
+    try:
+        if early is not None:
+            early.close()
+        if handler is not None:
+            logging.getLogger(PACKAGE_LOGGER).removeHandler(handler)
+            handler.close()
+    except Exception:  # noqa: BLE001, S110 - a handler other than LogFile: the run's own error comes first
+        pass
 
 
 def resume_hint(output_dir: str | Path) -> str:
@@ -61,7 +112,8 @@ def resume_hint(output_dir: str | Path) -> str:
 def log_ending(handler: logging.Handler | None, error: BaseException, output_dir: str | Path) -> None:
     """Write into the log file alone (``handler``) what stopped the run: the error and its traceback, or an interrupt.
 
-    An interrupt's record says how the run in ``output_dir`` goes on (:func:`resume_hint`, as the command line says).
+    An interrupt (Ctrl-C, or SIGTERM: :class:`~attnpool.training.stop_signals.Terminated`) is named; its record
+    says how the run in ``output_dir`` goes on (:func:`resume_hint`, as the command line says).
 
     Never raises: the error that stopped the run is the one to see.
     """
@@ -69,9 +121,10 @@ def log_ending(handler: logging.Handler | None, error: BaseException, output_dir
         return
     logger = logging.getLogger(f"{PACKAGE_LOGGER}.train")
     try:
-        if isinstance(error, KeyboardInterrupt):
-            record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "interrupted (KeyboardInterrupt): the "
-                                       "run stopped here; %s", (resume_hint(output_dir),), None)
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C; SIGTERM: Terminated, "interrupted (Terminated: SIGTERM)"
+            why = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "interrupted (%s): the run stopped "
+                                       "here; %s", (why, resume_hint(output_dir)), None)
         else:
             message = str(error).strip().splitlines()[0] if str(error).strip() else ""
             record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "the run stopped on an error: %s%s",
@@ -82,4 +135,4 @@ def log_ending(handler: logging.Handler | None, error: BaseException, output_dir
         pass
 
 
-__all__ = ["EarlyRecords", "attach_log_file", "log_ending", "resume_hint"]
+__all__ = ["EarlyRecords", "LogFile", "attach_log_file", "detach_log_file", "log_ending", "resume_hint"]

@@ -1,0 +1,54 @@
+"""SIGTERM (a SLURM or Kubernetes preemption, ``kill``) ends a command as Ctrl-C does.
+
+While :func:`sigterm_interrupts` is active on the main thread, SIGTERM raises :class:`Terminated`, a
+``KeyboardInterrupt``, there: ``train`` writes why it stopped into its ``train.log``, marks its trackers' runs killed
+and releases its lock, and the command line prints one line with the way on (``--resume``) and returns
+:data:`TERMINATED`. :func:`end_by_signal` then ends the process by the signal itself, as Python's default handlers
+would have: a calling shell loop or scheduler sees a process killed by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+INTERRUPTED = 128 + signal.SIGINT  # 130: what the command line returns after Ctrl-C
+TERMINATED = 128 + signal.SIGTERM  # 143: after SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received (raised in the main thread by :func:`sigterm_interrupts`): an interrupt, from outside."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated("SIGTERM")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread meanwhile; the previous handler is restored after.
+
+    Off the main thread (where Python cannot set a handler) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:  # None: a handler not set from Python; the default is what a process starts with
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def end_by_signal(code: int) -> None:
+    """After :data:`INTERRUPTED` or :data:`TERMINATED`: end this process by SIGINT or SIGTERM (POSIX; else return)."""
+    sig = {INTERRUPTED: signal.SIGINT, TERMINATED: signal.SIGTERM}.get(code)
+    if sig is not None and os.name == "posix":
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+
+
+__all__ = ["INTERRUPTED", "TERMINATED", "Terminated", "end_by_signal", "sigterm_interrupts"]
