@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,20 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
         logger.info("%s has %d trained folds (%s); exporting fold %d (one graph holds one model; --fold K for "
                     "another)", path, len(usable), ", ".join(map(str, usable)), usable[0])
     return run.model_dir(usable[0])
+
+
+def run_fold(model_dir: Path) -> tuple[int, int] | None:
+    """``(K, N)`` when ``model_dir`` is fold K's model of a train run (``RUN/fold_K/model``) that has N usable folds.
+
+    N counts the run's folds with a saved model that did not stop short of their results, fold K included: those
+    ``attnpool predict --run RUN`` averages. ``None`` for a model folder of another kind.
+    """
+    found = re.fullmatch(r"fold_(\d+)", model_dir.parent.name) if model_dir.name == "model" else None
+    if found is None:
+        return None
+    fold, run = int(found.group(1)), Run(model_dir.parent.parent)
+    usable = {k for k in run.trained_folds() if not run.fold_unfinished(k)} | {fold}
+    return fold, len(usable)
 
 
 def load_for_export(model_dir: str | os.PathLike) -> nn.Module:

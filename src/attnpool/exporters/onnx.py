@@ -25,8 +25,9 @@ import torch
 from torch import Tensor, nn
 
 from attnpool._version import __version__
+from attnpool.exporters.checks import check_atol, check_opset, check_opset_number
+from attnpool.exporters.export_card import stage_card, tokenizer_from
 from attnpool.exporters.models import (
-    _TOKENIZER_FILES,
     ExporterFailure,
     ExportError,
     OnnxWrapper,
@@ -38,22 +39,15 @@ from attnpool.exporters.models import (
     _uses_token_types,
     load_for_export,
     resolve_model_dir,
+    run_fold,
     source_stamp,
 )
-from attnpool.exporters.staging import OWNER_FILE, make_staging
+from attnpool.exporters.staging import OWNER_FILE, make_staging, missing_folders, remove_empty
 from attnpool.exporters.verify import ATOL, VerificationError, _example_batch, _pad_id, verify_onnx
-from attnpool.model.card import (
-    CARD_FILE,
-    ExportFacts,
-    card_graph,
-    is_attnpool_card,
-    model_card,
-    read_card,
-    training_facts,
-)
-from attnpool.model.card_facts import encoder_source
-from attnpool.model.encoders import looks_like_local_path
+from attnpool.model.card import ExportFacts
 from attnpool.runs.files import check_writable
+
+_check_opset = check_opset  # its former name here
 
 
 @dataclass(frozen=True)
@@ -144,19 +138,12 @@ def _root_cause(err: BaseException, limit: int = 500) -> str:
     return f"{type(root).__name__}: {message}" if message else type(root).__name__
 
 
-def _check_opset(program: Any, opset: int | None) -> None:
-    """The exporter writes opset 18 or newer and converts down when asked; it keeps 18 when conversion fails."""
-    got = program.model.opset_imports.get("")
-    if opset is not None and got != opset:
-        raise ExportError(
-            f"asked for ONNX opset {opset}, but the exporter produced opset {got} for this model: it writes opsets "
-            "from 18 on and converts to others only where every operator has a form there; choose another --opset, "
-            "or leave it out for the exporter's default"
-        )
+def _metadata(model: nn.Module, wrapper: OnnxWrapper, fold: tuple[int, int] | None = None) -> dict[str, str]:
+    """Facts a server needs besides the graph, stored in the ONNX file's ``metadata_props``.
 
-
-def _metadata(model: nn.Module, wrapper: OnnxWrapper) -> dict[str, str]:
-    """Facts a server needs besides the graph, stored in the ONNX file's ``metadata_props``."""
+    ``fold``: ``(K, N)`` for fold K of a train run of N folds (:func:`run_fold`): ``attnpool_fold`` and
+    ``attnpool_run_folds``, as one graph holds one fold's model where ``attnpool predict --run`` averages N.
+    """
     config = _base_model(model).config
     top = getattr(model, "config", config)
     meta = {
@@ -169,6 +156,8 @@ def _metadata(model: nn.Module, wrapper: OnnxWrapper) -> dict[str, str]:
         meta["problem_type"] = str(top.problem_type)
         meta["output_activation"] = str(top.output_activation)
         meta["id2label"] = json.dumps({str(k): v for k, v in top.id2label.items()})
+    if fold is not None:
+        meta["attnpool_fold"], meta["attnpool_run_folds"] = str(fold[0]), str(fold[1])
     return meta
 
 
@@ -191,8 +180,10 @@ def export_onnx(
     The model is traced by ``torch.onnx.export(..., dynamo=True)`` on a random padded batch, then (``verify``)
     run in onnxruntime on a padded batch of another batch size and length and compared with PyTorch. Everything
     is written in a temporary folder beside ``output`` and moved into place only once verified: a failed export
-    leaves no file behind. Weights above 1.5 GB go to an external data file ``<output>.data`` beside the graph
-    (ONNX protobufs stop at 2 GB); keep the two together.
+    leaves no file behind, nor the folders it made for ``output``. Exported from a train run, the graph records
+    which fold it holds (metadata ``attnpool_fold``, ``attnpool_run_folds``, and a line of its card). Weights
+    above 1.5 GB go to an external data file ``<output>.data`` beside the graph (ONNX protobufs stop at 2 GB); keep
+    the two together.
 
     Args:
         model_or_path: An :class:`~attnpool.AttnPoolForSequenceClassification` or
@@ -202,14 +193,15 @@ def export_onnx(
         fold: Which fold's model of a train run; default: its first trained fold. Only with a run's folder.
         with_weights: Add the pooler's token weights as a second output ``pooling_weights``, ``(B, T)`` or
             ``(B, heads, T)``.
-        opset: The ONNX opset; ``None``: the exporter's default (18 or newer; older ones are converted to).
+        opset: The ONNX opset, from 7 to the newest the installed onnx knows; ``None``: the exporter's default (18
+            or newer; older ones are converted to).
         tokenizer: The tokenizer to save beside the graph, for a model given as an object; a model folder's own
             tokenizer is used otherwise.
         save_tokenizer: Save the tokenizer's files (``tokenizer.json``...) into the folder of ``output``, so that
             ``AutoTokenizer.from_pretrained(that folder)`` works next to the graph.
         verify: Compare onnxruntime with PyTorch, raising :class:`ExportError` above ``atol``.
         verify_inputs: A tokenized batch (tensors) to verify on; default: a random batch with padding.
-        atol: Largest absolute difference accepted by the check.
+        atol: Largest absolute difference accepted by the check (plus 1e-5 times the value), a finite number >= 0.
         external_data: Write the weights to ``<output>.data`` whatever their size (they go there anyway past
             1.5 GB).
 
@@ -219,7 +211,8 @@ def export_onnx(
     Raises:
         ImportError: onnx or onnxscript (or, with ``verify``, onnxruntime) is not installed.
         FileNotFoundError: A path that is not a model folder or run (see :func:`resolve_model_dir`).
-        ValueError: A bad ``fold``, or one with a model object; an ``output`` that is a directory;
+        ValueError: A bad ``fold``, or one with a model object; an ``output`` that is a directory; an ``atol`` that
+            is not a finite number >= 0, or an ``opset`` that does not exist;
             :class:`ExportError` (a ``ValueError``): a folder that does not load (another kind of model, damaged
             files), ``with_weights`` for a pooler without token weights, a model the exporter cannot trace (one with
             ``recurrent``), or a verification above ``atol``.
@@ -228,6 +221,7 @@ def export_onnx(
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         raise ImportError(f"the ONNX export needs {', '.join(missing)}: pip install 'attnpool[onnx]'")
+    atol, opset = check_atol(atol), check_opset_number(opset)  # before a model is exported only to be refused
     output = Path(os.fspath(output)).expanduser()
     if output.suffix != ".onnx":
         raise ValueError(f"the output {output} should end in .onnx (the tokenizer files go beside it)")
@@ -270,10 +264,16 @@ def export_onnx(
     try:
         program = _export_program(wrapper.eval(), {k: v.to(device) for k, v in example.items()}, opset)
         _check_opset(program, opset)
-        program.model.metadata_props.update(_metadata(model, wrapper))
+        fold_of_run = run_fold(model_dir) if model_dir is not None else None
+        program.model.metadata_props.update(_metadata(model, wrapper, fold_of_run))
         if model_dir is not None:  # predict and serve re-export a fold whose model is not this one any more
             program.model.metadata_props["attnpool_source"] = source_stamp(model_dir)
-        staging = make_staging(output.parent, f".{output.name}.")  # removes what a killed export left there
+        made = missing_folders(output.parent)  # removed again, if still empty, when the export fails
+        try:
+            staging = make_staging(output.parent, f".{output.name}.")  # removes what a killed export left there
+        except BaseException:
+            remove_empty(made)
+            raise
         try:
             staged = staging / output.name
             program.save(staged, external_data=external_data or None)  # None: external past 1.5 GB only
@@ -289,56 +289,18 @@ def export_onnx(
                 tokenizer_saved = True
             facts = ExportFacts(output.name, wrapper.input_names, wrapper.output_names,
                                 program.model.opset_imports.get(""), diff, tokenizer_saved,
-                                None if tokenizer_saved else _tokenizer_from(model, model_dir, output))
-            _stage_card(staging, output, model, model_dir, facts)
+                                None if tokenizer_saved else tokenizer_from(model, model_dir, output))
+            stage_card(staging, output, model, model_dir, facts, fold_of_run)
             _move_into_place(staging, output)
-        finally:
+        except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            remove_empty(made)
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
     finally:
         for module, training in modes.items():
             module.training = training
     return OnnxExport(output, wrapper.input_names, wrapper.output_names, diff, tokenizer_saved)
-
-
-def _stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path | None, facts: ExportFacts) -> None:
-    """A model card for the export folder: the model's, its training (from the source folder's card), the graph.
-
-    A ``README.md`` beside ``output`` that attnpool did not write is the user's: it is kept, and no card written.
-    Nor is one written into a saved model folder (``config.json`` beside ``output``): its card describes the model
-    and how to load it with transformers, which an export card would replace; nor over the card of another graph
-    still in the folder (one exported there before, with the same tokenizer).
-    """
-    if (output.parent / "config.json").is_file():
-        logging.getLogger("attnpool.export").info("%s is a saved model folder: its model card is kept, no export "
-                                                  "card written", output.parent)
-        return
-    if (output.parent / CARD_FILE).exists() and not is_attnpool_card(read_card(output.parent)):
-        logging.getLogger("attnpool.export").warning("%s has a README.md of its own: no model card written",
-                                                     output.parent)
-        return
-    described = card_graph(read_card(output.parent))
-    if described and described != output.name and (output.parent / described).is_file():
-        logging.getLogger("attnpool.export").warning("%s's README.md describes the graph %s there: kept, no card "
-                                                     "written for %s", output.parent, described, output.name)
-        return
-    card = model_card(model.config, architecture=type(model).__name__, num_parameters=sum(p.numel() for p in
-                      model.parameters()), training=training_facts(model_dir) if model_dir else None, export=facts,
-                      has_weights=_base_model(model).pooler.has_weights)
-    (staging / CARD_FILE).write_text(card, encoding="utf-8")
-
-
-def _tokenizer_from(model: nn.Module, model_dir: Path | None, output: Path) -> str | None:
-    """Where the tokenizer of a graph exported without one is, for its card.
-
-    The model folder (relative to the graph's, ``../model`` for a run's ``fold_K/onnx``) when it holds one, else the
-    encoder's source (a folder or hub name); ``None``: neither.
-    """
-    if model_dir is not None and any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
-        return Path(os.path.relpath(model_dir.resolve(), output.parent.resolve())).as_posix()
-    source = encoder_source(model.config)
-    if source and (os.path.isdir(source) or not looks_like_local_path(source)):
-        return source
-    return None
 
 
 def _move_into_place(staging: Path, output: Path) -> None:

@@ -34,6 +34,21 @@ def make_staging(parent: Path, prefix: str) -> Path:
     return folder
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and the folders above it that do not exist yet, deepest first: those :func:`make_staging` makes."""
+    folder = Path(folder).absolute()
+    return [p for p in (folder, *folder.parents) if not p.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty: those a failed export made, with nothing else there."""
+    for folder in folders:
+        try:
+            folder.rmdir()  # refuses a folder that is not empty (another export's files meanwhile): kept
+        except OSError:
+            return  # the ones above it hold it
+
+
 def clear_abandoned(parent: Path, prefix: str) -> list[Path]:
     """Delete the staging folders ``PARENT/PREFIX*`` whose export is dead (see the module's docstring)."""
     removed = []

@@ -41,6 +41,7 @@ from attnpool.exporters import ExportError, VerificationError, export_onnx
 from attnpool.exporters.models import ExporterFailure, ModelLoadError, source_stamp
 from attnpool.exporters.staging import make_staging
 from attnpool.prediction.engine import FoldEnsemble, FoldScales, combine_folds, fold_tokenizer, fold_weights
+from attnpool.runs.files import takes_files
 from attnpool.runs.run import Run, RunError
 
 _MISSING: str | None = None  # the module of the onnx extra that did not import, named by load()
@@ -111,25 +112,45 @@ def _not_2d_weights(graph: Path) -> list[str]:
             if n.op_type == "MatMul" and len(n.input) > 1 and ranks.get(n.input[1], 2) != 2]
 
 
+def _unwritable(run: Run, fold: int, graph: Path, quantize: str, command: str, reason: str) -> RunError:
+    """The refusal of a graph to make in a run that cannot be written (read-only, another user's), with ways out."""
+    asked = "--backend onnx" + (f" --quantize {quantize}" if quantize != "none" else "")
+    export = ("" if quantize != "none" else f"; `attnpool export --model {run.path} --fold {fold} --output "
+              "FILE.onnx` makes the graph elsewhere, to serve with onnxruntime")
+    return RunError(
+        f"fold {fold}: the ONNX backend makes the graph {graph} once, in the run, but the run folder {run.path} is "
+        f"not writable ({reason}); {command} with --backend torch, or from a writable copy of the run (cp "
+        f"-r {run.path} COPY, then --run COPY), or ask whoever can write it to run {command} {asked} once (the "
+        f"graph is then reused){export}")
+
+
+def _check_run_writable(run: Run, fold: int, graph: Path, quantize: str, command: str) -> None:
+    """Refuse, before the export or quantization starts, a graph whose folder in the run cannot be written.
+
+    The nearest existing folder above ``graph`` (``fold_K/onnx``, else ``fold_K``) must be writable (``os.access``)
+    and take a file (tried: a read-only mount, which ``os.access`` passes for root). Without this, the export's own
+    check of its output spoke of an ``--output`` that ``predict`` does not have.
+    """
+    above = next((parent for parent in graph.parents if parent.is_dir()), None)
+    if above is not None and not takes_files(above):  # None: the run itself is gone, as the export says
+        raise _unwritable(run, fold, graph, quantize, command, f"{above} takes no new file: read-only or no permission")
+
+
 @contextmanager
 def _run_writable(run: Run, fold: int, graph: Path, quantize: str, command: str) -> Iterator[None]:
     """A graph that must be made in a run that cannot be written (read-only, another user's): a RunError, ways out.
 
-    ``quantize``, ``command``: the graph's and the caller's (``predict``, ``serve``), as the ways out name them.
+    ``quantize``, ``command``: the graph's and the caller's (``predict``, ``serve``), as the ways out name them. The
+    folder is checked first (:func:`_check_run_writable`); a write refused later (a file there that cannot be
+    replaced) is caught too.
     """
+    _check_run_writable(run, fold, graph, quantize, command)
     try:
         yield
     except OSError as err:
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
-        asked = "--backend onnx" + (f" --quantize {quantize}" if quantize != "none" else "")
-        export = ("" if quantize != "none" else f"; `attnpool export --model {run.path} --fold {fold} --output "
-                  "FILE.onnx` makes the graph elsewhere, to serve with onnxruntime")
-        raise RunError(
-            f"fold {fold}: the ONNX backend makes the graph {graph} once, in the run, but the run folder {run.path} is "
-            f"not writable ({err.strerror}); {command} with --backend torch, or from a writable copy of the run (cp "
-            f"-r {run.path} COPY, then --run COPY), or ask whoever can write it to run {command} {asked} once (the "
-            f"graph is then reused){export}") from err
+        raise _unwritable(run, fold, graph, quantize, command, err.strerror) from err
 
 
 def graph_file(run: Run, fold: int, quantize: str = "none", command: str = "predict") -> Path:

@@ -200,13 +200,18 @@ def check_writable(path: str | Path, option: str = "--output", *, folder: bool =
     if not above.is_dir():
         raise ValueError(f"{option} {path}: {above} is a file, not a folder, so nothing can be written under it; give "
                          f"a path in a folder, e.g. {above.parent / path.name}")
-    if not os.access(above, os.W_OK | os.X_OK) or not _takes_a_file(above):
+    if not takes_files(above):
         raise ValueError(f"cannot write {option} {path}: folder {above} is not writable (read-only or no "
                          f"permission); choose another {option}")
 
 
-def _takes_a_file(folder: Path) -> bool:
-    """Whether a file can be made in ``folder`` (made and deleted at once)."""
+def takes_files(folder: Path) -> bool:
+    """Whether files can be made in ``folder``: writable (``os.access``), and one is made and deleted at once.
+
+    The trial catches a read-only mount, or ``/proc``, which ``os.access`` passes for root.
+    """
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
     try:
         with tempfile.TemporaryFile(dir=folder):
             return True
