@@ -40,7 +40,10 @@ class PoolerSpec:
         name = name.strip()
         if not name:
             raise ValueError(f"{flag}: empty pooler name in {text!r}; expected NAME or NAME:key=value,...")
-        get_pooler_class(name)  # unknown names fail here, with the closest valid one
+        try:  # unknown names fail here, with the closest valid one and the flag that gave them
+            get_pooler_class(name)
+        except ValueError as err:
+            raise type(err)(f"{flag} {text.strip()}: {err}") from None
         options = parse_options(_top_level_items(rest), repr(text))
         return cls(label=text.strip(), pooling=name, options=options, flag=flag)
 

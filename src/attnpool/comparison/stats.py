@@ -297,7 +297,8 @@ def bootstrap_replicates(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarr
     Without ``clusters`` every group's rows are drawn on their own.
 
     No replicates (``None``) with fewer than :data:`MIN_BOOTSTRAP_UNITS` keys to draw, or when the replicates do
-    not vary while the observed difference is not 0.
+    not vary while the observed difference is not 0. A difference within ``1e-12`` times the largest per-seed one
+    of 0 is 0: a tie in exact arithmetic (rounded to 1e-17), which :func:`percentile_test` counts on both sides.
 
     Args:
         groups: One ``(target, prediction_a, prediction_b)`` per seed; rows aligned.
@@ -321,35 +322,34 @@ def bootstrap_replicates(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarr
         for keys, (t, _, _) in zip(clusters, groups, strict=True):
             if len(keys) != len(t):
                 raise ValueError(f"paired_bootstrap: {len(keys)} cluster keys for {len(t)} rows; give one per row")
-    rng = np.random.default_rng(seed)
-    observed = float(np.mean([score(t, a) - score(t, b) for t, a, b in groups]))
-    nan = observed, None
-    replicates = np.zeros(num_samples)
+    rng, per_group = np.random.default_rng(seed), np.array([score(t, a) - score(t, b) for t, a, b in groups])
+    terms = np.zeros((len(groups), num_samples))  # each group's difference on each replicate
     if clusters is None:
         if min(len(t) for t, _, _ in groups) < MIN_BOOTSTRAP_UNITS:
-            return nan
-        for t, a, b in groups:
-            n = len(t)
+            return float(np.mean(per_group)), None
+        for g, (t, a, b) in enumerate(groups):
             for r in range(num_samples):
-                idx = rng.integers(0, n, n)
-                replicates[r] += score(t[idx], a[idx]) - score(t[idx], b[idx])
+                idx = rng.integers(0, len(t), len(t))
+                terms[g, r] = score(t[idx], a[idx]) - score(t[idx], b[idx])
     else:
         keys, codes = np.unique(np.concatenate(clusters), return_inverse=True)
         if len(keys) < MIN_BOOTSTRAP_UNITS:
-            return nan
+            return float(np.mean(per_group)), None
         codes = np.split(codes.reshape(-1), np.cumsum([len(c) for c in clusters])[:-1])
         rows = [np.arange(len(t)) for t, _, _ in groups]
         for r in range(num_samples):
             drawn = np.bincount(rng.integers(0, len(keys), len(keys)), minlength=len(keys))
-            for (t, a, b), code, row in zip(groups, codes, rows, strict=True):
+            for g, ((t, a, b), code, row) in enumerate(zip(groups, codes, rows, strict=True)):
                 idx = np.repeat(row, drawn[code])  # each row as many times as its key was drawn
-                replicates[r] += score(t[idx], a[idx]) - score(t[idx], b[idx]) if len(idx) else np.nan
-    replicates /= len(groups)
-    replicates = replicates[np.isfinite(replicates)]
-    if replicates.size == 0:
-        return nan
-    if _no_spread(replicates) and observed != 0:  # e.g. every drawn example favours a: no spread to test
-        return nan
+                terms[g, r] = score(t[idx], a[idx]) - score(t[idx], b[idx]) if len(idx) else np.nan
+    # one seed's +1/61 and another's -1/61 sum to 1e-17, not 0: a tie, which the test counts on both sides
+    tie = 1e-12 * np.abs(np.append(per_group, terms)[np.isfinite(np.append(per_group, terms))]).max(initial=0.0)
+    observed = float(np.mean(per_group))
+    observed = 0.0 if abs(observed) <= tie else observed
+    replicates = terms.mean(axis=0)
+    replicates = np.where(np.abs(replicates) <= tie, 0.0, replicates)[np.isfinite(replicates)]
+    if replicates.size == 0 or (_no_spread(replicates) and observed != 0):  # e.g. every drawn example favours a
+        return observed, None
     return observed, replicates
 
 

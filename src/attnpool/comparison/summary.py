@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 from safetensors import safe_open
 
+from attnpool.comparison.cells import _bootstrap, _ci, _delta, _num, _p, _ratio
 from attnpool.comparison.intervals import MAX_INVERTED_SEEDS, family_confidence, family_intervals, level
 from attnpool.comparison.keys import shared_bootstrap_keys
 from attnpool.comparison.specs import PoolerSpec
@@ -37,13 +39,15 @@ from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_scores, oof_targets
 from attnpool.tasks import primary_metric
 
+logger = logging.getLogger("attnpool.comparison")
+
 
 @dataclass
 class CompareResult:
     """The comparison table (one row per pooler) and where its files are."""
 
     output_dir: Path
-    metric: str
+    metric: str  # the score compared: the primary metric, or pearson_folds_standardised (--loss pearson runs)
     rows: list[dict[str, Any]]
     trained: int  # runs trained by this call (the others were kept from earlier calls)
     markdown: str = field(repr=False)  # the rows again, as compare.md: print(result.markdown) shows it
@@ -135,6 +139,9 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     costs = {key: _cost(path) for key, path in runs.items()}
     pooling = {key: _pooling_stats(path) for key, path in runs.items()}
     params = {s.label: _parameter_count(runs[(s.label, seeds[0])]) for s in specs}
+    standardised = any(map(_standardised, runs.values()))
+    compared = "pearson_folds_standardised" if standardised else metric  # the name of what run_score read
+    logger.info("compare: bootstrap: %d replicates x %d seeds x %d contenders", bootstrap, len(seeds), family)
 
     base_scores = [scores[(base.label, seed)] for seed in seeds]
     base_seconds = np.mean([costs[(base.label, seed)][0] for seed in seeds])
@@ -144,7 +151,7 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
         values = [scores[(spec.label, seed)] for seed in seeds]
         interval = score_interval(values, bounds)
         row: dict[str, Any] = {
-            "pooler": spec.label, "baseline": spec.label == base.label, "metric": metric,
+            "pooler": spec.label, "baseline": spec.label == base.label, "metric": compared,
             "mean": interval.mean, "std": interval.std, "ci_low": interval.low, "ci_high": interval.high,
             "ci_method": interval.method,
             "seeds": len(seeds), "per_seed": dict(zip(map(str, seeds), values, strict=True)),
@@ -190,23 +197,10 @@ def summarise(out: Path, task: str, specs: list[PoolerSpec], base: PoolerSpec, s
     for key in ("p_ttest", "p_signflip", "p_bootstrap"):  # every pooler in the family, an untested one as p = 1
         for r, adjusted in zip(others, holm([r[key] for r in others]), strict=True):
             r[f"{key}_holm"] = adjusted
-    standardised = any(map(_standardised, runs.values()))
     markdown = _markdown(rows, metric, base.label, seeds, bootstrap, split_seed, by_group, valid_file,
                          per_seed_keys=per_seed_keys, standardised=standardised)
-    _write_outputs(out, rows, markdown, metric, base.label, seeds, bootstrap, bounds, by_group)
-    return CompareResult(output_dir=out, metric=metric, rows=rows, trained=0, markdown=markdown)
-
-
-def _num(value: Any, digits: int = 4) -> str:
-    if is_missing(value):
-        return "n/a"
-    return f"{value:.{digits}f}"
-
-
-def _p(value: Any) -> str:
-    if is_missing(value):
-        return "n/a"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
+    _write_outputs(out, rows, markdown, compared, base.label, seeds, bootstrap, bounds, by_group)
+    return CompareResult(output_dir=out, metric=compared, rows=rows, trained=0, markdown=markdown)
 
 
 _SCALES = {
@@ -218,46 +212,6 @@ _SCALES = {
     "t_clipped": "Student t over seeds cut to the metric's range (a seed scored on its bound, where Fisher's z or "
                  "the logit is infinite)",
 }
-
-
-def _no_score(per_seed: dict[str, Any] | None) -> str | None:
-    """``"n/a (no score on seed 43)"`` when a seed has no score (a diverged run's Pearson is NaN), else None."""
-    missing = [seed for seed, value in (per_seed or {}).items() if is_missing(value)]
-    if not missing:
-        return None
-    return f"n/a (no score on seed{'s' if len(missing) > 1 else ''} {', '.join(missing)}: diverged?)"
-
-
-def _ci(r: dict[str, Any]) -> str:
-    if not is_missing(r["ci_low"]):
-        return f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
-    if unscored := _no_score(r.get("per_seed")):
-        return unscored
-    return "n/a (1 seed)" if r["seeds"] < 2 else "n/a (no spread over seeds)"
-
-
-def _delta(r: dict[str, Any]) -> str:
-    """The difference over seeds: its sign-flip interval at the family's level, else the seeds' own differences."""
-    if is_missing(r["diff"]):
-        return _no_score(r.get("diff_per_seed")) or "n/a"
-    if not is_missing(r.get("diff_low_family")):
-        return f"{r['diff']:+.4f} [{_num(r['diff_low_family'])}, {_num(r['diff_high_family'])}]"
-    if r["diff_equal_over_seeds"] and r["seeds"] > 1:
-        return f"{r['diff']:+.4f} (the same on all {r['seeds']} seeds)"
-    return f"{r['diff']:+.4f} (per seed: {', '.join(f'{d:+.4f}' for d in r['diff_per_seed'].values())})"
-
-
-def _bootstrap(r: dict[str, Any]) -> str:
-    if is_missing(r["boot_diff"]):
-        return "n/a"
-    low, high = r.get("boot_low_family"), r.get("boot_high_family")
-    if is_missing(r["boot_low"]) and is_missing(r["p_bootstrap"]):
-        return f"{r['boot_diff']:+.4f} (n/a)"
-    if is_missing(low):  # replicates, but too few for an interval at the family's level
-        return f"{r['boot_diff']:+.4f} (n/a: more resamples needed at this level)"
-    if low == high:  # e.g. identical predictions: a zero-width interval says nothing
-        return f"{r['boot_diff']:+.4f} (no spread over the resamples)"
-    return f"{r['boot_diff']:+.4f} [{_num(low)}, {_num(high)}]"
 
 
 def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: list[int], bootstrap: int,
@@ -289,8 +243,8 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
         entropy = "-" if r.get("pooling_entropy") is None else _num(r["pooling_entropy"], 3)
         special = "-" if r.get("pooling_special_share") is None else f"{100 * r['pooling_special_share']:.1f}%"
         lines.append(f"| `{r['pooler']}` | {_num(r['mean'])} ± {_num(r['std'])} | {_ci(r)} | {delta} | {p_seeds} | "
-                     f"{boot} | {p_b} | {entropy} | {special} | {added} | {_num(r['time_ratio'], 2)}x | "
-                     f"{_num(r['memory_ratio'], 2)}x |")
+                     f"{boot} | {p_b} | {entropy} | {special} | {added} | {_ratio(r['time_ratio'])} | "
+                     f"{_ratio(r['memory_ratio'])} |")
     methods = sorted({r["ci_method"] for r in rows if r["ci_method"] in _SCALES})
     scales = "; ".join(_SCALES[m] for m in methods) or "none (one seed, or no spread over seeds)"
     if any(m in ("fisher_z", "logit", "log") for m in methods):  # centred on the transformed mean, not the mean
@@ -338,10 +292,12 @@ def _markdown(rows: list[dict[str, Any]], metric: str, baseline: str, seeds: lis
     ]
     if max(1, family) * min_p >= 0.05:  # Holm multiplies the smallest p-value by the family's size
         needed = seeds_needed(family)
+        capped = " (Holm's p-values stop at 1)" if family * min_p > 1 else ""
         holm_floor = (f", and after Holm's correction over the {family} poolers compared to the baseline {family} x "
-                      f"{min_p:.3g} = {family * min_p:.3g}" if family > 1 else "")
-        lines += ["", f"**{n} seed(s) are too few to test a difference over seeds**: the smallest p-value they allow "
-                  f"is {min_p:.3g}{holm_floor}; "
+                      f"{min_p:.3g} = {min(1.0, family * min_p):.3g}{capped}" if family > 1 else "")
+        lines += ["", f"**{n} seed(s) are too few to test a difference over seeds**: "
+                  + ("one seed allows no test (the test over seeds needs two at least); " if n < 2 else
+                     f"the smallest p-value they allow is {min_p:.3g}{holm_floor}; ")
                   + (f"{needed} seeds are needed for p < 0.05{' after Holm' if family > 1 else ''}. " if needed else
                      "no number of seeds reaches p < 0.05 after Holm over so many poolers. ")
                   + "Until then only the bootstrap speaks, and only for these runs: add seeds (`--seeds`) to learn "
