@@ -52,6 +52,30 @@ def test_multilabel_macro_f1_averages_the_labels_the_rows_have_or_are_predicted(
     assert wrong["macro_f1"] == 0.5  # a label predicted but absent is a false positive, still counted
 
 
+def test_multilabel_macro_f1_scores_a_single_label_column_as_that_label():
+    """One label column: scikit-learn read it as a binary target and scored its 0s ("label absent"), so a perfect
+    model scored 0 and checkpoints were chosen by the wrong class."""
+    perfect = task_metrics("multilabel", np.array([[1], [1], [1], [1]]), np.full((4, 1), 0.9))
+    assert perfect["macro_f1"] == 1.0
+    target, scores = np.array([[1], [1], [1], [0], [0]]), np.array([[.9], [.2], [.3], [.1], [.1]])
+    assert task_metrics("multilabel", target, scores)["macro_f1"] == 0.5  # the label's F1: 1 of 3 found, no FP
+
+
+def test_multilabel_macro_f1_is_scikit_learns_over_two_labels_or_more():
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        rows, labels = int(rng.integers(2, 40)), int(rng.integers(2, 6))
+        target = (rng.random((rows, labels)) < rng.random(labels)).astype(int)
+        scores = rng.random((rows, labels)) * rng.random(labels)
+        predicted = (scores >= 0.5).astype(int)
+        seen = [j for j in range(labels) if target[:, j].any() or predicted[:, j].any()]
+        if seen:
+            expected = f1_score(target, predicted, labels=seen, average="macro", zero_division=0)
+            assert math.isclose(task_metrics("multilabel", target, scores)["macro_f1"], expected, abs_tol=1e-12)
+
+
 def test_a_diverged_classifier_scores_nan_instead_of_stopping_the_run():
     """NaN probabilities raised in scikit-learn ('Input contains NaN') where a regression run records NaN."""
     nan = np.full((3, 2), np.nan)

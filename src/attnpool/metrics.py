@@ -62,13 +62,9 @@ def classification_metrics(target: np.ndarray, scores: np.ndarray, task: str) ->
         return {"accuracy": float("nan"), "macro_f1": float("nan")}
     if task == "multilabel":
         predicted = (scores >= 0.5).astype(int)
-        # averaged over the labels the rows have or are predicted, as for multiclass: a label absent from a fold
-        # (and rightly never predicted) scored 0 and capped a perfect fold's macro-F1
-        seen = [j for j in range(target.shape[1]) if target[:, j].any() or predicted[:, j].any()]
         out = {
             "accuracy": float(accuracy_score(target, predicted)),  # exact match of the whole label set
-            "macro_f1": float(f1_score(target, predicted, labels=seen, average="macro", zero_division=0))
-            if seen else 1.0,
+            "macro_f1": multilabel_macro_f1(target, scores),
         }
         present = [j for j in range(target.shape[1]) if 0 < target[:, j].sum() < len(target)]
         if present:
@@ -86,6 +82,31 @@ def classification_metrics(target: np.ndarray, scores: np.ndarray, task: str) ->
         else:  # one-vs-rest over the classes the rows have (a class absent from a fold left the fold without AUC)
             out["auc"] = float(np.mean([roc_auc_score(target == c, scores[:, int(c)]) for c in classes]))
     return out
+
+
+def multilabel_macro_f1(target: np.ndarray, scores: np.ndarray) -> float:
+    """Macro-F1 of a multi-hot ``target`` ``(N, C)`` and sigmoid ``scores``: each label's, averaged.
+
+    Labels at probability 0.5 or more are predicted; each label's F1 is ``2 TP / (2 TP + FP + FN)``, averaged over
+    the labels the rows have or are predicted, as for multiclass (a label absent from a fold, and rightly never
+    predicted, scored 0 and capped a perfect fold's macro-F1); 1.0 when there is none; NaN for a score not finite.
+    Each label column on its own: scikit-learn's ``f1_score`` read a single label column as a binary target and
+    scored its 0s, "label absent".
+
+    Raises:
+        ValueError: No rows.
+    """
+    check_rows(target, "classification_metrics (multilabel)")
+    scores = np.asarray(scores, dtype=np.float64)
+    if not np.isfinite(scores).all():  # a diverged run
+        return float("nan")
+    truth, predicted = np.asarray(target).reshape(scores.shape) != 0, scores >= 0.5
+    true_sum, pred_sum = truth.sum(axis=0), predicted.sum(axis=0)
+    seen = (true_sum > 0) | (pred_sum > 0)
+    if not seen.any():
+        return 1.0
+    tp = (truth & predicted).sum(axis=0)[seen]
+    return float(np.mean(2.0 * tp / (true_sum[seen] + pred_sum[seen])))  # as f1_score: (1 + beta^2) TP / (...)
 
 
 def task_metrics(task: str, target: np.ndarray, prediction: np.ndarray) -> dict[str, float]:

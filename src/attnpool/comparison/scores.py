@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnpool.metrics import check_rows, task_metrics
+from attnpool.metrics import multilabel_macro_f1, task_metrics
 
 ScoreFn = Callable[[np.ndarray, np.ndarray], float]
 
@@ -35,25 +35,6 @@ def _pearson(target: np.ndarray, prediction: np.ndarray) -> float:
     return float(np.mean(np.round(r) if len(t) == 2 else r))  # pearsonr gives exactly +-1 on two rows
 
 
-def _multilabel_macro_f1(target: np.ndarray, prediction: np.ndarray) -> float:
-    """The multilabel macro-F1 of :func:`attnpool.metrics.classification_metrics` (two labels or more), at numpy speed.
-
-    Labels at probability 0.5 or more are predicted; each label's F1 is ``2 TP / (2 TP + FP + FN)``, averaged over
-    the labels the rows have or are predicted (1.0 when there is none); NaN for a prediction not finite.
-    """
-    check_rows(target, "classification_metrics (multilabel)")
-    scores = np.asarray(prediction, dtype=np.float64)
-    if not np.isfinite(scores).all():  # a diverged run
-        return float("nan")
-    truth, predicted = np.asarray(target) != 0, scores >= 0.5
-    true_sum, pred_sum = truth.sum(axis=0), predicted.sum(axis=0)
-    seen = (true_sum > 0) | (pred_sum > 0)
-    if not seen.any():
-        return 1.0
-    tp = (truth & predicted).sum(axis=0)[seen]
-    return float(np.mean(2.0 * tp / (true_sum[seen] + pred_sum[seen])))  # as f1_score: (1 + beta^2) TP / (...)
-
-
 def metric_function(task: str, metric: str) -> ScoreFn:
     """``score(target, prediction)`` for one metric of :func:`attnpool.metrics.task_metrics`.
 
@@ -79,12 +60,6 @@ def metric_function(task: str, metric: str) -> ScoreFn:
         return float(task_metrics(task, target, prediction).get(metric, float("nan")))
 
     if task == "multilabel" and metric == "macro_f1":
-
-        def macro_f1(target: np.ndarray, prediction: np.ndarray) -> float:
-            # one label: scikit-learn reads the column as a binary target, whose F1 the run's metric took as is
-            one_label = np.ndim(target) < 2 or np.shape(target)[1] < 2
-            return (from_task_metrics if one_label else _multilabel_macro_f1)(target, prediction)
-
-        return macro_f1
+        return multilabel_macro_f1  # the run's own, at numpy speed (not every other metric with it)
 
     return from_task_metrics
