@@ -329,7 +329,7 @@ def test_a_pooler_that_does_not_build_is_refused_by_validate_naming_its_options(
                                          r"attn_size must be >= 1, got -3; fix the value in --pooling-opt KEY=VALUE"):
         TrainConfig(**base, pooling_options={"attn_size": -3}).validate()
     with pytest.raises(ValueError, match=r"^pooling with pooling_options eps=abc: the pooler does not build .*"
-                                         r"TypeError"):
+                                         r"ValueError: GeMPooling: eps must be a number > 0, got 'abc' \(str\)"):
         TrainConfig(**base, pooling="gem", pooling_options={"eps": "abc"}).validate()
     with pytest.raises(ValueError, match=r"^recurrent lstm runs over one sequence of token states, but pooler "
                                          r"'weighted_layer' reads several encoder layers stacked .* or drop "

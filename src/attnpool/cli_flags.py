@@ -234,7 +234,8 @@ def overrides(args: argparse.Namespace, skip: Sequence[str] = ()) -> dict[str, A
                                   f"(it resets a config file's value), got {' '.join(map(str, given))}")
             values[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
         else:
-            values[f.name] = parse_options(given, f.metadata.get("flag", f.name)) if _is_mapping(f) else given
+            mapping = _is_mapping(f)  # --pooling-opt: a key given twice refused (it adds to a file's, key by key)
+            values[f.name] = parse_options(given, f.metadata.get("flag", f.name), once=True) if mapping else given
     return values
 
 

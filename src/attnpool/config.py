@@ -80,8 +80,8 @@ class TrainConfig:
     # --- data
     train_file: str | None = _data(None, "training data: CSV, TSV, JSONL or Parquet, chosen by extension")
     valid_file: str | None = _data(None, "a fixed validation file instead of folds")
-    text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by [SEP]); given "
-                                 "over a config file, they replace its template", metavar="COL")
+    text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by the tokenizer's "
+                                 "separator); given over a config file, they replace its template", metavar="COL")
     template: str | None = _data(None, 'a text template instead of text_cols, e.g. "{anchor} [SEP] {target}"; given '
                                  "over a config file, it replaces its text_cols")
     label: str = _data("label", "the target column")
@@ -297,12 +297,7 @@ class TrainConfig:
         self._check_recipe_techniques()
         if self.preset is None and self.train_file is None:
             raise ValueError("give the training data: --train-file FILE (or --preset pppm --data-dir DIR)")
-        if self.preset is None and not self.text_cols and not self.template:
-            raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'"
-                             + checks.columns_hint(self.train_file))
-        if self.text_cols and self.template:  # make_config keeps one where the other overrides a file's
-            raise ValueError(f"give the text columns or a template, not both (got text_cols={self.text_cols!r} and "
-                             f"template={self.template!r}): drop --text-cols or --template")
+        checks.check_text(self)  # the text columns or a template with placeholders; a valid_file not the train_file
         checks.check_preset(self)  # its data folder, task and text, and group_context: before the data loads
         if self.group_context_pooling == "own" and not self.group_context:
             raise ValueError("group_context_pooling own pools the row's own text apart from its group context: it "

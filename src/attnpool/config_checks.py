@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from attnpool.data.columns import template_fields
 from attnpool.data.errors import DataError
 from attnpool.data.pppm import PPPM_TEMPLATE
 from attnpool.data.readers import table_columns
@@ -111,6 +112,35 @@ def columns_hint(path: Any) -> str:
         return ""  # the file's own error comes when it is read
 
 
+def check_text(cfg: TrainConfig) -> None:
+    """The text: columns or a template (not both), one with a placeholder; and a ``valid_file`` not the train file.
+
+    A template with no ``{column}`` (``first second``, ``{{first}} [SEP] {{second}}``) built no text and failed in
+    the tokenizer with an ``IndexError``; a ``valid_file`` that is the train file validated in-sample, silently.
+
+    Raises:
+        ValueError: No text options (without a preset), both, a template without a placeholder, or the
+            ``valid_file`` resolving to the ``train_file``.
+        DataError: The template's braces do not parse (:func:`~attnpool.data.columns.template_fields`).
+    """
+    if cfg.preset is None and not cfg.text_cols and not cfg.template:
+        raise ValueError("say which columns hold the text: --text-cols COL [COL ...] or --template '{a} [SEP] {b}'"
+                         + columns_hint(cfg.train_file))
+    if cfg.text_cols and cfg.template:  # make_config keeps one where the other overrides a file's
+        raise ValueError(f"give the text columns or a template, not both (got text_cols={cfg.text_cols!r} and "
+                         f"template={cfg.template!r}): drop --text-cols or --template")
+    if cfg.template and not template_fields(cfg.template):
+        raise ValueError(f"template {cfg.template!r} has no placeholder, so no column's text goes in: write each "
+                         "column as {column}, e.g. --template '{first} [SEP] {second}' (template: \"{first} [SEP] "
+                         "{second}\" in a config file); {{ and }} are literal braces, not placeholders"
+                         + columns_hint(cfg.train_file))
+    if cfg.valid_file and cfg.train_file and Path(cfg.valid_file).resolve() == Path(cfg.train_file).resolve():
+        raise ValueError(f"--valid-file {cfg.valid_file} is the training file (--train-file {cfg.train_file}): the "
+                         "model would be validated on the rows it trains on, so the best checkpoint, early stopping "
+                         "and the scores would be in-sample; give a held-out file as --valid-file, or leave it out "
+                         "for k-fold cross-validation (--folds)")
+
+
 PRESET_SETS = {"group_col": "anchor", "output_activation": "sigmoid"}  # what --preset pppm fills in where unset
 
 
@@ -175,7 +205,7 @@ def check_preset(cfg: TrainConfig) -> None:
 
 
 def check_comma_names(cfg: TrainConfig) -> None:
-    """Refuse ``text_cols: first, second``: YAML reads it as one column named "first, second", not two.
+    """Refuse ``text_cols: first, second`` (``--text-cols first,second``): one column named "first, second", not two.
 
     The data error then listed first and second as present. Checked on the train file's header: a column that is
     named with a comma is used as named.
@@ -193,9 +223,10 @@ def check_comma_names(cfg: TrainConfig) -> None:
         except (DataError, OSError):
             return  # the file's own error comes when it is read
         if value[0] not in columns and all(part in columns for part in parts):
-            raise ConfigError(f"{name} {value[0]!r} is one column name, which {cfg.train_file} lacks (YAML reads "
-                              f"{name}: {value[0]} as one text): give the columns as a list, {name}: "
-                              f"[{', '.join(parts)}] (--{name.replace('_', '-')} {' '.join(parts)})")
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{name} {value[0]!r} is one column name, which {cfg.train_file} lacks (a comma does "
+                              f"not split columns, after {flag} or in a config file): give the columns as a list, "
+                              f"{name}: [{', '.join(parts)}] ({flag} {' '.join(parts)})")
 
 
 def check_output_flags(cfg: TrainConfig) -> None:
@@ -347,4 +378,4 @@ def _raised_in_outside_pooler(err: BaseException) -> bool:
 
 __all__ = ["DATA_PATHS", "PATH_OPTIONS", "PRESETS", "SEED_BOUND", "TRIAL_HIDDEN_SIZE", "check_numbers",
            "check_output_flags", "check_overwrite_inputs", "check_pooler", "check_preset", "check_preset_resets",
-           "checked_lists", "columns_hint", "expand_home"]
+           "check_text", "checked_lists", "columns_hint", "expand_home"]

@@ -54,20 +54,27 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def parse_options(items: Iterable[str], where: str) -> dict[str, Any]:
-    """``["attn_size=128", "num_heads=2"]`` -> ``{"attn_size": 128, "num_heads": 2}``; a later key wins.
+def parse_options(items: Iterable[str], where: str, once: bool = False) -> dict[str, Any]:
+    """``["attn_size=128", "num_heads=2"]`` -> ``{"attn_size": 128, "num_heads": 2}``; a later key wins unless ``once``.
 
     Values go through :func:`parse_value`. ``where`` names the source in errors (``--pooling-opt``, or a pooler
-    spec such as ``'attention:attn_size'``).
+    spec such as ``'attention:attn_size'``). ``once``: a key given twice is refused (``--pooling-opt``'s flags,
+    where the last one silently won), as list flags given twice and a config file's duplicate keys are.
 
     Raises:
-        ConfigError: An item without ``=`` or with an empty key, naming the item, ``where`` and the expected form.
+        ConfigError: An item without ``=`` or with an empty key, naming the item, ``where`` and the expected form;
+            with ``once``, a key given twice, naming both items.
     """
     options: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ConfigError(f"option {item!r} of {where} is not key=value; expected KEY=VALUE, e.g. attn_size=128")
+        if once and key.strip() in given:
+            raise ConfigError(f"{where} gives {key.strip()} twice ({given[key.strip()]} and {item}): give "
+                              f"{where} {key.strip()}=VALUE once, with the value you mean")
+        given[key.strip()] = item
         options[key.strip()] = parse_value(value)
     return options
 

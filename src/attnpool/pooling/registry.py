@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -258,6 +259,7 @@ def check_pooler_options(name: str, options: Mapping[str, Any] | None = None) ->
 
 def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Pooler], dict[str, Any]]:
     """The class a name builds and its constructor options (a combination's parts added); unknown options refused."""
+    spec, parts = name, []
     if "+" in name:
         parts = [part.strip() for part in name.split("+")]
         if any(not part for part in parts):
@@ -274,9 +276,34 @@ def _resolve(name: str, options: dict[str, Any]) -> tuple[type[Pooler], dict[str
     cls = _get_class(name, module)
     valid = _constructor_options(cls)
     unknown = sorted(set(options) - set(valid))
+    if unknown and parts:
+        _refuse_part_options(spec, parts, options, unknown)
     if unknown:
         raise ValueError(
             f"pooler {cls.name!r} got unknown option(s) {', '.join(unknown)}; "
             f"valid options: {', '.join(valid) if valid else '(none)'}"
         )
     return cls, options
+
+
+def _refuse_part_options(spec: str, parts: list[str], options: Mapping[str, Any], unknown: list[str]) -> None:
+    """Refuse the options of a ``+`` combination's parts (``attention+mean`` with attn_size), showing where they go.
+
+    The ``combined`` pooler takes its own options alone; a part's go inside its ``poolers`` list, a form the user of
+    ``attention+mean`` never saw. Returns where no part takes any of ``unknown`` (the plain error follows).
+    """
+    takes = {part: [key for key in unknown if key in _constructor_options(_get_class(part))] for part in parts}
+    if not any(takes.values()):
+        return
+    poolers = [{"type": part, **{key: options[key] for key in keys}} if keys else part for part, keys in takes.items()]
+    own = "".join(f" --pooling-opt {key}={value if isinstance(value, str) else json.dumps(value, default=str)}"
+                  for key, value in options.items() if key not in unknown and key != "poolers")
+    whose = "; ".join(f"{', '.join(keys)} (an option of its part {part})" for part, keys in takes.items() if keys)
+    nobody = [key for key in unknown if not any(key in keys for keys in takes.values())]
+    none = f", and drop {', '.join(nobody)}, which no part takes" if nobody else ""
+    raise ValueError(
+        f"pooler combination {spec!r} takes only its own options "
+        f"({', '.join(_constructor_options(get_pooler_class(COMBINED_NAME)))}), got {whose}: give each part its "
+        f"options inside poolers, --pooling combined --pooling-opt 'poolers={json.dumps(poolers, default=str)}'"
+        f"{own}{none}"
+    )
