@@ -51,3 +51,25 @@ def test_a_folder_swap_keeps_a_whole_folder_and_sweeps_the_leftovers_of_a_killed
     assert (old / "w").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     atomic_save_dir(old, lambda tmp: (tmp / "w").write_text("new"))
     assert (old / "w").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize(("code", "raises"), [(28, True), (5, True), (22, False)])  # ENOSPC, EIO; EINVAL: no fsync
+def test_an_fsync_that_fails_keeps_the_old_file_unless_the_file_system_has_no_fsync(tmp_path, monkeypatch, code,
+                                                                                   raises):
+    """Every fsync error was ignored: a full disk or an I/O error at fsync renamed a file that may not be on disk."""
+    target = tmp_path / "metrics.json"
+    target.write_text("old")
+
+    def fsync(fd):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if raises:
+        with pytest.raises(OSError) as caught:
+            atomic_write_text(target, "new")
+        assert caught.value.errno == code
+        assert target.read_text() == "old"
+        assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temporary left
+    else:
+        atomic_write_text(target, "new")
+        assert target.read_text() == "new"

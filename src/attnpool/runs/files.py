@@ -33,8 +33,17 @@ def _umask() -> int:
     return mask
 
 
-def _sync(path: Path) -> None:
-    """Flush a file (or a folder's entries) to the disk: a renamed file must not come back empty after a crash."""
+# What fsync answers on a file system that has no fsync to give (some network mounts): nothing was lost
+_NO_FSYNC = {errno.EINVAL, errno.EBADF, getattr(errno, "ENOTSUP", errno.EINVAL),
+             getattr(errno, "EOPNOTSUPP", errno.EINVAL)}
+
+
+def _sync(path: Path, strict: bool = False) -> None:
+    """Flush a file (or a folder's entries) to the disk: a renamed file must not come back empty after a crash.
+
+    ``strict`` (a file about to be renamed into place): an fsync that fails otherwise than for want of fsync (a
+    full disk, an I/O error: the data may not be on disk) raises, so the file is not renamed in as whole.
+    """
     flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
     try:
         fd = os.open(path, flags)
@@ -42,8 +51,9 @@ def _sync(path: Path) -> None:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass  # file systems without fsync (some network mounts)
+    except OSError as err:
+        if strict and err.errno not in _NO_FSYNC:
+            raise
     finally:
         os.close(fd)
 
@@ -61,7 +71,7 @@ def staged(path: str | Path, write: Callable[[Path], None], *, tmp_dir: str | Pa
     try:
         write(Path(tmp))
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the outputs from the rest of a team
-        _sync(Path(tmp))  # on disk before the name: a "finished" part or fold is never an empty file after a crash
+        _sync(Path(tmp), strict=True)  # on disk before the name: a "finished" part or fold never empty after a crash
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
