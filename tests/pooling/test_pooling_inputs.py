@@ -63,6 +63,28 @@ def test_registered_parts_pass():
     check_rebuildable(WeightedLayerPooling(HIDDEN, num_layers=2, pooler="attention+mean"))
 
 
+@attnpool.register_pooler
+class WithHelper(Pooler):  # registered; builds an unregistered helper pooler that its config rebuilds
+    name = "test_inputs_with_helper"
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__(hidden_size)
+        self.helper = UnregisteredMean(hidden_size)
+
+    def pool(self, hidden_states, mask):
+        return self.helper.pool(hidden_states, mask)
+
+
+def test_a_helper_pooler_built_by_its_constructor_is_not_checked():
+    """Every Pooler submodule was checked: a registered pooler holding a private helper pooler was refused."""
+    check_rebuildable(WithHelper(HIDDEN))
+    check_rebuildable(CombinedPooling(HIDDEN, poolers=[WithHelper(HIDDEN), "mean"]))
+    layered = WeightedLayerPooling(HIDDEN, num_layers=2, pooler=DoubledAttention(HIDDEN))
+    nested = CombinedPooling(HIDDEN, poolers=[layered, "mean"])
+    with pytest.raises(ValueError, match=re.escape("holds parts.0.token_pooler=DoubledAttention(...), which")):
+        check_rebuildable(nested)  # a held pooler's own held poolers are checked, at any depth
+
+
 def test_check_pooler_on_an_unregistered_class_says_to_register_it():
     with pytest.raises(ValueError, match="^" + re.escape(
             "config round trip: pooler=UnregisteredMean(...) is not the pooler registered as "

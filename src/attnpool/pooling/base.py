@@ -249,6 +249,13 @@ class Pooler(nn.Module):
         """
         raise NotImplementedError
 
+    def held_poolers(self) -> dict[str, Pooler]:
+        """The poolers this one holds and saves by name in its config, by attribute path (none by default).
+
+        A helper module built by the constructor is not one: the config rebuilds it.
+        """
+        return {}
+
     def get_config(self) -> dict[str, Any]:
         """Everything needed to rebuild this pooler with :func:`attnpool.build_pooler` (weights aside).
 

@@ -100,6 +100,11 @@ class CombinedPooling(Pooler):
         """The parts' configs (without ``hidden_size``)."""
         return [inner_spec(p) for p in self.parts]
 
+    @override
+    def held_poolers(self) -> dict[str, Pooler]:
+        """The parts, saved by name in :attr:`poolers`."""
+        return {f"parts.{i}": part for i, part in enumerate(self.parts)}
+
     @property
     def output_dim(self) -> int:
         """Sum of the parts' ``output_dim`` for ``"concat"``, ``hidden_size`` for ``"project"``."""

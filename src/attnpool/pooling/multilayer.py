@@ -74,6 +74,11 @@ class WeightedLayerPooling(Pooler):
         """The inner pooler's config (without ``hidden_size``)."""
         return inner_spec(self.token_pooler)
 
+    @override
+    def held_poolers(self) -> dict[str, Pooler]:
+        """The token pooler, saved by name in :attr:`pooler`."""
+        return {"token_pooler": self.token_pooler}
+
     @property
     def output_dim(self) -> int:
         """The inner pooler's ``output_dim``."""

@@ -145,8 +145,9 @@ def _get_class(name: str, module: str | None = None) -> type[Pooler]:
 def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
     """Refuse a pooler instance that its config would not rebuild: a model saves its pooler by name.
 
-    The poolers it holds (a ``combined`` pooler's parts, a ``weighted_layer``'s token pooler) are saved by name
-    too, and checked the same way.
+    The poolers it holds and saves by name (:meth:`~attnpool.pooling.base.Pooler.held_poolers`: a ``combined``
+    pooler's parts, a ``weighted_layer``'s token pooler) are checked the same way, at any depth; a helper module
+    its constructor builds is not (its config rebuilds it).
 
     Raises:
         ValueError: ``type(pooler)``, or the type of a pooler it holds, is not the class registered under its
@@ -154,10 +155,12 @@ def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
             parent and lose its changes).
     """
     _check_registered(pooler, f"{what}={type(pooler).__name__}(...)")
-    for path, module in pooler.named_modules():
-        if module is not pooler and isinstance(module, Pooler):
-            _check_registered(module, f"{what}={type(pooler).__name__}(...) holds {path}={type(module).__name__}(...), "
-                                      "which")
+    held = list(pooler.held_poolers().items())
+    while held:
+        path, module = held.pop(0)
+        _check_registered(module, f"{what}={type(pooler).__name__}(...) holds {path}={type(module).__name__}(...), "
+                                  "which")
+        held += [(f"{path}.{inner}", deeper) for inner, deeper in module.held_poolers().items()]
 
 
 def _check_registered(pooler: Pooler, subject: str) -> None:
