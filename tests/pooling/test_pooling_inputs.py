@@ -185,3 +185,11 @@ def test_a_small_temperature_stays_finite_in_fp16(name, fused):
     assert torch.isfinite(pooled).all()
     expected = pooler.eval()(hidden.half().float(), mask)
     torch.testing.assert_close(pooled.float(), expected, rtol=2e-3, atol=2e-3)
+
+
+def test_the_json_hint_never_suggests_a_value_that_is_refused_too():
+    with pytest.raises(ValueError) as caught:
+        build_pooler("attention", HIDDEN, dropout="1.")
+    assert "reads values as JSON" not in str(caught.value)  # it said: write dropout=1.0, out of [0, 1) as well
+    with pytest.raises(ValueError, match=re.escape("where '.1' is text: write dropout=0.1")):
+        build_pooler("attention", HIDDEN, dropout=".1")

@@ -297,7 +297,7 @@ def bootstrap_replicates(groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarr
     Without ``clusters`` every group's rows are drawn on their own.
 
     No replicates (``None``) with fewer than :data:`MIN_BOOTSTRAP_UNITS` keys to draw, or when the replicates do
-    not vary while the observed difference is not 0. A difference within ``1e-12`` times the largest per-seed one
+    not vary while the observed difference is not 0. A difference within ``1e-12`` times its largest summed term
     of 0 is 0: a tie in exact arithmetic (rounded to 1e-17), which :func:`percentile_test` counts on both sides.
 
     Args:

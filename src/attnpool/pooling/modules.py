@@ -134,6 +134,11 @@ def check_number(owner: str, name: str, value: Any, example: str, low: float = 0
         got = f"{value!r} ({type(value).__name__})"
         span = wanted.replace("finite ", "")
         as_text = _float_or_none(value) if isinstance(value, str) else None
+        try:  # only where the number the text means would be taken
+            if as_text is not None:
+                check_number(owner, name, as_text, example, low, high, low_open=low_open, high_open=high_open)
+        except ValueError:
+            as_text = None
         if as_text is not None:  # --pooling-opt reads a value as JSON, where ".1" is text
             example += f"; --pooling-opt reads values as JSON, where {value!r} is text: write {name}={as_text!r}"
     else:
