@@ -90,3 +90,17 @@ def test_a_row_of_no_tokens_is_refused_with_its_row_and_field(no_special_tokens)
     assert pair[0] == 422, pair
     assert json.loads(pair[2])["error"].startswith("rows[0] (text, text_pair): no tokens after tokenisation: ")
     assert served[0] == 200 and isinstance(json.loads(served[2])["predictions"][0]["prediction"], float), served
+
+
+def test_a_row_without_tokens_only_once_its_context_is_left_out_is_refused_too():
+    """context view both averages in the rows without their group context: an empty one of those was scored 0."""
+    from attnpool.serving.schemas import no_tokens
+    from attnpool.serving.service import Job
+
+    service = type("S", (), {"fields": ("anchor",), "optional_fields": ()})()
+    with_context = {"input_ids": [[5, 6], [7, 8, 9]]}
+    job = Job(with_context, bare={"input_ids": [[5], []]})
+    assert no_tokens(job, [{"anchor": "a"}, {"anchor": ""}], service).startswith("rows[1].anchor: no tokens")
+    assert no_tokens(Job(with_context, bare={"input_ids": [[5], [7]]}), [{}, {}], service) is None
+    blend = Job(with_context, parts=[Job(with_context), Job(with_context, bare={"input_ids": [[], [7]]})])
+    assert no_tokens(blend, [{"anchor": ""}, {"anchor": "b"}], service).startswith("rows[0].anchor: no tokens")

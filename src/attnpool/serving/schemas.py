@@ -165,8 +165,9 @@ def no_tokens(job: Job, rows: Sequence[dict[str, str | None]], service: Service)
     An empty text, with a tokenizer that adds no special tokens (a decoder's), leaves a row of zero tokens, which
     the model would answer with 0 as if it had read something; ``predict`` only logs such rows.
     """
-    empty = sorted({i for part in (job.parts or [job]) for i, ids in enumerate(part.encodings["input_ids"])
-                    if len(ids) == 0})
+    # each run's tokens of the rows, and (context view both) those without their group context, averaged in too
+    views = [view for part in (job.parts or [job]) for view in (part.encodings, part.bare) if view is not None]
+    empty = sorted({i for view in views for i, ids in enumerate(view["input_ids"]) if len(ids) == 0})
     if not empty:
         return None
     first = empty[0]
