@@ -113,6 +113,37 @@ def test_a_graph_of_a_saved_model_names_no_fold(saved, tmp_path, monkeypatch):
     assert "**Fold:**" not in (tmp_path / "serve" / CARD_FILE).read_text(encoding="utf-8")
 
 
+def test_no_fold_is_named_for_a_copy_outside_a_run_nor_for_a_fold_that_did_not_finish(saved, tmp_path, monkeypatch):
+    """A copied exports/fold_3/model was stamped "the only fold of its train run"; an unfinished fold was counted,
+    though predict leaves it out."""
+    program = _fake_exporter(monkeypatch)
+    shutil.copytree(saved, tmp_path / "exports" / "fold_3" / "model")
+    export_onnx(tmp_path / "exports" / "fold_3" / "model", tmp_path / "a" / "model.onnx", verify=False)
+    assert "attnpool_fold" not in program.model.metadata_props
+    run = _run(saved, tmp_path / "run", [0, 1, 2])
+    Run(run).checkpoints_dir(2).mkdir()  # its model saved, its oof.csv not written: unfinished
+    program.model.metadata_props.clear()
+    export_onnx(run / "fold_2" / "model", tmp_path / "b" / "model.onnx", verify=False)
+    assert "attnpool_fold" not in program.model.metadata_props
+    export_onnx(run, tmp_path / "c" / "model.onnx", fold=1, verify=False)
+    assert program.model.metadata_props["attnpool_run_folds"] == "2"  # the folds predict --run averages
+
+
+def test_an_export_card_of_this_graph_from_before_cards_were_stamped_is_refreshed(saved, tmp_path, monkeypatch,
+                                                                                  caplog):
+    """Every export card written before today has no fingerprint: kept stale, with an "edited" warning each time."""
+    _fake_exporter(monkeypatch)
+    out = tmp_path / "serve" / "model.onnx"
+    export_onnx(saved, out, verify=False)
+    card = out.parent / CARD_FILE
+    unstamped = "".join(card.read_text(encoding="utf-8").splitlines(keepends=True)[:-1])  # as an older attnpool's
+    card.write_text(unstamped, encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="attnpool.export"):
+        export_onnx(saved, out, verify=False, save_tokenizer=False)
+    assert "**Tokenizer:** not saved in this folder" in card.read_text(encoding="utf-8")
+    assert "kept" not in caplog.text
+
+
 @pytest.mark.parametrize("atol", [-1.0, math.nan, math.inf, True, "1e-4"])
 def test_an_atol_that_is_not_a_finite_number_at_least_0_is_refused_first(saved, tmp_path, monkeypatch, atol):
     """A negative atol exported the model, then failed its check with advice to try another opset."""

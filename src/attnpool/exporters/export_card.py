@@ -15,6 +15,7 @@ from attnpool.model.card import (
     ExportFacts,
     card_graph,
     is_attnpool_card,
+    is_stamped,
     may_rewrite_card,
     model_card,
     read_card,
@@ -34,16 +35,20 @@ def stage_card(staging: Path, output: Path, model: nn.Module, model_dir: Path | 
     It is written with a fingerprint (:func:`stamp_card`), so that the next export there refreshes it only while it is
     unedited (:func:`may_rewrite_card`). A ``README.md`` beside ``output`` is kept, and no card written, when it is
     the user's: one attnpool did not write, or one it wrote that was edited since, or one of an attnpool that marked
-    no card as generated (it cannot be told from an edited one). Nor is one written into a saved model folder
-    (``config.json`` beside ``output``): its card describes the model and how to load it with transformers, which an
-    export card would replace; nor over the card of another graph still in the folder (one exported there before,
-    with the same tokenizer). ``fold``: ``(K, N)``, the graph holds fold K of a run's N (:func:`run_fold`).
+    no card as generated (it cannot be told from an edited one) unless it is an export card of this graph (each
+    export rewrote those then: ``predict --backend onnx``'s fold graphs, re-exported after a retrain, among them).
+    Nor is one written into a saved model folder (``config.json`` beside ``output``): its card describes the model
+    and how to load it with transformers, which an export card would replace; nor over the card of another graph
+    still in the folder (one exported there before, with the same tokenizer). ``fold``: ``(K, N)``, the graph holds
+    fold K of a run's N (:func:`run_fold`).
     """
     folder = output.parent
     if (folder / "config.json").is_file():
         logger.info("%s is a saved model folder: its model card is kept, no export card written", folder)
         return
-    if (folder / CARD_FILE).exists() and not may_rewrite_card(folder):
+    # an export card of this very graph from an attnpool that stamped no card: refreshed, as every export was then
+    earlier = not is_stamped(folder) and card_graph(read_card(folder)) == output.name
+    if (folder / CARD_FILE).exists() and not may_rewrite_card(folder) and not earlier:
         whose = ("was edited since attnpool wrote it, or was written by an attnpool that did not mark its cards"
                  if is_attnpool_card(read_card(folder)) else "is one of your own")
         logger.warning("%s: %s %s: kept, no model card written for %s (delete it and export again for a fresh card)",

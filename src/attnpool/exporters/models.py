@@ -147,15 +147,16 @@ def resolve_model_dir(path: str | os.PathLike, fold: int | None = None) -> Path:
 def run_fold(model_dir: Path) -> tuple[int, int] | None:
     """``(K, N)`` when ``model_dir`` is fold K's model of a train run (``RUN/fold_K/model``) that has N usable folds.
 
-    N counts the run's folds with a saved model that did not stop short of their results, fold K included: those
-    ``attnpool predict --run RUN`` averages. ``None`` for a model folder of another kind.
+    N counts the run's folds with a saved model that did not stop short of their results: those ``attnpool predict
+    --run RUN`` averages. ``None`` for a model folder of another kind (a copy outside a run), or for a fold that did
+    not finish (``predict`` leaves it out).
     """
     found = re.fullmatch(r"fold_(\d+)", model_dir.parent.name) if model_dir.name == "model" else None
-    if found is None:
+    if found is None or not Run.is_run(model_dir.parent.parent):
         return None
     fold, run = int(found.group(1)), Run(model_dir.parent.parent)
-    usable = {k for k in run.trained_folds() if not run.fold_unfinished(k)} | {fold}
-    return fold, len(usable)
+    finished = [k for k in run.trained_folds() if not run.fold_unfinished(k)]
+    return (fold, len(finished)) if fold in finished else None
 
 
 def load_for_export(model_dir: str | os.PathLike) -> nn.Module:

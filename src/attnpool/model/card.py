@@ -194,6 +194,15 @@ def stamp_card(text: str) -> str:
     return f"{text}<!-- attnpool generated card, sha256:{hashlib.sha256(text.encode()).hexdigest()} -->\n"
 
 
+def is_stamped(folder: str | os.PathLike) -> bool:
+    """Whether ``folder``'s ``README.md`` has a fingerprint line (:func:`stamp_card`), edited since or not."""
+    try:
+        text = (Path(os.fspath(folder)) / CARD_FILE).read_text(encoding="utf-8")
+        return re.search(r"^<!-- attnpool generated card, sha256:[0-9a-f]{64} -->$", text, re.M) is not None
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def may_rewrite_card(folder: str | os.PathLike) -> bool:
     """Whether a plain ``save_pretrained`` into ``folder`` may write attnpool's card over its ``README.md``.
 
