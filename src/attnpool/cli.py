@@ -351,9 +351,10 @@ def _resume_hint(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``attnpool`` console script: errors in the input print one clear line, exit 2.
 
-    Ctrl-C prints one line (for ``train``, the command that resumes the run) and returns :data:`INTERRUPTED` (130);
-    SIGTERM (a preemption) stops the command the same way (``train`` logs it and releases its run) and returns
-    :data:`TERMINATED` (143).
+    Ctrl-C prints one line (for ``train``, the command that resumes the run) and returns :data:`INTERRUPTED` (130).
+    Under :func:`run` (the console script), SIGTERM (a preemption) stops the command the same way (``train`` logs it
+    and releases its run) and it returns :data:`TERMINATED` (143); called from Python, SIGTERM does what the caller
+    set it to do.
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -365,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_unknown(parser, args.command, unknown)
     try:
         import_modules([*args.imports, *args.imports_after])  # the user's poolers, registered before the command
-        with sigterm_interrupts(), console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level
+        with console(args.verbosity):  # log lines on stderr at --quiet / --verbose's level; no library bars
             return args.func(args)
     except (ValueError, FileNotFoundError, OSError, ImportError) as err:  # ImportError: an optional extra missing
         print(f"attnpool {args.command}: error: {err}", file=sys.stderr)
@@ -382,9 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> None:
     """The console script and ``python -m attnpool``: :func:`main`, ended by SIGINT after Ctrl-C (SIGTERM after it).
 
+    SIGTERM raises :class:`~attnpool.training.stop_signals.Terminated` meanwhile, so that it stops a command as
+    Ctrl-C does (:func:`~attnpool.training.stop_signals.sigterm_interrupts`).
+
     As an uncaught interrupt ends Python: a calling shell loop stops too (a plain exit 130 let it go on).
     """
-    code = main()
+    with sigterm_interrupts():  # SIGTERM stops the command as Ctrl-C does (not for callers of main: their process)
+        code = main()
     end_by_signal(code)
     sys.exit(code)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import socket
 
@@ -54,12 +55,14 @@ def test_the_warning_names_the_train_holding_the_run(partial, tmp_path, caplog):
         warnings, _ = _predict(partial, tmp_path / "pred.csv", caplog)
     finally:
         (run / LOCK_NAME).unlink()
-    assert warnings == [_warning(run, "; a train holds its lock: PID 4242 on host gpu-node-7")]
+    assert warnings == [_warning(run, "; held by attnpool train, PID 4242 on host gpu-node-7")]
 
 
-def test_a_lock_file_left_by_a_dead_process_of_this_host_is_not_named(partial, tmp_path, caplog):
+@pytest.mark.parametrize("holder", [{"pid": 99_999_999}, {"pid": os.getpid(), "process_start": [1, "another boot"]}])
+def test_a_lock_file_left_by_a_dead_process_of_this_host_is_not_named(partial, tmp_path, caplog, holder):
+    """The second: its PID reused since (by this process): the lock's own check tells it apart by its start."""
     run = partial[0]
-    (run / LOCK_NAME).write_text(json.dumps({"pid": 99_999_999, "host": socket.gethostname(), "purpose": "train"}))
+    (run / LOCK_NAME).write_text(json.dumps({**holder, "host": socket.gethostname(), "purpose": "train"}))
     try:
         warnings, _ = _predict(partial, tmp_path / "pred.csv", caplog)
     finally:

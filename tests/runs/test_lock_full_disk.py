@@ -4,6 +4,7 @@ lock file left behind (one would refuse every later command as "in use", its det
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_a_full_disk_writing_the_lock_file_says_so_and_leaves_no_lock_file(tmp_p
         lock.acquire()
     assert caught.value.errno == errno.ENOSPC
     assert str(caught.value) == (f"[Errno 28] no space left on device while writing the lock file {run / LOCK_NAME} "
-                                 f"(of {run}); free space on that disk, then run the command again")
+                                 f"(of {run}); free space on that disk, then run it again")
     assert not (run / LOCK_NAME).exists()
     assert not lock.held
     monkeypatch.undo()  # space freed: the lock is taken as usual
@@ -47,3 +48,12 @@ def test_other_errors_writing_the_lock_file_pass_unchanged(tmp_path, monkeypatch
     with pytest.raises(OSError, match=r"^\[Errno 5\] Input/output error$"):
         RunLock(tmp_path, purpose="train").acquire()
     assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_full_quota_writing_the_lock_file_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    def quota(fd, info):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(lock_module, "_write", quota)
+    with pytest.raises(OSError, match=r"^\[Errno 122\] disk quota exceeded while writing the lock file "):
+        RunLock(tmp_path, purpose="train").acquire()

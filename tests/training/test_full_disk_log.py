@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 
 import pytest
 from safetensors import SafetensorError
@@ -106,3 +107,21 @@ def test_the_cli_prints_the_hinted_error_on_a_full_disk_under_train_log(data, tm
     assert err.strip().splitlines()[-1] == f"attnpool train: error: {_hinted(run)}"
     assert "Logging error" not in err and "Traceback" not in err
     assert not (run / LOCK_NAME).exists()
+
+
+def test_train_log_reports_a_record_that_does_not_format_as_logging_does_and_writes_undecodable_paths(tmp_path,
+                                                                                                        capsys):
+    """Every logging error was taken for a full disk ("free space on its disk") and the next ones went unsaid."""
+    from attnpool.training.run_log import attach_log_file, detach_log_file
+
+    handler = attach_log_file(tmp_path / "train.log")
+    log = logging.getLogger("attnpool.train")
+    try:  # to the file's handler alone (pytest's own raises on a record that does not format)
+        handler.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, "reading %s",
+                                      (os.fsdecode(b"/data/caf\xe9.csv"),), None))  # bytes that are not UTF-8
+        handler.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, "%d rows", ("x",), None))
+    finally:
+        detach_log_file(handler)
+    err = capsys.readouterr().err
+    assert "--- Logging error ---" in err and "free space" not in err
+    assert "reading /data/caf\\udce9.csv" in (tmp_path / "train.log").read_text(encoding="utf-8")

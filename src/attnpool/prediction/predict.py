@@ -37,7 +37,7 @@ from attnpool.prediction.parts import Parts, manifest
 from attnpool.prediction.positions import cap_max_length, saved_position_limit
 from attnpool.prediction.progress import progress_bar, redirect_logging
 from attnpool.runs.files import check_writable
-from attnpool.runs.lock import LOCK_NAME, RunLock, process_alive
+from attnpool.runs.lock import LOCK_NAME, RunLock, holder_alive
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.threads import restores_threads, set_threads
@@ -295,8 +295,8 @@ def _warn_incomplete(run: Run, used: list[int]) -> None:
         return
     try:  # the train writing it, as its lock file names it: on this host while its PID lives; another host's, as said
         holder = json.loads((run.path / LOCK_NAME).read_text())
-        live = holder.get("host") != socket.gethostname() or process_alive(holder.get("pid"))
-        now = f"; a {holder['purpose']} holds its lock: PID {holder['pid']} on host {holder['host']}" if live else ""
+        live = holder.get("host") != socket.gethostname() or holder_alive(holder)  # its PID, not one reused since
+        now = f"; held by attnpool {holder['purpose']}, PID {holder['pid']} on host {holder['host']}" * live
     except (OSError, ValueError, KeyError, AttributeError, TypeError):  # no lock file: nothing writes the run
         now = ""
     logger.warning("%s: using %d of its %d folds: the run is incomplete (fold(s) %s not trained yet%s); predict "

@@ -206,8 +206,8 @@ class RunLock:
                 self._file.unlink(missing_ok=True)
             os.close(fd)
             if getattr(err, "errno", None) in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # disk, quota
-                raise OSError(err.errno, f"no space left on device while writing the lock file {self.lock_file} (of "
-                              f"{self.path}); free space on that disk, then run the command again") from err
+                raise OSError(err.errno, f"{os.strerror(err.errno).lower()} while writing the lock file "
+                              f"{self.lock_file} (of {self.path}); free space on that disk, then run it again") from err
             raise
 
     def _flock(self, fd: int) -> None:
@@ -266,7 +266,7 @@ class RunLock:
                     info = _parse(self._file.read_bytes())
                 except FileNotFoundError:  # released meanwhile
                     continue
-                if not info or info.get("host") != socket.gethostname() or _holder_alive(info):
+                if not info or info.get("host") != socket.gethostname() or holder_alive(info):
                     raise LockedError(self._message(info)) from None
                 self._log_takeover(info)
                 self._file.unlink(missing_ok=True)
@@ -365,7 +365,7 @@ def process_alive(pid: object) -> bool:
     return True
 
 
-def _holder_alive(info: dict[str, Any]) -> bool:
+def holder_alive(info: dict[str, Any]) -> bool:
     """Whether the lock's holder, a PID of this host, runs: its PID alive and, where /proc tells, the same process."""
     alive = process_alive(pid := info.get("pid"))
     if not alive or (now := _process_start(pid)) is None:  # no /proc (Windows, macOS): the PID alone tells

@@ -47,8 +47,14 @@ class LogFile(logging.FileHandler):
     failed = False
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
-        """Note the first failed write on stderr, in one line; then stay quiet."""
-        self._note(sys.exc_info()[1])
+        """A failed write (an ``OSError``: a full disk) is noted once on stderr, in one line.
+
+        Other errors (a record that does not format) get logging's own report, as with any handler.
+        """
+        if isinstance(sys.exc_info()[1], OSError):
+            self._note(sys.exc_info()[1])
+        else:
+            super().handleError(record)
 
     def close(self) -> None:
         """Close the file; its last flush failing (a full disk) is noted, not raised."""
@@ -73,7 +79,7 @@ def attach_log_file(path: Path, early: EarlyRecords | None = None) -> logging.Ha
 
     The handler (:class:`LogFile`) never raises on a failed write; take it off with :func:`detach_log_file`.
     """
-    handler = LogFile(path, encoding="utf-8")
+    handler = LogFile(path, encoding="utf-8", errors="backslashreplace")  # a path of undecodable bytes written too
     handler.setFormatter(logging.Formatter(_FORMAT))
     if early is not None:
         early.close()

@@ -15,6 +15,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from attnpool.training.distributed import launched_world_size
+
 INTERRUPTED = 128 + signal.SIGINT  # 130: what the command line returns after Ctrl-C
 TERMINATED = 128 + signal.SIGTERM  # 143: after SIGTERM
 
@@ -24,6 +26,7 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one (SLURM's and a launcher's) must not break the cleanup
     raise Terminated("SIGTERM")
 
 
@@ -31,9 +34,15 @@ def _terminate(signum: int, frame: object) -> None:
 def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM raises :class:`Terminated` in the main thread meanwhile; the previous handler is restored after.
 
-    Off the main thread (where Python cannot set a handler) nothing changes.
+    Once: a second SIGTERM is ignored while the command cleans up (the process still ends by the signal after).
+
+    Nothing changes off the main thread (where Python cannot set a handler), where SIGTERM is ignored (a parent's
+    ``trap '' TERM``), and under a launcher of several processes: torchrun stops the survivors of a failed process
+    by SIGTERM, often while they wait in a collective, where a Python handler would run only once the wait timed out
+    (and then SIGKILL); the default handler ends them at once.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if (threading.current_thread() is not threading.main_thread() or launched_world_size() > 1
+            or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN):
         yield
         return
     previous = signal.signal(signal.SIGTERM, _terminate)
