@@ -95,7 +95,8 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
     for shown in ("--lr LR encoder learning rate (its top layer; see llrd) (default: 2e-05)",
                   "--output-dir OUTPUT_DIR the run directory (default: runs/attnpool)",
                   "--pooling-layers LAYER [LAYER ...] the layers the pooler reads",
-                  "--pooling-opt KEY=VALUE an option of the pooler, repeatable (e.g. attn_size=128) (default: none)",
+                  "--pooling-opt KEY=VALUE an option of the pooler, repeatable, each key once (e.g. attn_size=128); "
+                  "a + combination's parts take theirs inside poolers=[...] (default: none)",
                   "--task {regression,binary,multiclass,multilabel} what the label is (default: regression)",
                   "--loss {mse,bce,cross_entropy,pearson,none} the training loss (pearson: 1 - the batch's Pearson r, "
                   "regression only; PPPM 1st place) (default: from the task",

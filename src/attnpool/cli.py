@@ -236,7 +236,8 @@ def _add_export(commands: Any) -> None:
     _arg(export, "--output", "the .onnx file; the tokenizer files go into its folder", required=True)
     _arg(export, "--with-weights", "also output the pooler's token weights (pooling_weights)", default=False,
          action="store_true")
-    _arg(export, "--opset", "ONNX opset", shown="the exporter's, 18 or newer", type=int)
+    _arg(export, "--opset", "ONNX opset, from 7 to the newest the installed onnx knows", shown="the exporter's, 18 or "
+         "newer", type=int)
     _arg(export, "--no-verify", "skip the onnxruntime vs PyTorch check (difference <= 1e-4 + 1e-5 x |value|)",
          shown="verify", action="store_true")
     export.set_defaults(func=_cmd_export)

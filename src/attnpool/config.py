@@ -79,11 +79,12 @@ class TrainConfig:
 
     # --- data
     train_file: str | None = _data(None, "training data: CSV, TSV, JSONL or Parquet, chosen by extension")
-    valid_file: str | None = _data(None, "a fixed validation file instead of folds")
+    valid_file: str | None = _data(None, "a fixed validation file instead of folds (not the training file itself)")
     text_cols: list[str] = _data(list, "text column(s): one, two (a text pair), or more (joined by the tokenizer's "
                                  "separator); given over a config file, they replace its template", metavar="COL")
-    template: str | None = _data(None, 'a text template instead of text_cols, e.g. "{anchor} [SEP] {target}"; given '
-                                 "over a config file, it replaces its text_cols")
+    template: str | None = _data(None, 'a text template instead of text_cols, with a {column} placeholder at least, '
+                                 'e.g. "{anchor} [SEP] {target}" ({{ }} are literal braces); given over a config file, '
+                                 "it replaces its text_cols")
     label: str = _data("label", "the target column")
     id_col: str | None = _data("id", "the id column, kept in the out-of-fold and prediction files when present")
     task: str = _data("regression", "what the label is", choices=TASKS)
@@ -121,7 +122,8 @@ class TrainConfig:
                         default_text="the offline all-MiniLM-L6-v2, else sentence-transformers/all-MiniLM-L6-v2")
     pooling: str = _model("attention", "the pooler: a name of `attnpool poolers`, or several joined by + "
                           "(attention+mean)")
-    pooling_options: dict[str, Any] = _model(dict, "an option of the pooler, repeatable (e.g. attn_size=128)",
+    pooling_options: dict[str, Any] = _model(dict, "an option of the pooler, repeatable, each key once (e.g. "
+                                             "attn_size=128); a + combination's parts take theirs inside poolers=[...]",
                                              flag="--pooling-opt", metavar="KEY=VALUE")
     pooling_layers: str | list[int] = _model("last", "the layers the pooler reads: last, all, or indices into the "
                                              "hidden states (0: embeddings, -1: the last layer)", metavar="LAYER")

@@ -70,7 +70,7 @@ def _with_fold(card: str, fold: tuple[int, int] | None) -> str:
     if fold is None:
         return card
     k, n = fold
-    line = (f"- **Fold:** fold {k}, the only fold of its train run" if n == 1 else
+    line = (f"- **Fold:** fold {k}, the only finished fold of its train run" if n == 1 else
             f"- **Fold:** fold {k} of {n} of its train run (this graph holds that fold's model alone); `attnpool "
             f"predict --run` averages all {n} folds (to do the same with each fold's graph, see \"Ensembling folds\" "
             "in attnpool's docs/serving.md)")
