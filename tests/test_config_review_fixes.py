@@ -120,3 +120,12 @@ def test_the_text_cols_help_names_the_tokenizers_separator():
     text = TrainConfig.__dataclass_fields__["text_cols"].metadata["help"]
     assert "joined by the tokenizer's separator" in text
     assert "[SEP]" not in text
+
+
+def test_a_run_begun_with_the_valid_file_as_the_train_file_still_resumes(tmp_path):
+    """Its saved config wins on --resume: the refusal's advice (another --valid-file) could not be followed."""
+    (tmp_path / "t.csv").write_text("text,label\na,1\n")
+    same = {"train_file": str(tmp_path / "t.csv"), "valid_file": str(tmp_path / "t.csv"), "text_cols": ["text"]}
+    TrainConfig(**same, resume=True).validate()
+    with pytest.raises(ValueError, match="is the training file"):
+        TrainConfig(**same).validate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from attnpool.metrics import task_metrics
 
@@ -97,3 +98,12 @@ def test_multiclass_auc_is_one_vs_rest_over_the_classes_present():
     two = np.where(full == 2, 0, full)  # class 2 absent
     expected = np.mean([roc_auc_score(two == c, scores[:, c]) for c in (0, 1)])
     assert task_metrics("multiclass", two, scores)["auc"] == expected.item()
+
+
+def test_multilabel_macro_f1_refuses_a_target_of_another_shape():
+    """A transposed target of the same size was reshaped and scored."""
+    from attnpool.metrics import multilabel_macro_f1
+
+    with pytest.raises(ValueError, match=r"target \(2, 3\) and scores \(3, 2\) differ in shape"):
+        multilabel_macro_f1(np.ones((2, 3)), np.ones((3, 2)))
+    assert multilabel_macro_f1(np.array([1, 0, 1]), np.array([[0.9], [0.1], [0.8]])) == 1.0  # (N,): one label

@@ -134,7 +134,8 @@ def check_text(cfg: TrainConfig) -> None:
                          "column as {column}, e.g. --template '{first} [SEP] {second}' (template: \"{first} [SEP] "
                          "{second}\" in a config file); {{ and }} are literal braces, not placeholders"
                          + columns_hint(cfg.train_file))
-    if cfg.valid_file and cfg.train_file and Path(cfg.valid_file).resolve() == Path(cfg.train_file).resolve():
+    same = cfg.valid_file and cfg.train_file and Path(cfg.valid_file).resolve() == Path(cfg.train_file).resolve()
+    if same and not getattr(cfg, "resume", False):  # a run begun so before this check resumes as it was
         raise ValueError(f"--valid-file {cfg.valid_file} is the training file (--train-file {cfg.train_file}): the "
                          "model would be validated on the rows it trains on, so the best checkpoint, early stopping "
                          "and the scores would be in-sample; give a held-out file as --valid-file, or leave it out "

@@ -100,7 +100,10 @@ def multilabel_macro_f1(target: np.ndarray, scores: np.ndarray) -> float:
     scores = np.asarray(scores, dtype=np.float64)
     if not np.isfinite(scores).all():  # a diverged run
         return float("nan")
-    truth, predicted = np.asarray(target).reshape(scores.shape) != 0, scores >= 0.5
+    truth = np.asarray(target)
+    if truth.shape != scores.shape and truth.shape + (1,) != scores.shape:  # (N,) for one label column: as (N, 1)
+        raise ValueError(f"multilabel_macro_f1: target {truth.shape} and scores {scores.shape} differ in shape")
+    truth, predicted = truth.reshape(scores.shape) != 0, scores >= 0.5
     true_sum, pred_sum = truth.sum(axis=0), predicted.sum(axis=0)
     seen = (true_sum > 0) | (pred_sum > 0)
     if not seen.any():

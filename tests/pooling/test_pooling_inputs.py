@@ -193,3 +193,25 @@ def test_the_json_hint_never_suggests_a_value_that_is_refused_too():
     assert "reads values as JSON" not in str(caught.value)  # it said: write dropout=1.0, out of [0, 1) as well
     with pytest.raises(ValueError, match=re.escape("where '.1' is text: write dropout=0.1")):
         build_pooler("attention", HIDDEN, dropout=".1")
+
+
+@attnpool.register_pooler
+class UndeclaredWrapper(Pooler):  # registered; holds a pooler it saves, without declaring it in held_poolers
+    name = "test_inputs_undeclared_wrapper"
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__(hidden_size)
+        self.inner = AttentionPooling(hidden_size)
+
+    def pool(self, hidden_states, mask):
+        return self.inner.pool(hidden_states, mask)
+
+
+def test_a_subclass_under_its_parents_name_is_refused_anywhere_inside():
+    """Only held_poolers were checked: a wrapper of the user's holding DoubledAttention was accepted again."""
+    wrapper = UndeclaredWrapper(HIDDEN)
+    check_rebuildable(wrapper)
+    wrapper.inner = DoubledAttention(HIDDEN)
+    with pytest.raises(ValueError, match=re.escape(
+            f"pooling=UndeclaredWrapper(...) holds inner=DoubledAttention(...), which {SUBCLASS_REFUSED}")):
+        check_rebuildable(wrapper)

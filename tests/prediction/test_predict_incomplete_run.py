@@ -55,7 +55,7 @@ def test_the_warning_names_the_train_holding_the_run(partial, tmp_path, caplog):
         warnings, _ = _predict(partial, tmp_path / "pred.csv", caplog)
     finally:
         (run / LOCK_NAME).unlink()
-    assert warnings == [_warning(run, "; held by attnpool train, PID 4242 on host gpu-node-7")]
+    assert warnings == [_warning(run, "; its lock held by attnpool train, PID 4242 on host gpu-node-7")]
 
 
 @pytest.mark.parametrize("holder", [{"pid": 99_999_999}, {"pid": os.getpid(), "process_start": [1, "another boot"]}])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,8 @@ def test_a_folder_swap_keeps_a_whole_folder_and_sweeps_the_leftovers_of_a_killed
     assert (old / "w").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
-@pytest.mark.parametrize(("code", "raises"), [(28, True), (5, True), (22, False)])  # ENOSPC, EIO; EINVAL: no fsync
+# ENOSPC, EIO; EINVAL: no fsync; EACCES: CIFS refuses fsync on a descriptor opened read-only
+@pytest.mark.parametrize(("code", "raises"), [(28, True), (5, True), (22, False), (13, False)])
 def test_an_fsync_that_fails_keeps_the_old_file_unless_the_file_system_has_no_fsync(tmp_path, monkeypatch, code,
                                                                                    raises):
     """Every fsync error was ignored: a full disk or an I/O error at fsync renamed a file that may not be on disk."""
@@ -73,3 +75,16 @@ def test_an_fsync_that_fails_keeps_the_old_file_unless_the_file_system_has_no_fs
     else:
         atomic_write_text(target, "new")
         assert target.read_text() == "new"
+
+
+def test_the_file_is_fsynced_through_a_descriptor_open_for_writing(tmp_path, monkeypatch):
+    """CIFS answers EACCES to fsync on a read-only descriptor: the file written is opened for writing to be synced."""
+    modes, real_open = [], os.open
+
+    def spy(path, flags, *args, **kwargs):
+        modes.append((Path(path).name, flags & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR)))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    atomic_write_text(tmp_path / "a.json", "{}")
+    assert {mode for name, mode in modes if name.endswith(".tmp")} == {os.O_RDWR}  # made (mkstemp), then synced

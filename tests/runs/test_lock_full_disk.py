@@ -31,8 +31,8 @@ def test_a_full_disk_writing_the_lock_file_says_so_and_leaves_no_lock_file(tmp_p
     with pytest.raises(OSError) as caught:
         lock.acquire()
     assert caught.value.errno == errno.ENOSPC
-    assert str(caught.value) == (f"[Errno 28] no space left on device while writing the lock file {run / LOCK_NAME} "
-                                 f"(of {run}); free space on that disk, then run it again")
+    assert str(caught.value) == (f"[Errno 28] no space left on device writing the lock file {run / LOCK_NAME} "
+                                 f"(of {run}); free space there (or in your quota), then run it again")
     assert not (run / LOCK_NAME).exists()
     assert not lock.held
     monkeypatch.undo()  # space freed: the lock is taken as usual
@@ -55,5 +55,5 @@ def test_a_full_quota_writing_the_lock_file_is_not_called_a_full_disk(tmp_path, 
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
 
     monkeypatch.setattr(lock_module, "_write", quota)
-    with pytest.raises(OSError, match=r"^\[Errno 122\] disk quota exceeded while writing the lock file "):
+    with pytest.raises(OSError, match=r"^\[Errno 122\] disk quota exceeded writing the lock file "):
         RunLock(tmp_path, purpose="train").acquire()

@@ -102,3 +102,9 @@ def test_a_second_sigterm_does_not_break_the_cleanup(guarded):
         finally:  # the cleanup of the first: SLURM and a launcher may both send one
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGTERM) is _unhandled
+
+
+def test_a_world_size_that_is_no_number_does_not_break_every_command(monkeypatch, guarded):
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    with sigterm_interrupts():
+        assert signal.getsignal(signal.SIGTERM) is not _unhandled

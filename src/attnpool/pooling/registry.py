@@ -146,8 +146,9 @@ def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
     """Refuse a pooler instance that its config would not rebuild: a model saves its pooler by name.
 
     The poolers it holds and saves by name (:meth:`~attnpool.pooling.base.Pooler.held_poolers`: a ``combined``
-    pooler's parts, a ``weighted_layer``'s token pooler) are checked the same way, at any depth; a helper module
-    its constructor builds is not (its config rebuilds it).
+    pooler's parts, a ``weighted_layer``'s token pooler) are checked the same way, at any depth. Any other pooler
+    inside (a helper the constructor builds, which the config rebuilds; or one a wrapper of the user's saves without
+    declaring it in ``held_poolers``) is refused only as a subclass keeping a registered parent's ``name``.
 
     Raises:
         ValueError: ``type(pooler)``, or the type of a pooler it holds, is not the class registered under its
@@ -155,12 +156,18 @@ def check_rebuildable(pooler: Pooler, what: str = "pooling") -> None:
             parent and lose its changes).
     """
     _check_registered(pooler, f"{what}={type(pooler).__name__}(...)")
-    held = list(pooler.held_poolers().items())
+    held, checked = list(pooler.held_poolers().items()), {id(pooler)}
     while held:
         path, module = held.pop(0)
+        checked.add(id(module))
         _check_registered(module, f"{what}={type(pooler).__name__}(...) holds {path}={type(module).__name__}(...), "
                                   "which")
         held += [(f"{path}.{inner}", deeper) for inner, deeper in module.held_poolers().items()]
+    for path, module in pooler.named_modules():  # any other: a subclass under its registered parent's name is refused
+        key = _normalize(type(module).name or "") if isinstance(module, Pooler) and id(module) not in checked else ""
+        if key and _REGISTRY.get(key) not in (None, type(module)):
+            _check_registered(module, f"{what}={type(pooler).__name__}(...) holds {path}={type(module).__name__}(...), "
+                                      "which")
 
 
 def _check_registered(pooler: Pooler, subject: str) -> None:

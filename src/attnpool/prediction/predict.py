@@ -296,7 +296,7 @@ def _warn_incomplete(run: Run, used: list[int]) -> None:
     try:  # the train writing it, as its lock file names it: on this host while its PID lives; another host's, as said
         holder = json.loads((run.path / LOCK_NAME).read_text())
         live = holder.get("host") != socket.gethostname() or holder_alive(holder)  # its PID, not one reused since
-        now = f"; held by attnpool {holder['purpose']}, PID {holder['pid']} on host {holder['host']}" * live
+        now = f"; its lock held by attnpool {holder['purpose']}, PID {holder['pid']} on host {holder['host']}" * live
     except (OSError, ValueError, KeyError, AttributeError, TypeError):  # no lock file: nothing writes the run
         now = ""
     logger.warning("%s: using %d of its %d folds: the run is incomplete (fold(s) %s not trained yet%s); predict "

@@ -33,8 +33,9 @@ def _umask() -> int:
     return mask
 
 
-# What fsync answers on a file system that has no fsync to give (some network mounts): nothing was lost
-_NO_FSYNC = {errno.EINVAL, errno.EBADF, getattr(errno, "ENOTSUP", errno.EINVAL),
+# What fsync answers on a file system that has no fsync to give (some network mounts), or none for this descriptor
+# (CIFS refuses it on one opened read-only): nothing was lost
+_NO_FSYNC = {errno.EINVAL, errno.EBADF, errno.EACCES, errno.EPERM, getattr(errno, "ENOTSUP", errno.EINVAL),
              getattr(errno, "EOPNOTSUPP", errno.EINVAL)}
 
 
@@ -44,7 +45,8 @@ def _sync(path: Path, strict: bool = False) -> None:
     ``strict`` (a file about to be renamed into place): an fsync that fails otherwise than for want of fsync (a
     full disk, an I/O error: the data may not be on disk) raises, so the file is not renamed in as whole.
     """
-    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    # a file this process just wrote: opened for writing, as CIFS fsyncs only such a descriptor
+    flags = os.O_RDWR if strict else os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
     try:
         fd = os.open(path, flags)
     except OSError:  # e.g. folders cannot be opened on Windows: nothing to flush there

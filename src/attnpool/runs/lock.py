@@ -206,8 +206,8 @@ class RunLock:
                 self._file.unlink(missing_ok=True)
             os.close(fd)
             if getattr(err, "errno", None) in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # disk, quota
-                raise OSError(err.errno, f"{os.strerror(err.errno).lower()} while writing the lock file "
-                              f"{self.lock_file} (of {self.path}); free space on that disk, then run it again") from err
+                raise OSError(err.errno, f"{os.strerror(err.errno).lower()} writing the lock file {self.lock_file} "
+                              f"(of {self.path}); free space there (or in your quota), then run it again") from err
             raise
 
     def _flock(self, fd: int) -> None:

@@ -41,8 +41,12 @@ def sigterm_interrupts() -> Iterator[None]:
     by SIGTERM, often while they wait in a collective, where a Python handler would run only once the wait timed out
     (and then SIGKILL); the default handler ends them at once.
     """
-    if (threading.current_thread() is not threading.main_thread() or launched_world_size() > 1
-            or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN):
+    try:
+        several = launched_world_size() > 1
+    except ValueError:  # WORLD_SIZE that is no number: the command's own check says so, not a traceback here
+        several = False
+    if several or threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _terminate)
