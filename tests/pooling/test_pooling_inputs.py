@@ -63,8 +63,13 @@ def test_registered_parts_pass():
     check_rebuildable(WeightedLayerPooling(HIDDEN, num_layers=2, pooler="attention+mean"))
 
 
-@attnpool.register_pooler
-class WithHelper(Pooler):  # registered; builds an unregistered helper pooler that its config rebuilds
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """The poolers a test registers are gone after it (the docs' tests list every registered pooler)."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+
+class WithHelper(Pooler):  # registered by its test; builds an unregistered helper pooler that its config rebuilds
     name = "test_inputs_with_helper"
 
     def __init__(self, hidden_size: int) -> None:
@@ -75,8 +80,9 @@ class WithHelper(Pooler):  # registered; builds an unregistered helper pooler th
         return self.helper.pool(hidden_states, mask)
 
 
-def test_a_helper_pooler_built_by_its_constructor_is_not_checked():
+def test_a_helper_pooler_built_by_its_constructor_is_not_checked(scratch_registry):
     """Every Pooler submodule was checked: a registered pooler holding a private helper pooler was refused."""
+    attnpool.register_pooler(WithHelper)
     check_rebuildable(WithHelper(HIDDEN))
     check_rebuildable(CombinedPooling(HIDDEN, poolers=[WithHelper(HIDDEN), "mean"]))
     layered = WeightedLayerPooling(HIDDEN, num_layers=2, pooler=DoubledAttention(HIDDEN))
@@ -195,8 +201,7 @@ def test_the_json_hint_never_suggests_a_value_that_is_refused_too():
         build_pooler("attention", HIDDEN, dropout=".1")
 
 
-@attnpool.register_pooler
-class UndeclaredWrapper(Pooler):  # registered; holds a pooler it saves, without declaring it in held_poolers
+class UndeclaredWrapper(Pooler):  # registered by its test; holds a pooler, not declared in held_poolers
     name = "test_inputs_undeclared_wrapper"
 
     def __init__(self, hidden_size: int) -> None:
@@ -207,8 +212,9 @@ class UndeclaredWrapper(Pooler):  # registered; holds a pooler it saves, without
         return self.inner.pool(hidden_states, mask)
 
 
-def test_a_subclass_under_its_parents_name_is_refused_anywhere_inside():
+def test_a_subclass_under_its_parents_name_is_refused_anywhere_inside(scratch_registry):
     """Only held_poolers were checked: a wrapper of the user's holding DoubledAttention was accepted again."""
+    attnpool.register_pooler(UndeclaredWrapper)
     wrapper = UndeclaredWrapper(HIDDEN)
     check_rebuildable(wrapper)
     wrapper.inner = DoubledAttention(HIDDEN)
