@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from attnpool.exporters import export_onnx
+from attnpool.exporters import VerificationError, export_onnx
 from attnpool.model import AttnPoolForSequenceClassification
 from attnpool.model.card import CARD_FILE
 from attnpool.runs import Run
@@ -175,3 +175,22 @@ def test_the_newest_opset_and_the_default_are_accepted(saved, tmp_path, monkeypa
     assert export_onnx(saved, tmp_path / "a" / "model.onnx", opset=onnx.defs.onnx_opset_version(),
                        verify=False).path.is_file()
     assert export_onnx(saved, tmp_path / "b" / "model.onnx", verify=False).path.is_file()
+
+
+def test_a_failed_export_leaves_no_folder_it_made(saved, tmp_path, monkeypatch):
+    """The message said "Nothing was written to deep/a/b", and deep/a/b was left behind, empty."""
+    import attnpool.exporters.onnx as export_module
+
+    _fake_exporter(monkeypatch)
+
+    def disagree(*args, **kwargs):
+        raise VerificationError("the exported graph disagrees with PyTorch")
+
+    monkeypatch.setattr(export_module, "verify_onnx", disagree)
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(VerificationError, match=f"Nothing was written to {tmp_path / 'deep' / 'a' / 'b'}$"):
+        export_onnx(saved, tmp_path / "deep" / "a" / "b" / "model.onnx")
+    with pytest.raises(VerificationError):
+        export_onnx(saved, tmp_path / "kept" / "new" / "model.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]  # the folder that was there before stays
+    assert list((tmp_path / "kept").iterdir()) == []
