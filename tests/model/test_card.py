@@ -24,6 +24,7 @@ from attnpool.model.card import (
     CARD_FILE,
     TrainingFacts,
     is_attnpool_card,
+    is_stamped,
     may_rewrite_card,
     model_card,
     read_card,
@@ -401,3 +402,6 @@ def test_a_saved_card_is_kept_unless_save_pretrained_generated_it_unchanged(tmp_
     assert not may_rewrite_card(folder)
     (folder / CARD_FILE).write_text("---\nlibrary_name: peft\n---\n# Model Card for Model ID\n")
     assert may_rewrite_card(folder)
+    for after, rewritable in (("", True), ("\n", False), ("Do not use for X.\n", False)):  # the stamp, last or not
+        (folder / CARD_FILE).write_text(stamp_card("# notes\n") + after)
+        assert (may_rewrite_card(folder), is_stamped(folder)) == (rewritable, True)

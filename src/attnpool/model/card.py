@@ -53,7 +53,7 @@ CARD_FILE = REPOCARD_NAME  # "README.md": the file the Hub reads a model card fr
 LIBRARY_NAME = "attnpool"
 # The last line of a card ``save_pretrained`` generated: a hash of the rest of the card, so that an edited one is told
 # from an unchanged one (an HTML comment: the Hub shows nothing of it).
-_STAMP = re.compile(r"^<!-- attnpool generated card, sha256:([0-9a-f]{64}) -->\n?\Z", re.M)
+_STAMP = re.compile(r"^<!-- attnpool generated card, sha256:([0-9a-f]{64}) -->$", re.M)  # a line anywhere
 TASK_METRICS = {"regression": ("pearson", "spearman", "rmse")}
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1", "auc")
 
@@ -198,7 +198,7 @@ def is_stamped(folder: str | os.PathLike) -> bool:
     """Whether ``folder``'s ``README.md`` has a fingerprint line (:func:`stamp_card`), edited since or not."""
     try:
         text = (Path(os.fspath(folder)) / CARD_FILE).read_text(encoding="utf-8")
-        return re.search(r"^<!-- attnpool generated card, sha256:[0-9a-f]{64} -->$", text, re.M) is not None
+        return _STAMP.search(text) is not None
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -220,8 +220,8 @@ def may_rewrite_card(folder: str | os.PathLike) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):  # unreadable: not rewritten blindly
         return False
-    found = _STAMP.search(text)
-    if found is not None:
+    found = next(reversed(list(_STAMP.finditer(text))), None)
+    if found is not None and text[found.end():] in ("", "\n"):  # the card's last line
         return hashlib.sha256(text[:found.start()].encode()).hexdigest() == found.group(1)
     card = read_card(folder)
     return card is not None and card.data.to_dict().get("library_name") == "peft"
