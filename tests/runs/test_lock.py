@@ -256,6 +256,17 @@ def test_fallback_takes_over_a_dead_holder_on_this_host(tmp_path, no_fcntl, capl
         "(train since 2026-12-01T12:00:00+00:00; no longer running)"]
 
 
+def test_live_holder_names_a_holder_that_may_hold_the_lock_still(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert lock_mod.live_holder(tmp_path) is None  # no lock file
+    for pid, host, live in ((int(dead.stdout), socket.gethostname(), False), (int(dead.stdout), "elsewhere", True),
+                            (os.getppid(), socket.gethostname(), True)):
+        _write_holder(tmp_path, pid=pid, host=host)
+        assert lock_mod.live_holder(tmp_path) == (json.loads((tmp_path / LOCK_NAME).read_text()) if live else None)
+    (tmp_path / LOCK_NAME).write_text("[1, 2")  # torn
+    assert lock_mod.live_holder(tmp_path) is None
+
+
 def test_another_thread_of_the_process_is_refused_and_its_own_nesting_still_counts(tmp_path):
     def take_in_a_thread():
         outcome = []
@@ -338,7 +349,7 @@ def test_another_users_stale_lock_that_cannot_be_removed_says_so(tmp_path, forei
     with pytest.raises(RunError) as err:
         RunLock(tmp_path).acquire()
     assert not isinstance(err.value, LockedError)
-    owner = lock_mod._owner(os.getuid())
+    owner = lock_mod.pwd.getpwuid(os.getuid()).pw_name
     assert str(err.value) == (
         f"{tmp_path}: its lock file {lock_file} belongs to another user ({owner}) and cannot be written by you; no "
         f"process holds it (a stale lock of PID 4321 on host elsewhere), so delete it: rm {lock_file} (as {owner} "

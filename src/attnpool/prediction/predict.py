@@ -8,9 +8,7 @@ an interrupted prediction resumes at the first unfinished chunk.
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +35,7 @@ from attnpool.prediction.parts import Parts, manifest
 from attnpool.prediction.positions import cap_max_length, saved_position_limit
 from attnpool.prediction.progress import progress_bar, redirect_logging
 from attnpool.runs.files import check_writable
-from attnpool.runs.lock import LOCK_NAME, RunLock, holder_alive
+from attnpool.runs.lock import RunLock, live_holder
 from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import prediction_columns
 from attnpool.threads import restores_threads, set_threads
@@ -293,12 +291,9 @@ def _warn_incomplete(run: Run, used: list[int]) -> None:
     """Warn that ``run`` has fewer fold models than folds (no ``folds`` given): one still training, or partial."""
     if not (missing := [str(f) for f in range(run.info().get("num_folds") or 0) if f not in used]):
         return
-    try:  # the train writing it, as its lock file names it: on this host while its PID lives; another host's, as said
-        holder = json.loads((run.path / LOCK_NAME).read_text())
-        live = holder.get("host") != socket.gethostname() or holder_alive(holder)  # its PID, not one reused since
-        now = f"; its lock held by attnpool {holder['purpose']}, PID {holder['pid']} on host {holder['host']}" * live
-    except (OSError, ValueError, KeyError, AttributeError, TypeError):  # no lock file: nothing writes the run
-        now = ""
+    holder = live_holder(run.path) or {}  # the train writing it, if one does
+    now = f"; its lock held by attnpool {holder.get('purpose')}, PID {holder.get('pid')} on host {holder.get('host')}"
+    now = now if holder else ""
     logger.warning("%s: using %d of its %d folds: the run is incomplete (fold(s) %s not trained yet%s); predict "
                    "again once they are (attnpool train --output-dir %s --resume), or choose folds with --folds",
                    run.path, len(used), len(used) + len(missing), ", ".join(missing), now, run.path)

@@ -50,10 +50,7 @@ _flockless: set[int] = set()  # st_dev of the filesystems where flock failed so:
 
 
 class _Hold:
-    """A lock this process holds: its open file, how many acquisitions, by which thread, and how it is held.
-
-    (Not a dataclass: the tests' holder process loads this file outside ``sys.modules``, where those fail.)
-    """
+    """A lock this process holds: its file, acquisitions, thread, how held (no dataclass: tests load it by path)."""
 
     def __init__(self, fd: int, purpose: str, flocked: bool) -> None:
         self.fd, self.purpose, self.depth = fd, purpose, 1
@@ -150,8 +147,7 @@ class RunLock:
             finally:
                 os.close(hold.fd)
 
-    def __enter__(self) -> RunLock:
-        return self.acquire()
+    __enter__ = acquire
 
     def __exit__(self, *exc: object) -> None:
         self.release()
@@ -245,7 +241,10 @@ class RunLock:
             try:
                 self._file.unlink()  # held while unlinked: a taker that opened it sees it gone, as after a release
             except PermissionError:
-                owner = _owner(os.fstat(fd).st_uid)
+                try:
+                    owner = pwd.getpwuid(os.fstat(fd).st_uid).pw_name
+                except (AttributeError, KeyError):  # no pwd (Windows), or a uid without a name
+                    owner = f"uid {os.fstat(fd).st_uid}"
                 raise RunError(f"{self.path}: its lock file {self.lock_file} belongs to another user ({owner}) and "
                                "cannot be written by you; no process holds it (a stale lock"
                                + (f" of PID {info.get('pid')} on host {info.get('host')}" if info else "")
@@ -307,19 +306,11 @@ def _open_or_create(path: Path) -> tuple[int, bool]:
             continue
 
 
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except (AttributeError, KeyError):  # no pwd (Windows), or a uid without a name
-        return f"uid {uid}"
-
-
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        on_disk = os.stat(path)
+        return os.path.samestat(os.stat(path), os.fstat(fd))
     except FileNotFoundError:
         return False
-    return os.path.samestat(on_disk, os.fstat(fd))
 
 
 def _parse(data: bytes) -> dict[str, Any] | None:
@@ -363,6 +354,15 @@ def process_alive(pid: object) -> bool:
     except PermissionError:  # someone else's process
         return True
     return True
+
+
+def live_holder(folder: str | Path) -> dict[str, Any] | None:
+    """The holder ``folder``'s lock file names, if it may hold it still (this host's: while it runs), else ``None``."""
+    try:
+        info = _parse((Path(folder) / LOCK_NAME).read_bytes())
+    except OSError:
+        return None
+    return info if info and (info.get("host") != socket.gethostname() or holder_alive(info)) else None
 
 
 def holder_alive(info: dict[str, Any]) -> bool:
