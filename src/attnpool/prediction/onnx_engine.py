@@ -41,7 +41,7 @@ from attnpool.exporters import ExportError, VerificationError, export_onnx
 from attnpool.exporters.models import ExporterFailure, ModelLoadError, source_stamp
 from attnpool.exporters.staging import make_staging
 from attnpool.prediction.engine import FoldEnsemble, FoldScales, combine_folds, fold_tokenizer, fold_weights
-from attnpool.runs.files import takes_files
+from attnpool.runs.files import existing_above, takes_files
 from attnpool.runs.run import Run, RunError
 
 _MISSING: str | None = None  # the module of the onnx extra that did not import, named by load()
@@ -131,8 +131,8 @@ def _check_run_writable(run: Run, fold: int, graph: Path, quantize: str, command
     and take a file (tried: a read-only mount, which ``os.access`` passes for root). Without this, the export's own
     check of its output spoke of an ``--output`` that ``predict`` does not have.
     """
-    above = next((parent for parent in graph.parents if parent.is_dir()), None)
-    if above is not None and not takes_files(above):  # None: the run itself is gone, as the export says
+    above = existing_above(graph)
+    if above is not None and above.is_dir() and not takes_files(above):  # None: the run is gone, as the export says
         raise _unwritable(run, fold, graph, quantize, command, f"{above} takes no new file: read-only or no permission")
 
 

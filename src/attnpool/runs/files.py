@@ -208,13 +208,18 @@ def check_writable(path: str | Path, option: str = "--output", *, folder: bool =
     if folder and path.is_dir():
         above = path
     else:
-        above = next((parent for parent in path.parents if parent.exists()), Path("."))
+        above = existing_above(path) or Path(".")
     if not above.is_dir():
         raise ValueError(f"{option} {path}: {above} is a file, not a folder, so nothing can be written under it; give "
                          f"a path in a folder, e.g. {above.parent / path.name}")
     if not takes_files(above):
         raise ValueError(f"cannot write {option} {path}: folder {above} is not writable (read-only or no "
                          f"permission); choose another {option}")
+
+
+def existing_above(path: Path) -> Path | None:
+    """The nearest existing path above ``path`` (a folder, or a file standing where one is needed), or ``None``."""
+    return next((parent for parent in path.parents if parent.exists()), None)
 
 
 def takes_files(folder: Path) -> bool:
