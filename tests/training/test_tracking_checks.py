@@ -180,4 +180,4 @@ def test_the_trackers_are_decided_once_per_run_and_each_run_warns_in_its_own_tra
         attnpool.train(recipe, output_dir=str(tmp_path / run), report_to="all")
         log = (tmp_path / run / "train.log").read_text()
         assert log.count("tracking: --report-to all leaves out mlflow: MLflow store shut (test)") == 1, run
-    assert len(lookups) == 4  # per run: the check before its folder is made, and run_environment's for every fold
+    assert len(lookups) == 2  # per run: once, before its folder is made

@@ -133,7 +133,7 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             raise
 
     try:  # a tracker not installed, an MLflow experiment it cannot log to: refused before anything is written
-        integrations(cfg.report_to, experiment=Path(cfg.output_dir).resolve().as_posix())
+        asked = cfg.report_to, integrations(cfg.report_to, experiment=Path(cfg.output_dir).resolve().as_posix())
         main = process_state().is_main_process  # joins the launcher's process group, as the Trainer will
         run, cfg = on_main(open_run)  # the other processes get the main one's config, or its error
     except BaseException:
@@ -148,7 +148,8 @@ def train(cfg: TrainConfig, callbacks: list | None = None, given: Mapping[str, A
             package_logger.setLevel(logging.ERROR)
         # the trackers' experiment (restored after); then third-party bars and messages (the trackers' too: imported
         # by now, their own handlers exist to be quieted) to train.log, not the console
-        with run_environment(cfg, run) as trackers, quiet_third_party(handler):  # trackers: decided once, for all
+        decided = asked[1] if cfg.report_to == asked[0] else None  # None: a resumed run's saved trackers
+        with run_environment(cfg, run, decided) as trackers, quiet_third_party(handler):  # decided once, for all
             device = "cpu" if use_cpu() else "cuda"
             training_precision(cfg.precision, device)  # fp16 on a CPU: refused before the data loads
             data = on_every(lambda: load_task(cfg, log=logger))  # also resolves the preset and template into cfg

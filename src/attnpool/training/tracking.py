@@ -74,8 +74,10 @@ def run_name(run: Run, fold: int) -> str:
 
 
 @contextlib.contextmanager
-def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
+def run_environment(cfg: TrainConfig, run: Run, trackers: list[str] | None = None) -> Iterator[list[str]]:
     """For one run: the trackers' experiment (MLflow) or project and group (W&B), unless already set; yields them.
+
+    ``trackers``: ``cfg.report_to``'s, as the caller already decided them (:func:`integrations`); ``None`` decides.
 
     W&B's own console output is silenced (``WANDB_SILENT``) except at ``verbose``.
 
@@ -83,7 +85,7 @@ def run_environment(cfg: TrainConfig, run: Run) -> Iterator[list[str]]:
         ValueError: ``cfg.report_to`` names a tracker that is not installed.
     """
     name = experiment_name(run)
-    used = integrations(cfg.report_to, experiment=name)  # --report-to all: MLflow left out as the run's check left it
+    used = integrations(cfg.report_to, experiment=name) if trackers is None else trackers
     values: dict[str, str] = {}
     if "mlflow" in used:
         import mlflow  # imported now: its loggers exist before the run quiets them
