@@ -147,6 +147,9 @@ def test_pooler_specs_parse_and_fail_clearly():
         PoolerSpec.parse("atention")
     with pytest.raises(ValueError, match="option 'attn_size' of 'attention:attn_size' is not key=value"):
         PoolerSpec.parse("attention:attn_size")
+    with pytest.raises(ValueError, match=r"^--baseline attention:attn_size=8, attn_size=16: option attn_size is given "
+                                         r"twice; give it once, with the value you mean$"):  # the later one won
+        PoolerSpec.parse("attention:attn_size=8, attn_size=16", flag="--baseline")
     nested = PoolerSpec.parse('weighted_layer:num_layers=4,pooler={"type":"attention","attn_size":64}')
     assert nested.options == {"num_layers": 4, "pooler": {"type": "attention", "attn_size": 64}}
     both = PoolerSpec.parse('combined:poolers=[{"type":"attention","cls_share":0.9},"mean"],combine=concat')

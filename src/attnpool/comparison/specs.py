@@ -44,7 +44,11 @@ class PoolerSpec:
             get_pooler_class(name)
         except ValueError as err:
             raise type(err)(f"{flag} {text.strip()}: {err}") from None
-        options = parse_options(_top_level_items(rest), repr(text))
+        options = parse_options(items := _top_level_items(rest), repr(text))
+        keys = [item.partition("=")[0].strip() for item in items]
+        if twice := next((key for i, key in enumerate(keys) if key in keys[:i]), None):  # else the later one won
+            raise ValueError(f"{flag} {text.strip()}: option {twice} is given twice; give it once, with the value you "
+                             "mean")
         return cls(label=text.strip(), pooling=name, options=options, flag=flag)
 
     @property
