@@ -83,6 +83,21 @@ def test_a_wrapped_model_gets_the_groups_of_the_model_inside(model, wrap):
     assert {r for n, (r, _) in expected.items() if n.startswith("attnpool.encoder.layer.")} != {1e-3}
 
 
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft's call
+def test_a_peft_model_gets_its_layers_rates_and_the_pooler_its_own(model):
+    """Under peft every name starts with `base_model.model.`: LoRA's matrices and the pooler all got the head's rate."""
+    peft = pytest.importorskip("peft")
+    lora = peft.get_peft_model(model, peft.LoraConfig(task_type=None, target_modules=["query", "key", "value"],
+                                                      modules_to_save=["head", "attnpool.pooler"], r=4, lora_alpha=8))
+    got = rates(lora, parameter_groups(lora, lr=2e-5, head_lr=1e-3, weight_decay=0.01, llrd=0.5, pooler_lr=1e-4))
+    layers = len(model.attnpool.encoder.encoder.layer)
+    for name, (rate, _) in got.items():
+        depth = layers - 1 - int(name.split(".layer.")[1].split(".")[0]) if ".layer." in name else None
+        where = "encoder" if ".lora_" in name else "pooler" if ".pooler." in name else "head"
+        assert rate == {"encoder": 2e-5 * 0.5 ** (depth or 0), "pooler": 1e-4, "head": 1e-3}[where], name
+    assert {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in got if ".lora_" in n} == {"query", "key", "value"}
+
+
 def test_no_weight_decay_for_biases_and_norms(model):
     got = rates(model, parameter_groups(model, lr=1e-4, head_lr=1e-3, weight_decay=0.01))
     for name, (_, decay) in got.items():

@@ -12,8 +12,9 @@ from attnpool.model.encoders import encoder_layers, parameter_depths
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
 # the modules a wrapper inserts into parameter names: FSDP (the Trainer creates the optimizer of an FSDP model after
-# wrapping it), activation checkpointing, torch.compile
-_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
+# wrapping it), activation checkpointing, torch.compile; peft's PeftModel before the model's own names
+_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\."
+                       r"|^base_model\.model\.")
 
 
 def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float, llrd: float = 1.0, *,
@@ -26,7 +27,8 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
 
     Args:
         model: An :class:`~attnpool.AttnPoolForSequenceClassification`, or one wrapped by FSDP (original parameters
-            kept, ``use_orig_params``), activation checkpointing or ``torch.compile``.
+            kept, ``use_orig_params``), activation checkpointing, ``torch.compile`` or peft (LoRA: each adapter
+            matrix gets its layer's rate).
         lr: Learning rate of the top encoder layer.
         head_lr: Learning rate of the head (trained from scratch, so usually higher).
         weight_decay: Decoupled weight decay for weight matrices.
