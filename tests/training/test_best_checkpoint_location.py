@@ -7,7 +7,7 @@ import json
 import shutil
 
 from attnpool.runs import Run
-from attnpool.training.trainer import last_complete_checkpoint
+from attnpool.training.checkpoints import last_complete_checkpoint
 
 
 def _checkpoints(folder, best):

@@ -186,7 +186,7 @@ def test_the_saved_fold_model_is_the_averaged_weights_and_keeps_the_recipe_loss(
 
 def test_resume_passes_over_a_checkpoint_saved_without_its_average(tmp_path, caplog):
     """The average is written after the Trainer's files: a checkpoint without it would resume a different run."""
-    from attnpool.training.trainer import last_complete_checkpoint
+    from attnpool.training.checkpoints import last_complete_checkpoint
 
     for step, files in ((2, ["trainer_state.json", EMA_FILE]), (4, ["trainer_state.json"]), (6, ["model.safetensors"])):
         (tmp_path / f"checkpoint-{step}").mkdir()

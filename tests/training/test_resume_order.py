@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler
 from trainer_helpers import StopAt2, tiny_model, tiny_trainer, weights
 
 from attnpool.training import arguments
-from attnpool.training.trainer import last_complete_checkpoint
+from attnpool.training.checkpoints import last_complete_checkpoint
 
 
 def test_a_resumed_epoch_under_ddp_wrappers_keeps_its_epoch_order(tmp_path):
@@ -167,3 +167,23 @@ def test_a_resumed_folds_logs_cover_the_same_steps_and_its_train_loss_all_of_the
     again = tiny_trainer(tmp_path / "killed", n=54, monitor=True, model=tiny_model(seed=5), **options)
     again.train(resume_from_checkpoint=True)  # the fold had finished: no step left to train
     assert train_loss(again) == pytest.approx(train_loss(straight), rel=1e-5)
+
+
+def test_resume_from_checkpoint_true_with_only_torn_checkpoints_trains_from_step_0(tmp_path, caplog):
+    """RecipeTrainer.train(resume_from_checkpoint=True) with no complete checkpoint fell back to the Trainer's own
+    choice, the newest folder by name: the torn one, a raw FileNotFoundError on its trainer_state.json."""
+    tiny_trainer(tmp_path / "run", eval_steps=2, callbacks=[StopAt2()]).train()
+    (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").unlink()  # killed while saving its only checkpoint
+    whole = tiny_trainer(tmp_path / "whole", eval_steps=2)
+    whole.train()
+    resumed = tiny_trainer(tmp_path / "run", eval_steps=2)
+    with caplog.at_level("WARNING", logger="attnpool"):
+        resumed.train(resume_from_checkpoint=True)
+    assert (resumed.state.global_step, weights(resumed.model).keys()) == (whole.state.global_step,
+                                                                          weights(whole.model).keys())
+    assert all(torch.equal(a, b) for a, b in zip(weights(resumed.model).values(), weights(whole.model).values(),
+                                                 strict=True))
+    assert (f"{tmp_path / 'run' / 'checkpoint-2'} was not written to the end (no trainer_state.json: the run stopped "
+            "while saving it); no earlier one: training starts again") in caplog.text
+    with pytest.raises(ValueError, match="No valid checkpoint found in output directory"):  # none at all, as before
+        tiny_trainer(tmp_path / "empty", eval_steps=2).train(resume_from_checkpoint=True)

@@ -41,11 +41,12 @@ from attnpool.runs.run import Run, RunError
 from attnpool.runs.tables import oof_frame
 from attnpool.tasks import num_labels, problem_type, scores_from_logits
 from attnpool.training.arguments import training_arguments
+from attnpool.training.checkpoints import last_complete_checkpoint
 from attnpool.training.distributed import gather_shards, on_main, process_state, shard, unshard, use_cpu
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress
 from attnpool.training.tracking import FoldTracking, run_name
-from attnpool.training.trainer import last_complete_checkpoint, make_trainer, weights_sharded
+from attnpool.training.trainer import make_trainer, weights_sharded
 
 logger = logging.getLogger("attnpool.train")
 

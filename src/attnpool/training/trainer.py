@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +20,12 @@ from attnpool.config import TrainConfig
 from attnpool.data.batching import LengthGroupedSampler, PaddingCollator
 from attnpool.metrics import task_metrics
 from attnpool.model.dropout import use_cpu_dropout
-from attnpool.runs.files import atomic_write_json, full_disk_checked
+from attnpool.runs.files import full_disk_checked
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.adversarial import Adversary, StartReached, make_adversary, perturbed
-from attnpool.training.ema import EMA_FILE, WeightEMA
+from attnpool.training.checkpoints import last_complete_checkpoint, read_state
+from attnpool.training.ema import WeightEMA
 from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
 from attnpool.training.progress import FoldProgress, get_verbosity
@@ -38,51 +37,6 @@ logger = logging.getLogger("attnpool.train")
 def weights_sharded(trainer: transformers.Trainer) -> bool:
     """Whether the trained weights are spread over the processes (FSDP, DeepSpeed), so no process holds them all."""
     return bool(getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False))
-
-
-def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
-    """The newest checkpoint in ``folder`` that was written to the end, or ``None``.
-
-    The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
-    ``ema.safetensors`` with the weights, before it; checkpoints of earlier versions got it after): a run killed
-    in the middle of a save leaves a folder without them, which the Trainer cannot resume from; a machine that lost
-    power may leave ``trainer_state.json`` cut short. Such a folder is passed over (and rewritten when training
-    reaches its step again). The best checkpoint the state names is pointed at ``folder``'s of that name, whatever
-    path was recorded (a moved or copied run's old one, a relative one), or cleared when ``folder`` has none.
-    """
-    needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
-    found = sorted(((int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ())
-                    if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
-    for _, checkpoint in found:
-        missing = [name for name in needed if not (checkpoint / name).is_file()]
-        state = None if missing else _read_state(checkpoint / TRAINER_STATE_NAME)
-        if state is not None:
-            _relocate_best(checkpoint, state)
-            return str(checkpoint)
-        what = f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"
-        logger.warning("%s was not written to the end (%s: the run stopped while saving it); resuming from an "
-                       "earlier checkpoint", checkpoint, what)
-    return None
-
-
-def _read_state(path: Path) -> dict | None:
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return state if isinstance(state, dict) else None
-
-
-def _relocate_best(checkpoint: Path, state: dict) -> None:
-    """Re-point the best checkpoint at this run's of that name (a copied run's or a relative path), or clear it."""
-    best = state.get("best_model_checkpoint")
-    here = checkpoint.parent.absolute() / Path(best).name if best else None
-    if here is None or best == str(here):
-        return
-    if not here.is_dir():  # the Trainer then keeps the last weights unless a later evaluation does better
-        logger.warning("%s names the best checkpoint %s, not in %s; ignoring it", checkpoint, best, here.parent)
-    state["best_model_checkpoint"] = str(here) if here.is_dir() else None
-    atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
 
 
 class TrainingClock(transformers.TrainerCallback, ExportableState):
@@ -221,9 +175,11 @@ class RecipeTrainer(transformers.Trainer):
             keep_freed_memory(largest_parameter_bytes(self.model))  # attnpool.train logs the setting
             use_cpu_dropout(self.model)
         if resume_from_checkpoint is True:  # the newest complete one (the Trainer's own choice takes a torn one)
-            resume_from_checkpoint = last_complete_checkpoint(Path(self.args.output_dir), self.ema is not None) or True
+            folder = Path(self.args.output_dir)  # torn ones only: from step 0, as warned; none: the Trainer's error
+            newest = last_complete_checkpoint(folder, self.ema is not None)
+            resume_from_checkpoint = newest or (None if any(folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*")) else True)
         found = resume_from_checkpoint not in (None, False, True)
-        saved = _read_state(Path(str(resume_from_checkpoint)) / TRAINER_STATE_NAME) if found else None
+        saved = read_state(Path(str(resume_from_checkpoint)) / TRAINER_STATE_NAME) if found else None
         self.schedule.checkpoint = str(resume_from_checkpoint) if found else None
         self.schedule.max_steps = (saved or {}).get("max_steps") or None
         self._resumed_state = saved

@@ -1,0 +1,63 @@
+"""The checkpoints of a fold: the newest one written to the end, and its Trainer state."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from attnpool.runs.files import atomic_write_json
+from attnpool.training.ema import EMA_FILE
+
+logger = logging.getLogger("attnpool.train")
+
+
+def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
+    """The newest checkpoint in ``folder`` that was written to the end, or ``None``.
+
+    The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
+    ``ema.safetensors`` with the weights, before it; checkpoints of earlier versions got it after): a run killed
+    in the middle of a save leaves a folder without them, which the Trainer cannot resume from; a machine that lost
+    power may leave ``trainer_state.json`` cut short. Such a folder is passed over (and rewritten when training
+    reaches its step again). The best checkpoint the state names is pointed at ``folder``'s of that name, whatever
+    path was recorded (a moved or copied run's old one, a relative one), or cleared when ``folder`` has none.
+    """
+    needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
+    found = sorted(((int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ())
+                    if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
+    for i, (_, checkpoint) in enumerate(found):
+        missing = [name for name in needed if not (checkpoint / name).is_file()]
+        state = None if missing else read_state(checkpoint / TRAINER_STATE_NAME)
+        if state is not None:
+            _relocate_best(checkpoint, state)
+            return str(checkpoint)
+        what = f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"
+        then = "resuming from an earlier checkpoint" if i + 1 < len(found) else "no earlier one: training starts again"
+        logger.warning("%s was not written to the end (%s: the run stopped while saving it); %s", checkpoint, what,
+                       then)
+    return None
+
+
+def read_state(path: Path) -> dict | None:
+    """A checkpoint's ``trainer_state.json``, or ``None`` when it is missing, unreadable, cut short or not an object."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _relocate_best(checkpoint: Path, state: dict) -> None:
+    """Re-point the best checkpoint at this run's of that name (a copied run's or a relative path), or clear it."""
+    best = state.get("best_model_checkpoint")
+    here = checkpoint.parent.absolute() / Path(best).name if best else None
+    if here is None or best == str(here):
+        return
+    if not here.is_dir():  # the Trainer then keeps the last weights unless a later evaluation does better
+        logger.warning("%s names the best checkpoint %s, not in %s; ignoring it", checkpoint, best, here.parent)
+    state["best_model_checkpoint"] = str(here) if here.is_dir() else None
+    atomic_write_json(checkpoint / TRAINER_STATE_NAME, state)
