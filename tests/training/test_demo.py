@@ -11,7 +11,7 @@ from attnpool import AttnPoolForSequenceClassification
 from attnpool.config import TrainConfig
 from attnpool.runs import Run
 from attnpool.runs.lock import RunError
-from attnpool.training.demo import KEYS, make_key_token_data, run_demo
+from attnpool.training.demo import KEYS, make_key_token_data, run_demo, training_rows
 from attnpool.training.recipe import PER_CALL_SAVED
 from model_helpers import save_tiny_encoder
 
@@ -201,3 +201,13 @@ def test_the_demo_refuses_an_output_dir_it_cannot_write_before_the_model_loads()
     with pytest.raises(ValueError, match=r"^cannot write --output-dir /proc/attnpool-demo: folder /proc is not "
                                          r"writable \(read-only or no permission\); choose another --output-dir$"):
         run_demo(output_dir="/proc/attnpool-demo", model="unused", n_train=32, n_valid=16)
+
+
+@pytest.mark.parametrize(("seconds", "rows", "note"), [
+    (45, 800, None),
+    (5, 160, "--seconds 5 is outside 9 to 135 (10 to 150 steps of about 0.9 s): training 10 steps, about 9 s"),
+    (600, 2400, "--seconds 600 is outside 9 to 135 (10 to 150 steps of about 0.9 s): training 150 steps, about 135 s"),
+])
+def test_seconds_outside_the_demos_range_are_said_not_silently_bounded(seconds, rows, note):
+    """`attnpool demo --seconds 5` trained 10 steps (about 9 s) and said nothing of it."""
+    assert training_rows(seconds) == (rows, note)

@@ -186,12 +186,26 @@ def _demo_run(path: Path) -> bool:
         path.name, ["text"], "label") and Path(str(values.get("train_file"))).name == _DEMO_DATA[0]
 
 
+def training_rows(seconds: float) -> tuple[int, str | None]:
+    """The demo's training rows for ``seconds``: 16 per step of about 0.9 s, 10 to 150 steps; a note if bounded.
+
+    About 0.9 s per step of 16 rows of ~70 tokens for MiniLM on 2 cores with the bottom 5 layers frozen.
+    """
+    steps = min(150, max(10, round(seconds / 0.9)))
+    if steps == round(seconds / 0.9):
+        return steps * 16, None
+    return steps * 16, (f"--seconds {seconds:g} is outside 9 to 135 (10 to 150 steps of about 0.9 s): training "
+                        f"{steps} steps, about {steps * 0.9:.0f} s")
+
+
 def _run_demo(output_dir: Path, seconds: float, model: str, encoder_config: Any, n_train: int | None,
               n_valid: int) -> dict[str, float]:
     # Fine-tune the top layer (plus pooler and head): a few minutes on 2 CPU cores.
     frozen = max(0, encoder_config.num_hidden_layers - 1)
-    # About 0.9 s per step of 16 rows of ~70 tokens for MiniLM on 2 cores with the bottom 5 layers frozen.
-    n_train = n_train or int(max(160, min(2400, seconds / 0.9 * 16)))
+    if n_train is None:
+        n_train, note = training_rows(seconds)
+        if note:
+            print(f"attnpool demo: {note}", flush=True)
     for name, rows, seed in (("train.csv", n_train, 0), ("valid.csv", n_valid, 1)):  # whole, or a .tmp the next takes
         frame = make_key_token_data(rows, seed=seed)
         atomic_write(output_dir / name, lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
