@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from attnpool.data.context import tokenize_rows
@@ -198,6 +199,14 @@ def _text(value: Any) -> str:
     return text if text.strip() else ""
 
 
+def _refuse_frame(value: Any, name: str) -> None:
+    """Refuse a DataFrame as texts: iterating it gives its column names, which would be explained as the texts."""
+    if isinstance(value, pd.DataFrame):
+        raise ValueError(f"explain: {name} is a DataFrame (columns {shown(list(value.columns))}), whose iteration "
+                         "gives its column names, not its rows; pass one column of it: texts=df['text'] (and "
+                         "text_pairs=df['text2'] for pairs)")
+
+
 def explain(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -226,7 +235,8 @@ def explain(
             blank one is ``""``.
         text_pairs: The second texts of pairs (one string with one text); they are kept apart from the first ones.
         labels: True labels (class names or indices, or values), one per text, to show errors; a missing one
-            (``None``, NaN, ``pd.NA``) has none. With one text (a string), its label may be given as it is: ``"c1"``,
+            (``None``, NaN, ``pd.NA``) has none, but is the empty set of classes for a multi-label model (as
+            training reads a blank cell). With one text (a string), its label may be given as it is: ``"c1"``,
             ``0.5``, or a list for a model of several outputs (``[0.1, 0.2]``, ``["a", "c"]``, ``[1, 0, 1]``).
         max_length: Truncate to this many tokens, as in training; default 128, or less when the encoder reads less
             (its position embeddings).
@@ -241,9 +251,9 @@ def explain(
 
     Raises:
         TypeError: ``model`` is no ``torch.nn.Module`` (a folder path: load it, or use ``explain_file``).
-        ValueError: Inputs of different lengths, no texts, a bad option (a number option that is no whole number
-            or out of range), a ``max_length`` over what the encoder
-            reads or within the tokenizer's special tokens, a label of a regression model that is not
+        ValueError: Inputs of different lengths, no texts, ``texts`` or ``text_pairs`` given as a DataFrame, a bad
+            option (a number option that is no whole number or out of range), a ``max_length`` over what the
+            encoder reads or within the tokenizer's special tokens, a label of a regression model that is not
             ``num_labels`` numbers, a model without a prediction head, or a pooler without token weights.
     """
     if not isinstance(model, torch.nn.Module):
@@ -252,6 +262,8 @@ def explain(
                         f"{shown(model)}" + ("; load it first with AttnPoolForSequenceClassification.from_pretrained"
                         "(folder), or explain a file's rows with explain_file(folder_or_run, input_file, html_path)"
                         if folder else ""))
+    _refuse_frame(texts, "texts")
+    _refuse_frame(text_pairs, "text_pairs")
     one_text = isinstance(texts, str)
     texts = [_text(t) for t in ([texts] if one_text else texts)]
     pairs = None if text_pairs is None else [_text(t) for t in ([text_pairs] if isinstance(text_pairs, str)
@@ -263,7 +275,8 @@ def explain(
     config = getattr(model, "config", None)
     problem_type = _problem_type(config)
     several = problem_type != "single_label_classification" and (getattr(config, "num_labels", 1) or 1) > 1
-    labels = label_list(labels, texts, one_text, several_outputs=several)
+    labels = label_list(labels, texts, one_text, several_outputs=several,
+                        multi_label=problem_type == "multi_label_classification")
     max_length = explain_max_length(model, max_length)
     erasure_k = whole_number(erasure_k, "explain: erasure_k", 0, " (0 skips the erasure test)")
     batch_size = whole_number(batch_size, "explain: batch_size", 1, " (rows per forward pass)")

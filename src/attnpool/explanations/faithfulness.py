@@ -12,8 +12,10 @@ random ones (seeded) and the ``k`` least-weighted ones, and records how far the 
 
 (the area over the perturbation curve of "Evaluating the visualization of what a deep neural network has
 learned", Samek et al., 2017, arXiv:1509.06321). Weights that explain the model give
-``top > random > bottom``. ``f`` is the predicted class's probability for classification, the predicted value
-for regression (the mean over outputs for several), the label probabilities averaged for multi-label.
+``top > random > bottom``. ``f`` is the predicted class's probability for single-label classification, the
+predicted value for regression. With several outputs (regression of several values; multi-label classification,
+whose outputs are the label probabilities) :math:`\Delta_k^{s}` is the mean over the outputs of each output's
+:math:`\lvert f_c(x) - f_c(x \setminus R_k^{s}) \rvert`, so changes in opposite directions do not cancel.
 
 A token is removed by setting its ``attention_mask`` to 0: the encoder no longer attends to it and the pooler
 gives it no weight, while positions stay as they were. Special tokens (``[CLS]``, ``[SEP]``) are never removed;

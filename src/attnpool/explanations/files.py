@@ -93,7 +93,7 @@ def explain_file(
         label: The label column (default: the run's; for a model folder ``label`` when present).
         max_length: Truncation (default: the run's ``max_length``; 128 for a model folder), at most what the
             encoder reads (its position embeddings): a longer run's ``max_length`` is capped, with a warning.
-        fold: Which fold's model of a run (refused with a model folder, which holds one model).
+        fold: Which fold's model of a run, a whole number ``>= 0`` (refused with a model folder, which holds one model).
         seed: Seed of the random erasure, ``>= 0``.
         batch_size: Rows per forward pass, ``>= 1``.
         device: ``cpu``, ``cuda``...; default: CUDA when available.
@@ -106,7 +106,8 @@ def explain_file(
         TypeError: ``input_file`` is not a path (a DataFrame: write it to a file first).
         ValueError: Options that do not fit the source (``text_cols`` with a run; none, or ``fold``, with a model
             folder, or another fold than a ``fold_K`` folder's), a ``max_length`` below 1 or over what the encoder
-            reads, a ``limit``, ``erasure_k``, ``seed`` or ``batch_size`` that is no whole number or out of range, a
+            reads, a ``limit``, ``erasure_k``, ``fold``, ``seed`` or ``batch_size`` that is no whole number or out of
+            range, a ``device`` torch does not know or this machine lacks, a
             report path that is the input file or lies in the run's folder, bad data
             (:class:`~attnpool.data.DataError`), or a pooler without token weights.
     """
@@ -115,6 +116,8 @@ def explain_file(
     text_cols = [text_cols] if isinstance(text_cols, str) else text_cols  # one column, not its letters
     check_max_length(max_length)
     erasure_k, batch_size, seed = _check_options(erasure_k, batch_size, seed)  # before the model loads
+    fold = None if fold is None else whole_number(fold, "--fold", 0, " (the run's fold to explain with)")
+    device = inference_device(device)  # a missing CUDA device said now, not once the input is read and the model loaded
     source, fold = _fold_folder(Path(source).expanduser(), fold)
     html_path, json_path = report_paths(html_path, json_path)  # a wrong output path fails now, not after the run
     refuse_input_as_output(input_file, html_path, "--output", "HTML report")
@@ -148,7 +151,6 @@ def explain_file(
                                 "(no config.json); give the --output-dir of attnpool train (with --fold K for one "
                                 "fold), one fold_K folder of it, or a save_pretrained folder")
     n = len(first) if limit is None else min(limit, len(first))
-    device = inference_device(device)
     model.to(device)
     ids = _column_values(frame, id_col, n)
     if label is not None:  # asked for by name: a typo must not silently explain without labels
