@@ -31,3 +31,30 @@ def test_a_pooler_without_a_size_names_embedding_dimension(pooling):
                                          "transformer.get_embedding_dimension\\(\\)\\)"):
         AttnPooling(pooling)
     assert AttnPooling({"type": "attention", "hidden_size": 16}).get_embedding_dimension() == 16
+
+
+def test_a_size_mismatch_is_told_in_attnpoolings_terms():
+    """The message was build_pooler's: "pooler config has hidden_size=16 but hidden_size=32 was requested"."""
+    with pytest.raises(ValueError, match="AttnPooling got a pooler config for hidden_size=16 and "
+                                         "embedding_dimension=32: they must agree"):
+        AttnPooling({"type": "attention", "hidden_size": 16}, 32)
+    with pytest.raises(ValueError, match="AttnPooling got a pooler \\(AttentionPooling\\) built for hidden_size=16 "
+                                         "and embedding_dimension=32: they must agree"):
+        AttnPooling(AttentionPooling(hidden_size=16), 32)
+    assert AttnPooling({"type": "attention", "hidden_size": 16}, 16).get_embedding_dimension() == 16
+
+
+def test_keyword_options_with_a_built_pooler_are_told_in_attnpoolings_terms():
+    """The message was "build_pooler got options ['attn_size'] together with a built pooler instance"."""
+    with pytest.raises(ValueError, match="AttnPooling got keyword options \\['attn_size'\\] with a built "
+                                         "AttentionPooling.*pass its name \\('attention'\\) with the options"):
+        AttnPooling(AttentionPooling(hidden_size=16), attn_size=4)
+
+
+def test_options_written_into_the_name_point_to_keyword_options():
+    """``"attention:attn_size=8"`` said only "Unknown pooler"."""
+    with pytest.raises(ValueError, match="Unknown pooler 'attention:attn_size=8'.*AttnPooling takes the pooler's "
+                                         "name alone and its options as keyword arguments: AttnPooling\\('attention', "
+                                         "embedding_dimension, attn_size=8\\)"):
+        AttnPooling("attention:attn_size=8", 32)
+    assert AttnPooling("attention", 32, attn_size=8).pooler.get_config()["attn_size"] == 8

@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - earlier versions never pack, so never 
     repad_flattened_features = None
 
 from attnpool.pooling import Pooler, build_pooler
-from attnpool.pooling.registry import check_rebuildable
+from attnpool.pooling.registry import UnknownPoolerError, check_rebuildable
 
 
 class AttnPooling(Module):
@@ -65,13 +65,22 @@ class AttnPooling(Module):
     def __init__(self, pooling: str | dict[str, Any] | Pooler = "attention", embedding_dimension: int | None = None,
                  **options: Any) -> None:
         super().__init__()
+        _check_arguments(pooling, embedding_dimension, options)
         if isinstance(pooling, Pooler):  # saved by name: a subclass keeping its parent's name reloaded as the parent
             check_rebuildable(pooling, "AttnPooling: pooling")
         elif embedding_dimension is None and not (isinstance(pooling, Mapping) and pooling.get("hidden_size")):
             raise ValueError(f"AttnPooling(pooling={pooling!r}) needs embedding_dimension, the transformer's hidden "
                              f"size: AttnPooling({pooling!r}, transformer.get_embedding_dimension()), or a pooler "
                              "config dict that holds hidden_size")
-        self.pooler = build_pooler(pooling, embedding_dimension, **options)
+        try:
+            self.pooler = build_pooler(pooling, embedding_dimension, **options)
+        except UnknownPoolerError as err:  # "attention:attn_size=8": options are keyword arguments here
+            if not (isinstance(pooling, str) and ":" in pooling):
+                raise
+            name, _, given = pooling.partition(":")
+            raise UnknownPoolerError(
+                f"{err}. AttnPooling takes the pooler's name alone and its options as keyword arguments: "
+                f"AttnPooling({name!r}, embedding_dimension, {given.replace(',', ', ')})") from None
         if self.pooler.needs_all_layers or self.pooler.needs_attentions:  # forward gets the last layer's tokens only
             raise ValueError(f"AttnPooling: pooler {self.pooler.name!r} reads several layers or the encoder's "
                              "attention maps, which a sentence-transformers pipeline does not hand to its pooling "
@@ -127,3 +136,28 @@ class AttnPooling(Module):
             raise FileNotFoundError(f"no model.safetensors for the attnpool pooler in {where}")
         load_model(module, weights)
         return module
+
+
+def _check_arguments(pooling: str | Mapping[str, Any] | Pooler, embedding_dimension: int | None,
+                     options: dict[str, Any]) -> None:
+    """Refuse what ``build_pooler`` would, in :class:`AttnPooling`'s terms (``embedding_dimension``, keyword options).
+
+    Raises:
+        ValueError: Keyword options with a built pooler, or an ``embedding_dimension`` other than the hidden size
+            of the pooler config or instance given.
+    """
+    if isinstance(pooling, Pooler) and options:
+        raise ValueError(f"AttnPooling got keyword options {sorted(options)} with a built {type(pooling).__name__}, "
+                         "whose options are already set: build the pooler with them, or pass its name "
+                         f"({pooling.name!r}) with the options instead")
+    if isinstance(pooling, Pooler):
+        given = pooling.hidden_size
+    elif isinstance(pooling, Mapping):
+        given = pooling.get("hidden_size")
+    else:
+        return
+    if given is not None and embedding_dimension is not None and given != embedding_dimension:
+        what = f"a pooler ({type(pooling).__name__}) built" if isinstance(pooling, Pooler) else "a pooler config"
+        raise ValueError(f"AttnPooling got {what} for hidden_size={given} and embedding_dimension="
+                         f"{embedding_dimension}: they must agree (the transformer's hidden size, "
+                         "transformer.get_embedding_dimension()); leave embedding_dimension out to use the pooler's")

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, GenerationConfig, PretrainedConfig, PreTrainedModel
 
+from attnpool.model.labels import normalise_labels
 from attnpool.model.recurrent import RECURRENT_CELLS
 from attnpool.tasks import LOSSES
 
@@ -96,36 +97,6 @@ def encoder_load_options(config_kwargs: dict[str, Any], encoder_kwargs: dict[str
     if dtype == "auto" and isinstance(encoder, PretrainedConfig):  # a random encoder has no checkpoint dtype
         return encoder_kwargs
     return {**encoder_kwargs, "dtype": dtype}
-
-
-def label_options(config_kwargs: dict[str, Any], *, has_head: bool) -> None:
-    """Fill in ``from_encoder``'s ``num_labels``, ``id2label`` and ``problem_type`` from what was given, in place.
-
-    ``num_labels`` is the number of labels named (``id2label``, or ``label2id``, whose inverse becomes
-    ``id2label``), else 1; one output on a model with a head is a regression (set now, so that pipelines add no
-    sigmoid or softmax; not on :class:`AttnPoolModel`, whose folder may get a head of 3 labels later).
-
-    Raises:
-        ValueError: ``num_labels``, ``id2label`` and ``label2id`` that disagree, or ids that are not 0..N-1.
-    """
-    id2label, label2id = config_kwargs.get("id2label"), config_kwargs.get("label2id")
-    if id2label:
-        id2label = config_kwargs["id2label"] = {int(key): value for key, value in id2label.items()}
-    if label2id:
-        named = {int(value): key for key, value in label2id.items()}
-        if len(named) != len(label2id) or sorted(named) != list(range(len(named))):
-            raise ValueError(f"from_encoder: label2id={label2id} must give each label its own id, 0 to "
-                             f"{len(label2id) - 1} (the head's outputs)")
-        if id2label and named != id2label:
-            raise ValueError(f"from_encoder: label2id={label2id} is not the inverse of id2label={id2label}; give one "
-                             "of them (the other is made from it)")
-        id2label = config_kwargs["id2label"] = named
-    if id2label and config_kwargs.setdefault("num_labels", len(id2label)) != len(id2label):
-        raise ValueError(f"from_encoder: num_labels={config_kwargs['num_labels']} but {len(id2label)} labels are "
-                         f"named ({id2label}); name every output, or leave num_labels out")
-    config_kwargs.setdefault("num_labels", 1)
-    if config_kwargs.get("problem_type") is None and config_kwargs["num_labels"] == 1 and has_head:
-        config_kwargs["problem_type"] = "regression"
 
 
 def encoder_hidden_size(config: PretrainedConfig) -> int:
@@ -343,14 +314,21 @@ class AttnPoolConfig(PretrainedConfig):
         output becomes a regression and a saved regression of one output gets ``None`` (the labels decide, as for a
         new model; one saved with several outputs stays a regression). When the problem type changes (a new head's, or
         one given), the old one's ``output_activation`` and ``loss`` go unless given; ``id2label`` brings its label2id.
+        The label options are checked and normalised as ``from_encoder``'s (:func:`.labels.normalise_labels`): integer
+        ids (``id2label`` read from JSON), ``label2id`` alone names the head.
+
+        Raises:
+            ValueError: Label options that disagree or ids that are not 0..N-1; a ``loss`` that does not train the
+                ``problem_type``.
         """
+        normalise_labels(kwargs, "from_pretrained")  # int ids, label2id alone naming the head, as from_encoder does
         own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs", "encoder"} | {"problem_type"}
         config_dict, given = dict(config_dict), {key: kwargs.pop(key) for key in own if key in kwargs}
         id2label = kwargs.get("id2label")
         wanted = len(id2label) if id2label else kwargs.get("num_labels")
         saved = len(config_dict["id2label"]) if config_dict.get("id2label") else config_dict.get("num_labels")
         old = new = config_dict.get("problem_type")
-        names = {int(key): value for key, value in (id2label or {}).items()} or None
+        names = dict(id2label) if id2label else None
         if isinstance(wanted, int) and isinstance(saved, int) and wanted != saved:  # a new head
             config_dict["id2label"], config_dict["label2id"] = names, kwargs.get("label2id")
             new = "regression" if wanted == 1 else None if saved == 1 and old == "regression" else old

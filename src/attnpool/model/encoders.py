@@ -10,7 +10,12 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as hf_init
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_MAPPING,
+)
 
 from attnpool.model.sources import DEFAULT_HINT, check_hub_source, missing_subfolder
 from attnpool.pooling import get_pooler_class
@@ -20,6 +25,55 @@ def is_decoder_only(config: PretrainedConfig) -> bool:
     """Whether an encoder config describes a causal (decoder-only) architecture rather than a bidirectional one."""
     model_type = getattr(config, "model_type", "")
     return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def check_encoder_only(config: PretrainedConfig, given: str) -> None:
+    """Refuse an encoder-decoder architecture (T5, BART...): attnpool pools an encoder's token vectors.
+
+    ``AutoModel`` builds the whole encoder-decoder from its config: T5's failed at the first forward ("You must
+    specify exactly one of input_ids or inputs_embeds"), BART's ran and pooled its decoder's output. Told by
+    ``config.is_encoder_decoder`` or a sequence-to-sequence model type (a ``T5EncoderModel`` saves its config with
+    ``is_encoder_decoder`` false, and ``AutoModel`` still builds a ``T5Model`` from it).
+
+    Raises:
+        ValueError: An encoder-decoder, with the model type and what to use instead.
+    """
+    model_type = getattr(config, "model_type", None)
+    if getattr(config, "is_encoder_decoder", False) or model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        raise ValueError(
+            f"{given} is an encoder-decoder model (model_type {model_type!r}), which attnpool "
+            "does not support: it builds the whole encoder-decoder, whose output is the decoder's. Use an "
+            "encoder-only model, e.g. bert, roberta, deberta-v2, electra or modernbert"
+        )
+
+
+def check_reloadable(encoder: PreTrainedModel) -> None:
+    """Refuse a built encoder of a class that ``AutoModel`` does not build from its config.
+
+    Only the encoder's config is saved, and loading rebuilds the encoder with ``AutoModel.from_config``: a
+    ``BertForMaskedLM`` came back as a ``BertModel``, and the folder did not load. (An encoder-decoder's
+    ``T5EncoderModel`` is refused before, by :func:`check_encoder_only`.)
+    """
+    try:
+        expected = MODEL_MAPPING[type(encoder.config)]
+    except KeyError:  # a config AutoModel does not know: from_pretrained will say so
+        return
+    if not isinstance(encoder, expected):
+        raise ValueError(f"from_encoder: a {type(encoder).__name__} is saved as its config, which AutoModel builds "
+                         f"back as a {expected.__name__}: the saved model would not load. Pass a {expected.__name__} "
+                         f"(e.g. the model's .base_model), or the encoder's name, folder or config, from which "
+                         f"from_encoder builds a {expected.__name__}")
+
+
+def check_gradient_checkpointing(encoder: PreTrainedModel) -> None:
+    """Refuse gradient (activation) checkpointing on an encoder that does not support it (ALBERT, MPNet, XLNet).
+
+    transformers' own error named the attnpool model and asked its developers to add the support.
+    """
+    if not getattr(encoder, "supports_gradient_checkpointing", False):
+        raise ValueError(f"the encoder {type(encoder).__name__} does not support gradient checkpointing: turn it off "
+                         "(gradient_checkpointing=False, or leave out --gradient-checkpointing in attnpool train), or "
+                         "use an encoder that supports it (e.g. bert, roberta, deberta-v2)")
 
 
 def looks_like_local_path(name: str) -> bool:
@@ -254,3 +308,15 @@ def encoder_position_limit(encoder: nn.Module | None, positions_from_mask: bool 
     if isinstance(offset, int) and offset >= 0 and not positions_from_mask:
         return table.num_embeddings - offset - 1
     return table.num_embeddings
+
+
+def check_pooling_layers(layers: str | list[int], depth: int | None) -> None:
+    """Refuse indices of ``pooling_layers`` outside ``hidden_states`` (``depth + 1`` entries, 0 the embeddings)."""
+    if isinstance(layers, str):
+        return
+    if not layers:
+        raise ValueError("pooling_layers is empty: give 'last', 'all' or at least one index into hidden_states")
+    if depth is not None and (outside := [i for i in layers if not -(depth + 1) <= i <= depth]):
+        raise ValueError(f"pooling_layers {layers}: {outside} outside [{-(depth + 1)}, {depth}], the indices into the "
+                         f"{depth + 1} hidden states of this {depth}-layer encoder (0 the embedding output, {depth} "
+                         "or -1 the last layer)")

@@ -71,7 +71,10 @@ def compute_loss(raw: Tensor, labels: Tensor, config: AttnPoolConfig, problem_ty
         labels = labels.view(-1).long()  # cross_entropy takes int64 (or uint8) only: int32 labels raised
         if labels.numel() and (labels.min() < 0 or labels.max() >= num_labels):
             bad = labels[(labels < 0) | (labels >= num_labels)].unique().tolist()
-            raise ValueError(f"{where}: class indices {bad} are outside [0, {num_labels - 1}]; check label2id")
+            ignored = ("; -100 marks ignored labels in transformers, which attnpool does not support: drop those rows "
+                       "from the batch" if -100 in bad else "")
+            raise ValueError(f"{where}: class indices {bad} are outside [0, {num_labels - 1}]; check label2id"
+                             f"{ignored}")
         return F.cross_entropy(raw, labels)
     expected = ((batch, num_labels),) if num_labels > 1 else ((batch,), (batch, 1))
     if shape not in expected:

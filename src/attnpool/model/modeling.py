@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from transformers import AutoModel, PreTrainedModel
 
 from attnpool.model.configuration import AttnPoolConfig
-from attnpool.model.encoders import as_initialised, is_decoder_only
+from attnpool.model.encoders import as_initialised, check_encoder_only, check_pooling_layers, is_decoder_only
 from attnpool.model.heads import PredictionHead
 from attnpool.model.losses import compute_loss, remember_problem_type, resolve_problem_type
 from attnpool.model.outputs import AttnPoolModelOutput, AttnPoolSequenceClassifierOutput
@@ -47,6 +47,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         super().__init__(config)
         if config.encoder is None:
             raise ValueError("AttnPoolConfig has no encoder config; build the model with from_encoder(...)")
+        check_encoder_only(config.encoder, f"{type(self).__name__}: the encoder config")
         # a given encoder is used as it is: post_init below must not draw its weights anew
         self.encoder = as_initialised(encoder) if encoder is not None else AutoModel.from_config(config.encoder)
         _drop_encoder_pooler(self.encoder)
@@ -89,7 +90,7 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
         """
         depth = getattr(config.encoder, "num_hidden_layers", None)
         layers = config.pooling_layers
-        _check_pooling_layers(layers, depth)
+        check_pooling_layers(layers, depth)
         pooler = build_pooler(config.pooling, config.hidden_size)
         if not pooler.needs_all_layers:
             return pooler
@@ -172,11 +173,14 @@ class AttnPoolModel(AttnPoolPreTrainedModel):
             return_pooling_weights: Return the pooler's token weights.
             return_dict: ``False`` (or ``config.return_dict`` false): the output's tuple of set fields, as
                 transformers models give it (``loss, logits, ...``); default the ``ModelOutput``.
-            **kwargs: Further encoder arguments.
+            **kwargs: Further encoder arguments (not ``labels``: a TypeError, this model computes no loss).
 
         Returns:
             :class:`AttnPoolModelOutput`.
         """
+        if "labels" in kwargs:  # the encoder would drop them: no loss, silently
+            raise TypeError("AttnPoolModel.forward got labels, but it computes no loss (it returns the pooled "
+                            "embedding): use AttnPoolForSequenceClassification for a loss, or leave labels out")
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None:
             raise ValueError("AttnPoolModel needs input_ids or inputs_embeds")
@@ -379,18 +383,6 @@ def _drop_encoder_pooler(encoder: nn.Module) -> None:
     encoder.pooler = None
     if getattr(encoder, "pooler_activation", None) is not None:  # ALBERT's tanh: None without a pooler too
         encoder.pooler_activation = None
-
-
-def _check_pooling_layers(layers: str | list[int], depth: int | None) -> None:
-    """Refuse indices of ``pooling_layers`` outside ``hidden_states`` (``depth + 1`` entries, 0 the embeddings)."""
-    if isinstance(layers, str):
-        return
-    if not layers:
-        raise ValueError("pooling_layers is empty: give 'last', 'all' or at least one index into hidden_states")
-    if depth is not None and (outside := [i for i in layers if not -(depth + 1) <= i <= depth]):
-        raise ValueError(f"pooling_layers {layers}: {outside} outside [{-(depth + 1)}, {depth}], the indices into the "
-                         f"{depth + 1} hidden states of this {depth}-layer encoder (0 the embedding output, {depth} "
-                         "or -1 the last layer)")
 
 
 def _as_dict(return_dict: bool | None, config: AttnPoolConfig) -> bool:

@@ -14,7 +14,6 @@ from typing import Any
 
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
-from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import hub as transformers_hub
 
 from attnpool.model.card import may_rewrite_card, stamp_card, write_model_card
@@ -25,10 +24,12 @@ from attnpool.model.configuration import (
     check_option_names,
     encoder_hidden_size,
     encoder_load_options,
-    label_options,
 )
 from attnpool.model.encoders import (
+    check_encoder_only,
     check_encoder_reachable,
+    check_gradient_checkpointing,
+    check_reloadable,
     encoder_layers,
     encoder_pooling_defaults,
     freeze_bottom,
@@ -38,6 +39,7 @@ from attnpool.model.encoders import (
     set_encoder_dropout,
 )
 from attnpool.model.heads import PredictionHead
+from attnpool.model.labels import label_options
 from attnpool.model.loading import align_cpu_tensors, check_safetensors_only, init_unloaded
 from attnpool.model.sources import adapter_advice, check_hub_source, check_no_adapter, hub_error, missing_subfolder
 from attnpool.pooling import Pooler, build_pooler
@@ -66,6 +68,12 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # The encoder's own pooler is dropped (modeling._drop_encoder_pooler): checkpoints saved with it load quietly.
     _keys_to_ignore_on_load_unexpected = [r"(^|\.)encoder\.pooler\."]
+
+    def _set_gradient_checkpointing(self, enable: bool = True, *args: Any, **kwargs: Any) -> None:
+        # what gradient_checkpointing_enable and activation_checkpointing_enable call: the encoder must support it
+        if enable:
+            check_gradient_checkpointing(self._base().encoder)
+        super()._set_gradient_checkpointing(enable, *args, **kwargs)
 
     def _init_weights(self, module: nn.Module) -> None:
         # The encoder initialises itself (it is a PreTrainedModel of its own); ours are pooler and head.
@@ -291,7 +299,8 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             FileNotFoundError: A local encoder path that does not exist, a file (give its folder), or a
                 ``subfolder`` it lacks.
             OSError: An encoder that cannot be loaded (e.g. a hub name without network access).
-            ValueError: An attnpool model given as the encoder (load it with ``from_pretrained`` instead), a pooler
+            ValueError: An attnpool model given as the encoder (load it with ``from_pretrained`` instead), an
+                encoder-decoder (T5, BART: :func:`~attnpool.model.encoders.check_encoder_only`), a pooler
                 instance whose hidden size does not match the encoder or whose class is not the one
                 registered under its ``name`` (it would not reload), or an ``encoder_dropout`` that
                 cannot be applied (out of [0, 1), a built encoder, a config without dropout fields), labels that
@@ -304,13 +313,15 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
         pooler_instance = pooling if isinstance(pooling, Pooler) else None
         if isinstance(encoder, PreTrainedModel):
             check_not_attnpool(encoder.config, f"the {type(encoder).__name__} given")
+            check_encoder_only(encoder.config, f"from_encoder: the {type(encoder).__name__} given")
             if encoder_dropout is not None:
                 raise ValueError("encoder_dropout needs the encoder as a name, path or config: a built encoder's "
                                  "dropout modules already hold their probabilities; set them in its config instead")
-            _check_reloadable(encoder)
+            check_reloadable(encoder)
             encoder_model, encoder_config = encoder, encoder.config
         elif isinstance(encoder, PretrainedConfig):
             check_not_attnpool(encoder, f"the {type(encoder).__name__} given")
+            check_encoder_only(encoder, f"from_encoder: the {type(encoder).__name__} given")
             # A copy: the model changes its encoder's config (attention implementation, vocab_size on a resize,
             # dropout), which must not reach the caller's, nor other models built from it.
             encoder_config = copy.deepcopy(encoder)
@@ -344,6 +355,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 ) from err
             encoder_config = encoder_model.config
             check_not_attnpool(encoder_config, repr(name))
+            check_encoder_only(encoder_config, f"from_encoder: {name!r}")
         if pooler_instance is not None:
             build_pooler(pooler_instance, encoder_hidden_size(encoder_config))  # raises on a hidden size mismatch
             check_rebuildable(pooler_instance)  # rebuilt from its config below, as it will be when the model is loaded
@@ -383,18 +395,3 @@ def where_the_model_is(path: Path) -> str:
     return (f"; it is a train run: load one fold's model, e.g. {path / f'fold_{folds[0]}' / 'model'} (trained folds: "
             f"{', '.join(map(str, folds))})") if folds else ""
 
-
-def _check_reloadable(encoder: PreTrainedModel) -> None:
-    """Refuse a built encoder of a class that ``AutoModel`` does not build from its config.
-
-    Only the encoder's config is saved, and loading rebuilds the encoder with ``AutoModel.from_config``: a
-    ``T5EncoderModel`` came back as a ``T5Model`` with a random decoder, and the folder did not load.
-    """
-    try:
-        expected = MODEL_MAPPING[type(encoder.config)]
-    except KeyError:  # a config AutoModel does not know: from_pretrained will say so
-        return
-    if not isinstance(encoder, expected):
-        raise ValueError(f"from_encoder: a {type(encoder).__name__} is saved as its config, which AutoModel builds "
-                         f"back as a {expected.__name__}: the saved model would not load. Pass an encoder of that "
-                         "class, or its name, folder or config")
