@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+import transformers
 
 from attnpool.model import AttnPoolForSequenceClassification, AttnPoolModel
 from attnpool.model.card import CARD_FILE
@@ -26,9 +27,12 @@ def saved(tmp_path):
     return tmp_path / "m"
 
 
-def test_from_encoder_refuses_a_saved_attnpool_folder_and_points_to_from_pretrained(saved):
-    with pytest.raises(ValueError, match="is a saved attnpool model") as err:
-        AttnPoolForSequenceClassification.from_encoder(saved, num_labels=2)
+def test_from_encoder_refuses_a_saved_attnpool_folder_and_points_to_from_pretrained(saved, monkeypatch):
+    """Refused from its config, before its weights load (they loaded, with transformers' load report, first)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(transformers.AutoModel, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+        with pytest.raises(ValueError, match="is a saved attnpool model") as err:
+            AttnPoolForSequenceClassification.from_encoder(saved, num_labels=2)
     message = str(err.value)
     assert f"{NEW_HEAD}{str(saved)!r}, num_labels=N, ignore_mismatched_sizes=True)" in message
     assert "from_encoder(model.attnpool.encoder, ...)" in message

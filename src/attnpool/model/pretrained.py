@@ -338,11 +338,14 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
             check_encoder_reachable(name, kwargs)  # a missing folder, a hub name that cannot be reached: once, clearly
             if kwargs["use_safetensors"] is not False:  # use_safetensors=True alone still unpickles (False: asked for)
                 check_safetensors_only(name, kwargs)
-            try:
+            try:  # the config first: an attnpool model or an encoder-decoder is refused before any weight loads
+                given = kwargs.get("config")
+                hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+                config = given if isinstance(given, PretrainedConfig) else AutoConfig.from_pretrained(name, **hub)
+                check_not_attnpool(config, repr(name))
+                check_encoder_only(config, f"from_encoder: {name!r}")
                 if encoder_dropout is not None:
-                    hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
-                    given = kwargs.get("config")
-                    kwargs["config"] = copy.deepcopy(given) if given else AutoConfig.from_pretrained(name, **hub)
+                    kwargs["config"] = copy.deepcopy(config)
                     set_encoder_dropout(kwargs["config"], encoder_dropout)
                 encoder_model = AutoModel.from_pretrained(name, **kwargs)
             except OSError as err:
@@ -354,8 +357,6 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                     "model.safetensors, or a hub name reachable from this machine (set HF_HUB_OFFLINE=0)."
                 ) from err
             encoder_config = encoder_model.config
-            check_not_attnpool(encoder_config, repr(name))
-            check_encoder_only(encoder_config, f"from_encoder: {name!r}")
         if pooler_instance is not None:
             build_pooler(pooler_instance, encoder_hidden_size(encoder_config))  # raises on a hidden size mismatch
             check_rebuildable(pooler_instance)  # rebuilt from its config below, as it will be when the model is loaded
