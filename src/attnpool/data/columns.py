@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
-import string
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -14,6 +14,9 @@ import pandas as pd
 
 from attnpool.data.errors import DataError
 from attnpool.data.numbers import class_key, flags_and_numbers
+from attnpool.data.templates import template_columns, template_parts
+from attnpool.data.templates import template_fields as template_fields  # re-exported: imported from here
+from attnpool.data.templates import text_fields as text_fields
 from attnpool.json_values import is_missing
 from attnpool.tasks import TASKS, label_text
 
@@ -107,10 +110,10 @@ def build_texts(
             "template such as '{anchor} [SEP] {target}'"
         )
     if template:
-        fields = _template_fields(template, df)
+        fields = template_columns(template, df.columns)
         cells, empty = _cells(df, fields)
         at = {name: i for i, name in enumerate(fields)}
-        parts = [(literal.replace("[SEP]", sep_token), at.get(name)) for literal, name in _template_parts(template)]
+        parts = [(literal.replace("[SEP]", sep_token), at.get(name)) for literal, name in template_parts(template)]
         first = ["".join(literal + ("" if i is None else row[i]) for literal, i in parts)
                  for row in zip(*cells, strict=True)]
         return Texts(first, None, int(empty.sum()))
@@ -122,60 +125,6 @@ def build_texts(
     joiner = f" {sep_token} "
     first = cells[0] if len(cols) == 1 else [joiner.join(row) for row in zip(*cells, strict=True)]
     return Texts(first, None, int(empty.sum()))
-
-
-def template_fields(template: str) -> list[str]:
-    """Every placeholder of ``template`` in order (``{a} [SEP] {b}`` -> ``["a", "b"]``), repeats included.
-
-    Raises:
-        DataError: Unbalanced braces, saying how to write a literal one; a conversion or format spec (``{a!r}``,
-            ``{price:.2f}``).
-    """
-    return [name for _, name in _template_parts(template) if name is not None]
-
-
-def _template_parts(template: str) -> list[tuple[str, str | None]]:
-    """The template as ``(literal text, placeholder)`` pairs, the placeholder ``None`` after the last one.
-
-    A placeholder names a column verbatim: ``{review.title}`` is the column ``review.title``, not the attribute
-    ``title`` of a column ``review`` as ``str.format`` would read it. Format specs and conversions are refused: the
-    cells of a template's columns are read as text, as written in the file, so ``{price:.2f}`` could not apply.
-    """
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as e:  # e.g. a single "{" or "}"
-        raise DataError(f"bad template {template!r}: {e}; write a literal brace as {{{{ or }}}}") from None
-    for _, name, spec, conversion in parsed:
-        if spec or conversion:
-            written = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-            raise DataError(
-                f"template {template!r}: placeholder {written} has a format spec or conversion, but a placeholder "
-                f"inserts its column's text as written in the file: write {{{name}}} and format the values in the "
-                "file. A column whose name holds ':' or '!' cannot be a placeholder (rename it); a literal brace is "
-                "written {{ or }}")
-    return [(literal, name) for literal, name, _, _ in parsed]
-
-
-def text_fields(text_cols: Sequence[str] | None, template: str | None) -> list[str]:
-    """The fields a text is built from, in order: a template's named placeholders (repeats kept), else the columns."""
-    return [name for name in template_fields(template) if name] if template else list(text_cols or [])
-
-
-def _template_fields(template: str, df: pd.DataFrame) -> list[str]:
-    """The distinct column names a template uses, checked against ``df``."""
-    fields = template_fields(template)
-    columns = ", ".join(map(str, df.columns))
-    if any(name == "" or (name.isdigit() and name not in df.columns) for name in fields):  # str.format's {}, {0}
-        raise DataError(
-            f"template {template!r}: every placeholder must name a column, e.g. {{anchor}}; columns: {columns}"
-        )
-    unknown = [name for name in dict.fromkeys(fields) if name not in df.columns]
-    if unknown:
-        raise DataError(
-            f"template {template!r}: unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)}; "
-            f"placeholders must be column names: {columns}"
-        )
-    return list(dict.fromkeys(fields))
 
 
 def _cells(df: pd.DataFrame, cols: Sequence[str]) -> tuple[list[list[str]], np.ndarray]:
@@ -218,15 +167,16 @@ class Labels:
 def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: str = "|") -> Labels:
     """Check and encode the label column for a task.
 
-    - ``regression``: numbers; missing, non-numeric or infinite values are errors.
+    - ``regression``: numbers; missing, non-numeric or infinite values, and date or duration columns, are errors.
     - ``binary`` / ``multiclass``: any values (numbers or strings); classes are the sorted distinct values
       (integral floats such as ``1.0`` become ints; a column mixing numbers and strings is compared as strings;
       two spellings of one class, ``1`` and ``"1.0"``, are refused: predict would read them as one; so are
       JSON's ``true``/``false`` beside numbers, which predict reads as other classes than ``1``/``0``).
-      Binary needs exactly two classes, multiclass at least two. Missing values are errors.
+      Binary needs exactly two classes, multiclass at least two. Missing values, lists and objects are errors.
     - ``multilabel``: each cell a ``delimiter``-separated string (``"a|b"``), a list (JSONL, Parquet) or a list
       written as text (``"['a', 'b']"`` as pandas writes a list column to CSV, or ``'["a", "b"]'``); classes are
-      the sorted distinct label strings. An empty or missing cell (or ``[]``) is a row with no labels.
+      the sorted distinct label strings. An empty or missing cell (or ``[]``) is a row with no labels. Object cells
+      are errors, and so is a class ``"a,b"`` (or ``"a;b"``) whose parts are classes too: another delimiter.
 
     Row numbers in messages are 1-based data rows, as in the file (the header is not counted).
 
@@ -259,6 +209,7 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
             "needs a class: fill them in or drop those rows"
         )
     values = [v.item() if isinstance(v, np.generic) else v for v in column.tolist()]
+    _refuse_containers(values, label_col, task)
     flags, numbers = flags_and_numbers(values)
     if flags and numbers:  # JSONL's true and 1: one class to the writer, two to predict ("True" and "1")
         raise DataError(f"column {label_col!r} writes classes both as true/false ({_values(flags)}) and as numbers "
@@ -285,7 +236,24 @@ def validate_labels(df: pd.DataFrame, label_col: str, task: str, *, delimiter: s
     return Labels(codes, classes)
 
 
+def _refuse_containers(values: list[Any], name: str, task: str) -> None:
+    """A JSONL list or object, or a Parquet list, is no class: its text (``"[1]"``, ``"{'x': 1}"``) would be one."""
+    row = next((r for r, v in enumerate(values) if isinstance(v, list | tuple | dict | np.ndarray)), None)
+    if row is not None:
+        many = not isinstance(values[row], dict)
+        raise DataError(
+            f"column {name!r}, data row {row + 1}: the label {values[row]!r} is {'a list' if many else 'an object'}, "
+            f"but a {task} label is one class per row (a number or a text): write the class itself"
+            + (", or train with --task multilabel for rows with several labels" if many else ""))
+
+
 def _regression_values(column: pd.Series, name: str) -> np.ndarray:
+    dtype = column.dtype  # pd.to_numeric would read a time as nanoseconds (or another unit) since 1970
+    if (pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
+            or isinstance(dtype, pd.PeriodDtype)):
+        raise DataError(f"column {name!r} holds {dtype} values (dates or durations), not numbers; regression labels "
+                        "must be finite numbers: convert the column to the numbers to predict (e.g. days), or choose "
+                        "a classification task")
     if column.dtype == bool:
         column = column.astype(np.float64)
     numbers = pd.to_numeric(column, errors="coerce").astype(np.float64).to_numpy()
@@ -327,7 +295,8 @@ def label_sets(column: pd.Series, delimiter: str = "|") -> list[set[str]]:
     """Each multilabel cell's classes (an empty set for an empty or missing cell), every cell checked.
 
     Raises:
-        DataError: A cell that is not a ``delimiter``-separated string or a list of labels (naming its data row).
+        DataError: A cell that is not a ``delimiter``-separated string or a list of labels, such as an object
+            (naming its data row).
     """
     return [_label_set(_listed(v, column.name, row, delimiter), delimiter) for row, v in enumerate(column.tolist())]
 
@@ -346,6 +315,7 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
         raise DataError(f"column {column.name!r} has class name(s) {_values(joined)} holding a label delimiter "
                         f"({delimiter!r}, or '|' that prediction files join a row's classes with): they would read "
                         "back as several classes; rename those classes")
+    _refuse_other_delimiters(sets, classes, column.name, delimiter)
     index = {c: i for i, c in enumerate(classes)}
     values = np.zeros((len(sets), len(classes)), dtype=np.float32)
     for row, labels in enumerate(sets):
@@ -353,11 +323,33 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
     return Labels(values, classes)
 
 
+def _refuse_other_delimiters(sets: list[set[str]], classes: list[str], name: Any, delimiter: str) -> None:
+    """A class ``"a,b"`` (or ``"a; b"``) whose parts are classes too: labels separated by another delimiter."""
+    known = set(classes)
+    joined = {c: parts for c in classes
+              if len(parts := [p.strip() for p in re.split("[,;]", c)]) > 1 and all(p in known for p in parts)}
+    for row, labels in enumerate(sets):  # the first row holding such a class
+        for c in sorted(labels & joined.keys()):
+            raise DataError(
+                f"column {name!r}, data row {row + 1}: {c!r} separates labels by {',' if ',' in c else ';'!r}, but "
+                f"multilabel cells separate them by {delimiter!r}: it would train as a class of its own beside "
+                f"{_values(joined[c])}; write {delimiter.join(joined[c])!r}, or a list (a JSON list in JSONL, a list "
+                "column in Parquet)")
+
+
 def _listed(value: Any, name: Any, row: int, delimiter: str) -> Any:
     """A cell holding a list written as text (``"['a', 'b']"``, as pandas writes a list column to CSV) as the list.
 
-    Split at the delimiter, such a cell would train on the label combinations (``"['a'"``) without an error.
+    Split at the delimiter, such a cell would train on the label combinations (``"['a'"``) without an error. An
+    object cell (JSONL's ``{"x": 1}``), or a list holding lists or objects, is refused: its text is no label.
     """
+    nested = isinstance(value, list | tuple | np.ndarray) and any(
+        isinstance(v, list | tuple | dict | np.ndarray) for v in value)
+    if isinstance(value, dict) or nested:
+        what = "a list holding lists or objects" if nested else "an object"
+        raise DataError(f"column {name!r}, data row {row + 1}: {value!r} is {what}, not labels; write a row's labels "
+                        f"as a list of texts or numbers (JSONL, Parquet) or separated by {delimiter!r} (e.g. "
+                        f"'a{delimiter}b')")
     text = value.strip() if isinstance(value, str) else ""
     if not (text.startswith("[") and text.endswith("]")):
         return value

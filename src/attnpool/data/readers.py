@@ -1,9 +1,11 @@
 """Read a table (CSV, TSV, JSONL, Parquet) into a ``pandas.DataFrame``, with errors that say how to fix the file.
 
 Text stays text: ids such as ``"0001"`` are never turned into ``1``, and words such as ``"NA"`` or ``"null"`` are
-never turned into missing values (only an empty field is missing). A CSV/TSV column becomes numeric only when
-every non-empty value is written as a plain number without leading zeros (``"0.5"``, ``"-3"``, ``"1e-3"``); JSONL
-and Parquet keep the types the file stores.
+never turned into missing values. A CSV/TSV column becomes numeric only when every non-empty value is written as a
+plain number without leading zeros (``"0.5"``, ``"-3"``, ``"1e-3"``) or as ``nan``, ``inf`` or ``infinity`` (any
+case; the infinities may be signed) beside at least one plain number: in such a column an empty field or ``nan``
+is missing and ``inf`` infinite (a column of those words alone stays text). JSONL and Parquet keep the types the
+file stores.
 
 :func:`iter_table` reads the same files in chunks of rows, for files larger than memory, with the same checks and
 messages.
@@ -246,7 +248,7 @@ def _with_numbers(frame: pd.DataFrame, text_columns: set[str]) -> pd.DataFrame:
 
 
 def _as_numeric(column: pd.Series) -> pd.Series | None:
-    """The column as int64 or float64 when every non-empty value is written as a plain number, else ``None``."""
+    """The column as int64 or float64 when every non-empty value is a plain number (or nan/inf), else ``None``."""
     values = column.dropna().str.strip()
     special = values.str.lower().isin(_SPECIAL)
     ordinary = values[~special]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from attnpool.config import TrainConfig
-from attnpool.data.columns import Labels
+from attnpool.data.columns import Labels, label_sets
 from attnpool.data.context import sample_groups
 from attnpool.data.errors import DataError
+from attnpool.data.numbers import class_key
 
 CLASS_TASKS = ("binary", "multiclass", "multilabel")
 # A run of a class task begun with --limit before its draw kept a row of each class draws other rows on --resume.
@@ -32,12 +34,15 @@ def limit_rows(frame: pd.DataFrame, labels: Labels, cfg: TrainConfig, where: str
     """The ``--limit`` draw of ``cfg.limit`` training rows (``cfg.limit < len(frame)``), seeded by the split seed.
 
     With a group context, whole groups (:func:`~attnpool.data.context.sample_groups`): contexts as predict gives
-    them; else :func:`sample_rows`, which keeps a row of each class. ``labels`` are those of ``frame``, ``where``
-    the training file.
+    them, which may leave out a class (warned of, or refused as by :func:`sample_rows` when a binary or multiclass
+    draw keeps fewer than 2); else :func:`sample_rows`, which keeps a row of each class. ``labels`` are those of
+    ``frame``, ``where`` the training file.
     """
     seed = cfg.resolved_split_seed()
     if cfg.group_context:
-        return sample_groups(frame, cfg.group_context_by, cfg.limit, seed)
+        drawn = sample_groups(frame, cfg.group_context_by, cfg.limit, seed)
+        _check_group_draw(drawn, labels, cfg, where, log)
+        return drawn
     return sample_rows(frame, labels, cfg.task, cfg.limit, seed, label=cfg.label, where=where, log=log)
 
 
@@ -92,3 +97,44 @@ def sample_rows(frame: pd.DataFrame, labels: Labels, task: str, limit: int, seed
                     "class(es) %s; raise --limit to at least %d to keep a row of each", limit, classes, label, where,
                     names, classes)
     return frame.iloc[rows].reset_index(drop=True)
+
+
+def _keys(frame: pd.DataFrame, label: str, task: str) -> set[str]:
+    """The classes (:func:`~attnpool.data.numbers.class_key`) that the rows of ``frame`` hold."""
+    if task == "multilabel":
+        return {class_key(c) for labels in label_sets(frame[label]) for c in labels}
+    cells = [v.item() if isinstance(v, np.generic) else v for v in frame[label].dropna().tolist()]
+    return {class_key(v.strip() if isinstance(v, str) else v) for v in cells}
+
+
+def _check_group_draw(drawn: pd.DataFrame, labels: Labels, cfg: TrainConfig, where: str, log: logging.Logger) -> None:
+    """The whole groups drawn lost a class: a warning, or an error where a binary or multiclass task keeps one."""
+    if cfg.task not in CLASS_TASKS or not labels.classes:
+        return
+    kept = _keys(drawn, cfg.label, cfg.task)
+    lost = [c for c in labels.classes if class_key(c) not in kept]
+    if not lost:
+        return
+    classes, names = len(labels.classes), _names(lost)
+    draw = (f"--limit {cfg.limit} draws {len(drawn)} row(s) of {where} in whole groups of --group-context-by "
+            f"{', '.join(cfg.group_context_by)}")
+    if cfg.task != "multilabel" and classes - len(lost) < 2:
+        need = "both classes" if cfg.task == "binary" else "at least 2 classes"
+        raise DataError(f"{draw}, holding {classes - len(lost)} of the {classes} classes of column {cfg.label!r} "
+                        f"(not {names}): a {cfg.task} task needs {need} among its training rows. Raise --limit so "
+                        "that the groups drawn hold rows of each class")
+    log.warning("%s: the model trains without class(es) %s of column %r; raise --limit to keep rows of each class",
+                draw, names, cfg.label)
+
+
+def lost_to_limit(classes: list[Any], whole: Labels | None) -> list[Any]:
+    """Those of ``classes`` (missing from the drawn training rows) that ``whole``, the whole file's labels, has.
+
+    ``whole`` is ``None`` where ``--limit`` drew no rows (none given, or at or above the file's rows).
+    """
+    had = {class_key(c) for c in (whole.classes or [])} if whole is not None else set()
+    return [c for c in classes if class_key(c) in had]
+
+
+def _names(classes: list[Any]) -> str:
+    return ", ".join(map(repr, classes[:10])) + (", ..." if len(classes) > 10 else "")

@@ -28,10 +28,10 @@ from attnpool.data.context import (
 from attnpool.data.datasets import ContextDropoutDataset, EncodedDataset
 from attnpool.data.errors import DataError
 from attnpool.data.folds import make_folds
-from attnpool.data.numbers import flags_and_numbers
 from attnpool.data.pppm import PPPM_FIELDS, load_pppm
 from attnpool.data.readers import read_table
 from attnpool.data.sampling import limit_rows
+from attnpool.data.valid_classes import refuse_flags_beside_numbers, refuse_validation_only_classes
 
 
 @dataclass
@@ -305,48 +305,6 @@ def _check_valid_labels(valid: pd.DataFrame, cfg: TrainConfig) -> None:
                         f"{', '.join(str(r + 1) for r in missing[:10])}; every validation row needs its label")
 
 
-def _refuse_flags_beside_numbers(train: pd.DataFrame, valid: pd.DataFrame, cfg: TrainConfig, train_name: str) -> None:
-    """True/false classes in one file, numbers in the other: pandas would join them as int64, making True the 1."""
-    if cfg.task not in ("binary", "multiclass"):
-        return
-    written = {}  # file -> ("true/false" or "numbers", its values); a file mixing both is left to its own check
-    for name, frame in ((train_name, train), (str(cfg.valid_file), valid)):
-        flags, numbers = flags_and_numbers([v.item() if isinstance(v, np.generic) else v
-                                            for v in frame[cfg.label].dropna().tolist()])
-        if bool(flags) != bool(numbers):
-            written[name] = ("true/false", flags) if flags else ("numbers", numbers)
-    if len({kind for kind, _ in written.values()}) == 2:
-        (a, (kind_a, values_a)), (b, (kind_b, values_b)) = written.items()
-        raise DataError(
-            f"column {cfg.label!r} writes classes as {kind_a} in {a} ({', '.join(map(repr, values_a[:5]))}) but as "
-            f"{kind_b} in {b} ({', '.join(map(repr, values_b[:5]))}); predict reads true and 1 as two classes: "
-            "write each class one way in both files, all true/false or all numbers")
-
-
-def _refuse_validation_only_classes(frame: pd.DataFrame, valid_rows: np.ndarray, cfg: TrainConfig) -> None:
-    """A class that only the validation file has would be an output the model never trains on."""
-    if cfg.task == "regression":
-        return
-    try:  # binary as multiclass: a third class is named here, not counted as "3 classes, use multiclass"
-        labels = validate_labels(frame, cfg.label, "multiclass" if cfg.task == "binary" else cfg.task)
-    except DataError:
-        return  # the task's own check says what is wrong
-    values, classes, train = np.asarray(labels.values), labels.classes, np.ones(len(frame), dtype=bool)
-    train[valid_rows] = False
-    if values.ndim == 2:  # multilabel: one column per class
-        unseen = np.flatnonzero(~values[train].any(axis=0) & values[valid_rows].any(axis=0))
-        rows = np.flatnonzero(values[valid_rows][:, unseen].any(axis=1))
-    else:
-        unseen = np.setdiff1d(values[valid_rows], values[train])
-        rows = np.flatnonzero(np.isin(values[valid_rows], unseen))
-    if len(unseen):
-        names = ", ".join(repr(classes[i]) for i in unseen[:10])
-        raise DataError(
-            f"{cfg.valid_file}: class(es) {names} of column {cfg.label!r} are not in the training file (validation "
-            f"data rows {', '.join(str(r + 1) for r in rows[:10])}{', ...' if len(rows) > 10 else ''}); the model "
-            "would have an output it never trains on. Add training rows of those classes, or drop these rows")
-
-
 def _tokenize_files(tokenizer, frame: pd.DataFrame, valid_rows: np.ndarray | None, cfg: TrainConfig,
                     log: logging.Logger, where: str) -> dict[str, list]:
     """:func:`tokenize` of the training rows, then of the validation file's: each file's counts under its name."""
@@ -362,7 +320,7 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
     frame, template = frame_and_template(cfg, cfg.train_file)
     cfg.template = cfg.template or template
     _refuse_label_as_input(cfg)
-    valid_rows = None
+    valid_rows = whole = None
     needed = [cfg.label, *(cfg.text_cols or []), *([cfg.group_col] if cfg.group_col else []), *context_columns(cfg)]
     where = cfg.train_file or f"{cfg.data_dir} ({cfg.preset})"
     label_file = str(cfg.train_file or Path(cfg.data_dir) / "train.csv")  # where a bad training label is
@@ -375,10 +333,10 @@ def load_task(cfg: TrainConfig, log: logging.Logger) -> TaskData:
         valid_frame, _ = frame_and_template(cfg, cfg.valid_file)
         check_columns(valid_frame, needed, str(cfg.valid_file))
         _check_valid_labels(valid_frame, cfg)
-        _refuse_flags_beside_numbers(frame, valid_frame, cfg, label_file)
+        refuse_flags_beside_numbers(frame, valid_frame, cfg, label_file)
         valid_rows = np.arange(len(frame), len(frame) + len(valid_frame))
         frame = pd.concat([frame, valid_frame], ignore_index=True)
-        _refuse_validation_only_classes(frame, valid_rows, cfg)
+        refuse_validation_only_classes(frame, valid_rows, cfg, whole)
     labels = _file_labels(train_frame, cfg, label_file)  # the training rows on their own: numbered in their file
     if valid_rows is not None:  # both files are valid: the classes of both, in one encoding
         labels = validate_labels(frame, cfg.label, cfg.task)
