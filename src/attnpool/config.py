@@ -87,7 +87,8 @@ class TrainConfig:
                                  "it replaces its text_cols")
     label: str = _data("label", "the target column")
     id_col: str | None = _data("id", "the id column, kept in the out-of-fold and prediction files when present")
-    task: str = _data("regression", "what the label is", choices=TASKS)
+    task: str = _data("regression", "what the label is (multilabel: classes joined by |, e.g. sports|news)",
+                      choices=TASKS)
     preset: str | None = _data(None, "pppm: the PPPM files, template, task and grouped folds from data_dir",
                                choices=checks.PRESETS)
     data_dir: str | None = _data(None, "the preset's data folder")
