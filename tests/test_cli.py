@@ -97,7 +97,8 @@ def test_train_help_lists_every_config_option_with_its_default_under_its_group(c
                   "--pooling-layers LAYER [LAYER ...] the layers the pooler reads",
                   "--pooling-opt KEY=VALUE an option of the pooler, repeatable, each key once (e.g. attn_size=128); "
                   "a + combination's parts take theirs inside poolers=[...] (default: none)",
-                  "--task {regression,binary,multiclass,multilabel} what the label is (default: regression)",
+                  "--task {regression,binary,multiclass,multilabel} what the label is (multilabel: classes joined by "
+                  "|, e.g. sports|news) (default: regression)",
                   "--loss {mse,bce,cross_entropy,pearson,none} the training loss (pearson: 1 - the batch's Pearson r, "
                   "regression only; PPPM 1st place) (default: from the task",
                   "with this decay, e.g. 0.999 (PPPM 2nd place, Kaggle 2022) (default: off; none resets a config "
