@@ -69,10 +69,11 @@ def set_threads(threads: int | None = None, *, tokenizer_threads: bool = True) -
             ``TOKENIZERS_PARALLELISM=false``, unless the environment already sets it.
 
     Raises:
-        ValueError: ``threads`` is not a positive integer.
+        ValueError: ``threads`` is not a positive integer (the message names ``--threads``, its flag).
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive number of threads, got {threads!r}")
+        raise ValueError(f"--threads must be a positive number of threads, got {threads!r}: give 1 or more, or leave "
+                         "--threads out (threads=None) for the default")
     chosen = any(os.environ.get(name, "").strip() for name in THREAD_VARIABLES)  # by the user: kept
     count = threads or (torch.get_num_threads() if chosen else physical_cores())
     if torch.get_num_threads() != count:

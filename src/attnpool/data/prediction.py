@@ -26,6 +26,8 @@ from attnpool.data.task import apply_preset, context_columns, encode_texts, fram
 from attnpool.json_values import is_missing
 from attnpool.tasks import label_text
 
+# how data.columns.check_columns ends its message: predict has no column options, so a run's error says what to do
+COLUMNS_ADVICE = ". Fix the column names in the options or in the file header"
 POOL_CHUNK_ROWS = 100_000  # rows read at a time for the group context's values of a whole file
 CONTEXT_VIEWS = {"with": (True,), "without": (False,), "both": (True, False)}  # --context-view: with_context flags
 
@@ -97,13 +99,22 @@ def _with_context(cfg: TrainConfig, frame, pool, path: str | Path):
 
 
 def _check_prediction_rows(cfg: TrainConfig, info: dict[str, Any], frame, path: str | Path,
-                           label: str | None = None, command: str = "predict") -> None:
+                           label: str | None = None, command: str = "predict", run_name: str | None = None) -> None:
     """The text columns are there; labels, if the file has them, are ones the run knows.
 
     ``label``: the column of labels (default: the run's, ``cfg.label``); ``command``: who reads the rows, for the
     advice: ``predict`` needs no labels, ``explain`` shows them (another column may be given with ``--label``).
+    ``run_name``: the run whose columns these are (its folder): a missing text column is named as that run's, with
+    the columns it was trained on and the file's header to fix (not options a prediction does not have).
     """
-    check_columns(frame, list(cfg.text_cols or []), str(path))
+    try:
+        check_columns(frame, list(cfg.text_cols or []), str(path))
+    except DataError as err:
+        if run_name is None:
+            raise
+        trained = ", ".join(map(str, cfg.text_cols))
+        raise DataError(f"{str(err).removesuffix(COLUMNS_ADVICE)}; run {run_name} was trained on columns {trained}: "
+                        "add or rename them in the input file's header") from None
     classes = info.get("classes")
     label = label or cfg.label
     if classes and cfg.task in ("binary", "multiclass") and label in frame.columns:
@@ -138,7 +149,7 @@ class PredictionInputs:
     def __init__(self, cfg: TrainConfig, info: dict[str, Any], path: str | Path, tokenizer,
                  log: logging.Logger, context_from: str = "file", with_context: bool = True,
                  typed_ids: bool = False, titles_name: str | None = None, label: str | None = None,
-                 command: str = "predict") -> None:
+                 command: str = "predict", run_name: str | None = None) -> None:
         """Inputs of ``path`` with the run's ``cfg`` and ``info``.
 
         ``context_from``: with ``group_context``, the rows a context comes from: ``file``, every row of ``path``
@@ -150,9 +161,10 @@ class PredictionInputs:
         the titles the run was trained with (a served request's caller cannot see the server's files).
         ``label``, ``command``: the column of labels checked against the run's classes (default: the run's) and who
         reads the rows, for the error's advice (see :func:`load_prediction_inputs`).
+        ``run_name``: the run predicting (its folder), named by the error for a text column the file lacks.
         """
         self.typed_ids = typed_ids
-        self.label, self.command = label, command
+        self.label, self.command, self.run_name = label, command, run_name
         self._integer_ids: list[str] | None = None  # with typed_ids: the id columns read as integers, found once
         if context_from not in ("file", "chunk"):
             raise ValueError(f"context_from must be 'file' or 'chunk', got {context_from!r}")
@@ -231,7 +243,7 @@ class PredictionInputs:
             else:
                 pool = frame if self.context_from == "chunk" else self.context_pool()
             frame = _with_context(self.cfg, frame, pool, self.path)
-        _check_prediction_rows(self.cfg, self.info, frame, self.path, self.label, self.command)
+        _check_prediction_rows(self.cfg, self.info, frame, self.path, self.label, self.command, self.run_name)
         frame, shortened = _fit_context(self.cfg, self.tokenizer, frame)
         self.counts["truncated"] += shortened
         encodings: dict[str, list] = {}

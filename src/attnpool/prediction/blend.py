@@ -10,7 +10,9 @@ share a scale (a Pearson-loss run predicts on a scale of its own), so each run's
 by the mean and standard deviation of its own out-of-fold predictions, fixed numbers from training (a row's blended
 score never depends on the other rows predicted with it, nor on the chunk it is read in); the weighted mean of the
 standardised scores is put back on the runs' weighted mean scale. A run blended with itself predicts what it
-predicts alone.
+predicts alone. That rebuilt score can leave the runs' range: when every run's output is a sigmoid's
+(``output_activation: sigmoid``, as ``--preset pppm`` sets, trained with a loss other than ``pearson``) its targets
+lie in [0, 1], so the blend is clipped to [0, 1].
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class RunBlend:
     """How the predictions of several runs are combined into one (see the module docstring).
 
     ``center`` and ``scale`` are each run's out-of-fold prediction mean and standard deviation, one per target
-    (regression only; ``None`` for classification).
+    (regression only; ``None`` for classification). ``bounded``: every run predicts through a sigmoid, targets in
+    [0, 1] (:func:`sigmoid_bounded`), so the blended regression scores are clipped to [0, 1].
     """
 
     task: str
@@ -47,6 +50,7 @@ class RunBlend:
     weights: np.ndarray
     center: np.ndarray | None = None  # (runs, targets)
     scale: np.ndarray | None = None  # (runs, targets)
+    bounded: bool = False  # regression scores clipped to [0, 1]
 
     @classmethod
     def read(cls, runs: Sequence[Run], folds: Sequence[Sequence[int]],
@@ -113,10 +117,15 @@ class RunBlend:
         if len(shapes) > 1:
             counts = ", ".join(f"{p}: {c.shape[0]}" for p, (c, _) in zip(paths, stats, strict=True))
             raise RunError(f"cannot blend runs with different numbers of targets ({counts})")
-        return cls(task, classes, paths, weights, np.stack([c for c, _ in stats]), np.stack([s for _, s in stats]))
+        return cls(task, classes, paths, weights, np.stack([c for c, _ in stats]), np.stack([s for _, s in stats]),
+                   bounded=all(sigmoid_bounded(run) for run in runs))
 
     def combine(self, scores: Sequence[np.ndarray]) -> np.ndarray:
-        """One blended array from each run's scores (values ``(N,)``/``(N, T)``, or probabilities ``(N, C)``)."""
+        """One blended array from each run's scores (values ``(N,)``/``(N, T)``, or probabilities ``(N, C)``).
+
+        Regression scores are rebuilt from the runs' standardised scores; with ``bounded`` they are clipped to
+        [0, 1], the range of every run's sigmoid output (the rebuilt score may leave it, e.g. 1.1).
+        """
         if len(scores) != len(self.weights):
             raise ValueError(f"expected the scores of {len(self.weights)} runs, got {len(scores)}")
         if self.center is None:
@@ -124,7 +133,8 @@ class RunBlend:
         shape = np.shape(scores[0])
         standard = standardised_mean(scores, self.weights, self.center, self.scale)
         w = self.weights[:, None]
-        return ((w * self.center).sum(0) + (w * self.scale).sum(0) * standard).reshape(shape)
+        blended = ((w * self.center).sum(0) + (w * self.scale).sum(0) * standard).reshape(shape)
+        return np.clip(blended, 0.0, 1.0) if self.bounded else blended
 
     def oof_report(self, frames: Sequence[pd.DataFrame]) -> dict[str, float] | None:
         """The primary metric of each run and of the blend on the out-of-fold rows every run validated on.
@@ -163,6 +173,17 @@ class RunBlend:
         logger.info("blend of %d runs (weights %s): out-of-fold %s %.4f on the %d rows they all validated on "
                     "(alone: %s)", len(self.paths), ", ".join(f"{w:.3g}" for w in self.weights), metric,
                     report["blend"], int(report["rows"]), alone)
+
+
+def sigmoid_bounded(run: Run) -> bool:
+    """Whether ``run`` predicts regression targets in [0, 1] (its blended scores are clipped to that range).
+
+    That is a sigmoid output (``output_activation: sigmoid``, which ``--preset pppm`` sets), not trained with the
+    scale-free ``pearson`` loss (whose folds' scores are rescaled, so they have no range).
+    """
+    cfg = run.config()
+    sigmoid = cfg.output_activation == "sigmoid" or cfg.preset == "pppm"  # the preset's output is a sigmoid
+    return cfg.task == "regression" and sigmoid and cfg.loss != "pearson"
 
 
 def out_of_fold(runs: Sequence[Run], folds: Sequence[Sequence[int]]) -> list[pd.DataFrame]:

@@ -187,7 +187,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
         blend = RunBlend.read(runs, chosen, blend_weights) if blended else None
         info = runs[0].info()
         inputs = [[PredictionInputs(run.config(), run.info(), input_file, m.tokenizer, log=logger,
-                                    with_context=v, typed_ids=True)
+                                    with_context=v, typed_ids=True, run_name=str(run.path))
                    for v in (views if run.config().group_context else (True,))]
                   for run, m in zip(runs, members, strict=True)]
         for run, member, member_inputs in zip(runs, members, inputs, strict=True):

@@ -189,10 +189,11 @@ def not_a_folder(path: Path) -> str | None:
 
 
 def check_writable(path: str | Path, option: str = "--output", *, folder: bool = False) -> None:
-    """Refuse, before any work, an output that cannot be written: under a file, or in a folder not writable.
+    """Refuse, before any work, an output that cannot be written: a folder, under a file, in a folder not writable.
 
-    ``path`` is a file to be written (its temporary and lock files go beside it) or, with ``folder``, a folder to be
-    made or filled (an existing one must be writable itself; a file or a symbolic link to nothing there is refused).
+    ``path`` is a file to be written (its temporary and lock files go beside it; an existing folder there is refused:
+    a file cannot be renamed onto it) or, with ``folder``, a folder to be made or filled (an existing one must be
+    writable itself; a file or a symbolic link to nothing there is refused).
     Else the nearest existing folder above it must be a
     folder, writable (``os.access``), and take a file (tried: a read-only mount, or ``/proc``, which ``os.access``
     passes for root).
@@ -205,6 +206,9 @@ def check_writable(path: str | Path, option: str = "--output", *, folder: bool =
         raise ValueError(not_a_folder(path))
     if folder and path.exists() and not path.is_dir():
         raise ValueError(f"{option} {path} is a file, not a folder; choose another {option}")
+    if not folder and path.is_dir():
+        example = path / f"predictions{path.suffix or '.csv'}"
+        raise ValueError(f"{option} {path} is a folder; give a file path such as {example}")
     if folder and path.is_dir():
         above = path
     else:

@@ -63,9 +63,12 @@ def choose_folds(where: Path, trained: Sequence[int], unfinished: Mapping[int, s
         if asked := [f for f in wanted if f in unfinished]:
             raise RunError(f"{where}: fold {asked[0]} did not finish training ({unfinished[asked[0]]}); {FINISH}, or "
                            f"leave it out{_finished_list(finished)}")
+        if not wanted:
+            raise RunError(f"{where}: --folds (folds) names no fold; name one or more of its trained folds "
+                           f"({', '.join(map(str, finished)) or 'none'}), or leave --folds out to use all of them")
         missing = [f for f in wanted if f not in finished]
-        if missing or not wanted:
-            raise RunError(f"{where} has no trained fold {', '.join(map(str, missing)) or '(none given)'}; "
+        if missing:
+            raise RunError(f"{where} has no trained fold {', '.join(map(str, missing))}; "
                            f"trained folds: {', '.join(map(str, finished)) or 'none'}")
         return list(dict.fromkeys(wanted))
     if not finished:
