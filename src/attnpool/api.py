@@ -20,10 +20,13 @@ model folder over HTTP until SIGTERM.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import logging
 import numbers
 import operator
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ from attnpool.config_checks import check_overwrite_inputs
 from attnpool.explanations import Explanation, explain
 from attnpool.explanations import explain_file as _explain_file
 from attnpool.exporters import OnnxExport, export_onnx
+from attnpool.options import file_path
 from attnpool.pooling import available_poolers, build_pooler, get_pooler_class
 from attnpool.prediction.onnx_engine import INT8_TOLERANCE
 from attnpool.prediction.predict import PredictionSummary
@@ -51,7 +55,11 @@ from attnpool.training.recipe import PER_CALL_SAVED, TrainResult
 from attnpool.training.recipe import train as _train
 
 ConfigSource = TrainConfig | Mapping[str, Any] | str | Path | None
+RunFolders = str | os.PathLike | Run | Sequence[str | os.PathLike | Run]  # a run (or model) folder, or several
 logger = logging.getLogger("attnpool.train")
+# export()'s options: export_onnx's keywords
+_EXPORT_OPTIONS = tuple(name for name, param in inspect.signature(export_onnx).parameters.items()
+                        if param.kind is param.KEYWORD_ONLY)
 
 
 def train(config: ConfigSource = None, /, *, callbacks: Any = None, **overrides: Any) -> TrainResult:
@@ -59,7 +67,7 @@ def train(config: ConfigSource = None, /, *, callbacks: Any = None, **overrides:
 
     Args:
         config: A :class:`TrainConfig`, a dict of its fields, or the path of a YAML/JSON file of them (``~``: the
-            home folder); ``None`` for the defaults.
+            home folder); ``None`` for the defaults. The first argument, or ``config=`` (as ``--config``).
         callbacks: Extra ``transformers.TrainerCallback`` objects (or classes) for every fold's ``Trainer``: a list
             of them, or one alone.
         **overrides: Any :class:`TrainConfig` field, applied over ``config`` (as flags over ``--config``).
@@ -69,14 +77,46 @@ def train(config: ConfigSource = None, /, *, callbacks: Any = None, **overrides:
 
     Raises:
         TypeError: ``callbacks`` holds anything but ``TrainerCallback`` instances or classes (before anything is
-            read or written).
+            read or written); ``config`` given both as the first argument and as ``config=``.
     """
+    config = _config_keyword(config, overrides, "train")
     callbacks = _callback_list(callbacks)
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
     # the recipe file too: --overwrite would delete it with the run folder it sits in
     check_overwrite_inputs(cfg, config if isinstance(config, str | Path) else None)
     check_writable(cfg.output_dir, "--output-dir", folder=True)  # before the data and the encoder load
     return _train(cfg, callbacks=callbacks, given=_given(config, overrides) if cfg.resume else overrides)
+
+
+def _config_keyword(config: ConfigSource, overrides: dict[str, Any], command: str) -> ConfigSource:
+    """``config=`` (popped from ``overrides``, where a positional-only ``config`` puts it) as the config.
+
+    It was read as an unknown option ``config`` among the ~60 valid ones.
+    """
+    if "config" not in overrides:
+        return config
+    if config is not None:
+        raise TypeError(f"{command}() got the config twice, as its first argument ({config!r:.80}) and as config= "
+                        f"({overrides['config']!r:.80}): give one of them, e.g. attnpool.{command}('recipe.yaml', ...)")
+    return overrides.pop("config")
+
+
+def _folder(value: Any) -> Any:
+    """A run or model folder as the commands take it: a :class:`Run` as its path, any ``os.PathLike`` as a Path.
+
+    A Run failed with "'Run' object is not iterable" in predict, and other path objects than pathlib's alike.
+    Anything else (text, a model object for ``export``) is passed on as given, to be checked there.
+    """
+    if isinstance(value, Run):
+        return value.path
+    if isinstance(value, os.PathLike) and not isinstance(value, Path):
+        return Path(os.fspath(value))
+    return value
+
+
+def _folders(value: Any) -> Any:
+    """:func:`_folder` of one folder, or of each in a list or tuple of them (several runs, blended)."""
+    return type(value)(_folder(item) for item in value) if isinstance(value, list | tuple) else _folder(value)
 
 
 def _callback_list(callbacks: Any) -> list | None:
@@ -131,7 +171,7 @@ def _given(config: ConfigSource, overrides: Mapping[str, Any]) -> dict[str, Any]
     return {**values, **overrides}
 
 
-def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, output_file: str | Path,
+def predict(run: RunFolders, input_file: str | Path, output_file: str | Path,
             **options: Any) -> PredictionSummary:
     """Predict a file with a run's fold models, ensembled (``attnpool predict``); several runs are blended.
 
@@ -140,14 +180,23 @@ def predict(run: str | Path | Sequence[str | Path], input_file: str | Path, outp
     ``blend_weights`` (several runs: one weight per run; default equal), ``context_view`` (``with`` | ``without``
     | ``both``, for a run trained with a group context), ``backend`` (``torch`` | ``onnx``), ``quantize``
     (``none`` | ``int8``, with ``onnx``), ``int8_tolerance``, ``threads``.
+
+    ``run``: a run folder (text, any path object, or an opened :class:`~attnpool.Run`), or a list of them.
     """
     with quiet_library_call():  # no "Loading weights" bars, as the CLI; the caller's settings and warnings kept
-        return _predict(run, input_file, output_file, **options)
+        return _predict(_folders(run), input_file, output_file, **options)
 
 
 @functools.wraps(_explain_file)
 def explain_file(*args: Any, **kwargs: Any) -> Explanation:
-    """:func:`attnpool.explanations.explain_file` (``attnpool explain``) without the libraries' loading bars."""
+    """:func:`attnpool.explanations.explain_file` (``attnpool explain``) without the libraries' loading bars.
+
+    ``source`` may also be an opened :class:`~attnpool.Run` or any path object.
+    """
+    if args:
+        args = (_folder(args[0]), *args[1:])
+    if "source" in kwargs:
+        kwargs["source"] = _folder(kwargs["source"])
     with quiet_library_call():
         return _explain_file(*args, **kwargs)
 
@@ -158,7 +207,7 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
     """Train several poolers over paired seeds and test which beats the baseline (``attnpool compare``).
 
     Args:
-        config: The shared recipe, as for :func:`train`.
+        config: The shared recipe, as for :func:`train` (the first argument, or ``config=``).
         poolings: Pooler specs, ``NAME`` or ``NAME:key=value,...`` (one string: one spec). A user's pooler must
             live in an importable module (each run's process imports it); one defined in ``__main__`` (a script or
             a notebook) is refused before anything trains.
@@ -166,25 +215,52 @@ def compare(config: ConfigSource = None, /, *, poolings: Sequence[str], seeds: i
         baseline: The pooler spec every other one is tested against.
         output_dir: The comparison folder (finished runs in it are kept: rerunning resumes).
         bootstrap: Replicates of the paired bootstrap over examples.
-        overwrite: Delete an existing comparison in ``output_dir`` first.
+        overwrite: Delete an existing comparison in ``output_dir`` first; refused, before anything is deleted, when
+            the config file, the data or a local model lies inside it.
         **overrides: :class:`TrainConfig` fields over ``config``.
     """
+    config = _config_keyword(config, overrides, "compare")
     cfg = make_config(config, **{**_saved_call_reset(config), **overrides})
     specs = [poolings] if isinstance(poolings, str) else list(poolings)  # one string: one spec, not its letters
     check_writable(output_dir, "--output-dir", folder=True)  # before any run trains
     return _compare(cfg, specs, seeds, baseline=baseline, output_dir=output_dir, bootstrap=bootstrap,
-                    overwrite=overwrite)
+                    overwrite=overwrite, config_file=config if isinstance(config, str | Path) else None)
 
 
-def export(model: str | Path, output: str | Path, *, format: str = "onnx", **options: Any) -> OnnxExport:  # noqa: A002
-    """Export a saved model, or one fold of a run, to a serving format (``attnpool export``); ``format``: onnx."""
+def export(model: Any, output: str | os.PathLike, *, format: str = "onnx", **options: Any) -> OnnxExport:  # noqa: A002
+    """Export a saved model, or one fold of a run, to a serving format (``attnpool export``); ``format``: onnx.
+
+    Args:
+        model: A run folder (``attnpool train``'s ``--output-dir``; text, any path object or an opened
+            :class:`~attnpool.Run`), a folder saved with ``save_pretrained``, or a model object.
+        output: The ``.onnx`` file to write; its folder is created.
+        format: ``onnx``.
+        **options: Those of :func:`attnpool.exporters.export_onnx`: ``fold`` (one fold number of a run, e.g. 0;
+            default its first trained fold), ``with_weights`` (the pooler's token weights as a second output),
+            ``opset``, ``tokenizer`` (for a model object), ``save_tokenizer`` (default True), ``verify`` (compare
+            onnxruntime with PyTorch; default True), ``verify_inputs``, ``atol``, ``external_data``.
+
+    Raises:
+        TypeError: ``output`` is not a file path; an unknown option.
+        ValueError: Another ``format``; ``fold`` not one whole number; and what ``export_onnx`` raises.
+    """
     if format != "onnx":
         raise ValueError(f"export format must be 'onnx', got {format!r}")
+    output = file_path(output, "output")
+    if unknown := [name for name in options if name not in _EXPORT_OPTIONS]:
+        close = difflib.get_close_matches(unknown[0], _EXPORT_OPTIONS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise TypeError(f"export() got an unexpected keyword argument {unknown[0]!r}{hint}; its options: "
+                        f"{', '.join(_EXPORT_OPTIONS)}")
+    fold = options.get("fold")
+    if fold is not None and (isinstance(fold, bool) or not isinstance(fold, numbers.Integral)):
+        raise ValueError(f"fold {fold!r} is not a fold number: export writes one fold's model; give one whole "
+                         "number, e.g. fold=0 (--fold 0), or leave fold out for the run's first trained fold")
     with quiet_library_call():
-        return export_onnx(model, output, **options)
+        return export_onnx(_folder(model), output, **options)
 
 
-def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8000,
+def serve(run: RunFolders, *, host: str = "127.0.0.1", port: int = 8000,
           folds: int | Sequence[int] | None = None,
           ensemble: str = "mean", max_batch: int = 64, max_wait_ms: float = 5.0, max_rows: int = 256,
           max_body_bytes: int = 1 << 20, max_in_flight: int = 512, body_timeout: float = 30.0,
@@ -257,7 +333,7 @@ def serve(run: str | Path | Sequence[str | Path], *, host: str = "127.0.0.1", po
         ValueError: A bad option, or ``api_key_env`` naming an unset variable.
         RuntimeError: Called where an event loop runs (a notebook's cell): nothing is loaded.
     """
-    return _serve(run, host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
+    return _serve(_folders(run), host=host, port=port, folds=folds, ensemble=ensemble, max_batch=max_batch,
                   max_wait_ms=max_wait_ms, max_rows=max_rows, max_body_bytes=max_body_bytes,
                   max_in_flight=max_in_flight, body_timeout=body_timeout, api_key_env=api_key_env,
                   cors_origins=cors_origins, cors_headers=cors_headers, allowed_hosts=allowed_hosts,

@@ -237,26 +237,31 @@ def check_output_flags(cfg: TrainConfig) -> None:
                          "--no-resume undoes a config file's)")
 
 
-def check_overwrite_inputs(cfg: TrainConfig, config_file: str | os.PathLike | None = None) -> None:
+def check_overwrite_inputs(cfg: TrainConfig, config_file: str | os.PathLike | None = None, *,
+                           output_dir: str | os.PathLike | None = None, folder: str = "run folder") -> None:
     """With ``overwrite``, none of this call's inputs may lie in the run folder, which is emptied before they are read.
 
     ``config_file``: the ``--config`` file the options were read from (the caller's recipe, deleted with the run).
+    ``output_dir``: the folder to be emptied instead of ``cfg.output_dir`` (``compare --overwrite``'s comparison
+    folder, called only when it will be emptied: ``cfg.overwrite`` and ``cfg.resume`` are then not read); ``folder``
+    names it in the message.
 
     Raises:
         RunError: ``config_file``, ``train_file``, ``valid_file``, ``data_dir`` or a local ``model`` inside
             ``output_dir`` (reached through a link too; a link inside the folder counts, since deleting it loses the
             path).
     """
-    if not cfg.overwrite or cfg.resume:  # both: refused by check_output_flags
+    if output_dir is None and (not cfg.overwrite or cfg.resume):  # both: refused by check_output_flags
         return
-    run_dir = Path(cfg.output_dir).expanduser().resolve()
+    shown = cfg.output_dir if output_dir is None else output_dir
+    run_dir = Path(shown).expanduser().resolve()
     inputs = {"--config": config_file, "--train-file": cfg.train_file, "--valid-file": cfg.valid_file,
               "--data-dir": cfg.data_dir, "--model": cfg.model}
     for option, value in inputs.items():
         path = Path(os.path.abspath(Path(value or "").expanduser()))  # a link in the run: deleted, not its target
         if value and path.exists() and (path.parent.resolve() / path.name).is_relative_to(run_dir):  # not a hub name
-            raise RunError(f"--overwrite would delete {option} {value} (in the run folder {cfg.output_dir}) before "
-                           f"reading it; move it out of {cfg.output_dir} first or choose another --output-dir")
+            raise RunError(f"--overwrite would delete {option} {value} (in the {folder} {shown}) before "
+                           f"reading it; move it out of {shown} first or choose another --output-dir")
 
 
 def check_pearson_loss(cfg: TrainConfig) -> None:

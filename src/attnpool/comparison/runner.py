@@ -30,10 +30,12 @@ from typing import Any
 import numpy as np
 import yaml
 
+from attnpool.comparison.saved_recipe import same_value, saved_paths
 from attnpool.comparison.seeds import seed_list
 from attnpool.comparison.specs import PoolerSpec, contenders, worker_imports
 from attnpool.comparison.summary import CompareResult, run_score, summarise
 from attnpool.config import TrainConfig, load_yaml
+from attnpool.config_checks import check_overwrite_inputs
 from attnpool.runs.files import atomic_write_json, atomic_write_text
 from attnpool.runs.lock import LOCK_NAME, RunLock
 from attnpool.runs.run import Run, RunError
@@ -68,53 +70,25 @@ def _refuse_foreign(out: Path) -> None:
                        "--output-dir")
 
 
-def _saved_paths(out: Path, saved: dict[str, Any]) -> dict[str, Any]:
-    """The paths of a saved recipe made absolute, as :func:`_check_recipe` saves them now.
-
-    A comparison saved before that holds paths relative to the folder its first call ran in, which is not known:
-    each is taken from a run inside (runs save theirs absolute) whose path ends in it, else read from this call's
-    working directory. A model that is no local folder is a hub name and stays one.
-    """
-    saved = dict(saved)
-    relative = [k for k in PATH_OPTIONS if saved.get(k) and not Path(saved[k]).expanduser().is_absolute()]
-    runs = [load_yaml(Run(d).config_file) for d in sorted(out.glob("runs/*/seed_*"))
-            if relative and Run(d).config_file.is_file()]
-    for key in relative:
-        parts = Path(saved[key]).parts  # data/x.csv and ./data/x.csv alike
-        for values in runs:
-            found = values.get(key)
-            if isinstance(found, str) and Path(found).is_absolute() and Path(found).parts[-len(parts):] == parts:
-                saved[key] = found
-                break
-    return absolute_paths(saved)
-
-
-def _same(key: str, saved: Any, given: Any) -> bool:
-    """Whether a saved recipe value and this call's are the same: equal, or paths of one existing file or folder."""
-    if saved == given:
-        return True
-    if key not in PATH_OPTIONS or not isinstance(saved, str) or not isinstance(given, str):
-        return False
-    with contextlib.suppress(OSError):  # a hard link, a case-insensitive file system
-        return os.path.samefile(saved, given)
-    return False
-
-
-def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
+def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool, config_file: str | os.PathLike | None = None) -> None:
     """Save the shared recipe, or check that an existing comparison used the same one (``out`` is locked).
 
     Data paths and a local model folder are saved absolute (as a run saves them), so that the same file named
     otherwise (``data/x.csv``, ``./data/x.csv``, ``/home/me/data/x.csv``) is the same recipe, and the same name from
     another working directory, another file, is not. A recipe saved relative by an earlier attnpool is read as
-    :func:`_saved_paths` says, and saved absolute once it matches. Another recipe replaces one whose runs all stopped
-    before recording their run info, on bad options or data: there is none to pair with, nor to resume.
+    :func:`~attnpool.comparison.saved_recipe.saved_paths` says, and saved absolute once it matches. Another recipe
+    replaces one whose runs all stopped before recording their run info, on bad options or data: there is none to
+    pair with, nor to resume.
 
     ``overwrite`` first takes the lock of every run inside, as ``train --overwrite`` does of its run: a run another
-    process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted.
+    process is training (a worker left by a killed compare, a ``train --resume`` by hand) is refused, not deleted;
+    so are this call's inputs inside ``out`` (``config_file``, the recipe read; the data; a local model), which
+    would be deleted before they are read (:func:`~attnpool.config_checks.check_overwrite_inputs`).
     """
     path = out / CONFIG_FILE
     recipe = absolute_paths(_shared_recipe(cfg))
     if path.is_file() and overwrite:
+        check_overwrite_inputs(cfg, config_file, output_dir=out, folder="comparison folder")
         with contextlib.ExitStack() as held:  # all of them before anything is deleted; LockedError names the holder
             for run_dir in sorted(p for p in out.glob("runs/*/seed_*") if p.is_dir()):
                 held.enter_context(Run(run_dir).lock("compare --overwrite"))
@@ -123,8 +97,8 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
     elif path.is_file():
         written = load_yaml(path)  # a field it lacks is one added to attnpool since: it ran at that field's default
-        saved = _saved_paths(out, {**_shared_recipe(TrainConfig()), **written})
-        changed = sorted(k for k in set(saved) | set(recipe) if not _same(k, saved.get(k), recipe.get(k)))
+        saved = saved_paths(out, {**_shared_recipe(TrainConfig()), **written})
+        changed = sorted(k for k in set(saved) | set(recipe) if not same_value(k, saved.get(k), recipe.get(k)))
         if changed and (not (out / "runs").is_dir() or any(Run.is_run(d) for d in out.glob("runs/*/seed_*"))):
             detail = "; ".join(f"{k}: {saved.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:6])
             raise RunError(f"{out} holds a comparison with another recipe ({detail}); its runs would not be paired "
@@ -235,8 +209,8 @@ def _format_eta(seconds: float) -> str:
 
 
 def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *, baseline: str = "mean",
-            output_dir: str | Path = "runs/compare", bootstrap: int = 1000, overwrite: bool = False
-            ) -> CompareResult:
+            output_dir: str | Path = "runs/compare", bootstrap: int = 1000, overwrite: bool = False,
+            config_file: str | os.PathLike | None = None) -> CompareResult:
     """Train every pooler with every seed on the same recipe, then compare each to the baseline.
 
     For a given seed every pooler gets the same folds (or validation split), data order and recipe: the differences
@@ -254,14 +228,16 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
             the same pooler and options, spelled otherwise as ``mean_pooling`` for ``mean``, is the baseline).
         output_dir: The comparison folder.
         bootstrap: Replicates of the paired bootstrap over examples (at least 1).
-        overwrite: Delete an existing comparison in ``output_dir`` first.
+        overwrite: Delete an existing comparison in ``output_dir`` first (refused when one of this call's inputs,
+            ``config_file`` included, lies inside it).
+        config_file: The file ``cfg`` was read from, if any: with ``overwrite``, refused inside ``output_dir``.
 
     Returns:
         A :class:`CompareResult`; ``compare.md``, ``compare.csv``, ``compare.json`` and ``compare.png`` are written.
 
     Raises:
         RunError: A run failed (the end of its log is quoted), ``output_dir`` holds another comparison, or another
-            process is writing it.
+            process is writing it; ``overwrite`` would delete one of this call's inputs.
         ValueError: Bad pooler specs (values included; one pooler listed twice, however spelled), seeds or
             bootstrap, before anything trains.
     """
@@ -281,7 +257,7 @@ def compare(cfg: TrainConfig, poolings: list[str], seeds: int | list[int] = 3, *
     out = Path(output_dir)
     _refuse_foreign(out)
     with RunLock(out, purpose="compare"):  # held while the runs are read back too: no --overwrite from elsewhere
-        _check_recipe(out, cfg, overwrite)
+        _check_recipe(out, cfg, overwrite, config_file)
         _check_folds(out, cfg.only_folds, specs, seeds)
         trained = _train_missing(out, cfg, specs, seeds)  # checks each seed's data after its first new run
         _check_same_data(out, specs, seeds)
