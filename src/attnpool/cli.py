@@ -147,7 +147,7 @@ def _add_predict(commands: Any) -> None:
     predict = commands.add_parser("predict", help="predict a file with a run's fold models, or blend several runs")
     _arg(predict, "--run", "the --output-dir of attnpool train; several are blended", required=True, nargs="+")
     _arg(predict, "--input", "CSV, TSV, JSONL or Parquet to predict", required=True)
-    _arg(predict, "--output", "where to write the predictions (format by extension; not in a --run)", required=True)
+    _arg(predict, "--output", "the file to write (format by extension; not a folder, not in a --run)", required=True)
     _arg(predict, "--batch-size", "rows per forward pass", default=128, type=int)
     _arg(predict, "--device", "cpu, cuda...", shown="cuda when available")
     _arg(predict, "--chunk-rows", "rows read and predicted at a time: bounds memory", default=100_000, type=int)
@@ -196,7 +196,7 @@ def _add_compare(commands: Any) -> None:
     _arg(group, "--bootstrap", "paired bootstrap replicates", shown=shown_default(api_default["bootstrap"]), type=int)
     _arg(group, "--output-dir", "the comparison folder", shown=shown_default(api_default["output_dir"]),
          dest="compare_output_dir", metavar="OUTPUT_DIR")
-    _arg(group, "--overwrite", "delete an existing comparison in --output-dir first",
+    _arg(group, "--overwrite", "delete an existing comparison in --output-dir first (not one holding its inputs)",
          shown=shown_default(api_default["overwrite"]), dest="compare_overwrite", action="store_true")
     add_train_options(compare, skip=_COMPARE_OWN, hide=("pooling", "pooling_options"))  # --poolings instead
     compare.set_defaults(func=_cmd_compare)
@@ -284,7 +284,7 @@ def _add_demo(commands: Any) -> None:
     api_default = _API_DEFAULTS["demo"]
     demo = commands.add_parser("demo", help="mean vs attention pooling on a generated key-token task (no download)")
     _arg(demo, "--output-dir", "new or empty folder or an earlier demo's (replaced)", default=api_default["output_dir"])
-    _arg(demo, "--seconds", "sizes the training set: SECONDS / 0.9 steps of 16 texts per pooler (10 to 150)",
+    _arg(demo, "--seconds", "sizes the training set: SECONDS / 0.9 steps of 16 texts a pooler (10 to 150, or a note)",
          default=api_default["seconds"], type=float)
     _arg(demo, "--model", "encoder", default=api_default["model"], shown="the bundled all-MiniLM-L6-v2")
     demo.set_defaults(func=_cmd_demo)

@@ -79,7 +79,8 @@ def explain_file(
     """Explain the rows of a file with a run's model (or a saved model) and write the HTML and JSON reports.
 
     Args:
-        source: A train run directory (its first trained fold's model, or ``fold``; texts built from its
+        source: A train run directory (``attnpool.explain_file`` also takes an opened :class:`~attnpool.Run` or any
+            path object) (its first trained fold's model, or ``fold``; texts built from its
             ``config.yaml`` as in training, labels from its label column when the file has it), one ``fold_K``
             folder of it (that fold of the run), or a model folder saved with ``save_pretrained`` together with its
             tokenizer (then ``text_cols`` says where the text is).

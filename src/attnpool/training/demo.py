@@ -76,8 +76,8 @@ def run_demo(output_dir: str | Path = "runs/demo", seconds: float = 45.0, model:
         output_dir: Where the data and the two runs go (``~``: the home folder): a new or empty folder, or an
             earlier demo's (replaced once the model loads; a folder holding anything else, a ``train.csv`` of the
             user's too, is refused).
-        seconds: Sizes the training set: ``seconds / 0.9`` steps of 16 texts per pooler (at least 10, at most 150),
-            about that many seconds on 2 cores.
+        seconds: Sizes the training set: ``seconds / 0.9`` steps of 16 texts per pooler (at least 10, at most 150,
+            a line saying so outside 9 to 135), about that many seconds on 2 cores.
         model: Encoder (default: the bundled offline all-MiniLM-L6-v2).
         n_train: Training rows (overrides the budget).
         n_valid: Validation rows.
