@@ -7,10 +7,11 @@ import re
 
 import pytest
 import torch
+import transformers
 from transformers import AlbertConfig, BartConfig, BertForMaskedLM, BertModel, T5Config, T5EncoderModel
 
 from attnpool.model import AttnPoolConfig, AttnPoolForSequenceClassification, AttnPoolModel
-from model_helpers import batch, tiny_config
+from model_helpers import batch, save_tiny_encoder, tiny_config
 
 T5 = dict(vocab_size=99, d_model=32, d_kv=16, d_ff=37, num_layers=2, num_heads=2)
 BART = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
@@ -122,3 +123,15 @@ def test_from_encoder_refuses_ids_that_are_not_0_to_n_minus_1():
         AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), id2label={1: "a", 2: "b"})
     model = AttnPoolForSequenceClassification.from_encoder(tiny_config("bert"), id2label={"0": "a", "1": "b"})
     assert model.config.id2label == {0: "a", 1: "b"} and model.config.num_labels == 2
+
+
+def test_the_encoders_config_is_read_with_the_remote_code_options_given(tmp_path, monkeypatch):
+    """The config read first (to refuse an attnpool model or an encoder-decoder before any weight loads) left out
+    encoder_kwargs' trust_remote_code: a custom-code encoder (an auto_map in its config) was refused."""
+    folder = save_tiny_encoder(tmp_path / "enc")
+    seen = []
+    read = transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                        lambda name, **kw: seen.append(kw) or read(name, **kw))
+    AttnPoolForSequenceClassification.from_encoder(folder, encoder_kwargs={"trust_remote_code": True})
+    assert seen and seen[0].get("trust_remote_code") is True

@@ -47,6 +47,7 @@ from attnpool.pooling.registry import check_rebuildable
 
 # ``from_pretrained`` options that say where the encoder's files come from: its config is read with them too.
 HUB_KWARGS = ("revision", "cache_dir", "token", "local_files_only", "subfolder")
+CONFIG_KWARGS = (*HUB_KWARGS, "trust_remote_code", "code_revision", "gguf_file")  # what AutoConfig reads as AutoModel
 # ``save_pretrained(push_to_hub=True)`` options that say where and how to upload (transformers' names).
 HUB_PUSH_KWARGS = ("repo_id", "commit_message", "commit_description", "create_pr", "private", "revision", "token",
                    "tags")
@@ -340,7 +341,7 @@ class AttnPoolPreTrainedModel(PreTrainedModel):
                 check_safetensors_only(name, kwargs)
             try:  # the config first: an attnpool model or an encoder-decoder is refused before any weight loads
                 given = kwargs.get("config")
-                hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+                hub = {key: kwargs[key] for key in CONFIG_KWARGS if key in kwargs}
                 config = given if isinstance(given, PretrainedConfig) else AutoConfig.from_pretrained(name, **hub)
                 check_not_attnpool(config, repr(name))
                 check_encoder_only(config, f"from_encoder: {name!r}")
