@@ -7,6 +7,7 @@ import json
 import logging
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -33,14 +34,20 @@ def test_multilabel_labels_separated_by_commas_are_refused():
         validate_labels(frame, "topics", "multilabel")
     assert str(caught.value) == (
         "column 'topics', data row 3: 'sports,news' separates labels by ',', but multilabel cells separate them by "
-        "'|': it would train as a class of its own beside 'sports', 'news'; write 'sports|news', or a list (a JSON "
-        "list in JSONL, a list column in Parquet)")
+        "'|': it would train as a class of its own beside 'sports', 'news'; write 'sports|news', or, if 'sports,news' "
+        "is one class, the row's labels as a list (['sports,news'] in a CSV cell, a JSON list in JSONL, a list column "
+        "in Parquet)")
     frame = pd.DataFrame({"topics": ["news", "sports", "news; sports"]})
     with pytest.raises(DataError, match=r"data row 3: 'news; sports' separates labels by ';'.* write 'news\|sports'"):
         validate_labels(frame, "topics", "multilabel")
     # a class whose name holds a comma, its parts not classes, is a class
     assert validate_labels(pd.DataFrame({"t": ["rock, paper", "x|rock"]}), "t", "multilabel").classes == [
         "rock", "rock, paper", "x"]
+    # ... and so is one written in a list, where a comma separates nothing (the way out the message gives)
+    for cells in ([["Arts, Culture", "Arts"], ["Culture"]], ["['Arts, Culture', 'Arts']", "Culture"],
+                  [np.array(["Arts, Culture", "Arts"]), np.array(["Culture"])]):
+        assert validate_labels(pd.DataFrame({"t": cells}), "t", "multilabel").classes == [
+            "Arts", "Arts, Culture", "Culture"]
 
 
 def _jsonl(path, labels):
@@ -160,3 +167,17 @@ def test_nan_and_inf_beside_numbers_are_read_as_the_readers_docstring_says(tmp_p
     only = tmp_path / "o.csv"
     only.write_text("a\nnan\ninf\n")
     assert read_table(only)["a"].tolist() == ["nan", "inf"]  # the words alone stay text
+
+
+def test_a_group_limit_that_drops_a_validation_class_counts_the_rows_drawn(tmp_path, tok, caplog):
+    """Whole groups can hold fewer rows than --limit: the error said "the 4 rows" of a 3-row draw."""
+    train, valid = tmp_path / "tr.csv", tmp_path / "va.csv"
+    train.write_text("text,g,other,label\n" + "".join(f"row {i},{'abcdefghijkl'[i // 2]},o{i},{'xyz'[i // 2 % 3]}\n"
+                                                      for i in range(24)))  # groups of 2 rows
+    valid.write_text("text,g,other,label\nv,q,o,x\nw,q,o,y\nu,q,o,z\n")
+    cfg = TrainConfig(train_file=str(train), valid_file=str(valid), text_cols=["text"], label="label",
+                      task="multilabel", model=tok, limit=5, group_context="other", group_context_by=["g"])
+    with caplog.at_level(logging.WARNING, logger="test"), pytest.raises(DataError) as caught:
+        load_task(cfg, LOG)
+    assert "--limit 5 draws 4 row(s)" in caplog.text  # two groups of 2: a third would pass 5
+    assert "are not among the 4 rows that --limit 5 drew from the training file" in str(caught.value)

@@ -302,7 +302,8 @@ def label_sets(column: pd.Series, delimiter: str = "|") -> list[set[str]]:
 
 
 def _multilabel(column: pd.Series, delimiter: str) -> Labels:
-    sets = label_sets(column, delimiter)
+    cells = [_listed(v, column.name, row, delimiter) for row, v in enumerate(column.tolist())]
+    sets = [_label_set(cell, delimiter) for cell in cells]
     classes = sorted(set().union(*sets))
     if not classes:
         raise DataError(
@@ -315,7 +316,9 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
         raise DataError(f"column {column.name!r} has class name(s) {_values(joined)} holding a label delimiter "
                         f"({delimiter!r}, or '|' that prediction files join a row's classes with): they would read "
                         "back as several classes; rename those classes")
-    _refuse_other_delimiters(sets, classes, column.name, delimiter)
+    texts = [labels if not isinstance(cell, list | tuple | np.ndarray) else set() for labels, cell in
+             zip(sets, cells, strict=True)]  # a list's "Arts, Culture" is one class: a comma cannot separate there
+    _refuse_other_delimiters(texts, classes, column.name, delimiter)
     index = {c: i for i, c in enumerate(classes)}
     values = np.zeros((len(sets), len(classes)), dtype=np.float32)
     for row, labels in enumerate(sets):
@@ -324,17 +327,20 @@ def _multilabel(column: pd.Series, delimiter: str) -> Labels:
 
 
 def _refuse_other_delimiters(sets: list[set[str]], classes: list[str], name: Any, delimiter: str) -> None:
-    """A class ``"a,b"`` (or ``"a; b"``) whose parts are classes too: labels separated by another delimiter."""
+    """A class ``"a,b"`` (or ``"a; b"``) of a text cell whose parts are classes too: another delimiter.
+
+    ``sets``: the classes of each row's text cell (a list cell's: none, its items being classes as written).
+    """
     known = set(classes)
-    joined = {c: parts for c in classes
+    joined = {c: parts for c in set().union(*sets)
               if len(parts := [p.strip() for p in re.split("[,;]", c)]) > 1 and all(p in known for p in parts)}
     for row, labels in enumerate(sets):  # the first row holding such a class
         for c in sorted(labels & joined.keys()):
             raise DataError(
                 f"column {name!r}, data row {row + 1}: {c!r} separates labels by {',' if ',' in c else ';'!r}, but "
                 f"multilabel cells separate them by {delimiter!r}: it would train as a class of its own beside "
-                f"{_values(joined[c])}; write {delimiter.join(joined[c])!r}, or a list (a JSON list in JSONL, a list "
-                "column in Parquet)")
+                f"{_values(joined[c])}; write {delimiter.join(joined[c])!r}, or, if {c!r} is one class, the row's "
+                f"labels as a list ({[c]!r} in a CSV cell, a JSON list in JSONL, a list column in Parquet)")
 
 
 def _listed(value: Any, name: Any, row: int, delimiter: str) -> Any:

@@ -54,7 +54,8 @@ def refuse_validation_only_classes(frame: pd.DataFrame, valid_rows: np.ndarray, 
         names = ", ".join(repr(classes[i]) for i in unseen[:10])
         lost = lost_to_limit([classes[i] for i in unseen], whole)
         absent = [classes[i] for i in unseen if classes[i] not in lost]
-        cause, fix = ((f"are not among the {cfg.limit} rows that --limit {cfg.limit} drew from the training file",
+        drawn = len(frame) - len(valid_rows)  # whole groups with --group-context: may be fewer than --limit
+        cause, fix = ((f"are not among the {drawn} rows that --limit {cfg.limit} drew from the training file",
                        f"Raise --limit (the training file has {', '.join(map(repr, lost[:10]))}"
                        + (f"; add training rows of {', '.join(repr(c) for c in absent[:10])})" if absent else ")"))
                       if lost else
