@@ -84,12 +84,15 @@ def test_a_wrapped_model_gets_the_groups_of_the_model_inside(model, wrap):
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft's call
-def test_a_peft_model_gets_its_layers_rates_and_the_pooler_its_own(model):
-    """Under peft every name starts with `base_model.model.`: LoRA's matrices and the pooler all got the head's rate."""
+@pytest.mark.parametrize("wrap", [None, FsdpLike], ids=["peft", "fsdp+peft"])
+def test_a_peft_model_gets_its_layers_rates_and_the_pooler_its_own(model, wrap):
+    """Under peft every name starts with `base_model.model.`: LoRA's matrices and the pooler all got the head's rate
+    (under FSDP too, whose prefix comes first)."""
     peft = pytest.importorskip("peft")
     lora = peft.get_peft_model(model, peft.LoraConfig(task_type=None, target_modules=["query", "key", "value"],
                                                       modules_to_save=["head", "attnpool.pooler"], r=4, lora_alpha=8))
-    got = rates(lora, parameter_groups(lora, lr=2e-5, head_lr=1e-3, weight_decay=0.01, llrd=0.5, pooler_lr=1e-4))
+    wrapped = lora if wrap is None else wrap(lora)
+    got = rates(lora, parameter_groups(wrapped, lr=2e-5, head_lr=1e-3, weight_decay=0.01, llrd=0.5, pooler_lr=1e-4))
     layers = len(model.attnpool.encoder.encoder.layer)
     for name, (rate, _) in got.items():
         depth = layers - 1 - int(name.split(".layer.")[1].split(".")[0]) if ".layer." in name else None

@@ -184,6 +184,24 @@ def test_resume_from_checkpoint_true_with_only_torn_checkpoints_trains_from_step
     assert all(torch.equal(a, b) for a, b in zip(weights(resumed.model).values(), weights(whole.model).values(),
                                                  strict=True))
     assert (f"{tmp_path / 'run' / 'checkpoint-2'} was not written to the end (no trainer_state.json: the run stopped "
-            "while saving it); no earlier one: training starts again") in caplog.text
-    with pytest.raises(ValueError, match="No valid checkpoint found in output directory"):  # none at all, as before
-        tiny_trainer(tmp_path / "empty", eval_steps=2).train(resume_from_checkpoint=True)
+            "while saving it) and cannot be resumed from: removed; no complete checkpoint: training starts again"
+            ) in caplog.text
+    (tmp_path / "other" / "checkpoint-final").mkdir(parents=True)  # no checkpoint-N: none at all, as before
+    (tmp_path / "other" / "checkpoint-notes.txt").write_text("")
+    with pytest.raises(ValueError, match="No valid checkpoint found in output directory"):
+        tiny_trainer(tmp_path / "other", eval_steps=2).train(resume_from_checkpoint=True)
+
+
+def test_torn_checkpoints_are_removed_and_each_warning_says_what_resumes(tmp_path, caplog):
+    """Left in place, a torn checkpoint of a larger step outlived the new ones in the Trainer's rotation (each new
+    one deleted once saved); the warning of the newest of two torn ones promised an earlier checkpoint."""
+    for step in (2, 4, 8):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    with caplog.at_level("WARNING", logger="attnpool"):
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2"]
+    assert [r.getMessage().rsplit("; ", 1)[1] for r in caplog.records] == ["resuming from checkpoint-2"] * 2
+    (tmp_path / "checkpoint-2" / "trainer_state.json").unlink()
+    assert last_complete_checkpoint(tmp_path) is None and not any(tmp_path.iterdir())
+    assert caplog.records[-1].getMessage().endswith("removed; no complete checkpoint: training starts again")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 
 from transformers.trainer import TRAINER_STATE_NAME
@@ -16,30 +17,41 @@ from attnpool.training.ema import EMA_FILE
 logger = logging.getLogger("attnpool.train")
 
 
+def numbered_checkpoints(folder: Path) -> list[Path]:
+    """``folder``'s checkpoints, the ``checkpoint-N`` folders the Trainer writes, the newest (largest N) first."""
+    found = sorted(((int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ())
+                    if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
+    return [path for _, path in found]
+
+
 def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
     """The newest checkpoint in ``folder`` that was written to the end, or ``None``.
 
     The Trainer writes a checkpoint's files in place and its ``trainer_state.json`` last (the weight average's
     ``ema.safetensors`` with the weights, before it; checkpoints of earlier versions got it after): a run killed
     in the middle of a save leaves a folder without them, which the Trainer cannot resume from; a machine that lost
-    power may leave ``trainer_state.json`` cut short. Such a folder is passed over (and rewritten when training
-    reaches its step again). The best checkpoint the state names is pointed at ``folder``'s of that name, whatever
-    path was recorded (a moved or copied run's old one, a relative one), or cleared when ``folder`` has none.
+    power may leave ``trainer_state.json`` cut short. Such a folder, newer than the one returned, is removed, with a
+    warning: the Trainer's rotation keeps the checkpoints of the largest steps, so it would outlive the new ones
+    (each deleted once saved) until training reached its step again. The best checkpoint the state names is pointed
+    at ``folder``'s of that name, whatever path was recorded (a moved or copied run's old one, a relative one), or
+    cleared when ``folder`` has none.
     """
     needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
-    found = sorted(((int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ())
-                    if p.is_dir() and (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", p.name))), reverse=True)
-    for i, (_, checkpoint) in enumerate(found):
+    torn, newest = [], None
+    for checkpoint in numbered_checkpoints(folder):
         missing = [name for name in needed if not (checkpoint / name).is_file()]
         state = None if missing else read_state(checkpoint / TRAINER_STATE_NAME)
         if state is not None:
             _relocate_best(checkpoint, state)
-            return str(checkpoint)
-        what = f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"
-        then = "resuming from an earlier checkpoint" if i + 1 < len(found) else "no earlier one: training starts again"
-        logger.warning("%s was not written to the end (%s: the run stopped while saving it); %s", checkpoint, what,
-                       then)
-    return None
+            newest = checkpoint
+            break
+        torn.append((checkpoint, f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"))
+    then = f"resuming from {newest.name}" if newest else "no complete checkpoint: training starts again"
+    for checkpoint, what in torn:
+        shutil.rmtree(checkpoint, ignore_errors=True)  # under torchrun every process may: whichever comes first
+        logger.warning("%s was not written to the end (%s: the run stopped while saving it) and cannot be resumed "
+                       "from: removed; %s", checkpoint, what, then)
+    return str(newest) if newest else None
 
 
 def read_state(path: Path) -> dict | None:

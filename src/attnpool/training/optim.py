@@ -12,9 +12,9 @@ from attnpool.model.encoders import encoder_layers, parameter_depths
 
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "layernorm.weight")
 # the modules a wrapper inserts into parameter names: FSDP (the Trainer creates the optimizer of an FSDP model after
-# wrapping it), activation checkpointing, torch.compile; peft's PeftModel before the model's own names
-_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\."
-                       r"|^base_model\.model\.")
+# wrapping it), activation checkpointing, torch.compile; then peft's PeftModel, before the model's own names
+_WRAPPERS = re.compile(r"(?:^|(?<=\.))(?:_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\.")
+_PEFT = re.compile(r"^base_model\.model\.")
 
 
 def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: float, llrd: float = 1.0, *,
@@ -46,7 +46,7 @@ def parameter_groups(model: nn.Module, lr: float, head_lr: float, weight_decay: 
     for wrapped_name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        name = _WRAPPERS.sub("", wrapped_name)  # "_fsdp_wrapped_module.attnpool.encoder..." is the encoder's
+        name = _PEFT.sub("", _WRAPPERS.sub("", wrapped_name))  # "_fsdp_wrapped_module.attnpool.encoder...": the encoder
         in_encoder = name.startswith("attnpool.encoder.")
         if in_encoder:
             rate = lr * (llrd ** depth_of.get(id(p), 0))
