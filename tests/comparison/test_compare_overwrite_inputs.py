@@ -74,3 +74,12 @@ def test_compare_overwrite_still_empties_a_comparison_whose_inputs_lie_elsewhere
     cfg = attnpool.TrainConfig(train_file=str(tmp_path / "train.csv"), text_cols=["first", "second"], model="bert-x")
     runner._check_recipe(cmp, cfg, True, tmp_path / "recipe.yaml")
     assert _children(cmp) == [runner.CONFIG_FILE]
+
+
+def test_compare_overwrite_may_start_again_from_the_comparisons_own_saved_recipe(cmp, tmp_path):
+    """--config OUT/compare_config.yaml --overwrite (the same recipe, from scratch) was refused: that file is read
+    before anything is deleted, and written anew from it."""
+    (tmp_path / "train.csv").write_bytes((cmp / "train.csv").read_bytes())
+    cfg = attnpool.TrainConfig(train_file=str(tmp_path / "train.csv"), text_cols=["first", "second"], model="bert-x")
+    runner._check_recipe(cmp, cfg, True, cmp / runner.CONFIG_FILE)
+    assert _children(cmp) == [runner.CONFIG_FILE]

@@ -46,6 +46,8 @@ def test_a_missing_multi_label_is_the_empty_set_of_classes_as_in_training():
     assert [x.error for x in missing] == [result.examples[3].error] * 2
     assert result.examples[3].error == pytest.approx(len(result.examples[3].prediction) / 3)
     assert all(x.error is not None for x in result.examples)
+    unlabelled = explain(model, tokenizer, texts[:2], labels=[None, float("nan")], erasure_k=0)
+    assert [(x.label, x.error) for x in unlabelled.examples] == [(None, None)] * 2  # no labels: no fake errors
 
 
 def test_explain_file_reads_a_blank_multi_label_cell_as_the_empty_set(tmp_path):

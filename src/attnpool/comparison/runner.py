@@ -88,7 +88,8 @@ def _check_recipe(out: Path, cfg: TrainConfig, overwrite: bool, config_file: str
     path = out / CONFIG_FILE
     recipe = absolute_paths(_shared_recipe(cfg))
     if path.is_file() and overwrite:
-        check_overwrite_inputs(cfg, config_file, output_dir=out, folder="comparison folder")
+        own = config_file is not None and Path(config_file).resolve() == path.resolve()  # read, and written anew
+        check_overwrite_inputs(cfg, None if own else config_file, output_dir=out, folder="comparison folder")
         with contextlib.ExitStack() as held:  # all of them before anything is deleted; LockedError names the holder
             for run_dir in sorted(p for p in out.glob("runs/*/seed_*") if p.is_dir()):
                 held.enter_context(Run(run_dir).lock("compare --overwrite"))

@@ -20,7 +20,8 @@ def label_list(labels: Any, texts: list[str], one_text: bool, several_outputs: b
     """One label per text, by position (a Series' index is not), every missing one (:func:`is_missing`) as ``None``.
 
     For a ``multi_label`` model a missing label is ``[]``, the empty set of classes, as training reads a blank or
-    missing cell (:func:`attnpool.data.columns.label_sets`): such a row has an error, as ``[]`` has.
+    missing cell (:func:`attnpool.data.columns.label_sets`): such a row has an error, as ``[]`` has; when every
+    label is missing there are none (``None``): training refuses a column without any label.
 
     With one text (``texts`` given as a string), a single label may be given as it is: ``"c1"``, ``0.5``; for a
     model of ``several_outputs`` (regression of several values, multi-label classification) a list is that text's
@@ -46,7 +47,10 @@ def label_list(labels: Any, texts: list[str], one_text: bool, several_outputs: b
         hint = (" (a label of several outputs is a list: labels=[[0.1, 0.2], ...] or [['a', 'c'], ...], one per "
                 "text)" if several_outputs else "")
         raise ValueError(f"explain: {len(texts)} texts but {len(values)} labels; give one per text{hint}")
-    return [([] if multi_label else None) if is_missing(v) else v for v in values]
+    missing = [is_missing(v) for v in values]
+    if multi_label and all(missing):  # an unlabelled file (a blank label column), not rows of no class
+        return None
+    return [([] if multi_label else None) if gone else v for v, gone in zip(values, missing, strict=True)]
 
 
 def check_numeric(labels: list[Any] | None, num_labels: int) -> None:
