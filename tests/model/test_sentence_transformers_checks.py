@@ -58,3 +58,8 @@ def test_options_written_into_the_name_point_to_keyword_options():
                                          "embedding_dimension, attn_size=8\\)"):
         AttnPooling("attention:attn_size=8", 32)
     assert AttnPooling("attention", 32, attn_size=8).pooler.get_config()["attn_size"] == 8
+    with pytest.raises(ValueError, match="AttnPooling\\('attention', embedding_dimension, attn_size=8, "
+                                         "init='uniform'\\)$"):  # text quoted: the call it shows runs
+        AttnPooling("attention:attn_size=8,init=uniform", 32)
+    with pytest.raises(ValueError, match="Did you mean 'attention'"):  # a misspelt name: not suggested as it is
+        AttnPooling("atention:attn_size=8", 32)

@@ -41,7 +41,8 @@ try:  # where sentence-transformers packs a batch into one row (flash attention)
 except ImportError:  # pragma: no cover - earlier versions never pack, so never call it
     repad_flattened_features = None
 
-from attnpool.pooling import Pooler, build_pooler
+from attnpool.options import parse_options
+from attnpool.pooling import Pooler, build_pooler, get_pooler_class
 from attnpool.pooling.registry import UnknownPoolerError, check_rebuildable
 
 
@@ -78,9 +79,14 @@ class AttnPooling(Module):
             if not (isinstance(pooling, str) and ":" in pooling):
                 raise
             name, _, given = pooling.partition(":")
+            get_pooler_class(name)  # a misspelt name: its own error, with the closest names
+            try:  # the options as Python: AttnPooling('attention', 32, init='uniform'), not init=uniform
+                shown = ", ".join(f"{k}={v!r}" for k, v in parse_options(given.split(","), repr(pooling)).items())
+            except ValueError:  # JSON with commas, or not key=value: as given
+                shown = given
             raise UnknownPoolerError(
                 f"{err}. AttnPooling takes the pooler's name alone and its options as keyword arguments: "
-                f"AttnPooling({name!r}, embedding_dimension, {given.replace(',', ', ')})") from None
+                f"AttnPooling({name!r}, embedding_dimension, {shown})") from None
         if self.pooler.needs_all_layers or self.pooler.needs_attentions:  # forward gets the last layer's tokens only
             raise ValueError(f"AttnPooling: pooler {self.pooler.name!r} reads several layers or the encoder's "
                              "attention maps, which a sentence-transformers pipeline does not hand to its pooling "
