@@ -4,6 +4,8 @@ from the input named as the run's, sigmoid runs blended within [0, 1], and --thr
 from __future__ import annotations
 
 import functools
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,3 +89,24 @@ def test_threads_and_an_empty_folds_are_named_by_their_flags(runs, tmp_path, mon
         predict(runs["reg"], tmp_path / "in.csv", tmp_path / "b.csv", folds=[])
     assert str(caught.value) == (f"{runs['reg']}: --folds (folds) names no fold; name one or more of its trained "
                                  "folds (0, 1), or leave --folds out to use all of them")
+
+
+def test_one_run_given_twice_is_refused_not_weighed_double(runs, tmp_path):
+    """`--run A A/` (or a link to A) blended A with itself at twice its weight, silently."""
+    write_toy_csv(tmp_path / "in.csv", n=4)
+    (tmp_path / "link").symlink_to(runs["reg"], target_is_directory=True)
+    for again in (f"{runs['reg']}/", tmp_path / "link"):
+        with pytest.raises(RunError) as caught:
+            predict([runs["reg"], runs["sig_a"], again], tmp_path / "in.csv", tmp_path / "out.csv")
+        assert str(caught.value) == (f"--run names one run twice, as {runs['reg']} and as {Path(str(again))}: it "
+                                     "would count twice in the blend; give each run once (--blend-weights gives a "
+                                     "run more weight)")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_run_path_reads_a_tilde_as_the_home_folder(runs, home):
+    """`predict --run=~/runs/x` (a tilde the shell leaves) said the folder is not a run; explain read it."""
+    shutil.copytree(runs["reg"], home / "reg")
+    write_toy_csv(home / "in.csv", n=4)
+    assert predict("~/reg", "~/in.csv", "~/out.csv").rows == 4
+    assert (home / "out.csv").is_file()

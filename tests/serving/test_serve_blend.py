@@ -74,6 +74,8 @@ def test_what_cannot_be_blended_is_refused_with_the_reason(setup, tmp_path):
     assert type(load_service([setup["a"]])) is Service  # one run in a list is that run
     with pytest.raises(ValueError, match=r"\(--blend-weights\) weighs the runs of a blend: give two or more runs"):
         load_service([setup["a"]], blend_weights=[1.0])
+    with pytest.raises(RunError, match=r"^--run names one run twice, as .*a and as .*a/: it would count twice"):
+        load_service([setup["a"], setup["b"], f"{setup['a']}/"])  # was served at twice its weight
 
 
 def test_serve_cli_blends_over_http(setup):

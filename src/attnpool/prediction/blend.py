@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -173,6 +174,21 @@ class RunBlend:
         logger.info("blend of %d runs (weights %s): out-of-fold %s %.4f on the %d rows they all validated on "
                     "(alone: %s)", len(self.paths), ", ".join(f"{w:.3g}" for w in self.weights), metric,
                     report["blend"], int(report["rows"]), alone)
+
+
+def refuse_repeated_runs(paths: Sequence[str | Path]) -> None:
+    """Refuse one run given twice (the same path, another spelling of it, a link to it): it would weigh double.
+
+    Raises:
+        RunError: Naming both spellings, and ``--blend-weights`` for a run meant to weigh more.
+    """
+    seen: dict[Path, str | Path] = {}
+    for path in paths:
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise RunError(f"--run names one run twice, as {seen[key]} and as {path}: it would count twice in the "
+                           "blend; give each run once (--blend-weights gives a run more weight)")
+        seen[key] = path
 
 
 def sigmoid_bounded(run: Run) -> bool:

@@ -70,7 +70,7 @@ class Run:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = Path(path).expanduser()  # "~/runs/x" as every path option reads it
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -86,7 +86,7 @@ class Run:
     @classmethod
     def is_run(cls, path: str | Path) -> bool:
         """Whether ``path`` holds a ``run.json`` (of any version)."""
-        return (Path(path) / RUN_FILE).is_file()
+        return (Path(path).expanduser() / RUN_FILE).is_file()
 
     @classmethod
     def create(cls, path: str | Path, *, overwrite: bool = False, resume: bool = False) -> Run:

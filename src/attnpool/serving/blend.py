@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnpool.data.prediction import context_views
-from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend
+from attnpool.prediction.blend import LONE_WEIGHTS, RunBlend, refuse_repeated_runs
 from attnpool.runs.run import Run, RunError
 from attnpool.serving.process import thread_settings_kept
 from attnpool.serving.service import Answer, Job, Service, public_name
@@ -46,6 +46,7 @@ class BlendService(Service):
         """
         if len(sources) < 2:
             raise ValueError(f"a blend needs two or more runs, got {len(sources)}")
+        refuse_repeated_runs(sources)
         for source in sources:
             if not Run.is_run(Path(source)):
                 raise RunError(f"{source} is not a train run: a blend serves the --output-dir of attnpool train (each "

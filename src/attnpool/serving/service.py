@@ -132,7 +132,7 @@ class Service:
                 folder or a run without a group context); a ``max_length`` that is not an integer >= 1, or that leaves
                 a model folder's tokenizer no room for text beside its special tokens.
         """
-        source = Path(source)
+        source = Path(source).expanduser()
         check_max_length(max_length)
         device_ = inference_device(device)
         if backend not in ("torch", "onnx"):
