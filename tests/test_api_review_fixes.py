@@ -9,6 +9,7 @@ example; ``folds=0`` as an argument of ``export_onnx()``; ``train(config=...)`` 
 from __future__ import annotations
 
 import os
+import shutil
 
 import pandas as pd
 import pytest
@@ -16,6 +17,7 @@ import yaml
 
 import attnpool
 import attnpool.api as api
+from attnpool.data import DataError
 from attnpool.runs import Run
 from model_helpers import add_oof, make_run, save_tiny_encoder, write_toy_csv
 
@@ -38,7 +40,14 @@ def run_dir(tmp_path_factory):
     return add_oof(make_run(base / "run", encoder))  # out-of-fold rows: several runs are blended by them
 
 
-@pytest.mark.parametrize("given", [Run, Where, lambda p: [Run(p), Where(p)]], ids=["run", "pathlike", "several"])
+def _several(run):
+    copy = run.parent / "copy"  # another run (one run given twice is refused)
+    if not copy.exists():
+        shutil.copytree(run, copy)
+    return [Run(run), Where(copy)]
+
+
+@pytest.mark.parametrize("given", [Run, Where, _several], ids=["run", "pathlike", "several"])
 def test_predict_takes_an_opened_run_or_any_path_object(run_dir, tmp_path, given):
     summary = attnpool.predict(given(run_dir), run_dir.parent / "test.csv", tmp_path / "out.csv", progress=False,
                                device="cpu")
@@ -68,6 +77,17 @@ def exported(monkeypatch):
 def test_export_takes_an_opened_run_or_any_path_object(run_dir, tmp_path, exported, given):
     assert attnpool.export(given(run_dir), Where(tmp_path / "m.onnx"), fold=1) == "done"
     assert exported == {"model": run_dir, "output": tmp_path / "m.onnx", "fold": 1}
+
+
+def test_export_refuses_an_output_inside_the_run(run_dir, exported):
+    """--output RUN/fold_0/model/model.onnx rewrote the fold's tokenizer files (predict and explain refuse that)."""
+    inside = run_dir / "fold_0" / "model" / "model.onnx"
+    with pytest.raises(DataError) as raised:
+        attnpool.export(Run(run_dir), inside)
+    assert str(raised.value) == (f"--output {inside}: is inside the run folder {run_dir}, whose own files the ONNX "
+                                 "graph and its tokenizer files would replace or mix with; write the ONNX graph and "
+                                 f"its tokenizer files outside it, e.g. --output {run_dir.parent / 'model.onnx'}")
+    assert exported == {}
 
 
 def test_export_refuses_an_output_that_is_not_a_path(run_dir):

@@ -37,6 +37,7 @@ from attnpool.comparison.runner import compare as _compare
 from attnpool.comparison.summary import CompareResult
 from attnpool.config import ConfigError, TrainConfig, load_yaml, make_config
 from attnpool.config_checks import check_overwrite_inputs
+from attnpool.data.writers import refuse_output_in_folder
 from attnpool.explanations import Explanation, explain
 from attnpool.explanations import explain_file as _explain_file
 from attnpool.exporters import OnnxExport, export_onnx
@@ -247,6 +248,8 @@ def export(model: Any, output: str | os.PathLike, *, format: str = "onnx", **opt
     if format != "onnx":
         raise ValueError(f"export format must be 'onnx', got {format!r}")
     output = file_path(output, "output")
+    if isinstance(model, str | os.PathLike | Run) and Run.is_run(folder := _folder(model)):  # as predict, explain
+        refuse_output_in_folder([folder], output, "--output", "ONNX graph and its tokenizer files")
     if unknown := [name for name in options if name not in _EXPORT_OPTIONS]:
         close = difflib.get_close_matches(unknown[0], _EXPORT_OPTIONS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
