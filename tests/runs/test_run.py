@@ -37,7 +37,8 @@ def test_create_refuses_an_existing_run_unless_resumed_or_overwritten(tmp_path):
     assert not Run.create(tmp_path / "r", overwrite=True).has_info()  # replaced by an empty run
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    with pytest.raises(RunError, match="--overwrite refuses to delete .*mine: it is not an attnpool run"):
+    with pytest.raises(RunError, match="--overwrite refuses to delete .*mine: it is not an attnpool run \\(no "
+                                       "run.json\\); choose another --output-dir, or empty that folder yourself$"):
         Run.create(tmp_path / "mine", overwrite=True)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     with pytest.raises(RunError, match="--resume: run directory .*new does not exist or is empty"):

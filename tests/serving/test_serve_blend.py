@@ -79,7 +79,9 @@ def test_what_cannot_be_blended_is_refused_with_the_reason(setup, tmp_path):
 
 
 def test_serve_cli_blends_over_http(setup):
-    server = Server("--run", str(setup["a"]), str(setup["b"]), "--blend-weights", "1", "3", "--precision", "fp32")
+    """Under -q too, whose server never said on which port it listened (the helper reads it from that line)."""
+    server = Server("--run", str(setup["a"]), str(setup["b"]), "--blend-weights", "1", "3", "--precision", "fp32",
+                    "-q")
     try:
         status, _, body = server.request("POST", "/predict", {"rows": setup["rows"]})
         assert status == 200, body

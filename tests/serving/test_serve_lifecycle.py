@@ -74,7 +74,9 @@ def test_a_port_in_use_is_a_clear_error(recipe, capsys):
         taken.listen()
         port = taken.getsockname()[1]
         code = cli.main(["serve", "--run", str(recipe["run"]), "--port", str(port), "--device", "cpu"])
-    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
+    assert "; choose another --port (0: any free one), or stop what listens there" in err
 
 
 @pytest.mark.parametrize("host", ["::", "[::]"])

@@ -122,7 +122,8 @@ class Run:
                 raise RunError(f"run directory {path} already exists; pass --resume to continue it, --overwrite to "
                                "replace it, or choose another --output-dir")
             if not cls.is_run(path):
-                raise RunError(f"--overwrite refuses to delete {path}: it is not an attnpool run (no {RUN_FILE})")
+                raise RunError(f"--overwrite refuses to delete {path}: it is not an attnpool run (no {RUN_FILE}); "
+                               "choose another --output-dir, or empty that folder yourself")
             with RunLock(path, purpose="overwrite"):  # held while deleting: no other process can start on it
                 # run.json last: cut short, the folder stays a run that --overwrite accepts again
                 for entry in sorted(path.iterdir(), key=lambda p: p.name == RUN_FILE):

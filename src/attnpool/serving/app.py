@@ -40,6 +40,7 @@ from attnpool.serving.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from attnpool.serving.page import render_page
 from attnpool.serving.schemas import build_models, describe, no_tokens, row_values
 from attnpool.serving.service import Answer, Service
+from attnpool.training.console_logging import SUMMARY  # the line --quiet keeps: where the server listens
 
 logger = logging.getLogger("attnpool.serve")
 
@@ -120,7 +121,7 @@ def create_app(service: Service, settings: Settings) -> Any:
         await batcher.start()
         watcher = asyncio.get_running_loop().create_task(watch())
         metrics.started = time.monotonic()
-        logger.info("attnpool serve: ready on %s (%s, %s, max batch %d, max wait %g ms%s)", settings.url,
+        logger.log(SUMMARY, "attnpool serve: ready on %s (%s, %s, max batch %d, max wait %g ms%s)", settings.url,
                     service.describe(), service.device, settings.max_batch, settings.max_wait_ms,
                     ", API key required" if settings.api_key else "")
         yield

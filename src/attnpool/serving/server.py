@@ -119,7 +119,8 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((address, port), family=family, backlog=2048, dualstack_ipv6=dualstack)
     except OSError as err:
-        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}; choose another --port (0: any free "
+                      "one), or stop what listens there") from err
 
 
 def _unspecified(address: str) -> bool:
