@@ -87,6 +87,9 @@ def test_export_refuses_an_output_inside_the_run(run_dir, exported):
     assert str(raised.value) == (f"--output {inside}: is inside the run folder {run_dir}, whose own files the ONNX "
                                  "graph and its tokenizer files would replace or mix with; write the ONNX graph and "
                                  f"its tokenizer files outside it, e.g. --output {run_dir.parent / 'model.onnx'}")
+    for model in (run_dir / "fold_0", run_dir / "fold_0" / "model"):  # a fold of the run, as export takes it
+        with pytest.raises(DataError, match=f"is inside the run folder {run_dir}, whose own files"):
+            attnpool.export(model, inside)
     assert exported == {}
 
 

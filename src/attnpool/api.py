@@ -248,8 +248,10 @@ def export(model: Any, output: str | os.PathLike, *, format: str = "onnx", **opt
     if format != "onnx":
         raise ValueError(f"export format must be 'onnx', got {format!r}")
     output = file_path(output, "output")
-    if isinstance(model, str | os.PathLike | Run) and Run.is_run(folder := _folder(model)):  # as predict, explain
-        refuse_output_in_folder([folder], output, "--output", "ONNX graph and its tokenizer files")
+    if isinstance(model, str | os.PathLike | Run):  # the run it comes from (RUN, RUN/fold_K, RUN/fold_K/model)
+        folder = Path(_folder(model)).expanduser().absolute()
+        if run := next((p for p in (folder, folder.parent, folder.parent.parent) if Run.is_run(p)), None):
+            refuse_output_in_folder([run], output, "--output", "ONNX graph and its tokenizer files")
     if unknown := [name for name in options if name not in _EXPORT_OPTIONS]:
         close = difflib.get_close_matches(unknown[0], _EXPORT_OPTIONS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""

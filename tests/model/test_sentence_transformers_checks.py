@@ -61,5 +61,9 @@ def test_options_written_into_the_name_point_to_keyword_options():
     with pytest.raises(ValueError, match="AttnPooling\\('attention', embedding_dimension, attn_size=8, "
                                          "init='uniform'\\)$"):  # text quoted: the call it shows runs
         AttnPooling("attention:attn_size=8,init=uniform", 32)
+    with pytest.raises(ValueError, match="AttnPooling\\('attention', embedding_dimension\\)$"):  # no dangling comma
+        AttnPooling("attention:", 32)
+    with pytest.raises(ValueError, match="embedding_dimension, attn_size=8,attn_size=9\\)$"):  # twice: as given
+        AttnPooling("attention:attn_size=8,attn_size=9", 32)
     with pytest.raises(ValueError, match="Did you mean 'attention'"):  # a misspelt name: not suggested as it is
         AttnPooling("atention:attn_size=8", 32)

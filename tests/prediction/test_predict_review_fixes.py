@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,7 +97,7 @@ def test_one_run_given_twice_is_refused_not_weighed_double(runs, tmp_path):
     for again in (f"{runs['reg']}/", tmp_path / "link"):
         with pytest.raises(RunError) as caught:
             predict([runs["reg"], runs["sig_a"], again], tmp_path / "in.csv", tmp_path / "out.csv")
-        assert str(caught.value) == (f"--run names one run twice, as {runs['reg']} and as {Path(str(again))}: it "
+        assert str(caught.value) == (f"--run names one run twice, as {runs['reg']} and as {again}: it "
                                      "would count twice in the blend; give each run once (--blend-weights gives a "
                                      "run more weight)")
     assert not (tmp_path / "out.csv").exists()

@@ -7,7 +7,7 @@ import pytest
 
 from attnpool.runs.files import check_writable
 from attnpool.runs.folds import choose_folds
-from attnpool.runs.run import RunError
+from attnpool.runs.run import Run, RunError
 
 
 def test_a_file_output_that_is_an_existing_folder_is_refused(tmp_path):
@@ -31,3 +31,14 @@ def test_an_empty_folds_says_it_names_no_fold_and_lists_the_trained_ones(tmp_pat
                                  "(0, 1), or leave --folds out to use all of them")
     with pytest.raises(RunError, match=r"has no trained fold 5; trained folds: 0, 1$"):
         choose_folds(tmp_path, [0, 1], {}, [5])
+
+
+def test_create_empties_the_folder_it_checked_under_a_tilde(home):
+    """Run.create("~/x", overwrite=True) checked $HOME/x (a run) and emptied ./~/x, a folder of the user's."""
+    (home / "x").mkdir()
+    (home / "x" / "run.json").write_text("{}")
+    (home.parent / "cwd" / "~" / "x").mkdir(parents=True)
+    (home.parent / "cwd" / "~" / "x" / "precious.txt").write_text("keep")
+    assert Run.create("~/x", overwrite=True).path == home / "x"
+    assert (home.parent / "cwd" / "~" / "x" / "precious.txt").read_text() == "keep"
+    assert Run.create("~/new").path.is_dir() and not (home.parent / "cwd" / "~" / "new").exists()

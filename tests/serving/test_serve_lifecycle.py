@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import inspect
+import os
 import re
 import shutil
 import signal
@@ -158,3 +160,18 @@ def test_the_serving_package_imports_without_the_serve_extra(monkeypatch, capsys
     monkeypatch.setattr(cli.api, "serve", fresh.serve)
     assert cli.main(["serve", "--run", "somewhere"]) == 2
     assert "error: attnpool serve needs FastAPI and uvicorn: pip install 'attnpool[serve]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("code", "advice"), [
+    (errno.EADDRINUSE, "; choose another --port (0: any free one), or stop what listens there"),
+    (errno.EADDRNOTAVAIL, "; check --host: an address of this machine, or 0.0.0.0 for all"),
+    (errno.EACCES, "; a port below 1024 needs privileges: choose another --port"),
+])
+def test_a_listen_error_gets_the_advice_of_its_cause(monkeypatch, code, advice):
+    """Every bind error was told to choose another port, a wrong --host too."""
+    def refuse(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(server_module.socket, "create_server", refuse)
+    with pytest.raises(OSError) as caught:
+        server_module.listen("127.0.0.1", 80)
+    assert str(caught.value) == f"cannot listen on 127.0.0.1:80: {os.strerror(code)}{advice}"

@@ -205,3 +205,8 @@ def test_torn_checkpoints_are_removed_and_each_warning_says_what_resumes(tmp_pat
     (tmp_path / "checkpoint-2" / "trainer_state.json").unlink()
     assert last_complete_checkpoint(tmp_path) is None and not any(tmp_path.iterdir())
     assert caplog.records[-1].getMessage().endswith("removed; no complete checkpoint: training starts again")
+    (tmp_path / "checkpoint-4").mkdir()  # a whole state without the weight average: passed over, not removed
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    assert last_complete_checkpoint(tmp_path, ema=True) is None and (tmp_path / "checkpoint-4").is_dir()
+    assert "(no ema.safetensors: the run stopped while saving it) and cannot be resumed from: passed over" in (
+        caplog.records[-1].getMessage())

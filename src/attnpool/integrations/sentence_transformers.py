@@ -81,12 +81,13 @@ class AttnPooling(Module):
             name, _, given = pooling.partition(":")
             get_pooler_class(name)  # a misspelt name: its own error, with the closest names
             try:  # the options as Python: AttnPooling('attention', 32, init='uniform'), not init=uniform
-                shown = ", ".join(f"{k}={v!r}" for k, v in parse_options(given.split(","), repr(pooling)).items())
+                shown = ", ".join(f"{k}={v!r}" for k, v in parse_options(
+                    given.split(","), repr(pooling), once=True).items())
             except ValueError:  # JSON with commas, or not key=value: as given
                 shown = given
             raise UnknownPoolerError(
                 f"{err}. AttnPooling takes the pooler's name alone and its options as keyword arguments: "
-                f"AttnPooling({name!r}, embedding_dimension, {shown})") from None
+                f"AttnPooling({name!r}, embedding_dimension{', ' + shown if shown else ''})") from None
         if self.pooler.needs_all_layers or self.pooler.needs_attentions:  # forward gets the last layer's tokens only
             raise ValueError(f"AttnPooling: pooler {self.pooler.name!r} reads several layers or the encoder's "
                              "attention maps, which a sentence-transformers pipeline does not hand to its pooling "

@@ -154,7 +154,7 @@ def predict(run_dir: str | Path | Sequence[str | Path], input_file: str | Path, 
     blended = len(sources) > 1  # a list of one run is that run alone, as in serve()
     input_file, output_file = file_path(input_file, "input_file"), file_path(output_file, "output_file")
     runs = [Run.open(r) for r in sources]
-    refuse_repeated_runs([run.path for run in runs])  # one run twice would weigh double in the blend
+    refuse_repeated_runs(sources)  # one run twice would weigh double in the blend (named as the user wrote it)
     refuse_input_as_output(input_file, output_file)  # before the lock and the parts: nothing written
     refuse_output_in_folder([run.path for run in runs], output_file)  # its oof/folds files replaced: a broken run
     check_writable(output_file)  # under a file, or a folder not writable: now, not at the lock or the end

@@ -95,7 +95,7 @@ class Run:
         ``overwrite`` deletes an existing attnpool run (a folder with ``run.json``) or an empty folder, and refuses
         any other folder so that a mistyped path cannot wipe unrelated files.
         """
-        path = Path(path)
+        path = Path(path).expanduser()  # the folder checked is the one emptied: not a literal "~" beside it
         if problem := not_a_folder(path):
             raise RunError(problem)
         if (path / LOCK_NAME).is_file():  # a live holder first: what it has written so far says nothing yet
@@ -148,7 +148,7 @@ class Run:
         folds than groups) recorded no run to resume. Only a folder provably so counts: ``train.log`` there, and a
         ``config.yaml`` as attnpool saves it (:func:`_saved_config`; never a recipe of the user's: it is deleted).
         """
-        path = Path(path)
+        path = Path(path).expanduser()
         if not path.is_dir() or cls.is_run(path):
             return False
         own = {LOG_FILE, CONFIG_FILE, FOLDS_FILE, CONTEXT_TITLES}

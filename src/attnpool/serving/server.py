@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import math
@@ -119,8 +120,10 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((address, port), family=family, backlog=2048, dualstack_ipv6=dualstack)
     except OSError as err:
-        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}; choose another --port (0: any free "
-                      "one), or stop what listens there") from err
+        advice = {errno.EADDRINUSE: "; choose another --port (0: any free one), or stop what listens there",
+                  errno.EACCES: "; a port below 1024 needs privileges: choose another --port"}.get(
+            err.errno, "; check --host: an address of this machine, or 0.0.0.0 for all")
+        raise OSError(f"cannot listen on {host}:{port}: {err.strerror or err}{advice}") from err
 
 
 def _unspecified(address: str) -> bool:

@@ -32,9 +32,10 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
     in the middle of a save leaves a folder without them, which the Trainer cannot resume from; a machine that lost
     power may leave ``trainer_state.json`` cut short. Such a folder, newer than the one returned, is removed, with a
     warning: the Trainer's rotation keeps the checkpoints of the largest steps, so it would outlive the new ones
-    (each deleted once saved) until training reached its step again. The best checkpoint the state names is pointed
-    at ``folder``'s of that name, whatever path was recorded (a moved or copied run's old one, a relative one), or
-    cleared when ``folder`` has none.
+    (each deleted once saved) until training reached its step again. One whose state is whole but lacks the weight
+    average (written without ``ema``) is only passed over. Call it on one process (``on_main``) under torchrun. The
+    best checkpoint the state names is pointed at ``folder``'s of that name, whatever path was recorded (a moved or
+    copied run's old one, a relative one), or cleared when ``folder`` has none.
     """
     needed = [TRAINER_STATE_NAME, *([EMA_FILE] if ema else [])]
     torn, newest = [], None
@@ -48,10 +49,22 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
         torn.append((checkpoint, f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"))
     then = f"resuming from {newest.name}" if newest else "no complete checkpoint: training starts again"
     for checkpoint, what in torn:
-        shutil.rmtree(checkpoint, ignore_errors=True)  # under torchrun every process may: whichever comes first
+        stateless = TRAINER_STATE_NAME in what  # no state, or one cut short: the Trainer never resumes from it
+        if stateless:
+            shutil.rmtree(checkpoint, ignore_errors=True)
         logger.warning("%s was not written to the end (%s: the run stopped while saving it) and cannot be resumed "
-                       "from: removed; %s", checkpoint, what, then)
+                       "from: %s; %s", checkpoint, what, "removed" if stateless else "passed over", then)
     return str(newest) if newest else None
+
+
+def resume_point(folder: Path, ema: bool = False) -> str | bool | None:
+    """What ``Trainer.train(resume_from_checkpoint=...)`` resumes from, for ``True``: a checkpoint, or step 0.
+
+    The newest complete checkpoint; ``None`` (from step 0) where there were only torn ones (removed:
+    :func:`last_complete_checkpoint`); ``True`` where there was none, for the Trainer's own error.
+    """
+    had = numbered_checkpoints(folder)
+    return last_complete_checkpoint(folder, ema) or (None if had else True)
 
 
 def read_state(path: Path) -> dict | None:

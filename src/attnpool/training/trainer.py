@@ -23,7 +23,8 @@ from attnpool.runs.files import full_disk_checked
 from attnpool.runs.run import Run
 from attnpool.tasks import scores_from_logits
 from attnpool.training.adversarial import Adversary, StartReached, make_adversary, perturbed
-from attnpool.training.checkpoints import last_complete_checkpoint, numbered_checkpoints, read_state
+from attnpool.training.checkpoints import read_state, resume_point
+from attnpool.training.distributed import on_main
 from attnpool.training.ema import WeightEMA
 from attnpool.training.optim import build_optimizer, can_clip_in_step, clip_in_step, parameter_groups
 from attnpool.training.pooling_stats import PoolingMonitor
@@ -175,8 +176,7 @@ class RecipeTrainer(transformers.Trainer):
             use_cpu_dropout(self.model)
         if resume_from_checkpoint is True:  # the newest complete one (the Trainer's own choice takes a torn one)
             folder = Path(self.args.output_dir)  # torn ones only: from step 0, as warned; none: the Trainer's error
-            had = numbered_checkpoints(folder)
-            resume_from_checkpoint = last_complete_checkpoint(folder, self.ema is not None) or (None if had else True)
+            resume_from_checkpoint = on_main(lambda: resume_point(folder, self.ema is not None))  # one for all
         found = resume_from_checkpoint not in (None, False, True)
         saved = read_state(Path(str(resume_from_checkpoint)) / TRAINER_STATE_NAME) if found else None
         self.schedule.checkpoint = str(resume_from_checkpoint) if found else None
