@@ -3,6 +3,8 @@ the option saved in the run's config, predict and serve building the context fro
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -245,8 +247,9 @@ def test_a_served_context_view_needs_a_run_with_a_context(trained, tmp_path):
         Service.load(plain, device="cpu", context_view="both")
     blend = load_service([run, plain], device="cpu", precision="fp32", context_view="both")
     assert [m.context_view for m in blend.members] == ["both", "with"], "the view applies to the run with context"
-    with pytest.raises(ValueError, match="^context_view without: .*plain, .*plain trained without a group context"):
-        load_service([plain, plain], device="cpu", context_view="without")
+    copy = shutil.copytree(plain, tmp_path / "plain2")  # another run (one run given twice is refused)
+    with pytest.raises(ValueError, match="^context_view without: .*plain, .*plain2 trained without a group context"):
+        load_service([plain, copy], device="cpu", context_view="without")
 
 
 def test_context_dropout_resumed_in_the_middle_of_an_epoch_trains_as_the_uninterrupted_run(trained, tmp_path):
