@@ -15,16 +15,8 @@ from attnpool.config import TrainConfig
 from attnpool.data import DataError, read_table
 from attnpool.data.columns import validate_labels
 from attnpool.data.task import load_task
-from model_helpers import tiny_tokenizer
 
 LOG = logging.getLogger("test")
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tok")
-    tiny_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 def test_multilabel_labels_separated_by_commas_are_refused():

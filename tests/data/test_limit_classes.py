@@ -9,16 +9,8 @@ import pytest
 from attnpool.config import TrainConfig
 from attnpool.data.errors import DataError
 from attnpool.data.task import load_task
-from model_helpers import tiny_tokenizer
 
 LOG = logging.getLogger("test")
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tok")
-    tiny_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 def _load(tmp_path, tok, labels, task, limit, **options):

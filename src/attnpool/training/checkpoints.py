@@ -46,10 +46,10 @@ def last_complete_checkpoint(folder: Path, ema: bool = False) -> str | None:
             _relocate_best(checkpoint, state)
             newest = checkpoint
             break
-        torn.append((checkpoint, f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"))
+        what = f"no {' or '.join(missing)}" if missing else f"its {TRAINER_STATE_NAME} is cut short"
+        torn.append((checkpoint, what, TRAINER_STATE_NAME in missing or not missing))  # no whole state: removed
     then = f"resuming from {newest.name}" if newest else "no complete checkpoint: training starts again"
-    for checkpoint, what in torn:
-        stateless = TRAINER_STATE_NAME in what  # no state, or one cut short: the Trainer never resumes from it
+    for checkpoint, what, stateless in torn:  # no state, or one cut short: the Trainer never resumes from it
         if stateless:
             shutil.rmtree(checkpoint, ignore_errors=True)
         logger.warning("%s was not written to the end (%s: the run stopped while saving it) and cannot be resumed "
